@@ -1,0 +1,63 @@
+"""Architecture registry and the model loader.
+
+Each architecture is a small module with `ARCH`, `config(metadata) -> ModelConfig` and
+`weight_specs(config) -> list[WeightSpec]`. `load_model_file` opens a GGUF, picks the module by
+`general.architecture` and checks every tensor (present, supported type, expected shape).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import ModuleType
+
+from ..errors import LlamavkError
+from ..gguf_file import GGUFFile
+from ..quant import quant_info
+from . import llama, qwen2, qwen3
+from .base import ModelConfig, ModelFile, RopeScaling, WeightSpec
+
+ARCHITECTURES: dict[str, ModuleType] = {m.ARCH: m for m in (llama, qwen2, qwen3)}
+
+__all__ = ["ARCHITECTURES", "ModelConfig", "ModelFile", "RopeScaling", "WeightSpec",
+           "arch_module", "config_from_metadata", "load_model_file"]
+
+
+def arch_module(arch: str | None) -> ModuleType:
+    module = ARCHITECTURES.get(arch or "")
+    if module is None:
+        raise LlamavkError(f"model architecture {arch!r} is not supported; "
+                           f"supported: {', '.join(sorted(ARCHITECTURES))}")
+    return module
+
+
+def config_from_metadata(metadata: dict, tensor_names=()) -> ModelConfig:
+    """ModelConfig from metadata; `tied_output` is true when no output.weight is among tensor_names."""
+    module = arch_module(metadata.get("general.architecture"))
+    cfg = module.config(metadata)
+    return dataclasses.replace(cfg, tied_output="output.weight" not in set(tensor_names))
+
+
+def load_model_file(path: str | Path) -> ModelFile:
+    """Open and validate a GGUF model. Every problem is a one-line LlamavkError."""
+    g = GGUFFile(path)
+    cfg = config_from_metadata(g.metadata, g.tensors.keys())
+    module = arch_module(cfg.arch)
+    weights: dict[str, WeightSpec] = {}
+    for spec in module.weight_specs(cfg):
+        if spec.name not in g.tensors:
+            if spec.optional:
+                continue
+            raise LlamavkError(f"{g.path}: required tensor {spec.name} is missing "
+                               f"({cfg.arch} model with {cfg.n_layer} layers)")
+        qtype = g.tensor_type(spec.name)
+        info = quant_info(qtype, spec.name)
+        found = g.tensor_shape(spec.name)
+        if found != spec.shape:
+            raise LlamavkError(f"{g.path}: tensor {spec.name} has shape {found}, "
+                               f"expected {spec.shape} (rows, cols) from the metadata")
+        if spec.shape[-1] % info.block_size:
+            raise LlamavkError(f"{g.path}: tensor {spec.name} row length {spec.shape[-1]} is not a "
+                               f"multiple of the {info.name} block size {info.block_size}")
+        weights[spec.name] = spec
+    return ModelFile(g.path, g, cfg, weights)

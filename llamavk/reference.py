@@ -1,0 +1,215 @@
+"""Numpy reference forward pass: the oracle the Vulkan engine is tested against.
+
+Written to be read top to bottom, not to be fast (llama2.c style). Weights are dequantized to float32
+with gguf.quants.dequantize (once, then cached); all math is float32, the KV cache too (llama.cpp keeps
+it in f16 by default, which moves logits by a few hundredths).
+
+One transformer block, for every supported architecture:
+
+    h = rms_norm(x) * attn_norm
+    q, k, v = Wq h (+ bq), Wk h (+ bk), Wv h (+ bv)        biases: qwen2
+    q, k = rms_norm_per_head(q) * q_norm, ... * k_norm      QK norm: qwen3
+    q, k = rope(q, pos), rope(k, pos)                       pairs (2i,2i+1) llama; (i,i+d/2) qwen
+    a = softmax(q k^T / sqrt(head_dim), causal) v           GQA: n_head/n_head_kv queries per KV head
+    x = x + Wo a
+    h = rms_norm(x) * ffn_norm
+    x = x + Wdown (silu(Wgate h) * Wup h)
+logits = Wout rms_norm(x) * output_norm                     Wout = token_embd when tied
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import LlamavkError
+from .models.base import ModelConfig, ModelFile
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x^2) + eps) * weight, over the last axis."""
+    mean_sq = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
+    return (x / np.sqrt(mean_sq + eps)).astype(np.float32) * weight
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def rope_cos_sin(cfg: ModelConfig, positions: np.ndarray,
+                 freq_factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin tables, shape (n_pos, rope_dim/2), as ggml's rope computes them.
+
+    theta[p, i] = p * base^(-2i/rope_dim) / freq_factors[i], then rope scaling (linear or YaRN).
+    """
+    half = cfg.rope_dim // 2
+    i = np.arange(half, dtype=np.float64)
+    inv_freq = cfg.rope_base ** (-2.0 * i / cfg.rope_dim)
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors.astype(np.float64)
+    theta = positions.astype(np.float64)[:, None] * inv_freq[None, :]
+    mscale = 1.0
+    s = cfg.rope_scaling
+    if s is not None:
+        freq_scale = 1.0 / s.factor
+        theta_interp = theta * freq_scale
+        if s.type == "linear" or s.ext_factor == 0.0:
+            theta = theta_interp
+        else:  # yarn: blend interpolated and extrapolated angles across the correction dims
+            def corr_dim(n_rot: float) -> float:
+                return (cfg.rope_dim * math.log(s.orig_ctx / (n_rot * 2 * math.pi))
+                        / (2 * math.log(cfg.rope_base)))
+            low = max(0.0, math.floor(corr_dim(s.beta_fast)))
+            high = min(cfg.rope_dim - 1.0, math.ceil(corr_dim(s.beta_slow)))
+            y = (i - low) / max(0.001, high - low)          # i = i0 / 2 in ggml's terms
+            ramp_mix = (1.0 - np.clip(y, 0.0, 1.0)) * s.ext_factor
+            theta = theta_interp * (1.0 - ramp_mix) + theta * ramp_mix
+            mscale = 1.0 + 0.1 * math.log(1.0 / freq_scale)
+        mscale *= s.attn_factor
+    return (np.cos(theta) * mscale).astype(np.float32), (np.sin(theta) * mscale).astype(np.float32)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndarray:
+    """Rotate x (n_tok, n_heads, head_dim); only the first rope_dim = 2*cos.shape[1] dims turn.
+
+    neox=False (llama): pairs (2i, 2i+1).  neox=True (qwen2/qwen3): pairs (i, i + rope_dim/2).
+    """
+    half = cos.shape[1]
+    out = x.copy()
+    if neox:
+        x0, x1 = x[..., :half], x[..., half:2 * half]
+    else:
+        x0, x1 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+    c, s = cos[:, None, :], sin[:, None, :]   # broadcast over heads
+    r0 = x0 * c - x1 * s
+    r1 = x0 * s + x1 * c
+    if neox:
+        out[..., :half], out[..., half:2 * half] = r0, r1
+    else:
+        out[..., 0:2 * half:2], out[..., 1:2 * half:2] = r0, r1
+    return out
+
+
+class ReferenceModel:
+    """Float32 numpy evaluation of a ModelFile.
+
+    logits(tokens): fresh evaluation, one row of logits per token (causal).
+    forward(tokens, start_pos): incremental evaluation with a KV cache; start_pos may rewind the cache.
+    """
+
+    def __init__(self, model_file: ModelFile):
+        self.model = model_file
+        self.cfg = model_file.config
+        self._cache: dict[str, np.ndarray] = {}
+        self.reset()
+
+    # -- weights -------------------------------------------------------------------------------
+
+    def weight(self, role: str, layer: int | None = None) -> np.ndarray | None:
+        """The dequantized float32 weight of a role (None if the optional tensor is absent)."""
+        if role == "output" and self.cfg.tied_output:
+            role = "token_embd"
+        name = None
+        for spec in self.model.weights.values():
+            if spec.role == role and spec.layer == layer:
+                name = spec.name
+                break
+        if name is None:
+            return None
+        if name not in self._cache:
+            self._cache[name] = self.model.dequantize(name)
+        return self._cache[name]
+
+    # -- KV cache --------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        c = self.cfg
+        empty = np.zeros((0, c.n_head_kv, c.head_dim), dtype=np.float32)
+        self.k_cache = [empty] * c.n_layer   # per layer: (n_past, n_head_kv, head_dim)
+        self.v_cache = [empty] * c.n_layer
+        self.n_past = 0
+
+    # -- forward ---------------------------------------------------------------------------------
+
+    def logits(self, tokens: list[int]) -> np.ndarray:
+        """(n_tokens, n_vocab) float32 logits for every position of a fresh sequence."""
+        self.reset()
+        return self.forward(tokens, 0)
+
+    def forward(self, tokens: list[int], start_pos: int | None = None) -> np.ndarray:
+        """Evaluate `tokens` at positions start_pos.. (default: after the cached ones)."""
+        c = self.cfg
+        if start_pos is None:
+            start_pos = self.n_past
+        if not 0 <= start_pos <= self.n_past:
+            raise LlamavkError(f"start_pos {start_pos} is beyond the {self.n_past} cached tokens")
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= c.n_vocab):
+            raise LlamavkError(f"token id out of range [0, {c.n_vocab})")
+        n = len(tokens)
+        positions = np.arange(start_pos, start_pos + n)
+        cos, sin = rope_cos_sin(c, positions, self.weight("rope_freqs"))
+
+        x = self.weight("token_embd")[tokens]                      # (n, n_embd)
+        for layer in range(c.n_layer):
+            x = x + self.attention(layer, x, cos, sin, start_pos)
+            x = x + self.feed_forward(layer, x)
+        self.n_past = start_pos + n
+
+        x = rms_norm(x, self.weight("output_norm"), c.rms_eps)
+        return (x @ self.weight("output").T).astype(np.float32)    # (n, n_vocab)
+
+    def attention(self, layer: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+                  start_pos: int) -> np.ndarray:
+        c, w = self.cfg, (lambda role: self.weight(role, layer))
+        n = x.shape[0]
+        h = rms_norm(x, w("attn_norm"), c.rms_eps)
+        q, k, v = h @ w("q").T, h @ w("k").T, h @ w("v").T
+        if c.qkv_bias:
+            q, k, v = q + w("q_bias"), k + w("k_bias"), v + w("v_bias")
+        q = q.reshape(n, c.n_head, c.head_dim)
+        k = k.reshape(n, c.n_head_kv, c.head_dim)
+        v = v.reshape(n, c.n_head_kv, c.head_dim)
+        if c.qk_norm:
+            q = rms_norm(q, w("q_norm"), c.rms_eps)
+            k = rms_norm(k, w("k_norm"), c.rms_eps)
+        q = apply_rope(q, cos, sin, c.rope_neox)
+        k = apply_rope(k, cos, sin, c.rope_neox)
+
+        # append to the cache (dropping anything at or after start_pos: rewind)
+        keys = np.concatenate([self.k_cache[layer][:start_pos], k])     # (n_kv_len, n_head_kv, hd)
+        values = np.concatenate([self.v_cache[layer][:start_pos], v])
+        self.k_cache[layer], self.v_cache[layer] = keys, values
+
+        n_kv = keys.shape[0]
+        q_pos = np.arange(start_pos, start_pos + n)
+        mask = np.arange(n_kv)[None, :] > q_pos[:, None]                 # (n, n_kv): future keys
+        scale = 1.0 / math.sqrt(c.head_dim)
+        out = np.empty((n, c.n_head, c.head_dim), dtype=np.float32)
+        for head in range(c.n_head):
+            kv_head = head // c.n_gqa                                    # GQA: shared KV head
+            scores = (q[:, head, :] @ keys[:, kv_head, :].T) * scale     # (n, n_kv)
+            scores = np.where(mask, -np.inf, scores)
+            out[:, head, :] = softmax(scores) @ values[:, kv_head, :]
+        return out.reshape(n, c.n_head * c.head_dim) @ w("o").T
+
+    def feed_forward(self, layer: int, x: np.ndarray) -> np.ndarray:
+        c, w = self.cfg, (lambda role: self.weight(role, layer))
+        h = rms_norm(x, w("ffn_norm"), c.rms_eps)
+        return (silu(h @ w("gate").T) * (h @ w("up").T)) @ w("down").T
+
+    def generate_greedy(self, tokens: list[int], n: int) -> list[int]:
+        """Greedy continuation of `n` tokens (uses the KV cache)."""
+        logits = self.logits(tokens)
+        out = []
+        for _ in range(n):
+            nxt = int(np.argmax(logits[-1]))
+            out.append(nxt)
+            logits = self.forward([nxt])
+        return out
