@@ -1,0 +1,141 @@
+"""Pre-tokenizers for byte-level BPE: split text into words before merging.
+
+llama.cpp (src/llama-vocab.cpp, llm_tokenizer_bpe) picks a *list* of regexes per `tokenizer.ggml.pre`
+and applies them one after the other (unicode.cpp, unicode_regex_split): each regex re-splits every
+piece produced by the previous one, and the text between two matches is kept as a piece of its own
+(nothing is ever dropped). We reproduce that here with the `regex` package, whose \\p{L}/\\p{N}/\\s
+classes follow Unicode like llama.cpp's tables (\\s is exactly White_Space in both).
+
+The patterns are the ones llama.cpp uses, written out independently. Two notes:
+- llama.cpp's hand-written matcher for the GPT-2 pattern behaves like the pattern with a trailing
+  `|\\s+` (a lone whitespace before a non-space becomes its own piece). Since unmatched text is kept
+  as a piece anyway, both readings give the same split.
+- The Llama 3 / Qwen2 patterns use `(?i:'s|...)` in their tokenizer.json; llama.cpp spells the case
+  folding out as `'[sS]` etc. We use llama.cpp's spelling so behaviour is identical.
+"""
+
+from __future__ import annotations
+
+import regex
+
+from ..errors import LlamavkError
+
+# -- the building blocks, one per family ---------------------------------------------------------
+
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+
+_CONTRACTIONS_CI = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+
+_LLAMA3 = (
+    _CONTRACTIONS_CI
+    + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+_QWEN2 = (
+    _CONTRACTIONS_CI
+    + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+_SEED_CODER = (
+    _CONTRACTIONS_CI
+    + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+_BAILINGMOE = (
+    r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])"
+    r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"
+)
+
+_BLOOM = r" ?[^(\s|.,!?…。，、।۔،)]+"
+
+# Regex sequences per llama.cpp pre-tokenizer type (the order matters: applied left to right).
+REGEX_SEQUENCES: dict[str, tuple[str, ...]] = {
+    "default": (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"),
+    "gpt2": (_GPT2,),
+    "llama3": (_LLAMA3,),
+    "qwen2": (_QWEN2,),
+    # SmolLM & co: every digit is its own piece first, then the GPT-2 pattern on the rest.
+    "smollm": (r"\p{N}", _GPT2),
+    "falcon": (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"),
+    "bloom": (_BLOOM,),
+    "viking": (_BLOOM, r"\p{N}"),
+    "seed-coder": (_SEED_CODER,),
+    "bailingmoe": (_BAILINGMOE,),
+}
+
+# `tokenizer.ggml.pre` value -> (regex family, clean_spaces, ignore_merges, add_bos default).
+# clean_spaces/ignore_merges/add_bos mirror the flags llama.cpp sets for each name (BPE defaults:
+# clean_spaces=True, ignore_merges=False, add_bos=False).
+_PRE: dict[str, tuple[str, bool, bool, bool]] = {}
+
+
+def _reg(names: tuple[str, ...], family: str, clean: bool = True, ignore_merges: bool = False,
+         add_bos: bool = False) -> None:
+    for n in names:
+        _PRE[n] = (family, clean, ignore_merges, add_bos)
+
+
+_reg(("default",), "default")
+_reg(("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"),
+     "llama3", ignore_merges=True, add_bos=True)
+_reg(("dbrx", "smaug-bpe"), "llama3")
+_reg(("glm4", "chatglm-bpe"), "llama3")  # same pattern as Llama 3 (bos id cleared: see vocab.py)
+_reg(("falcon",), "falcon")
+_reg(("mpt", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
+      "a.x-4.0", "mellum", "jina-v1-en", "jina-v2-code", "roberta-bpe", "olmo", "jais", "exaone4"),
+     "gpt2")
+_reg(("trillion", "granite-docling"), "gpt2", clean=False)
+_reg(("starcoder", "refact", "codeshell", "minerva-7b", "exaone"), "smollm")
+_reg(("command-r", "smollm"), "smollm", clean=False)
+_reg(("qwen2", "deepseek-r1-qwen", "kormo", "hunyuan", "grok-2"), "qwen2", clean=False)
+_reg(("stablelm2", "megrez"), "qwen2")
+_reg(("poro-chat",), "bloom", clean=False)
+_reg(("bloom", "gpt3-finnish"), "bloom")
+_reg(("viking",), "viking", clean=False)
+_reg(("seed-coder",), "seed-coder", clean=False)
+_reg(("bailingmoe", "bailingmoe2", "llada-moe"), "bailingmoe", clean=False)
+# Not in llama.cpp's list of names, but the spec calls the GPT-2 family "gpt2".
+_reg(("gpt2",), "gpt2")
+
+
+def pre_flags(pre: str | None) -> tuple[str, bool, bool, bool]:
+    """(family, clean_spaces, ignore_merges, add_bos default) for a `tokenizer.ggml.pre` value.
+
+    A missing key means "default", like llama.cpp. An unknown name is an error rather than a silent
+    fallback: a wrong pre-tokenizer gives plausible-looking but wrong token ids.
+    """
+    if pre is None:
+        pre = "default"
+    try:
+        return _PRE[pre]
+    except KeyError:
+        raise LlamavkError(
+            f"unsupported tokenizer.ggml.pre '{pre}' (supported: {', '.join(sorted(_PRE))})"
+        ) from None
+
+
+class PreTokenizer:
+    """Splits a text fragment into words with a sequence of regexes (see module docstring)."""
+
+    def __init__(self, family: str):
+        self.family = family
+        self.patterns = [regex.compile(p) for p in REGEX_SEQUENCES[family]]
+
+    def split(self, text: str) -> list[str]:
+        pieces = [text]
+        for pat in self.patterns:
+            out: list[str] = []
+            for piece in pieces:
+                start = 0
+                for m in pat.finditer(piece):
+                    s, e = m.span()
+                    if s == e:  # zero-width matches produce no piece (as in llama.cpp)
+                        continue
+                    if s > start:  # keep the unmatched gap as its own piece
+                        out.append(piece[start:s])
+                    out.append(piece[s:e])
+                    start = e
+                if start < len(piece):
+                    out.append(piece[start:])
+            pieces = out
+        return pieces

@@ -1,0 +1,79 @@
+"""SentencePiece-style BPE (GGUF `tokenizer.ggml.model = llama`), as llama.cpp's llm_tokenizer_spm.
+
+The text (spaces already escaped to U+2581) starts as one symbol per character. Every adjacent pair
+whose concatenation is a vocabulary token is queued with that token's score; the best score is merged
+first, the leftmost pair on ties, and new pairs around the merged symbol are queued. Symbols that end
+up outside the vocabulary (single characters the vocab lacks) fall back to `<0xXX>` byte tokens, or to
+the unknown token when the vocab has no byte tokens.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+
+class SPM:
+    def __init__(self, token_to_id: dict[str, int], scores: list[float], unk_id: int | None):
+        self.token_to_id = token_to_id
+        self.scores = scores
+        self.unk_id = unk_id
+        self._byte_ids: list[int | None] = [self._byte_token(b) for b in range(256)]
+
+    def _byte_token(self, b: int) -> int | None:
+        tid = self.token_to_id.get(f"<0x{b:02X}>")
+        if tid is None:  # llama.cpp also accepts the raw one-byte string as the byte's token
+            tid = self.token_to_id.get(chr(b)) if b < 0x80 else None
+        return tid if tid is not None else self.unk_id
+
+    def encode(self, text: str) -> list[int]:
+        """Ids for an already escaped text fragment."""
+        n = len(text)
+        if n == 0:
+            return []
+        vocab, scores = self.token_to_id, self.scores
+        syms = list(text)
+        nxt = list(range(1, n)) + [-1]
+        prv = list(range(-1, n - 1))
+        heap: list[tuple[float, int, int, int]] = []
+
+        def push(left: int, right: int) -> None:
+            joined = syms[left] + syms[right]
+            tid = vocab.get(joined)
+            if tid is not None:
+                # max score first, then leftmost: heapq is a min-heap, so negate the score
+                heapq.heappush(heap, (-scores[tid], left, right, len(joined)))
+
+        for i in range(n - 1):
+            push(i, i + 1)
+        while heap:
+            _, left, right, size = heapq.heappop(heap)
+            a, b = syms[left], syms[right]
+            # stale: a side was consumed, or grew (symbols only grow, so equal size = unchanged)
+            if not a or not b or len(a) + len(b) != size:
+                continue
+            syms[left] = a + b
+            syms[right] = ""
+            nr = nxt[right]
+            nxt[left] = nr
+            if nr >= 0:
+                prv[nr] = left
+            if prv[left] >= 0:
+                push(prv[left], left)
+            if nr >= 0:
+                push(left, nr)
+
+        out: list[int] = []
+        for s in syms:
+            if not s:
+                continue
+            tid = vocab.get(s)
+            if tid is not None:
+                out.append(tid)
+            else:
+                # Only single characters can be missing (every merge produced a vocab token), so
+                # llama.cpp's "resegment" recursion reduces to byte fallback.
+                for b in s.encode("utf-8"):
+                    bid = self._byte_ids[b]
+                    if bid is not None:
+                        out.append(bid)
+        return out
