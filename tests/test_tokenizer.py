@@ -1,0 +1,255 @@
+"""Tokenizer tests: real SmolLM2 vocab (ids from llama.cpp / HF), a synthetic SPM vocab, streaming."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from llamavk.errors import LlamavkError
+from llamavk.tokenizer import Tokenizer
+from llamavk.tokenizer.bpe import BYTE_TO_UNICODE
+from llamavk.tokenizer.pretokenizers import PreTokenizer
+
+TRICKY = [
+    "12345 1.5",
+    "3.14159 and 1,000,000 items; 2024-01-31",
+    "several     spaces   here ",
+    "\n\n\t",
+    "line one\n\n  indented\tline\r\nend\n",
+    "café naïve Ωμέγα 日本語",
+    "👍🏽 emoji 🇯🇵!",
+    "don't I'LL we've they'RE it's",
+    "   leading and trailing   ",
+    "",
+    " ",
+    "a",
+    "def f(x):\n    return x**2  # comment",
+    "Mixed: ½ ² Ⅻ ١٢٣ (non-ASCII numbers)",
+    "<|im_start|> not parsed when parse_special=False",
+]
+
+# ---------------------------------------------------------------------------------------------
+# SmolLM2 (byte-level BPE, pre "smollm")
+
+
+@pytest.fixture(scope="module")
+def smollm2_meta(smollm2_path):
+    from llamavk.gguf_file import GGUFFile
+
+    return GGUFFile(smollm2_path).metadata
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_meta):
+    return Tokenizer.from_metadata(smollm2_meta)
+
+
+def _hf_reference(meta, pre_tokenizer, ignore_merges=False):
+    """An HF `tokenizers` BPE built from the same GGUF vocab+merges (independent reference)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models
+
+    vocab = {t: i for i, t in enumerate(meta["tokenizer.ggml.tokens"])}
+    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
+    hf = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=ignore_merges))
+    hf.pre_tokenizer = pre_tokenizer
+    return hf
+
+
+def test_smollm2_basic(smol):
+    assert smol.encode("The capital of France is") == [504, 3575, 282, 4649, 314]
+    assert smol.n_vocab == 49152
+    assert (smol.bos_id, smol.eos_id, smol.add_bos, smol.add_eos) == (1, 2, False, False)
+    # add_bos_token is false in the file: add_special adds nothing
+    assert smol.encode("Hi", add_special=True) == smol.encode("Hi", add_special=False)
+
+
+def test_smollm2_matches_hf(smollm2_meta, smol):
+    pt = pytest.importorskip("tokenizers.pre_tokenizers")
+    hf = _hf_reference(smollm2_meta, pt.Sequence([
+        pt.Digits(individual_digits=True),
+        pt.ByteLevel(add_prefix_space=False, use_regex=True),
+    ]))
+    for text in TRICKY:
+        ours = smol.encode(text, add_special=False, parse_special=False)
+        assert ours == hf.encode(text, add_special_tokens=False).ids, text
+        assert smol.decode(ours) == text
+
+
+@pytest.mark.parametrize("pre,pattern,ignore_merges", [
+    ("llama-bpe", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+", True),
+    ("qwen2", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+", False),
+])
+def test_other_pretokenizers_match_hf(smollm2_meta, pre, pattern, ignore_merges):
+    """Llama 3 / Qwen2 pre-tokenizers, run on the SmolLM2 vocab against HF with the tokenizer.json regex."""
+    Regex = pytest.importorskip("tokenizers").Regex
+    from tokenizers import pre_tokenizers as pt
+
+    meta = dict(smollm2_meta, **{"tokenizer.ggml.pre": pre})
+    del meta["tokenizer.ggml.add_bos_token"]
+    tok = Tokenizer.from_metadata(meta)
+    assert tok.add_bos is (pre == "llama-bpe")  # llama.cpp's default per pre-tokenizer
+    hf = _hf_reference(meta, pt.Sequence([
+        pt.Split(Regex(pattern), behavior="isolated"),
+        pt.ByteLevel(add_prefix_space=False, use_regex=False),
+    ]), ignore_merges=ignore_merges)
+    for text in TRICKY:
+        ours = tok.encode(text, add_special=False, parse_special=False)
+        assert ours == hf.encode(text, add_special_tokens=False).ids, text
+
+
+def test_gpt2_pretokenizer_matches_hf():
+    pt = pytest.importorskip("tokenizers.pre_tokenizers")
+    hf = pt.ByteLevel(add_prefix_space=False, use_regex=True)
+    ours = PreTokenizer("gpt2")
+    for text in TRICKY:
+        expect = [w for w, _ in hf.pre_tokenize_str(text)]
+        got = ["".join(BYTE_TO_UNICODE[b] for b in w.encode()) for w in ours.split(text)]
+        assert got == expect, text
+
+
+def test_smollm2_special_tokens(smol):
+    ids = smol.encode("<|im_start|>user\nHi<|im_end|>\n")
+    assert ids[0] == 1 and ids[-2] == 2
+    assert ids[1:-2] == smol.encode("user\nHi")
+    assert smol.encode("\n") == [ids[-1]]
+    # not parsed: the control token text is tokenized as ordinary text
+    plain = smol.encode("<|im_start|>", parse_special=False)
+    assert 1 not in plain and smol.decode(plain) == "<|im_start|>"
+    # decode renders special tokens as their text
+    assert smol.decode(ids) == "<|im_start|>user\nHi<|im_end|>\n"
+    assert smol.token_to_piece(2) == b"<|im_end|>"
+
+
+def test_smollm2_eog(smol):
+    assert smol.is_eog(2) and smol.is_eog(0)       # <|im_end|> (eos), <|endoftext|>
+    assert not smol.is_eog(1) and not smol.is_eog(504) and not smol.is_eog(None)
+
+
+def test_smollm2_streaming_emoji(smol):
+    emoji = "👍"
+    byte_ids = [smol.vocab.token_to_id[BYTE_TO_UNICODE[b]] for b in emoji.encode()]
+    st = smol.stream()
+    assert [st.feed(i) for i in byte_ids] == ["", "", "", emoji]
+    assert st.flush() == ""
+    # a real encoding streamed token by token reassembles the text, never a broken character
+    text = "café 👍🏽 日本語 ok"
+    st = smol.stream()
+    parts = [st.feed(i) for i in smol.encode(text)] + [st.flush()]
+    assert "".join(parts) == text and all("\ufffd" not in p for p in parts)
+
+
+def test_botchan_count_and_speed(smollm2_meta, botchan_text):
+    tok = Tokenizer.from_metadata(smollm2_meta)  # fresh: no warm word cache
+    t0 = time.perf_counter()
+    ids = tok.encode(botchan_text)
+    dt = time.perf_counter() - t0
+    assert len(ids) == 70187  # llama.cpp's count (SPEC §7)
+    assert dt < 5.0, f"tokenizing botchan took {dt:.2f}s"
+    assert tok.decode(ids) == botchan_text
+
+
+def test_long_word_is_not_quadratic(smol):
+    text = "x" * 20000 + " " * 20000 + "ab" * 10000
+    t0 = time.perf_counter()
+    ids = smol.encode(text)
+    assert time.perf_counter() - t0 < 3.0
+    assert smol.decode(ids) == text
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic SentencePiece vocab
+
+
+def spm_meta(extra_tokens, byte_tokens=True, **keys):
+    tokens = ["<unk>", "<s>", "</s>"]
+    types = [2, 3, 3]
+    scores = [0.0, 0.0, 0.0]
+    if byte_tokens:
+        tokens += [f"<0x{b:02X}>" for b in range(256)]
+        types += [6] * 256
+        scores += [0.0] * 256
+    for text, score in extra_tokens:
+        tokens.append(text)
+        types.append(1)
+        scores.append(score)
+    meta = {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.scores": scores,
+    }
+    meta.update({f"tokenizer.ggml.{k}": v for k, v in keys.items()})
+    return meta
+
+
+CHARS = [(c, -10.0) for c in "▁helowrdab"]
+
+
+def ids_of(tok, *texts):
+    return [tok.vocab.token_to_id[t] for t in texts]
+
+
+def test_spm_prefix_escape_and_bos():
+    tok = Tokenizer.from_metadata(spm_meta(CHARS + [("▁h", -1.0), ("el", -2.0), ("lo", -3.0),
+                                                    ("▁hel", -1.5), ("▁hello", -0.5), ("▁w", -1.0)]))
+    assert (tok.bos_id, tok.eos_id, tok.add_bos, tok.add_eos) == (1, 2, True, False)
+    # " hello" -> "▁hello" via ▁h, ▁hel, then lo cannot merge with ▁hel... check exact path:
+    # pairs: ▁h(-1) el(-2) lo(-3) -> ▁h first, then "▁h"+"e" not a token; el(-2) -> ▁h|el|l|o;
+    # ▁hel(-1.5) -> ▁hel|l|o; lo(-3) -> ▁hel|lo; "▁hello" is the concatenation -> merged.
+    assert tok.encode("hello") == [1] + ids_of(tok, "▁hello")
+    assert tok.encode("hello w", add_special=False) == ids_of(tok, "▁hello", "▁w")
+    assert tok.decode(tok.encode("hello w", add_special=False)) == "hello w"
+    assert tok.decode(tok.encode("hello w")) == "<s> hello w"  # as llama_detokenize(special=true)
+    no_prefix = Tokenizer.from_metadata(spm_meta(CHARS + [("he", -1.0)], add_space_prefix=False))
+    assert no_prefix.encode("he", add_special=False) == ids_of(no_prefix, "he")
+
+
+def test_spm_score_order_and_ties():
+    # "▁he": ▁h (-5) vs he (-2): the better score wins even though ▁h is further left
+    tok = Tokenizer.from_metadata(spm_meta(CHARS + [("▁h", -5.0), ("he", -2.0)]))
+    assert tok.encode("he", add_special=False) == ids_of(tok, "▁", "he")
+    tok = Tokenizer.from_metadata(spm_meta(CHARS + [("▁h", -1.0), ("he", -2.0)]))
+    assert tok.encode("he", add_special=False) == ids_of(tok, "▁h", "e")
+    # equal scores: the leftmost pair merges first ("aaa" -> "aa" + "a")
+    tok = Tokenizer.from_metadata(spm_meta(CHARS + [("aa", -1.0)], add_space_prefix=False))
+    assert tok.encode("aaa", add_special=False) == ids_of(tok, "aa", "a")
+
+
+def test_spm_byte_fallback_and_unk():
+    tok = Tokenizer.from_metadata(spm_meta(CHARS))
+    assert tok.encode("hé", add_special=False) == ids_of(tok, "▁", "h", "<0xC3>", "<0xA9>")
+    assert tok.decode(tok.encode("hé", add_special=False)) == "hé"
+    no_bytes = Tokenizer.from_metadata(spm_meta(CHARS, byte_tokens=False))
+    assert no_bytes.encode("hé", add_special=False) == ids_of(no_bytes, "▁", "h") + [0, 0]
+
+
+def test_spm_special_and_metadata_flags():
+    tok = Tokenizer.from_metadata(spm_meta(CHARS, add_bos_token=False, add_eos_token=True))
+    assert tok.encode("a") == ids_of(tok, "▁", "a") + [2]
+    # a space prefix is added after every special token, as llama.cpp does
+    assert tok.encode("a</s>b", add_special=False) == ids_of(tok, "▁", "a") + [2] + ids_of(tok, "▁", "b")
+    assert tok.encode("</s>", add_special=False, parse_special=False) != [2]
+    assert tok.is_eog(2) and not tok.is_eog(1)
+
+
+def test_spm_streaming_bytes():
+    tok = Tokenizer.from_metadata(spm_meta(CHARS))
+    ids = tok.encode("👍", add_special=False)
+    st = tok.stream()
+    outs = [st.feed(i) for i in ids]
+    assert outs == [" ", "", "", "", "👍"] and st.flush() == ""
+
+
+def test_bad_metadata():
+    with pytest.raises(LlamavkError, match="tokenizer.ggml.model"):
+        Tokenizer.from_metadata({"tokenizer.ggml.model": "nope", "tokenizer.ggml.tokens": ["a"]})
+    with pytest.raises(LlamavkError, match="tokenizer.ggml.pre"):
+        Tokenizer.from_metadata({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"],
+                                 "tokenizer.ggml.merges": [], "tokenizer.ggml.pre": "nope"})
+    with pytest.raises(LlamavkError):
+        Tokenizer.from_metadata({})
+    tok = Tokenizer.from_metadata(spm_meta(CHARS))
+    with pytest.raises(LlamavkError):
+        tok.token_to_piece(10**6)
