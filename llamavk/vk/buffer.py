@@ -1,0 +1,157 @@
+"""Buffers: device-local, host-visible (persistently mapped), and host memory shared by devices.
+
+`Buffer` is one VkBuffer with its own allocation. `SharedHostMemory` is one page-aligned host
+allocation imported into several devices (VK_EXT_external_memory_host): each device sees it as a
+`Buffer`, the host sees it as numpy, and nothing is copied between them.
+"""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import vulkan as vk
+
+from ..errors import LlamavkError
+from ._ffi import check, ffi, lib, new_struct
+from .device import DEVICE_LOCAL, HOST_VISIBLE
+
+USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+         | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT | vk.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT)
+
+
+class Buffer:
+    """A VkBuffer bound to its own memory. Host-visible buffers stay mapped (`.array()`)."""
+
+    def __init__(self, device, size: int, host_visible: bool = False, _import=None):
+        self.device = device
+        self.size = max(int(size), 4)
+        self.host_visible = host_visible
+        self._mapped = None
+        external = None
+        if _import is not None:
+            external = new_struct("VkExternalMemoryBufferCreateInfo",
+                                  vk.VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+                                  handleTypes=vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT)
+        create = new_struct("VkBufferCreateInfo", vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                            external if external is not None else ffi.NULL,
+                            size=self.size, usage=USAGE, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
+        out = ffi.new("VkBuffer*")
+        check(lib.vkCreateBuffer(device.handle, create, ffi.NULL, out), "vkCreateBuffer")
+        self.handle = out[0]
+        req = vk.vkGetBufferMemoryRequirements(device.handle, self.handle)
+        try:
+            if _import is not None:
+                self.memory = _import(req)
+            else:
+                want = HOST_VISIBLE if host_visible else DEVICE_LOCAL
+                # Host-visible buffers prefer cached system memory for fast readback by the CPU.
+                mtype = device.memory_type(req.memoryTypeBits, want, avoid=0 if not host_visible else DEVICE_LOCAL)
+                self.memory = _allocate(device, req.size, mtype)
+        except BaseException:
+            vk.vkDestroyBuffer(device.handle, self.handle, None)
+            raise
+        check(lib.vkBindBufferMemory(device.handle, self.handle, self.memory, 0), "vkBindBufferMemory")
+        if host_visible and _import is None:
+            self._mapped = vk.vkMapMemory(device.handle, self.memory, 0, self.size, 0)
+        device.register(self)
+
+    def array(self, dtype=np.uint8, count: int | None = None, offset: int = 0) -> np.ndarray:
+        """A numpy view of a host-visible buffer's memory (writes go straight to the buffer)."""
+        if self._mapped is None:
+            raise LlamavkError("buffer is not host-visible")
+        dtype = np.dtype(dtype)
+        if count is None:
+            count = (self.size - offset) // dtype.itemsize
+        return np.frombuffer(self._mapped, dtype=dtype, count=count, offset=offset)
+
+    def write(self, data, offset: int = 0) -> None:
+        """Copy host data in (directly when mapped, else through the device's staging buffer)."""
+        if self._mapped is not None:
+            src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+            self.array(np.uint8, src.size, offset)[:] = src
+        else:
+            self.device.upload(self, data, offset)
+
+    def read(self, size: int | None = None, offset: int = 0) -> bytes:
+        size = self.size - offset if size is None else size
+        if self._mapped is not None:
+            return bytes(self._mapped[offset:offset + size])
+        return self.device.download(self, size, offset)
+
+    def close(self) -> None:
+        if self.handle is None:
+            return
+        vk.vkDestroyBuffer(self.device.handle, self.handle, None)
+        if self._mapped is not None:
+            vk.vkUnmapMemory(self.device.handle, self.memory)
+        vk.vkFreeMemory(self.device.handle, self.memory, None)
+        self.handle = None
+        self._mapped = None
+
+    def __repr__(self):
+        return f"Buffer({self.size} bytes on {self.device.name}{', host' if self.host_visible else ''})"
+
+
+def _allocate(device, size: int, memory_type: int, pnext=ffi.NULL):
+    info = new_struct("VkMemoryAllocateInfo", vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, pnext,
+                      allocationSize=size, memoryTypeIndex=memory_type)
+    out = ffi.new("VkDeviceMemory*")
+    result = lib.vkAllocateMemory(device.handle, info, ffi.NULL, out)
+    if result in (vk.VK_ERROR_OUT_OF_DEVICE_MEMORY, vk.VK_ERROR_OUT_OF_HOST_MEMORY):
+        raise LlamavkError(f"{device.name}: out of memory allocating {size / 2**20:.1f} MiB")
+    check(result, "vkAllocateMemory")
+    return out[0]
+
+
+class SharedHostMemory:
+    """One host allocation imported into several devices: cross-device transfers with no extra copy.
+
+    The host side is an anonymous mmap (page-aligned, as the extension requires); `buffer(device)`
+    is that memory as a storage buffer on `device`. Devices of different vendors and drivers can
+    all import it: they share nothing else.
+    """
+
+    def __init__(self, size: int, devices):
+        align = max([d.info.host_import_alignment or 4096 for d in devices] + [mmap.PAGESIZE])
+        self.size = (int(size) + align - 1) // align * align
+        for d in devices:
+            if "VK_EXT_external_memory_host" not in d.extensions:
+                raise LlamavkError(f"{d.name} cannot import host memory (no VK_EXT_external_memory_host)")
+        self._map = mmap.mmap(-1, self.size)
+        self.host = np.frombuffer(self._map, dtype=np.uint8)
+        self._address = ffi.cast("void*", self.host.ctypes.data)
+        self._buffers = {}
+        for d in devices:
+            self._buffers[id(d)] = Buffer(d, self.size, host_visible=False, _import=self._importer(d))
+
+    def _importer(self, device):
+        def import_memory(req):
+            get_props = device.proc("vkGetMemoryHostPointerPropertiesEXT")
+            props = get_props(device.handle, vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+                              self._address)
+            bits = props.memoryTypeBits
+            bits &= req.memoryTypeBits
+            mtype = device.memory_type(bits, vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+            info = new_struct("VkImportMemoryHostPointerInfoEXT",
+                              vk.VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
+                              handleType=vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+                              pHostPointer=self._address)
+            return _allocate(device, self.size, mtype, info)
+        return import_memory
+
+    def buffer(self, device) -> Buffer:
+        return self._buffers[id(device)]
+
+    def array(self, dtype=np.uint8, count: int | None = None, offset: int = 0) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if count is None:
+            count = (self.size - offset) // dtype.itemsize
+        return np.frombuffer(self._map, dtype=dtype, count=count, offset=offset)
+
+    def close(self) -> None:
+        """Release every device's view (each device also releases its own when it closes)."""
+        for buf in self._buffers.values():
+            buf.close()
+        self._buffers.clear()
+

@@ -1,0 +1,185 @@
+"""A logical device: one VkDevice with one compute queue, its pools, and memory-type choice.
+
+Naming the same physical device twice creates two `Device`s on it ("virtual devices"): that is how
+split modes are tested on one GPU or on llvmpipe.
+"""
+
+from __future__ import annotations
+
+import vulkan as vk
+
+from ..errors import LlamavkError
+from ._ffi import c_string_array, check, ffi, lib, new_struct
+from .instance import Instance, get_instance
+from .physical import DeviceInfo
+
+# Device extensions we use when present; none is required (portable paths exist for each).
+OPTIONAL_EXTENSIONS = (
+    "VK_EXT_external_memory_host",   # one host allocation imported into several devices
+    "VK_EXT_memory_budget",          # free memory for list-devices and layer sizing
+    "VK_KHR_cooperative_matrix",     # tensor-core matrix products
+    "VK_KHR_shader_integer_dot_product",
+    "VK_EXT_subgroup_size_control",
+    "VK_KHR_shader_bfloat16",
+)
+
+HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+DEVICE_LOCAL = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+
+
+class Device:
+    """Logical device + compute queue. `name` is how users and logs refer to it ("Vulkan0")."""
+
+    def __init__(self, info: DeviceInfo, instance: Instance | None = None, name: str | None = None):
+        self.instance = instance or get_instance()
+        self.info = info
+        self.name = name or f"Vulkan{info.index}"
+        self.physical = self.instance.physical_handles[info.index]
+        self.extensions = [e for e in OPTIONAL_EXTENSIONS if e in info.extensions]
+        self.queue_family = self._pick_queue_family()
+        self.handle = self._create_device()
+        self.queue = vk.vkGetDeviceQueue(self.handle, self.queue_family, 0)
+        self.memory_types = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
+        pool_info = vk.VkCommandPoolCreateInfo(
+            flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=self.queue_family)
+        self.command_pool = vk.vkCreateCommandPool(self.handle, pool_info, None)
+        self._descriptor_pools: list = []
+        self._descriptor_free = 0
+        self._closables: list = []      # resources released (in reverse) by close()
+        from .sync import TimelineSemaphore
+        # Every submission signals this timeline; host waits use its values (no fences to recycle).
+        self.timeline = TimelineSemaphore(self)
+        self._submitted = 0
+        self._transfer = None
+
+    # -- creation ---------------------------------------------------------------------------
+    def _pick_queue_family(self) -> int:
+        families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.physical)
+        compute = [i for i, f in enumerate(families) if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
+        if not compute:
+            raise LlamavkError(f"{self.info.name} has no compute queue")
+        # A compute-only family avoids sharing the queue with a display's graphics work.
+        dedicated = [i for i in compute if not families[i].queueFlags & vk.VK_QUEUE_GRAPHICS_BIT]
+        return (dedicated or compute)[0]
+
+    def _create_device(self):
+        # Read the supported features into a chain, then enable all of them except robustness
+        # (bounds checks cost speed and our kernels never index out of range).
+        info = self.info
+        major_minor = tuple(int(x) for x in info.api_version.split(".")[:2])
+        f11 = new_struct("VkPhysicalDeviceVulkan11Features", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES)
+        f12 = new_struct("VkPhysicalDeviceVulkan12Features", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, f11)
+        head = f12
+        keep = [f11, f12]
+        if major_minor >= (1, 3):
+            f13 = new_struct("VkPhysicalDeviceVulkan13Features", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES, head)
+            head = f13
+            keep.append(f13)
+        if "VK_KHR_cooperative_matrix" in self.extensions:
+            cm = new_struct("VkPhysicalDeviceCooperativeMatrixFeaturesKHR",
+                            vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR, head)
+            head = cm
+            keep.append(cm)
+        feats2 = new_struct("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, head)
+        lib.vkGetPhysicalDeviceFeatures2(self.physical, feats2)
+        feats2.features.robustBufferAccess = 0
+        f12.bufferDeviceAddressCaptureReplay = 0
+        f12.bufferDeviceAddressMultiDevice = 0
+        if major_minor >= (1, 3):
+            keep[2].robustImageAccess = 0
+
+        priority = ffi.new("float[]", [1.0])
+        queue_info = new_struct("VkDeviceQueueCreateInfo", vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                queueFamilyIndex=self.queue_family, queueCount=1, pQueuePriorities=priority)
+        ext_array, ext_owners = c_string_array(self.extensions)
+        create = new_struct("VkDeviceCreateInfo", vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, feats2,
+                            queueCreateInfoCount=1, pQueueCreateInfos=queue_info,
+                            enabledExtensionCount=len(self.extensions), ppEnabledExtensionNames=ext_array)
+        handle = ffi.new("VkDevice*")
+        check(lib.vkCreateDevice(self.physical, create, ffi.NULL, handle), f"vkCreateDevice({info.name})")
+        self.features = {"fp16": bool(f12.shaderFloat16), "int8": bool(f12.shaderInt8),
+                         "bda": bool(f12.bufferDeviceAddress),
+                         "coopmat": "VK_KHR_cooperative_matrix" in self.extensions}
+        del keep, ext_owners
+        return handle[0]
+
+    def proc(self, name: str):
+        """A device-level extension function."""
+        return vk.vkGetDeviceProcAddr(self.handle, name)
+
+    # -- memory -----------------------------------------------------------------------------
+    def memory_type(self, type_bits: int, want: int, avoid: int = 0) -> int:
+        """Index of the first memory type allowed by `type_bits` that has all `want` flags."""
+        candidates = []
+        for i in range(self.memory_types.memoryTypeCount):
+            flags = self.memory_types.memoryTypes[i].propertyFlags
+            if type_bits & (1 << i) and (flags & want) == want:
+                candidates.append((bool(flags & avoid), i))
+        if not candidates:
+            raise LlamavkError(f"{self.name}: no memory type with flags 0x{want:x}")
+        return min(candidates)[1]
+
+    # -- descriptor sets ----------------------------------------------------------------------
+    def allocate_descriptor_set(self, layout):
+        if self._descriptor_free == 0:
+            sets = 4096
+            sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=sets * 8)]
+            pool = vk.vkCreateDescriptorPool(self.handle, vk.VkDescriptorPoolCreateInfo(
+                maxSets=sets, poolSizeCount=1, pPoolSizes=sizes), None)
+            self._descriptor_pools.append(pool)
+            self._descriptor_free = sets
+        self._descriptor_free -= 1
+        alloc = vk.VkDescriptorSetAllocateInfo(descriptorPool=self._descriptor_pools[-1],
+                                               descriptorSetCount=1, pSetLayouts=[layout])
+        return vk.vkAllocateDescriptorSets(self.handle, alloc)[0]
+
+    # -- submission ---------------------------------------------------------------------------
+    def next_timeline_value(self) -> int:
+        self._submitted += 1
+        return self._submitted
+
+    def wait_idle(self) -> None:
+        """Wait for everything submitted so far (bounded: a hang becomes an error)."""
+        self.timeline.wait(self._submitted)
+
+    def upload(self, buffer, data, offset: int = 0) -> None:
+        """Copy host bytes into any buffer (through a staging buffer when it is not host-visible)."""
+        from .transfer import Transfer
+        if self._transfer is None:
+            self._transfer = Transfer(self)
+        self._transfer.upload(buffer, data, offset)
+
+    def download(self, buffer, size: int, offset: int = 0) -> bytes:
+        from .transfer import Transfer
+        if self._transfer is None:
+            self._transfer = Transfer(self)
+        return self._transfer.download(buffer, size, offset)
+
+    def register(self, resource) -> None:
+        """Release `resource` (anything with .close()) when the device closes."""
+        self._closables.append(resource)
+
+    def close(self) -> None:
+        if self.handle is None:
+            return
+        vk.vkDeviceWaitIdle(self.handle)
+        if self._transfer is not None:
+            self._transfer.close()
+        for res in reversed(self._closables):
+            res.close()
+        self._closables.clear()
+        self.timeline.close()
+        for pool in self._descriptor_pools:
+            vk.vkDestroyDescriptorPool(self.handle, pool, None)
+        vk.vkDestroyCommandPool(self.handle, self.command_pool, None)
+        vk.vkDestroyDevice(self.handle, None)
+        self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"Device({self.name}: {self.info.name})"

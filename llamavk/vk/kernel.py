@@ -1,0 +1,142 @@
+"""Compute kernels: SPIR-V + descriptor layout + push constants + specialization constants.
+
+A kernel's storage-buffer bindings are declared as an access string, e.g. "rrw" (two read, one
+written): command sequences use it to place barriers only where a later dispatch depends on an
+earlier one.
+"""
+
+from __future__ import annotations
+
+import struct
+from importlib import resources
+
+import vulkan as vk
+
+from ..errors import LlamavkError
+from ._ffi import check, ffi, lib, new_struct
+
+SPV_PACKAGE = "llamavk.spv"
+
+
+def load_spirv(name: str) -> bytes:
+    """The shipped SPIR-V of kernel `name` (llamavk/spv/<name>.spv, built by shaders/build.py)."""
+    try:
+        return resources.files(SPV_PACKAGE).joinpath(f"{name}.spv").read_bytes()
+    except FileNotFoundError:
+        raise LlamavkError(f"kernel {name!r} is missing from the package (rebuild shaders: make shaders)") from None
+
+
+def pack_constants(values) -> bytes:
+    """Specialization/push values to 32-bit words: ints as int32/uint32, floats as float32."""
+    out = bytearray()
+    for v in values:
+        if isinstance(v, bool) or isinstance(v, int):
+            out += struct.pack("<I" if v >= 0 else "<i", v)
+        elif isinstance(v, float):
+            out += struct.pack("<f", v)
+        else:
+            raise TypeError(f"constant {v!r} must be int or float")
+    return bytes(out)
+
+
+class Kernel:
+    """A compute pipeline. `spec` values become specialization constants 0, 1, 2, ... in order."""
+
+    def __init__(self, device, spirv: bytes | str, bindings: str, push_size: int = 0, spec=(),
+                 name: str | None = None, subgroup_size: int | None = None):
+        if isinstance(spirv, str):
+            name = name or spirv
+            spirv = load_spirv(spirv)
+        if set(bindings) - set("rw"):
+            raise ValueError("bindings is a string of 'r'/'w'")
+        self.device = device
+        self.name = name or "kernel"
+        self.bindings = bindings
+        self.push_size = push_size
+        dev = device.handle
+
+        code = ffi.new("char[]", spirv)
+        module_info = new_struct("VkShaderModuleCreateInfo", vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                 codeSize=len(spirv), pCode=ffi.cast("uint32_t*", code))
+        out_module = ffi.new("VkShaderModule*")
+        check(lib.vkCreateShaderModule(dev, module_info, ffi.NULL, out_module), f"vkCreateShaderModule({self.name})")
+        self.module = out_module[0]
+
+        layout_bindings = ffi.new("VkDescriptorSetLayoutBinding[]", [
+            dict(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=1,
+                 stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT) for i in range(len(bindings))])
+        dsl_info = new_struct("VkDescriptorSetLayoutCreateInfo", vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                              bindingCount=len(bindings), pBindings=layout_bindings)
+        out_dsl = ffi.new("VkDescriptorSetLayout*")
+        check(lib.vkCreateDescriptorSetLayout(dev, dsl_info, ffi.NULL, out_dsl), "vkCreateDescriptorSetLayout")
+        self.set_layout = out_dsl[0]
+
+        push_range = ffi.new("VkPushConstantRange*", dict(stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT,
+                                                           offset=0, size=push_size))
+        set_layouts = ffi.new("VkDescriptorSetLayout[1]", [self.set_layout])
+        pl_info = new_struct("VkPipelineLayoutCreateInfo", vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                             setLayoutCount=1, pSetLayouts=set_layouts,
+                             pushConstantRangeCount=1 if push_size else 0,
+                             pPushConstantRanges=push_range if push_size else ffi.NULL)
+        out_pl = ffi.new("VkPipelineLayout*")
+        check(lib.vkCreatePipelineLayout(dev, pl_info, ffi.NULL, out_pl), "vkCreatePipelineLayout")
+        self.layout = out_pl[0]
+
+        spec_data = pack_constants(list(spec))
+        n_spec = len(spec_data) // 4
+        spec_entries = ffi.new("VkSpecializationMapEntry[]", [dict(constantID=i, offset=4 * i, size=4)
+                                                               for i in range(n_spec)] or [dict()])
+        spec_buf = ffi.new("char[]", spec_data or b"\0")
+        spec_info = ffi.new("VkSpecializationInfo*", dict(mapEntryCount=n_spec, pMapEntries=spec_entries,
+                                                           dataSize=len(spec_data), pData=spec_buf))
+        entry = ffi.new("char[]", b"main")   # must outlive vkCreateComputePipelines (NVIDIA)
+        stage_next = ffi.NULL
+        subgroup_info = None
+        if subgroup_size:
+            subgroup_info = new_struct("VkPipelineShaderStageRequiredSubgroupSizeCreateInfo",
+                                       vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
+                                       requiredSubgroupSize=subgroup_size)
+            stage_next = subgroup_info
+        stage = new_struct("VkPipelineShaderStageCreateInfo", vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                           stage_next, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=self.module, pName=entry,
+                           pSpecializationInfo=spec_info)
+        pipe_info = new_struct("VkComputePipelineCreateInfo", vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+                               stage=stage[0], layout=self.layout)
+        out_pipe = ffi.new("VkPipeline*")
+        check(lib.vkCreateComputePipelines(dev, ffi.NULL, 1, pipe_info, ffi.NULL, out_pipe),
+              f"vkCreateComputePipelines({self.name})")
+        self.pipeline = out_pipe[0]
+        del code, spec_entries, spec_buf, spec_info, entry, stage, subgroup_info
+        self._sets: dict = {}
+        device.register(self)
+
+    def descriptor_set(self, ranges):
+        """A descriptor set binding `ranges` [(buffer, offset, size)...]; identical ones are reused."""
+        key = tuple((id(b), o, s) for b, o, s in ranges)
+        cached = self._sets.get(key)
+        if cached is not None:
+            return cached
+        if len(ranges) != len(self.bindings):
+            raise ValueError(f"{self.name} takes {len(self.bindings)} buffers, got {len(ranges)}")
+        dset = self.device.allocate_descriptor_set(self.set_layout)
+        infos = ffi.new("VkDescriptorBufferInfo[]", [dict(buffer=b.handle, offset=o, range=s) for b, o, s in ranges])
+        writes = ffi.new("VkWriteDescriptorSet[]", [
+            dict(sType=vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, dstSet=dset, dstBinding=i, descriptorCount=1,
+                 descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=infos + i)
+            for i in range(len(ranges))])
+        lib.vkUpdateDescriptorSets(self.device.handle, len(ranges), writes, 0, ffi.NULL)
+        self._sets[key] = dset
+        return dset
+
+    def close(self) -> None:
+        if self.pipeline is None:
+            return
+        dev = self.device.handle
+        vk.vkDestroyPipeline(dev, self.pipeline, None)
+        vk.vkDestroyPipelineLayout(dev, self.layout, None)
+        vk.vkDestroyDescriptorSetLayout(dev, self.set_layout, None)
+        vk.vkDestroyShaderModule(dev, self.module, None)
+        self.pipeline = None
+
+    def __repr__(self):
+        return f"Kernel({self.name} on {self.device.name})"

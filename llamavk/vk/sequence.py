@@ -1,0 +1,177 @@
+"""Recorded command sequences: record a forward pass once, replay it every token.
+
+Per-step values (position, KV length...) are not baked into the recording: kernels read them from a
+small host-visible parameter buffer, and grid sizes that change per step come from indirect-dispatch
+arguments in such a buffer. Replaying is one vkQueueSubmit with prebuilt structures.
+
+Barriers are placed automatically: each dispatch or copy declares the buffer ranges it reads and
+writes, and a barrier goes in only before a command that touches something an earlier command (since
+the last barrier) wrote, or writes something it read. Independent dispatches therefore overlap.
+"""
+
+from __future__ import annotations
+
+import vulkan as vk
+
+from ._ffi import check, ffi, lib, new_struct
+
+
+def as_range(binding):
+    """Accept a Buffer (whole), or (buffer, offset, size)."""
+    if isinstance(binding, tuple):
+        return binding
+    return (binding, 0, binding.size)
+
+
+def _overlaps(ranges, rng) -> bool:
+    b, o, s = rng
+    return any(b is b2 and o < o2 + s2 and o2 < o + s for b2, o2, s2 in ranges)
+
+
+_ALL_ACCESS = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT
+               | vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_INDIRECT_COMMAND_READ_BIT)
+_STAGES = (vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+           | vk.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT)
+
+
+class CommandSequence:
+    """A primary command buffer recorded once and submitted any number of times."""
+
+    def __init__(self, device, name: str = "sequence"):
+        self.device = device
+        self.name = name
+        alloc = vk.VkCommandBufferAllocateInfo(commandPool=device.command_pool,
+                                               level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1)
+        self.cmd = vk.vkAllocateCommandBuffers(device.handle, alloc)[0]
+        self._written: list = []
+        self._read: list = []
+        self.n_dispatches = 0
+        self.n_barriers = 0
+        self._barrier = new_struct("VkMemoryBarrier", vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                   srcAccessMask=_ALL_ACCESS, dstAccessMask=_ALL_ACCESS)
+        self._host_barrier = new_struct("VkMemoryBarrier", vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                        srcAccessMask=_ALL_ACCESS, dstAccessMask=vk.VK_ACCESS_HOST_READ_BIT)
+        self._submit = None
+        self.recording = False
+        device.register(self)
+
+    # -- recording ---------------------------------------------------------------------------
+    def begin(self) -> "CommandSequence":
+        check(lib.vkResetCommandBuffer(self.cmd, 0), "vkResetCommandBuffer")
+        info = new_struct("VkCommandBufferBeginInfo", vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO)
+        check(lib.vkBeginCommandBuffer(self.cmd, info), "vkBeginCommandBuffer")
+        self._written, self._read = [], []
+        self.n_dispatches = self.n_barriers = 0
+        self.recording = True
+        return self
+
+    def _depend(self, reads, writes) -> None:
+        if any(_overlaps(self._written, r) for r in reads + writes) or any(_overlaps(self._read, w) for w in writes):
+            self.barrier()
+        self._read.extend(reads)
+        self._written.extend(writes)
+
+    def barrier(self) -> None:
+        """Make all earlier writes visible to all later commands."""
+        lib.vkCmdPipelineBarrier(self.cmd, _STAGES, _STAGES, 0, 1, self._barrier, 0, ffi.NULL, 0, ffi.NULL)
+        self._written, self._read = [], []
+        self.n_barriers += 1
+
+    def dispatch(self, kernel, buffers, groups=(1, 1, 1), push: bytes = b"", indirect=None) -> None:
+        """Record `kernel` over `buffers` (one per binding). `indirect=(buffer, offset)` reads the
+        group counts (3 x uint32) from a buffer at execution time instead of `groups`."""
+        ranges = [as_range(b) for b in buffers]
+        reads = [r for r, a in zip(ranges, kernel.bindings) if a == "r"]
+        writes = [r for r, a in zip(ranges, kernel.bindings) if a == "w"]
+        if indirect is not None:
+            ind = (indirect[0], indirect[1], 12)
+            reads = reads + [ind]
+        self._depend(reads, writes)
+        dset = kernel.descriptor_set(ranges)
+        lib.vkCmdBindPipeline(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline)
+        lib.vkCmdBindDescriptorSets(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, kernel.layout, 0, 1,
+                                    ffi.new("VkDescriptorSet[1]", [dset]), 0, ffi.NULL)
+        if kernel.push_size:
+            # Always push, even all-zero constants: llvmpipe crashes on a pipeline with push
+            # constants dispatched before any vkCmdPushConstants.
+            data = bytes(push).ljust(kernel.push_size, b"\0")
+            if len(data) != kernel.push_size:
+                raise ValueError(f"{kernel.name}: push constants are {kernel.push_size} bytes, got {len(push)}")
+            lib.vkCmdPushConstants(self.cmd, kernel.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(data), data)
+        if indirect is not None:
+            lib.vkCmdDispatchIndirect(self.cmd, indirect[0].handle, indirect[1])
+        else:
+            gx, gy, gz = (tuple(groups) + (1, 1))[:3]
+            if gx and gy and gz:
+                lib.vkCmdDispatch(self.cmd, gx, gy, gz)
+        self.n_dispatches += 1
+
+    def copy(self, src, dst, size: int, src_offset: int = 0, dst_offset: int = 0) -> None:
+        self._depend([(src, src_offset, size)], [(dst, dst_offset, size)])
+        region = ffi.new("VkBufferCopy*", dict(srcOffset=src_offset, dstOffset=dst_offset, size=size))
+        lib.vkCmdCopyBuffer(self.cmd, src.handle, dst.handle, 1, region)
+
+    def fill(self, dst, value: int = 0, size: int | None = None, offset: int = 0) -> None:
+        size = dst.size - offset if size is None else size
+        self._depend([], [(dst, offset, size)])
+        lib.vkCmdFillBuffer(self.cmd, dst.handle, offset, size, value)
+
+    def end(self) -> "CommandSequence":
+        # Device writes become visible to the host once the host has waited for this submission.
+        lib.vkCmdPipelineBarrier(self.cmd, _STAGES, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, self._host_barrier,
+                                 0, ffi.NULL, 0, ffi.NULL)
+        check(lib.vkEndCommandBuffer(self.cmd), "vkEndCommandBuffer")
+        self.recording = False
+        self._submit = None
+        return self
+
+    # -- replay ------------------------------------------------------------------------------
+    def submit(self, waits=(), signals=()) -> int:
+        """Queue the recorded commands. `waits`/`signals`: [(TimelineSemaphore, value)].
+        Also signals the device's own timeline; returns that value (see Device.wait_idle)."""
+        value = self.device.next_timeline_value()
+        key = (tuple(id(s) for s, _ in waits), tuple(id(s) for s, _ in signals))
+        if self._submit is None or self._submit[0] != key:
+            self._submit = (key, _SubmitInfo(self, waits, signals))
+        info = self._submit[1]
+        info.set_values(value, waits, signals)
+        check(lib.vkQueueSubmit(self.device.queue, 1, info.submit, ffi.NULL), f"vkQueueSubmit({self.name})")
+        return value
+
+    def run(self) -> None:
+        """Submit and wait for completion."""
+        self.device.timeline.wait(self.submit())
+
+    def close(self) -> None:
+        if self.cmd is not None and self.device.handle is not None:
+            lib.vkFreeCommandBuffers(self.device.handle, self.device.command_pool, 1,
+                                     ffi.new("VkCommandBuffer[1]", [self.cmd]))
+        self.cmd = None
+
+
+class _SubmitInfo:
+    """Prebuilt VkSubmitInfo + timeline values: a replay only rewrites the values."""
+
+    def __init__(self, seq, waits, signals):
+        sem_wait = [s.handle for s, _ in waits]
+        sem_signal = [seq.device.timeline.handle] + [s.handle for s, _ in signals]
+        self.wait_handles = ffi.new("VkSemaphore[]", sem_wait or [ffi.NULL])
+        self.wait_stages = ffi.new("VkPipelineStageFlags[]", [vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT] * max(1, len(waits)))
+        self.signal_handles = ffi.new("VkSemaphore[]", sem_signal)
+        self.wait_values = ffi.new("uint64_t[]", max(1, len(waits)))
+        self.signal_values = ffi.new("uint64_t[]", len(sem_signal))
+        self.cmds = ffi.new("VkCommandBuffer[1]", [seq.cmd])
+        self.timeline = new_struct("VkTimelineSemaphoreSubmitInfo", vk.VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+                                   waitSemaphoreValueCount=len(waits), pWaitSemaphoreValues=self.wait_values,
+                                   signalSemaphoreValueCount=len(sem_signal), pSignalSemaphoreValues=self.signal_values)
+        self.submit = new_struct("VkSubmitInfo", vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, self.timeline,
+                                 waitSemaphoreCount=len(waits), pWaitSemaphores=self.wait_handles,
+                                 pWaitDstStageMask=self.wait_stages, commandBufferCount=1, pCommandBuffers=self.cmds,
+                                 signalSemaphoreCount=len(sem_signal), pSignalSemaphores=self.signal_handles)
+
+    def set_values(self, own_value, waits, signals) -> None:
+        for i, (_, v) in enumerate(waits):
+            self.wait_values[i] = v
+        self.signal_values[0] = own_value
+        for i, (_, v) in enumerate(signals):
+            self.signal_values[i + 1] = v

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Compile every kernel variant in VARIANTS to SPIR-V shipped in llamavk/spv/, plus a manifest.
+
+The manifest records, per variant, a hash of its inputs (the .comp source, every file it includes,
+its defines, the compiler) and of its output. tests/test_shaders.py fails when the shipped SPIR-V does
+not match the sources, so a forgotten rebuild cannot ship.
+
+Usage: python3 shaders/build.py [--check] [NAME...]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE.parent / "llamavk" / "spv"
+MANIFEST = OUT / "manifest.json"
+GLSLC_FLAGS = ["--target-env=vulkan1.2", "-O", "-fshader-stage=compute"]
+
+# name -> (source, defines). One line per variant: the whole kernel set at a glance.
+VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "add_f32": ("add.comp", {}),
+    "axpb_params": ("axpb_params.comp", {}),
+    "matvec_f32": ("matvec_float.comp", {"WTYPE": "float"}),
+    "matvec_f16": ("matvec_float.comp", {"WTYPE": "float16_t"}),
+    "spin_flag": ("spin_flag.comp", {}),
+}
+
+
+def includes(source: Path) -> list[Path]:
+    """The source and every file it includes, recursively, in a stable order."""
+    seen: list[Path] = []
+
+    def walk(p: Path) -> None:
+        if p in seen:
+            return
+        seen.append(p)
+        for name in re.findall(r'^\s*#include\s+"([^"]+)"', p.read_text(), re.M):
+            walk(p.parent / name)
+
+    walk(source)
+    return seen
+
+
+def compiler_version() -> str:
+    out = subprocess.run(["glslc", "--version"], capture_output=True, text=True, check=True).stdout
+    return out.splitlines()[0].strip()
+
+
+def input_hash(name: str, compiler: str) -> str:
+    source, defines = VARIANTS[name]
+    h = hashlib.sha256()
+    for p in includes(HERE / source):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    h.update(json.dumps([defines, GLSLC_FLAGS, compiler], sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def compile_variant(name: str) -> bytes:
+    source, defines = VARIANTS[name]
+    args = ["glslc", *GLSLC_FLAGS, *[f"-D{k}={v}" for k, v in defines.items()], str(HERE / source), "-o", "-"]
+    result = subprocess.run(args, capture_output=True)
+    if result.returncode != 0:
+        sys.exit(f"{name}: glslc failed\n{result.stderr.decode()}")
+    return result.stdout
+
+
+def main(argv: list[str]) -> None:
+    check = "--check" in argv
+    names = [a for a in argv if not a.startswith("--")] or list(VARIANTS)
+    compiler = compiler_version()
+    manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        spv = compile_variant(name)
+        if check:
+            if (OUT / f"{name}.spv").read_bytes() != spv:
+                sys.exit(f"{name}: shipped SPIR-V differs from a fresh build")
+            continue
+        (OUT / f"{name}.spv").write_bytes(spv)
+        manifest[name] = {"source": VARIANTS[name][0], "defines": VARIANTS[name][1], "compiler": compiler,
+                          "input_sha256": input_hash(name, compiler), "spv_sha256": hashlib.sha256(spv).hexdigest()}
+    if not check:
+        for stale in set(manifest) - set(VARIANTS):
+            del manifest[stale]
+            (OUT / f"{stale}.spv").unlink(missing_ok=True)
+        MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    print(f"{'checked' if check else 'built'} {len(names)} kernels")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

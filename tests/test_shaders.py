@@ -1,0 +1,41 @@
+"""The SPIR-V shipped in the package matches the shader sources (no forgotten rebuild)."""
+
+import hashlib
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPV = ROOT / "llamavk" / "spv"
+
+spec = importlib.util.spec_from_file_location("shader_build", ROOT / "shaders" / "build.py")
+build = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(build)
+MANIFEST = json.loads((SPV / "manifest.json").read_text())
+
+
+def test_every_variant_is_shipped_and_nothing_else():
+    assert set(MANIFEST) == set(build.VARIANTS)
+    assert {p.stem for p in SPV.glob("*.spv")} == set(build.VARIANTS)
+
+
+@pytest.mark.parametrize("name", sorted(build.VARIANTS))
+def test_shipped_spirv_matches_sources(name):
+    entry = MANIFEST[name]
+    assert entry["input_sha256"] == build.input_hash(name, entry["compiler"]), \
+        f"{name}: sources changed since the SPIR-V was built; run `make shaders`"
+    assert entry["spv_sha256"] == hashlib.sha256((SPV / f"{name}.spv").read_bytes()).hexdigest(), \
+        f"{name}: shipped SPIR-V is not the one the manifest recorded"
+
+
+@pytest.mark.skipif(shutil.which("glslc") is None, reason="glslc not installed")
+def test_fresh_build_reproduces_shipped_spirv():
+    compilers = {e["compiler"] for e in MANIFEST.values()}
+    if compilers != {build.compiler_version()}:
+        pytest.skip(f"shipped SPIR-V was built with {compilers}, this machine has {build.compiler_version()}")
+    subprocess.run([sys.executable, str(ROOT / "shaders" / "build.py"), "--check"], check=True)
