@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Compile every kernel variant in VARIANTS to SPIR-V shipped in llamavk/spv/, plus a manifest.
 
-The manifest records, per variant, a hash of its inputs (the .comp source, every file it includes,
+Variants come from shaders/variants_*.py: one file per kernel family, each defining
+`VARIANTS = {name: (source, defines)}`. Each shipped kernel has a manifest entry in
+llamavk/spv/<name>.json recording a hash of its inputs (the .comp source, every file it includes,
 its defines, the compiler) and of its output. tests/test_shaders.py fails when the shipped SPIR-V does
 not match the sources, so a forgotten rebuild cannot ship.
 
@@ -19,17 +21,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "llamavk" / "spv"
-MANIFEST = OUT / "manifest.json"
 GLSLC_FLAGS = ["--target-env=vulkan1.2", "-O", "-fshader-stage=compute"]
 
-# name -> (source, defines). One line per variant: the whole kernel set at a glance.
-VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
-    "add_f32": ("add.comp", {}),
-    "axpb_params": ("axpb_params.comp", {}),
-    "matvec_f32": ("matvec_float.comp", {"WTYPE": "float"}),
-    "matvec_f16": ("matvec_float.comp", {"WTYPE": "float16_t"}),
-    "spin_flag": ("spin_flag.comp", {}),
-}
+
+
+def load_variants() -> dict[str, tuple[str, dict[str, str]]]:
+    """name -> (source, defines), merged from every shaders/variants_*.py."""
+    variants: dict[str, tuple[str, dict[str, str]]] = {}
+    for path in sorted(HERE.glob("variants_*.py")):
+        scope: dict = {}
+        exec(compile(path.read_text(), str(path), "exec"), scope)
+        for name, value in scope["VARIANTS"].items():
+            if name in variants:
+                sys.exit(f"kernel {name} is defined twice (second time in {path.name})")
+            variants[name] = value
+    return variants
+
+
+VARIANTS = load_variants()
 
 
 def includes(source: Path) -> list[Path]:
@@ -70,11 +79,17 @@ def compile_variant(name: str) -> bytes:
     return result.stdout
 
 
+def manifest_path(name: str) -> Path:
+    return OUT / f"{name}.json"
+
+
 def main(argv: list[str]) -> None:
     check = "--check" in argv
     names = [a for a in argv if not a.startswith("--")] or list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        sys.exit(f"unknown kernels: {unknown}")
     compiler = compiler_version()
-    manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
     OUT.mkdir(parents=True, exist_ok=True)
     for name in names:
         spv = compile_variant(name)
@@ -83,13 +98,13 @@ def main(argv: list[str]) -> None:
                 sys.exit(f"{name}: shipped SPIR-V differs from a fresh build")
             continue
         (OUT / f"{name}.spv").write_bytes(spv)
-        manifest[name] = {"source": VARIANTS[name][0], "defines": VARIANTS[name][1], "compiler": compiler,
-                          "input_sha256": input_hash(name, compiler), "spv_sha256": hashlib.sha256(spv).hexdigest()}
-    if not check:
-        for stale in set(manifest) - set(VARIANTS):
-            del manifest[stale]
-            (OUT / f"{stale}.spv").unlink(missing_ok=True)
-        MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        entry = {"source": VARIANTS[name][0], "defines": VARIANTS[name][1], "compiler": compiler,
+                 "input_sha256": input_hash(name, compiler), "spv_sha256": hashlib.sha256(spv).hexdigest()}
+        manifest_path(name).write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
+    if not check and len(names) == len(VARIANTS):
+        for stale in {p.stem for p in OUT.glob("*.spv")} - set(VARIANTS):
+            (OUT / f"{stale}.spv").unlink()
+            manifest_path(stale).unlink(missing_ok=True)
     print(f"{'checked' if check else 'built'} {len(names)} kernels")
 
 

@@ -16,7 +16,7 @@ SPV = ROOT / "llamavk" / "spv"
 spec = importlib.util.spec_from_file_location("shader_build", ROOT / "shaders" / "build.py")
 build = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(build)
-MANIFEST = json.loads((SPV / "manifest.json").read_text())
+MANIFEST = {p.stem: json.loads(p.read_text()) for p in SPV.glob("*.json")}
 
 
 def test_every_variant_is_shipped_and_nothing_else():

@@ -1,0 +1,83 @@
+"""Kernel recorders: Python functions that record one op (one or a few dispatches) into a sequence.
+
+Each family lives in its own module (matmul.py, norm.py, rope.py, attention.py, elementwise.py) and
+records into a `CommandSequence` given `View`s of device buffers. Conventions (docs/KERNELS.md):
+
+- Activations are float32, row-major [n_tokens][width], contiguous.
+- Weights stay in their GGUF block layout (rows = output features, a row is contiguous).
+- Values that change from one replay to the next (position, KV length) are never baked into a
+  recording: kernels read them from the step-parameter buffer `StepParams` (see below).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..vk import Buffer, Kernel
+
+# Storage-buffer descriptors need aligned offsets (minStorageBufferOffsetAlignment is at most 256).
+VIEW_ALIGN = 256
+
+# Layout of the step-parameter buffer (uint32 words), written by the host before each replay.
+STEP_N_PAST = 0      # tokens already in the KV cache = position of the batch's first token
+STEP_N_TOKENS = 1    # tokens in this batch
+STEP_N_KV = 2        # n_past + n_tokens: KV entries attention reads
+STEP_WORDS = 4
+
+
+@dataclass(frozen=True)
+class View:
+    """A byte range of a device buffer; offsets are multiples of VIEW_ALIGN."""
+    buffer: Buffer
+    offset: int
+    nbytes: int
+
+    @property
+    def range(self) -> tuple:
+        return (self.buffer, self.offset, self.nbytes)
+
+    @staticmethod
+    def whole(buffer: Buffer) -> "View":
+        return View(buffer, 0, buffer.size)
+
+
+@dataclass(frozen=True)
+class WeightChunk:
+    """Rows [row_start, row_start + n_rows) of a weight matrix, in their own buffer."""
+    buffer: Buffer
+    row_start: int
+    n_rows: int
+
+
+@dataclass(frozen=True)
+class QWeight:
+    """A weight matrix on a device in GGUF block layout, split into row chunks so that no chunk is
+    larger than the device's maxStorageBufferRange."""
+    qtype: object          # gguf.GGMLQuantizationType
+    rows: int
+    cols: int
+    chunks: tuple[WeightChunk, ...]
+
+
+class KernelCache:
+    """Pipelines of one device, created on first use and shared by every recording on it."""
+
+    def __init__(self, device):
+        self.device = device
+        self.info = device.info
+        self._kernels: dict = {}
+
+    def get(self, name: str, bindings: str, push_size: int = 0, spec=()) -> Kernel:
+        key = (name, tuple(spec))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = Kernel(self.device, name, bindings, push_size=push_size, spec=spec)
+            self._kernels[key] = kernel
+        return kernel
+
+
+def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:
+    """A grid of at least n workgroups that respects the per-dimension limit (65535 is portable)."""
+    if n <= max_x:
+        return (n, 1, 1)
+    return (max_x, (n + max_x - 1) // max_x, 1)
