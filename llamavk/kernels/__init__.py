@@ -81,3 +81,25 @@ def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:
     if n <= max_x:
         return (n, 1, 1)
     return (max_x, (n + max_x - 1) // max_x, 1)
+
+
+def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None) -> QWeight:
+    """Copy a weight matrix (raw GGUF blocks, `rows` rows of `cols` elements) to `device`, split into
+    row chunks no larger than the device's maxStorageBufferRange (128 MiB on llvmpipe)."""
+    import numpy as np
+
+    from ..quant import quant_info
+
+    data = np.ascontiguousarray(np.asarray(raw)).view(np.uint8).reshape(-1)
+    row_bytes = quant_info(qtype).row_bytes(cols)
+    if data.size != rows * row_bytes:
+        raise ValueError(f"weight data is {data.size} bytes, expected {rows} x {row_bytes}")
+    limit = max_chunk_bytes or device.info.max_storage_buffer_range or (1 << 27)
+    rows_per_chunk = max(1, min(rows, limit // row_bytes))
+    chunks = []
+    for start in range(0, rows, rows_per_chunk):
+        n = min(rows_per_chunk, rows - start)
+        buf = Buffer(device, n * row_bytes)
+        buf.write(data[start * row_bytes:(start + n) * row_bytes])
+        chunks.append(WeightChunk(buf, start, n))
+    return QWeight(qtype, rows, cols, tuple(chunks))
