@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Write a random-weight GGUF model (for benchmarks and tests where real weights are not at hand).
+
+    python examples/make_synthetic_model.py --preset 8b --type q4_0 -o /tmp/llama-8b-q4_0.gguf
+    python examples/make_synthetic_model.py --preset 70b --type q4_0 --dry-run
+
+Presets tiny/1b/8b/32b/70b (1b..70b: the exact shapes of llama.cpp's reference runs in SPEC §10);
+types f32, f16, q8_0, q4_0, q4_k, q6_k; architectures llama, qwen2, qwen3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+try:
+    import llamavk  # noqa: F401
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from llamavk.errors import LlamavkError
+from llamavk.synthetic import PRESETS, SYNTHETIC_TYPES, describe_plan, synthetic_plan, write_synthetic_model
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="tiny", choices=list(PRESETS))
+    ap.add_argument("--type", default="q4_0", choices=list(SYNTHETIC_TYPES))
+    ap.add_argument("--arch", default="llama", choices=["llama", "qwen2", "qwen3"])
+    ap.add_argument("-o", "--output", help="output .gguf path (default: synthetic-PRESET-TYPE-ARCH.gguf)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, help="override the number of layers")
+    ap.add_argument("--dry-run", action="store_true", help="print the shapes and size, write nothing")
+    args = ap.parse_args(argv)
+
+    overrides = {"n_layer": args.layers} if args.layers else {}
+    try:
+        plan = synthetic_plan(args.preset, args.type, args.arch, **overrides)
+        print(describe_plan(plan), file=sys.stderr)
+        if args.dry_run:
+            for t in plan.tensors[:12]:
+                print(f"  {t.spec.name:28s} {t.qtype.name:5s} {str(t.spec.shape):14s} {t.nbytes} bytes")
+            if len(plan.tensors) > 12:
+                print(f"  ... {len(plan.tensors) - 12} more tensors")
+            return 0
+        out = args.output or f"synthetic-{args.preset}-{args.type}-{args.arch}.gguf"
+        t0 = time.perf_counter()
+        write_synthetic_model(out, args.preset, args.type, args.arch, seed=args.seed, **overrides)
+        print(f"wrote {out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    except LlamavkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

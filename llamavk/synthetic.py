@@ -1,0 +1,328 @@
+"""Random-weight GGUF models of any supported architecture, written fast.
+
+`write_synthetic_model(path, preset, qtype, arch, seed)` writes a complete, loadable GGUF: metadata, a
+small SentencePiece-style tokenizer, and random weights. Quantized weights are random blocks built
+directly as bytes (random payload, f16 scales chosen so each matrix has std ~ 1/sqrt(in_features)),
+never quantized from floats. To write a 70B file at disk speed, each (type, scale) gets one pool of
+ready blocks (at most POOL_BYTES) and tensors are streamed out of it sequentially, wrapping around:
+models smaller than the pool get fully independent weights, larger ones repeat the pool's bytes.
+Nothing but the pools is held in memory.
+
+Presets 1b/8b/32b/70b are exactly the shapes of SPEC §10's llama.cpp reference runs (vocab 32000, rope
+base 500000, separate output matrix, norms f32, every 2-D weight of the chosen type).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+from .errors import LlamavkError
+from .models import ARCHITECTURES, arch_module, config_from_metadata
+from .models.base import ModelConfig, WeightSpec
+from .quant import quant_info, qtype_from_name, tensor_nbytes
+
+SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k")
+POOL_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Preset:
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    n_vocab: int = 32000
+    head_dim: int | None = None   # None: n_embd // n_head (tiny qwen3 uses 2x that, as Qwen3 does)
+    n_ctx: int = 4096
+    rope_base: float = 500000.0
+    rms_eps: float = 1e-5
+    tied_output: bool = False
+
+
+PRESETS: dict[str, Preset] = {
+    # tests: small, rows not powers of two (vocab 500, ffn 160); K-quants switch to dim 256/ffn 512
+    "tiny": Preset(n_embd=64, n_layer=2, n_ff=160, n_head=4, n_head_kv=2, n_vocab=500, n_ctx=512),
+    "1b": Preset(n_embd=2048, n_layer=16, n_ff=8192, n_head=32, n_head_kv=8),
+    "8b": Preset(n_embd=4096, n_layer=32, n_ff=14336, n_head=32, n_head_kv=8),
+    "32b": Preset(n_embd=5120, n_layer=64, n_ff=27648, n_head=40, n_head_kv=8),
+    "70b": Preset(n_embd=8192, n_layer=80, n_ff=28672, n_head=64, n_head_kv=8),
+}
+TINY_KQUANT = dict(n_embd=256, n_ff=512)
+
+_FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q8_0: 7, T.Q4_K: 15, T.Q6_K: 18}  # llama_ftype
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    spec: WeightSpec
+    qtype: T
+    nbytes: int
+    std: float          # target standard deviation of the weights (matrices)
+
+
+@dataclass(frozen=True)
+class SyntheticPlan:
+    config: ModelConfig
+    metadata: dict      # key -> value, all but general.architecture (the writer adds it)
+    tensors: list[PlannedTensor]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def n_params(self) -> int:
+        return sum(int(np.prod(t.spec.shape)) for t in self.tensors)
+
+
+# ----------------------------------------------------------------------------------------------
+# plan: config, metadata and the tensor list, without writing anything (also the "dry run")
+# ----------------------------------------------------------------------------------------------
+
+def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str = "llama",
+                   **overrides) -> SyntheticPlan:
+    if preset not in PRESETS:
+        raise LlamavkError(f"unknown synthetic preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    if qtype.lower() not in SYNTHETIC_TYPES:
+        raise LlamavkError(f"synthetic models support types {', '.join(SYNTHETIC_TYPES)}, not {qtype!r}")
+    arch_module(arch)  # unknown architecture -> error listing the supported ones
+    wtype = qtype_from_name(qtype)
+    info = quant_info(wtype)
+    p = PRESETS[preset]
+    if preset == "tiny" and info.block_size == 256:
+        p = dataclasses.replace(p, **TINY_KQUANT)
+    if preset == "tiny" and arch == "qwen3":
+        p = dataclasses.replace(p, head_dim=2 * p.n_embd // p.n_head)
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(Preset)}
+    if unknown:
+        raise LlamavkError(f"unknown synthetic model overrides: {', '.join(sorted(unknown))}")
+    p = dataclasses.replace(p, **overrides)
+    head_dim = p.head_dim or p.n_embd // p.n_head
+    for what, n in (("n_embd", p.n_embd), ("n_ff", p.n_ff), ("n_head*head_dim", p.n_head * head_dim)):
+        if n % info.block_size:
+            raise LlamavkError(f"{what} = {n} is not a multiple of the {info.name} block size "
+                               f"{info.block_size}")
+    if p.n_vocab < 260:
+        raise LlamavkError("synthetic models need n_vocab >= 260 (3 control + 256 byte tokens + 1)")
+
+    meta = _metadata(arch, p, head_dim, wtype, preset)
+    names = [] if p.tied_output else ["output.weight"]
+    cfg = config_from_metadata({"general.architecture": arch, **meta}, names)
+    E = cfg.n_embd
+    std_by_role = {
+        "token_embd": 1.0, "output": 2.0 / np.sqrt(E),
+        "q": 1 / np.sqrt(E), "k": 1 / np.sqrt(E), "v": 1 / np.sqrt(E),
+        "o": 1 / np.sqrt(cfg.n_head * cfg.head_dim),
+        "gate": 1 / np.sqrt(E), "up": 1 / np.sqrt(E), "down": 1 / np.sqrt(cfg.n_ff),
+    }
+    tensors = []
+    for spec in arch_module(arch).weight_specs(cfg):
+        if spec.optional:
+            continue
+        t = wtype if len(spec.shape) == 2 else T.F32
+        tensors.append(PlannedTensor(spec, t, tensor_nbytes(t, spec.shape),
+                                     float(std_by_role.get(spec.role, 0.0))))
+    return SyntheticPlan(cfg, meta, tensors)
+
+
+def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dict:
+    tokens, scores, types = synthetic_vocab(p.n_vocab)
+    meta = {
+        "general.type": "model",
+        "general.name": f"synthetic-{preset}-{wtype.name.lower()}",
+        "general.file_type": _FILE_TYPE.get(wtype, 0),
+        "general.quantization_version": gguf.GGML_QUANT_VERSION,
+        f"{arch}.vocab_size": p.n_vocab,
+        f"{arch}.context_length": p.n_ctx,
+        f"{arch}.embedding_length": p.n_embd,
+        f"{arch}.block_count": p.n_layer,
+        f"{arch}.feed_forward_length": p.n_ff,
+        f"{arch}.attention.head_count": p.n_head,
+        f"{arch}.attention.head_count_kv": p.n_head_kv,
+        f"{arch}.attention.layer_norm_rms_epsilon": p.rms_eps,
+        f"{arch}.rope.freq_base": p.rope_base,
+        f"{arch}.rope.dimension_count": head_dim,
+    }
+    if head_dim != p.n_embd // p.n_head or arch == "qwen3":
+        meta[f"{arch}.attention.key_length"] = head_dim
+        meta[f"{arch}.attention.value_length"] = head_dim
+    meta.update({
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.unknown_token_id": 0,
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.add_eos_token": False,
+        "tokenizer.ggml.add_space_prefix": True,
+    })
+    return meta
+
+
+def synthetic_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+    """A SentencePiece-style vocabulary: <unk> <s> </s>, <0x00>..<0xFF>, then printable pieces.
+
+    Pieces: "▁", single printable ASCII characters, "▁"+letter, then all 2- and 3-letter lowercase
+    strings with and without "▁". Every piece can be built by merging shorter ones, so an SPM
+    tokenizer reaches it. Scores decrease with id; token types: 1 normal, 2 unknown, 3 control, 6 byte.
+    """
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [2, 3, 3] + [6] * 256
+    letters = "abcdefghijklmnopqrstuvwxyz"
+
+    def pieces():
+        yield "\u2581"
+        yield from (chr(c) for c in range(33, 127))
+        yield from ("\u2581" + c for c in letters)
+        for n in (2, 3, 4):
+            words = [""]
+            for _ in range(n):
+                words = [w + c for w in words for c in letters]
+            for w in words:
+                yield w
+                yield "\u2581" + w
+
+    gen = pieces()
+    while len(tokens) < n_vocab:
+        tokens.append(next(gen))
+        types.append(1)
+    scores = [0.0] * 259 + [-float(i) for i in range(n_vocab - 259)]
+    return tokens[:n_vocab], scores[:n_vocab], types[:n_vocab]
+
+
+# ----------------------------------------------------------------------------------------------
+# random blocks
+# ----------------------------------------------------------------------------------------------
+
+def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int, std: float) -> np.ndarray:
+    """`n_blocks` random blocks of `qtype` as a flat uint8 array, values with roughly this std.
+
+    Payload bits are uniform; scales are f16 in a sane range (sub-block scales kept small so the
+    f16 super-block scale stays a normal number), never NaN/inf.
+    """
+    info = quant_info(qtype)
+    if qtype in (T.F32, T.F16):
+        vals = rng.standard_normal(n_blocks, dtype=np.float32) * np.float32(std)
+        return vals.astype(np.float16 if qtype == T.F16 else np.float32).view(np.uint8)
+    blocks = rng.integers(0, 256, (n_blocks, info.type_size), dtype=np.uint8)
+    jitter = rng.uniform(0.5, 1.5, n_blocks).astype(np.float32)
+
+    def put_f16(col: int, values: np.ndarray) -> None:
+        blocks[:, col:col + 2] = values.astype(np.float16).view(np.uint8).reshape(-1, 2)
+
+    if qtype == T.Q8_0:       # d, int8 q[32]: w = d q
+        put_f16(0, jitter * std / 73.6)
+    elif qtype == T.Q4_0:     # d, nibbles[16]: w = d (q - 8)
+        put_f16(0, jitter * std / 4.61)
+    elif qtype == T.Q4_K:     # d, dmin, 12 bytes of 6-bit scales/mins, nibbles[128]: w = d sc q - dmin m
+        blocks[:, 4:12] &= 0x0F   # all sub-block scales and mins in 0..15
+        d = jitter * std / 66.0
+        put_f16(0, d)
+        put_f16(2, d * 7.5)       # centres the mean: E[sc q] = 7.5 * E[m]
+    elif qtype == T.Q6_K:     # ql[128], qh[64], int8 scales[16], d: w = d sc (q - 32)
+        blocks[:, 192:208] = rng.integers(-16, 17, (n_blocks, 16), dtype=np.int8).view(np.uint8)
+        put_f16(208, jitter * std / 175.0)
+    else:
+        raise LlamavkError(f"synthetic weights of type {qtype.name} are not implemented")
+    return blocks.reshape(-1)
+
+
+class _Pools:
+    """One pool of random blocks per (type, std); tensors take consecutive bytes, wrapping around."""
+
+    def __init__(self, rng: np.random.Generator, needed: dict[tuple[T, float], int]):
+        self.rng, self.needed, self.pools, self.cursor = rng, needed, {}, {}
+
+    def stream(self, qtype: T, std: float, nbytes: int):
+        key = (qtype, std)
+        if key not in self.pools:
+            info = quant_info(qtype)
+            n_blocks = min(self.needed[key], POOL_BYTES) // info.type_size
+            self.pools[key] = random_blocks(self.rng, qtype, n_blocks, std)
+            self.cursor[key] = 0
+        pool, pos = self.pools[key], self.cursor[key]
+        while nbytes > 0:
+            n = min(nbytes, pool.size - pos)
+            yield memoryview(pool[pos:pos + n])
+            nbytes -= n
+            pos = (pos + n) % pool.size
+        self.cursor[key] = pos
+
+
+# ----------------------------------------------------------------------------------------------
+# write
+# ----------------------------------------------------------------------------------------------
+
+def write_synthetic_model(path: str | Path, preset: str = "tiny", qtype: str = "q4_0",
+                          arch: str = "llama", seed: int = 0, **overrides) -> Path:
+    """Write a random-weight GGUF and return its path. Overrides: any Preset field."""
+    plan = synthetic_plan(preset, qtype, arch, **overrides)
+    path = Path(path)
+    rng = np.random.default_rng(seed)
+
+    writer = gguf.GGUFWriter(path, arch)
+    for key, value in plan.metadata.items():
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        else:  # lists: the element type follows the first element (int -> i32, float -> f32)
+            writer.add_array(key, value)
+    for t in plan.tensors:
+        writer.add_tensor_info(t.spec.name, t.spec.shape, np.dtype(np.float32), t.nbytes,
+                               raw_dtype=t.qtype)
+
+    needed: dict[tuple[T, float], int] = {}
+    for t in plan.tensors:
+        if len(t.spec.shape) == 2:
+            needed[(t.qtype, t.std)] = needed.get((t.qtype, t.std), 0) + t.nbytes
+    pools = _Pools(rng, needed)
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        fout = writer.fout[0]
+        for t in plan.tensors:
+            writer.write_padding(fout, fout.tell())
+            if len(t.spec.shape) == 2:
+                for chunk in pools.stream(t.qtype, t.std, t.nbytes):
+                    fout.write(chunk)
+            else:
+                fout.write(_vector(rng, t.spec).tobytes())
+            writer.write_padding(fout, t.nbytes)
+    finally:
+        writer.close()
+    return path
+
+
+def _vector(rng: np.random.Generator, spec: WeightSpec) -> np.ndarray:
+    """f32 norm weights around 1.0 (+-0.1); biases small."""
+    if spec.role.endswith("_bias"):
+        return (rng.standard_normal(spec.shape) * 0.1).astype(np.float32)
+    return (1.0 + 0.1 * rng.standard_normal(spec.shape)).astype(np.float32)
+
+
+def describe_plan(plan: SyntheticPlan) -> str:
+    c = plan.config
+    return (f"{c.arch}: dim {c.n_embd}, {c.n_layer} layers, ffn {c.n_ff}, heads {c.n_head}/"
+            f"{c.n_head_kv}, head_dim {c.head_dim}, vocab {c.n_vocab}; {plan.n_params / 1e9:.2f}B "
+            f"params, {plan.total_bytes / 2**30:.2f} GiB of tensor data")
+
+
+__all__ = ["PRESETS", "SYNTHETIC_TYPES", "Preset", "SyntheticPlan", "synthetic_plan",
+           "write_synthetic_model", "synthetic_vocab", "random_blocks", "describe_plan",
+           "ARCHITECTURES"]

@@ -1,0 +1,123 @@
+"""Bad input ends in a one-line LlamavkError that names the problem."""
+
+from __future__ import annotations
+
+import numpy as np
+import gguf
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from llamavk.errors import LlamavkError
+from llamavk.models import load_model_file
+from llamavk.quant import tensor_nbytes
+from llamavk.synthetic import synthetic_plan, write_synthetic_model
+
+
+def write_gguf(path, arch="llama", drop=(), retype=None, reshape=None, preset_arch="llama"):
+    """A tiny model written tensor by tensor (zeros), with some tensors dropped/retyped/reshaped."""
+    plan = synthetic_plan("tiny", "f32", preset_arch)
+    w = gguf.GGUFWriter(path, arch)
+    for key, value in plan.metadata.items():
+        if isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        else:
+            w.add_array(key, value)
+    retype, reshape = retype or {}, reshape or {}
+    for t in plan.tensors:
+        name = t.spec.name
+        if name in drop:
+            continue
+        shape = reshape.get(name, t.spec.shape)
+        qtype = retype.get(name, T.F32)
+        if qtype == T.F32:
+            w.add_tensor(name, np.zeros(shape, np.float32))
+        else:  # quantized: bytes shaped (rows, bytes per row); the writer derives the element shape
+            rows = int(np.prod(shape[:-1]))
+            data = np.zeros((rows, tensor_nbytes(qtype, shape) // rows), np.uint8)
+            w.add_tensor(name, data, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def error_of(path) -> str:
+    with pytest.raises(LlamavkError) as info:
+        load_model_file(path)
+    msg = str(info.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_valid_file_loads(tmp_path):
+    m = load_model_file(write_gguf(tmp_path / "ok.gguf"))
+    assert m.config.n_layer == 2
+
+
+def test_missing_file(tmp_path):
+    assert "not found" in error_of(tmp_path / "nope.gguf")
+
+
+def test_not_a_gguf(tmp_path):
+    p = tmp_path / "junk.gguf"
+    p.write_bytes(b"PK\x03\x04 this is a zip file, not a model" * 10)
+    assert "not a GGUF file" in error_of(p)
+
+
+def test_empty_file(tmp_path):
+    p = tmp_path / "empty.gguf"
+    p.write_bytes(b"")
+    assert "not a GGUF file" in error_of(p)
+
+
+@pytest.mark.parametrize("keep", [12, 100, 5000])
+def test_truncated_header(tmp_path, keep):
+    full = write_synthetic_model(tmp_path / "full.gguf", "tiny", "q4_0").read_bytes()
+    p = tmp_path / "cut.gguf"
+    p.write_bytes(full[:keep])
+    assert "truncated" in error_of(p)
+
+
+@pytest.mark.parametrize("missing", [1, 1000])
+def test_truncated_tensor_data(tmp_path, missing):
+    full = write_synthetic_model(tmp_path / "full.gguf", "tiny", "q4_0").read_bytes()
+    p = tmp_path / "cut.gguf"
+    p.write_bytes(full[:-missing])
+    msg = error_of(p)
+    assert "truncated" in msg and "tensor" in msg
+
+
+def test_unknown_architecture(tmp_path):
+    msg = error_of(write_gguf(tmp_path / "a.gguf", arch="mamba"))
+    assert "'mamba'" in msg and "llama, qwen2, qwen3" in msg
+
+
+def test_unsupported_tensor_type(tmp_path):
+    p = write_gguf(tmp_path / "a.gguf", retype={"blk.0.attn_q.weight": T.IQ2_XS},
+                   reshape={"blk.0.attn_q.weight": (256, 256)})
+    # shapes are checked after types: IQ2_XS needs 256-element rows, so use a 256-wide tensor
+    msg = error_of(p)
+    assert "blk.0.attn_q.weight has type IQ2_XS, which llamavk does not support" in msg
+
+
+def test_missing_tensor(tmp_path):
+    msg = error_of(write_gguf(tmp_path / "a.gguf", drop=("blk.1.ffn_up.weight",)))
+    assert "blk.1.ffn_up.weight" in msg and "missing" in msg
+
+
+def test_shape_mismatch(tmp_path):
+    msg = error_of(write_gguf(tmp_path / "a.gguf", reshape={"blk.0.attn_k.weight": (64, 64)}))
+    assert "blk.0.attn_k.weight" in msg and "(64, 64)" in msg and "(32, 64)" in msg
+
+
+def test_missing_metadata_key(tmp_path):
+    # a qwen2 file whose metadata uses llama.* keys: qwen2.* keys are missing
+    msg = error_of(write_gguf(tmp_path / "a.gguf", arch="qwen2"))
+    assert "qwen2." in msg and "missing" in msg
