@@ -1,0 +1,130 @@
+"""Synthetic models: exact preset shapes (SPEC §10), valid tokenizer, fast streaming writer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from llamavk.errors import LlamavkError
+from llamavk.gguf_file import GGUFFile
+from llamavk.models import load_model_file
+from llamavk.synthetic import PRESETS, synthetic_plan, synthetic_vocab, write_synthetic_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+# SPEC §10: dim, layers, ffn, heads, kv heads, parameters (billions, rounded)
+SPEC_SHAPES = {
+    "1b": (2048, 16, 8192, 32, 8, 1.10),
+    "8b": (4096, 32, 14336, 32, 8, 7.24),
+    "32b": (5120, 64, 27648, 40, 8, 31.53),
+    "70b": (8192, 80, 28672, 64, 8, 68.98),
+}
+
+
+@pytest.mark.parametrize("preset", list(SPEC_SHAPES))
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "f16"])
+def test_big_preset_plans_match_spec(preset, qtype):
+    plan = synthetic_plan(preset, qtype)
+    c = plan.config
+    dim, layers, ffn, heads, kv, params = SPEC_SHAPES[preset]
+    assert (c.n_embd, c.n_layer, c.n_ff, c.n_head, c.n_head_kv) == (dim, layers, ffn, heads, kv)
+    assert (c.n_vocab, c.rope_base, c.head_dim, c.tied_output) == (32000, 500000.0, 128 if dim > 2048 else 64, False)
+    assert round(plan.n_params / 1e9, 2) == params
+    wtype = T[qtype.upper()]
+    names = {t.spec.name for t in plan.tensors}
+    assert {"token_embd.weight", "output.weight", "output_norm.weight"} <= names
+    assert len(plan.tensors) == 3 + 9 * layers
+    for t in plan.tensors:
+        assert t.qtype == (wtype if len(t.spec.shape) == 2 else T.F32)
+    if qtype == "q4_0":   # Q4_0: 18 bytes per 32 weights; norms f32
+        n_norm = dim * (2 * layers + 1)
+        assert plan.total_bytes == (plan.n_params - n_norm) // 32 * 18 + 4 * n_norm
+
+
+def test_tiny_preset_dims_fit_every_type():
+    assert (PRESETS["tiny"].n_embd, PRESETS["tiny"].n_ff) == (64, 160)
+    for qtype in ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k"):
+        for arch in ("llama", "qwen2", "qwen3"):
+            synthetic_plan("tiny", qtype, arch)
+
+
+def test_bad_requests():
+    with pytest.raises(LlamavkError, match="preset"):
+        synthetic_plan("13b")
+    with pytest.raises(LlamavkError, match="q5_1"):
+        synthetic_plan("tiny", "q5_1")
+    with pytest.raises(LlamavkError, match="supported"):
+        synthetic_plan("tiny", "q4_0", "gpt2")
+    with pytest.raises(LlamavkError, match="block size 256"):
+        synthetic_plan("tiny", "q4_k", n_embd=64)
+    with pytest.raises(LlamavkError, match="n_lyaer"):
+        synthetic_plan("tiny", n_lyaer=3)
+
+
+def test_overrides(tmp_path):
+    p = write_synthetic_model(tmp_path / "o.gguf", "tiny", "q8_0", "qwen2", n_layer=3, n_embd=96,
+                              n_head=3, n_head_kv=1, n_ff=224, n_vocab=300)
+    c = load_model_file(p).config
+    assert (c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_vocab) == \
+        (3, 96, 3, 1, 32, 224, 300)
+
+
+def test_file_layout_and_arch_tensors(tmp_path):
+    p = write_synthetic_model(tmp_path / "q2.gguf", "tiny", "q4_0", "qwen2")
+    g = GGUFFile(p)
+    assert g.metadata["general.architecture"] == "qwen2"
+    assert g.tensor_type("blk.0.attn_q.bias") == T.F32
+    assert g.tensor_shape("blk.0.attn_k.bias") == (32,)
+    m3 = load_model_file(write_synthetic_model(tmp_path / "q3.gguf", "tiny", "q4_0", "qwen3"))
+    assert m3.weights["blk.1.attn_k_norm.weight"].shape == (32,)
+    norm = m3.dequantize("blk.0.attn_norm.weight")
+    assert abs(norm.mean() - 1.0) < 0.1 and norm.std() < 0.3
+
+
+def test_vocab():
+    tokens, scores, types = synthetic_vocab(32000)
+    assert len(tokens) == len(set(tokens)) == len(scores) == len(types) == 32000
+    assert tokens[:3] == ["<unk>", "<s>", "</s>"] and types[:3] == [2, 3, 3]
+    assert tokens[3] == "<0x00>" and tokens[258] == "<0xFF>" and set(types[3:259]) == {6}
+    assert tokens[259] == "\u2581" and set(types[259:]) == {1}
+    assert all(a > b for a, b in zip(scores[260:], scores[261:]))
+
+
+def test_tokenizer_loads_synthetic_vocab(tmp_path):
+    tok_mod = pytest.importorskip("llamavk.tokenizer")
+    m = load_model_file(write_synthetic_model(tmp_path / "t.gguf"))
+    tok = tok_mod.Tokenizer.from_metadata(m.metadata)
+    ids = tok.encode("hello world") if hasattr(tok, "encode") else tok.tokenize("hello world")
+    assert ids and all(0 <= i < 500 for i in ids)
+
+
+def test_1b_preset_is_written_fast(tmp_path):
+    t0 = time.perf_counter()
+    p = write_synthetic_model(tmp_path / "1b.gguf", "1b", "q4_0")
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 30
+    plan = synthetic_plan("1b", "q4_0")
+    assert plan.total_bytes <= p.stat().st_size < plan.total_bytes + (8 << 20)
+    m = load_model_file(p)
+    w = m.dequantize("blk.15.ffn_down.weight")
+    assert np.isfinite(w).all() and 0.5 / np.sqrt(8192) < w.std() < 2 / np.sqrt(8192)
+    del m, w
+    p.unlink()
+
+
+def test_example_script(tmp_path):
+    script = REPO / "examples" / "make_synthetic_model.py"
+    out = tmp_path / "ex.gguf"
+    r = subprocess.run([sys.executable, str(script), "--preset", "tiny", "--type", "q6_k", "--arch",
+                        "qwen3", "-o", str(out), "--seed", "5"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert load_model_file(out).config.arch == "qwen3"
+    r = subprocess.run([sys.executable, str(script), "--preset", "70b", "--dry-run"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "68.98B" in r.stderr
