@@ -316,6 +316,32 @@ def _vector(rng: np.random.Generator, spec: WeightSpec) -> np.ndarray:
     return (1.0 + 0.1 * rng.standard_normal(spec.shape)).astype(np.float32)
 
 
+def parse_synthetic_name(name: str) -> tuple[str, str, str]:
+    """'synthetic:8b-q4_0' or 'synthetic:tiny-q4_k-qwen3' -> (preset, qtype, arch)."""
+    body = name.split(":", 1)[1] if name.startswith("synthetic:") else name
+    parts = body.lower().split("-")
+    if not 2 <= len(parts) <= 3 or parts[0] not in PRESETS or parts[1] not in SYNTHETIC_TYPES:
+        raise LlamavkError(f"bad synthetic model name {name!r}: expected synthetic:PRESET-TYPE[-ARCH] "
+                           f"with PRESET in {', '.join(PRESETS)} and TYPE in {', '.join(SYNTHETIC_TYPES)}")
+    arch = parts[2] if len(parts) == 3 else "llama"
+    arch_module(arch)
+    return parts[0], parts[1], arch
+
+
+def synthetic_model_path(name: str, cache_dir: str | Path | None = None, seed: int = 0) -> Path:
+    """The GGUF for `synthetic:PRESET-TYPE[-ARCH]`, written once into cache_dir (default
+    ~/.cache/llamavk/synthetic) and reused afterwards."""
+    preset, qtype, arch = parse_synthetic_name(name)
+    cache = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "llamavk" / "synthetic"
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{preset}-{qtype}-{arch}-s{seed}.gguf"
+    if not path.is_file():
+        tmp = path.with_suffix(".gguf.part")
+        write_synthetic_model(tmp, preset, qtype, arch, seed=seed)
+        tmp.replace(path)
+    return path
+
+
 def describe_plan(plan: SyntheticPlan) -> str:
     c = plan.config
     return (f"{c.arch}: dim {c.n_embd}, {c.n_layer} layers, ffn {c.n_ff}, heads {c.n_head}/"
@@ -324,5 +350,5 @@ def describe_plan(plan: SyntheticPlan) -> str:
 
 
 __all__ = ["PRESETS", "SYNTHETIC_TYPES", "Preset", "SyntheticPlan", "synthetic_plan",
-           "write_synthetic_model", "synthetic_vocab", "random_blocks", "describe_plan",
+           "write_synthetic_model", "synthetic_vocab", "parse_synthetic_name", "synthetic_model_path", "random_blocks", "describe_plan",
            "ARCHITECTURES"]

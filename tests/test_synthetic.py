@@ -14,7 +14,8 @@ from gguf import GGMLQuantizationType as T
 from llamavk.errors import LlamavkError
 from llamavk.gguf_file import GGUFFile
 from llamavk.models import load_model_file
-from llamavk.synthetic import PRESETS, synthetic_plan, synthetic_vocab, write_synthetic_model
+from llamavk.synthetic import (PRESETS, parse_synthetic_name, synthetic_model_path, synthetic_plan,
+                               synthetic_vocab, write_synthetic_model)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,3 +129,15 @@ def test_example_script(tmp_path):
     r = subprocess.run([sys.executable, str(script), "--preset", "70b", "--dry-run"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "68.98B" in r.stderr
+
+
+def test_synthetic_names(tmp_path):
+    assert parse_synthetic_name("synthetic:8b-q4_0") == ("8b", "q4_0", "llama")
+    assert parse_synthetic_name("synthetic:tiny-q4_k-qwen3") == ("tiny", "q4_k", "qwen3")
+    with pytest.raises(LlamavkError, match="PRESET-TYPE"):
+        parse_synthetic_name("synthetic:9b-q4_0")
+    p = synthetic_model_path("synthetic:tiny-q8_0-qwen2", cache_dir=tmp_path)
+    assert p.parent == tmp_path and load_model_file(p).config.arch == "qwen2"
+    mtime = p.stat().st_mtime_ns
+    assert synthetic_model_path("synthetic:tiny-q8_0-qwen2", cache_dir=tmp_path) == p
+    assert p.stat().st_mtime_ns == mtime   # reused, not rewritten
