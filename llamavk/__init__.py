@@ -2,6 +2,13 @@
 
 from .errors import LlamavkError, UsageError
 
+
+def load(path=None, **kwargs):
+    """Load a GGUF model onto Vulkan devices; see llamavk.api.Model for the options."""
+    from .api import load as _load
+    return _load(path, **kwargs)
+
+
 __version__ = "0.1.0"
 
-__all__ = ["LlamavkError", "UsageError", "__version__"]
+__all__ = ["LlamavkError", "UsageError", "__version__", "load"]

@@ -1,0 +1,171 @@
+"""The public Python API (SPEC §8): everything the CLI does, callable from scripts.
+
+    with llamavk.load("model.gguf") as m:
+        ids = m.tokenize("The capital of France is")
+        print(m.logits(ids)[-1].argmax())
+        for tok in m.generate("Once upon a time", n=32, temp=0):
+            ...
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .default_model import default_model_path
+from .devices import open_devices, select
+from .errors import UsageError
+from .models import load_model_file
+from .models.forward import llama_like
+from .runtime import DeviceRuntime
+from .sampling import Sampler, SamplingParams
+from .tokenizer import Tokenizer
+from .vk import get_instance
+
+
+@dataclass
+class Timings:
+    """Milliseconds and counts of the last generate()/logits() call, as llama.cpp reports them."""
+    load_ms: float = 0.0
+    prompt_ms: float = 0.0
+    prompt_tokens: int = 0
+    eval_ms: float = 0.0
+    eval_runs: int = 0
+    sample_ms: float = 0.0
+    host_ms: float = 0.0     # Python time per decode step outside the GPU wait (measured)
+    extra: dict = field(default_factory=dict)
+
+
+class Model:
+    """A GGUF model loaded onto Vulkan devices. Use `llamavk.load(...)`."""
+
+    def __init__(self, path: str | Path | None = None, *, devices: str | list[str] | None = None,
+                 main_gpu: int = 0, n_ctx: int | None = None, n_batch: int = 2048, n_ubatch: int = 512,
+                 verbose: bool = False, warn=None):
+        t0 = time.perf_counter()
+        warn = warn or (lambda msg: print(msg, file=sys.stderr))
+        if n_batch < 1 or n_ubatch < 1:
+            raise UsageError("batch sizes must be positive")
+        n_ubatch = min(n_ubatch, n_batch)   # llama.cpp clamps the micro-batch to the batch
+        self.path = Path(path) if path else default_model_path()
+        self.file = load_model_file(self.path)
+        self.config = cfg = self.file.config
+        self.tokenizer = Tokenizer.from_metadata(self.file.metadata)
+        requested = ",".join(devices) if isinstance(devices, (list, tuple)) else devices
+        entries, warnings = select(get_instance().devices, requested)
+        for w in warnings:
+            warn(w)
+        if not 0 <= main_gpu < len(entries):
+            raise UsageError(f"-mg {main_gpu} is out of range: {len(entries)} device(s) selected")
+        self.devices = open_devices([entries[main_gpu]])
+        if n_ctx is None or n_ctx <= 0:
+            n_ctx = cfg.n_ctx_train if n_ctx == 0 else min(cfg.n_ctx_train, 4096)
+        self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        graphs = {"last": llama_like(cfg), "all": llama_like(cfg, all_logits=True)}
+        try:
+            self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs)
+        except BaseException:
+            self.close()
+            raise
+        self.n_past = 0
+        self.verbose = verbose
+        self.timings = Timings(load_ms=(time.perf_counter() - t0) * 1e3)
+
+    # -- text ----------------------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, ids) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def _eval(self, tokens, n_past: int, all_logits: bool):
+        rt = self.runtime
+        key = "all" if all_logits else "last"
+        ub = rt.n_ubatch_all if all_logits else rt.n_ubatch
+        rows = []
+        for i in range(0, len(tokens), ub):
+            chunk = tokens[i:i + ub]
+            n = rt.run_batch(key, chunk, n_past + i)
+            if all_logits:
+                rows.append(rt.logits(n).copy())
+        return np.concatenate(rows) if all_logits else rt.logits(1)[0].copy()
+
+    def logits(self, tokens, all: bool = False) -> np.ndarray:
+        """Logits of a fresh context: the last token's row (vocab,), or one row per token."""
+        tokens = self._check_tokens(tokens)
+        t0 = time.perf_counter()
+        out = self._eval(tokens, 0, all)
+        self.n_past = len(tokens)
+        self.timings.prompt_ms = (time.perf_counter() - t0) * 1e3
+        self.timings.prompt_tokens = len(tokens)
+        return out
+
+    def _check_tokens(self, tokens) -> list[int]:
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            raise UsageError("no tokens to evaluate")
+        bad = [t for t in tokens if not 0 <= t < self.config.n_vocab]
+        if bad:
+            raise UsageError(f"token id {bad[0]} is outside the vocabulary (0..{self.config.n_vocab - 1})")
+        if len(tokens) > self.n_ctx:
+            raise UsageError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx} (use a larger -c)")
+        return tokens
+
+    def generate(self, prompt: str | list[int], n: int = -1, *, temp: float = 0.8, top_k: int = 40,
+                 top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
+                 repeat_last_n: int = 64, seed: int = -1) -> Iterator[int]:
+        """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, or a full context."""
+        tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        tokens = self._check_tokens(tokens)
+        params = SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
+        sampler = Sampler(params, history=tokens)
+        tm = self.timings
+        tm.eval_ms = tm.sample_ms = tm.host_ms = 0.0
+        tm.eval_runs = 0
+        t0 = time.perf_counter()
+        logits = self._eval(tokens, 0, False)
+        self.n_past = len(tokens)
+        tm.prompt_ms, tm.prompt_tokens = (time.perf_counter() - t0) * 1e3, len(tokens)
+        produced = 0
+        rt = self.runtime
+        while n < 0 or produced < n:
+            ts = time.perf_counter()
+            token = sampler.sample(logits)
+            sampler.accept(token)
+            tm.sample_ms += (time.perf_counter() - ts) * 1e3
+            if self.tokenizer.is_eog(token):
+                return
+            produced += 1
+            yield token
+            if self.n_past >= self.n_ctx or (n >= 0 and produced >= n):
+                return
+            te = time.perf_counter()
+            rt.run_batch("last", [token], self.n_past)
+            logits = rt.logits(1)[0]
+            self.n_past += 1
+            tm.eval_ms += (time.perf_counter() - te) * 1e3
+            tm.eval_runs += 1
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def close(self) -> None:
+        for d in getattr(self, "devices", []):
+            d.close()
+        self.devices = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def load(path: str | Path | None = None, **kwargs) -> Model:
+    """Load a GGUF model (default: the bundled SmolLM2-135M) onto the chosen devices."""
+    return Model(path, **kwargs)

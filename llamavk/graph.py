@@ -1,0 +1,101 @@
+"""A tiny IR for the forward pass: tensors and ops, in execution order.
+
+Model modules build a `Graph` with readable calls (`g.rms_norm`, `g.matmul`, ...); the runtime turns
+it into recorded dispatches; split modes (later) place its ops and weights on devices. Activations
+are [n_tokens, width] float32; the batch size is not part of the graph, so one graph serves every
+step shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Tensor:
+    name: str
+    width: int                       # activations: columns per token; weights: cols
+    kind: str = "act"                # "act" | "weight"
+    rows: int = 0                    # weights: rows (output features)
+    role: str | None = None          # weights: WeightSpec role
+    layer: int | None = None
+
+    def __repr__(self):
+        return f"Tensor({self.name}, {self.kind}, width={self.width})"
+
+
+@dataclass(eq=False)
+class Op:
+    kind: str
+    inputs: tuple[Tensor, ...]
+    out: Tensor | None
+    layer: int | None = None
+    attrs: dict = field(default_factory=dict)
+
+    def __repr__(self):
+        return f"Op({self.kind}, {[t.name for t in self.inputs]} -> {self.out.name if self.out else None})"
+
+
+class Graph:
+    """Builder + container. Every method appends one op and returns its output tensor."""
+
+    def __init__(self, config):
+        self.config = config
+        self.ops: list[Op] = []
+        self.weights: dict[str, Tensor] = {}
+        self.layer: int | None = None     # set by the model while building a block
+        self.logits: Tensor | None = None
+        self._count = 0
+
+    # -- tensors -------------------------------------------------------------------------------
+    def weight(self, name: str, rows: int, cols: int, role: str, layer: int | None = None) -> Tensor:
+        t = self.weights.get(name)
+        if t is None:
+            t = self.weights[name] = Tensor(name, cols, "weight", rows, role, layer)
+        return t
+
+    def _op(self, kind: str, inputs, width: int | None, **attrs) -> Tensor | None:
+        out = None
+        if width is not None:
+            self._count += 1
+            out = Tensor(f"{kind}.{self._count}", width, layer=self.layer)
+        self.ops.append(Op(kind, tuple(inputs), out, self.layer, attrs))
+        return out
+
+    # -- ops -----------------------------------------------------------------------------------
+    def embed(self, table: Tensor) -> Tensor:
+        """Rows of the token-embedding table for this step's token ids."""
+        return self._op("embed", [table], table.width)
+
+    def rms_norm(self, x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+        return self._op("rms_norm", [x] + ([weight] if weight is not None else []), x.width, eps=eps)
+
+    def head_norm(self, x: Tensor, weight: Tensor, n_heads: int, eps: float) -> Tensor:
+        """RMS norm of each head's slice (qwen3's Q/K norm)."""
+        return self._op("head_norm", [x, weight], x.width, eps=eps, n_heads=n_heads)
+
+    def matmul(self, w: Tensor, x: Tensor, bias: Tensor | None = None) -> Tensor:
+        return self._op("matmul", [w, x] + ([bias] if bias is not None else []), w.rows)
+
+    def rope(self, x: Tensor, n_heads: int) -> Tensor:
+        """Rotary embedding, in place (the output tensor aliases x)."""
+        self._op("rope", [x], None, n_heads=n_heads)
+        return x
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Append k, v to this layer's KV cache, then causal attention of q over the cache."""
+        return self._op("attention", [q, k, v], q.width)
+
+    def swiglu(self, gate: Tensor, up: Tensor) -> Tensor:
+        return self._op("swiglu", [gate, up], gate.width)
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._op("add", [a, b], a.width)
+
+    def last_row(self, x: Tensor) -> Tensor:
+        """The last token's row only (generation needs logits for one token, not the batch)."""
+        return self._op("last_row", [x], x.width)
+
+    def output(self, logits: Tensor) -> Tensor:
+        self.logits = logits
+        return logits

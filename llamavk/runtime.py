@@ -1,0 +1,219 @@
+"""Runs a model's graph on one device: weights, KV cache, activations, recordings, replay.
+
+A forward pass is recorded once per (graph, batch size) and replayed: per step the host writes the
+token ids and the step parameters (n_past, n_tokens, n_kv) into small host-visible buffers, submits
+the prebuilt command buffer and waits. Activations are planned once per graph by a linear scan that
+reuses memory of tensors no later op reads.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import LlamavkError
+from .graph import Graph, Tensor
+from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_WORDS, VIEW_ALIGN, KernelCache, QWeight, View,
+                      upload_qweight)
+from .kernels import attention as attn_k
+from .kernels import elementwise, matmul, norm, rope
+from .vk import Buffer, CommandSequence
+
+
+def _align(n: int) -> int:
+    return (n + VIEW_ALIGN - 1) // VIEW_ALIGN * VIEW_ALIGN
+
+
+@dataclass
+class ActivationPlan:
+    """Byte offsets of every activation tensor inside one arena, for batches up to n_tokens."""
+    offsets: dict
+    sizes: dict
+    arena_bytes: int
+
+
+def plan_activations(graph: Graph, n_tokens: int) -> ActivationPlan:
+    """Linear-scan allocation: a tensor's memory is reused once the last op reading it has run."""
+    last_use: dict[Tensor, int] = {}
+    for i, op in enumerate(graph.ops):
+        for t in op.inputs:
+            if t.kind == "act":
+                last_use[t] = i
+    free: list[tuple[int, int]] = []          # (offset, size)
+    offsets, sizes, top = {}, {}, 0
+    for i, op in enumerate(graph.ops):
+        out = op.out
+        if out is not None and out not in offsets:
+            size = _align(n_tokens * out.width * 4)
+            for j, (off, sz) in enumerate(free):
+                if sz >= size:
+                    offsets[out] = off
+                    free[j] = (off + size, sz - size)
+                    break
+            else:
+                offsets[out] = top
+                top += size
+            sizes[out] = size
+        for t in set(op.inputs):
+            if t.kind == "act" and last_use.get(t) == i and t is not graph.logits:
+                free.append((offsets[t], sizes[t]))
+        free = _coalesce(free)
+    return ActivationPlan(offsets, sizes, max(top, VIEW_ALIGN))
+
+
+def _coalesce(free):
+    free = sorted(f for f in free if f[1] > 0)
+    merged: list[tuple[int, int]] = []
+    for off, sz in free:
+        if merged and merged[-1][0] + merged[-1][1] == off:
+            merged[-1] = (merged[-1][0], merged[-1][1] + sz)
+        else:
+            merged.append((off, sz))
+    return merged
+
+
+class DeviceRuntime:
+    """One model on one device."""
+
+    def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph]):
+        self.model = model_file
+        self.cfg = model_file.config
+        self.device = device
+        self.kc = KernelCache(device)
+        self.n_ctx = n_ctx
+        self.n_ubatch = n_ubatch
+        self.graphs = graphs
+        self.upload_seconds = 0.0
+        t0 = time.perf_counter()
+        self.weights: dict[str, object] = {}
+        for g in graphs.values():
+            for name, t in g.weights.items():
+                if name not in self.weights:
+                    self.weights[name] = self._upload(name, t)
+        self.freqs = None
+        if "rope_freqs.weight" in model_file.weights:
+            self.freqs = self._upload_vector("rope_freqs.weight")
+        self.upload_seconds = time.perf_counter() - t0
+        cfg = self.cfg
+        kv_width = cfg.n_head_kv * cfg.head_dim
+        self.kv = [(Buffer(device, n_ctx * kv_width * 2), Buffer(device, n_ctx * kv_width * 2))
+                   for _ in range(cfg.n_layer)]
+        self.step = Buffer(device, STEP_WORDS * 4, host_visible=True)
+        self.step_words = self.step.array(np.uint32)
+        self.ids = Buffer(device, n_ubatch * 4, host_visible=True)
+        self.ids_words = self.ids.array(np.uint32)
+        # All-logits batches may be smaller than n_ubatch: one logits view must fit maxStorageBufferRange.
+        max_range = device.info.max_storage_buffer_range or (1 << 31)
+        self.n_ubatch_all = max(1, min(n_ubatch, max_range // (cfg.n_vocab * 4)))
+        self.logits_buf = Buffer(device, self.n_ubatch_all * cfg.n_vocab * 4, host_visible=True)
+        self.rope = rope.RopeParams.from_config(cfg, View.whole(self.freqs) if self.freqs is not None else None)
+        self.plans = {key: plan_activations(g, n_ubatch) for key, g in graphs.items()}
+        self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
+        self.recordings: dict[tuple[str, int], CommandSequence] = {}
+
+    # -- weights -------------------------------------------------------------------------------
+    def _upload(self, name: str, t: Tensor):
+        if t.rows == 1:
+            return self._upload_vector(name)
+        return upload_qweight(self.device, self.model.raw(name), self.model.tensor_type(name), t.rows, t.width)
+
+    def _upload_vector(self, name: str) -> Buffer:
+        data = np.ascontiguousarray(self.model.dequantize(name), dtype=np.float32).reshape(-1)
+        buf = Buffer(self.device, data.nbytes)
+        buf.write(data)
+        return buf
+
+    def weight_bytes(self) -> int:
+        total = 0
+        for w in self.weights.values():
+            total += sum(c.buffer.size for c in w.chunks) if isinstance(w, QWeight) else w.size
+        return total
+
+    # -- recording -----------------------------------------------------------------------------
+    def _view(self, plan: ActivationPlan, t: Tensor, n_tokens: int) -> View:
+        return View(self.arena, plan.offsets[t], plan.sizes[t])
+
+    def record(self, key: str, n_tokens: int) -> CommandSequence:
+        graph, plan = self.graphs[key], self.plans[key]
+        cfg, kc = self.cfg, self.kc
+        seq = CommandSequence(self.device, f"{key}[{n_tokens}]").begin()
+        step = View.whole(self.step)
+        act = lambda t: self._view(plan, t, n_tokens)  # noqa: E731
+        vec = lambda t: View.whole(self.weights[t.name])  # noqa: E731
+        rows_out = n_tokens
+        for op in graph.ops:
+            k = op.kind
+            if k == "embed":
+                matmul.get_rows(seq, kc, self.weights[op.inputs[0].name], View.whole(self.ids), act(op.out), n_tokens)
+            elif k == "rms_norm":
+                x = op.inputs[0]
+                weight = vec(op.inputs[1]) if len(op.inputs) > 1 else None
+                norm.rms_norm(seq, kc, act(x), act(op.out), rows_out, x.width, op.attrs["eps"], weight)
+            elif k == "head_norm":
+                x, w = op.inputs
+                n_heads = op.attrs["n_heads"]
+                norm.rms_norm(seq, kc, act(x), act(op.out), n_tokens * n_heads, x.width // n_heads,
+                              op.attrs["eps"], vec(w))
+            elif k == "matmul":
+                w, x = op.inputs[0], op.inputs[1]
+                bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
+                out = View(self.logits_buf, 0, self.logits_buf.size) if op.out is graph.logits else act(op.out)
+                matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias)
+            elif k == "rope":
+                x = op.inputs[0]
+                n_heads = op.attrs["n_heads"]
+                rope.rope(seq, kc, act(x), step, n_tokens, n_heads, x.width // n_heads, self.rope)
+            elif k == "attention":
+                q, kt, vt = op.inputs
+                kcache, vcache = self.kv[op.layer]
+                width = kt.width
+                attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width)
+                attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)
+                attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
+                                 n_tokens, cfg.n_head, cfg.n_head_kv, cfg.head_dim, self.n_ctx)
+            elif k == "swiglu":
+                gate, up = op.inputs
+                elementwise.swiglu(seq, kc, act(gate), act(up), act(op.out), rows_out * gate.width)
+            elif k == "add":
+                a, b = op.inputs
+                elementwise.add(seq, kc, act(a), act(b), act(op.out), rows_out * a.width)
+            elif k == "last_row":
+                x = op.inputs[0]
+                row = x.width * 4
+                src, dst = act(x), act(op.out)
+                seq.copy(src.buffer, dst.buffer, row, src.offset + (n_tokens - 1) * row, dst.offset)
+                rows_out = 1
+            else:
+                raise LlamavkError(f"op {k} is not supported by the runtime")
+        return seq.end()
+
+    def sequence(self, key: str, n_tokens: int) -> CommandSequence:
+        seq = self.recordings.get((key, n_tokens))
+        if seq is None:
+            seq = self.recordings[(key, n_tokens)] = self.record(key, n_tokens)
+        return seq
+
+    # -- execution -----------------------------------------------------------------------------
+    def run_batch(self, key: str, tokens, n_past: int) -> int:
+        """Evaluate up to n_ubatch tokens at positions n_past...; returns the number of logit rows."""
+        n = len(tokens)
+        if n > (self.n_ubatch_all if key == "all" else self.n_ubatch):
+            raise ValueError("batch larger than the micro-batch size")
+        if n_past + n > self.n_ctx:
+            raise LlamavkError(f"context is full ({self.n_ctx} tokens); use a larger -c")
+        seq = self.sequence(key, n)
+        self.ids_words[:n] = tokens
+        self.step_words[STEP_N_PAST] = n_past
+        self.step_words[STEP_N_TOKENS] = n
+        self.step_words[STEP_N_KV] = n_past + n
+        seq.run()
+        return n if key == "all" else 1
+
+    def logits(self, rows: int) -> np.ndarray:
+        return self.logits_buf.array(np.float32, rows * self.cfg.n_vocab).reshape(rows, self.cfg.n_vocab)
+
+    def close(self) -> None:
+        # Buffers, kernels and recordings are released with the device.
+        self.recordings.clear()
