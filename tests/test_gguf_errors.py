@@ -13,9 +13,10 @@ from llamavk.quant import tensor_nbytes
 from llamavk.synthetic import synthetic_plan, write_synthetic_model
 
 
-def write_gguf(path, arch="llama", drop=(), retype=None, reshape=None, preset_arch="llama"):
+def write_gguf(path, arch="llama", drop=(), retype=None, reshape=None, preset_arch="llama",
+               **overrides):
     """A tiny model written tensor by tensor (zeros), with some tensors dropped/retyped/reshaped."""
-    plan = synthetic_plan("tiny", "f32", preset_arch)
+    plan = synthetic_plan("tiny", "f32", preset_arch, **overrides)
     w = gguf.GGUFWriter(path, arch)
     for key, value in plan.metadata.items():
         if isinstance(value, bool):

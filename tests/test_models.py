@@ -103,3 +103,13 @@ def test_smollm2_config(smollm2_path):
     assert m.tensor_type("token_embd.weight") == T.Q8_0
     assert m.tensor_type("blk.0.attn_q.weight") == T.Q4_1
     assert len(m.weights) == 2 + 30 * 9
+
+
+@pytest.mark.parametrize("qtype", SUPPORTED_TYPES, ids=lambda t: t.name)
+def test_every_supported_type_loads_and_dequantizes(tmp_path, qtype):
+    from tests.test_gguf_errors import write_gguf
+    name = "blk.0.ffn_up.weight"  # zero bytes of `qtype` in an otherwise f32 model with 256-wide rows
+    m = load_model_file(write_gguf(tmp_path / "t.gguf", retype={name: qtype}, n_embd=256, n_ff=256))
+    assert m.tensor_type(name) == qtype
+    w = m.dequantize(name)
+    assert w.shape == (256, 256) and w.dtype == np.float32 and not w.any()
