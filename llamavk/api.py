@@ -20,8 +20,7 @@ import numpy as np
 from .default_model import default_model_path
 from .devices import open_devices, select
 from .errors import UsageError
-from .models import load_model_file
-from .models.forward import llama_like
+from .models import build_graph, load_model_file
 from .runtime import DeviceRuntime
 from .sampling import Sampler, SamplingParams
 from .tokenizer import Tokenizer
@@ -67,7 +66,7 @@ class Model:
             n_ctx = cfg.n_ctx_train if n_ctx == 0 else min(cfg.n_ctx_train, 4096)
         self.n_ctx = n_ctx
         self.n_batch = n_batch
-        graphs = {"last": llama_like(cfg), "all": llama_like(cfg, all_logits=True)}
+        graphs = {"last": build_graph(cfg), "all": build_graph(cfg, all_logits=True)}
         try:
             self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs)
         except BaseException:

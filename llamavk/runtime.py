@@ -43,10 +43,13 @@ def plan_activations(graph: Graph, n_tokens: int) -> ActivationPlan:
                 last_use[t] = i
     free: list[tuple[int, int]] = []          # (offset, size)
     offsets, sizes, top = {}, {}, 0
+    rows = n_tokens
     for i, op in enumerate(graph.ops):
         out = op.out
-        if out is not None and out not in offsets:
-            size = _align(n_tokens * out.width * 4)
+        if op.kind == "last_row":
+            rows = 1                              # everything after it is one token's row
+        if out is not None and out not in offsets and out is not graph.logits:   # logits: own buffer
+            size = _align(rows * out.width * 4)
             for j, (off, sz) in enumerate(free):
                 if sz >= size:
                     offsets[out] = off

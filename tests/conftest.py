@@ -41,3 +41,22 @@ def botchan_text() -> str:
     if not p.is_file():
         pytest.skip(f"botchan.txt not found at {p} (set LLAMAVK_BOTCHAN)")
     return p.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
+
+
+@pytest.fixture(scope="session")
+def synthetic_model(tmp_path_factory):
+    """Factory: path of a tiny synthetic GGUF (written once per (arch, type, seed) per session)."""
+    from llamavk.synthetic import write_synthetic_model
+
+    root = tmp_path_factory.mktemp("synthetic")
+    cache: dict = {}
+
+    def make(arch: str = "llama", qtype: str = "q4_0", seed: int = 1, **overrides) -> Path:
+        key = (arch, qtype, seed, tuple(sorted(overrides.items())))
+        if key not in cache:
+            path = root / f"{arch}-{qtype}-{seed}-{len(cache)}.gguf"
+            write_synthetic_model(path, "tiny", qtype, arch, seed=seed, **overrides)
+            cache[key] = path
+        return cache[key]
+
+    return make

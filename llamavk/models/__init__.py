@@ -1,7 +1,8 @@
 """Architecture registry and the model loader.
 
-Each architecture is a small module with `ARCH`, `config(metadata) -> ModelConfig` and
-`weight_specs(config) -> list[WeightSpec]`. `load_model_file` opens a GGUF, picks the module by
+Each architecture is a small module with `ARCH`, `config(metadata) -> ModelConfig`,
+`weight_specs(config) -> list[WeightSpec]` and `build_graph(config, all_logits) -> Graph` (the forward
+pass as ops, see graph.py). `load_model_file` opens a GGUF, picks the module by
 `general.architecture` and checks every tensor (present, supported type, expected shape).
 """
 
@@ -20,7 +21,7 @@ from .base import ModelConfig, ModelFile, RopeScaling, WeightSpec
 ARCHITECTURES: dict[str, ModuleType] = {m.ARCH: m for m in (llama, qwen2, qwen3)}
 
 __all__ = ["ARCHITECTURES", "ModelConfig", "ModelFile", "RopeScaling", "WeightSpec",
-           "arch_module", "config_from_metadata", "load_model_file"]
+           "arch_module", "build_graph", "config_from_metadata", "load_model_file"]
 
 
 def arch_module(arch: str | None) -> ModuleType:
@@ -61,3 +62,8 @@ def load_model_file(path: str | Path) -> ModelFile:
                                f"multiple of the {info.name} block size {info.block_size}")
         weights[spec.name] = spec
     return ModelFile(g.path, g, cfg, weights)
+
+
+def build_graph(cfg: ModelConfig, all_logits: bool = False):
+    """The forward graph of the model's architecture (logits of the last token, or of every token)."""
+    return arch_module(cfg.arch).build_graph(cfg, all_logits)

@@ -48,4 +48,5 @@ def llama_like(cfg, all_logits: bool = False) -> Graph:
         x = g.last_row(x)
     x = g.rms_norm(x, vec("output_norm.weight", E, "output_norm"), cfg.rms_eps)
     out_name = "token_embd.weight" if cfg.tied_output else "output.weight"
-    return g.output(g.matmul(w(out_name, V, E, "token_embd" if cfg.tied_output else "output"), x))
+    g.output(g.matmul(w(out_name, V, E, "token_embd" if cfg.tied_output else "output"), x))
+    return g

@@ -5,7 +5,9 @@ that this ordering is right; the weights are used as stored. Optional `rope_freq
 Llama-3.1 frequency scaling.
 """
 
+from ..graph import Graph
 from .base import ModelConfig, WeightSpec, common_config, llama_like_specs
+from .forward import llama_like
 
 ARCH = "llama"
 
@@ -16,3 +18,7 @@ def config(meta: dict) -> ModelConfig:
 
 def weight_specs(cfg: ModelConfig) -> list[WeightSpec]:
     return llama_like_specs(cfg)
+
+
+def build_graph(cfg: ModelConfig, all_logits: bool = False) -> Graph:
+    return llama_like(cfg, all_logits)

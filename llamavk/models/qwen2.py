@@ -1,6 +1,8 @@
 """qwen2: Qwen2 / Qwen2.5. Llama layout plus Q/K/V biases; NEOX RoPE (pairs (i, i + rope_dim/2))."""
 
+from ..graph import Graph
 from .base import ModelConfig, WeightSpec, common_config, llama_like_specs
+from .forward import llama_like
 
 ARCH = "qwen2"
 
@@ -11,3 +13,7 @@ def config(meta: dict) -> ModelConfig:
 
 def weight_specs(cfg: ModelConfig) -> list[WeightSpec]:
     return llama_like_specs(cfg)
+
+
+def build_graph(cfg: ModelConfig, all_logits: bool = False) -> Graph:
+    return llama_like(cfg, all_logits)

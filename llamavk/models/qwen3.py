@@ -2,7 +2,9 @@
 attn_k_norm, shape (head_dim,)) applied before RoPE; NEOX RoPE; head_dim from
 `qwen3.attention.key_length` (it need not equal n_embd / n_head)."""
 
+from ..graph import Graph
 from .base import ModelConfig, WeightSpec, common_config, llama_like_specs
+from .forward import llama_like
 
 ARCH = "qwen3"
 
@@ -13,3 +15,7 @@ def config(meta: dict) -> ModelConfig:
 
 def weight_specs(cfg: ModelConfig) -> list[WeightSpec]:
     return llama_like_specs(cfg)
+
+
+def build_graph(cfg: ModelConfig, all_logits: bool = False) -> Graph:
+    return llama_like(cfg, all_logits)
