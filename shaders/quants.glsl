@@ -1,0 +1,239 @@
+// Weight types in their GGUF layout, and dequantization to f32.
+//
+// Select one type with a define: QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q4_1,
+// QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K.
+// Include after common.glsl. The weight buffer (one chunk of rows, rows contiguous) is declared here on
+// binding W_BINDING (default 0), aliased as 8/16/32-bit words so each type reads its blocks with the
+// widest loads its block alignment allows (every block size is even; 4-byte multiples use uint32).
+//
+// Interface (the same for every type):
+//   QK                       elements per block (1 for the float types)
+//   QFLOAT                   defined for F32/F16/BF16: cols is any count, units may be partial
+//   void dequant_unit(uint row, uint u, uint cols, out vec4 w[8])
+//       elements [32u, 32u+32) of chunk-local row `row` (a row has `cols` elements); w[i] holds
+//       elements 32u+4i .. 32u+4i+3. Float types return 0 past the end of the row.
+// Block layouts (bytes) follow gguf/quants.py (ggml-common.h):
+//   Q8_0 34: d f16, q int8[32]                      x = d*q
+//   Q4_0 18: d, qs[16]   elem j: lo nibble of qs[j], elem j+16: hi nibble      x = d*(q-8)
+//   Q4_1 20: d, m, qs[16]                           x = d*q + m
+//   Q5_0 22: d, qh u32, qs[16]  bit 4 of elem j = bit j of qh                  x = d*(q-16)
+//   Q5_1 24: d, m, qh u32, qs[16]                   x = d*q + m
+//   Q2_K 84: scales[16] (lo: scale, hi: min), qs[64], d, dmin; elem e = 32s+l: 2 bits at
+//            qs[32*(s/4)+l] >> 2*(s%4); group e/16              x = d*sc*q - dmin*mn
+//   Q3_K 110: hmask[32], qs[64], scales[12] (16 x 6 bit, -32), d; low 2 bits as Q2_K, bit 2 =
+//            hmask[l] >> s; q = low + 4*hbit - 4                 x = d*sc*q
+//   Q4_K 144: d, dmin, scales[12] (8 x 6-bit scale + 8 x 6-bit min), qs[128]; elem 32s+l =
+//            qs[32*(s/2)+l] >> 4*(s%2)                           x = d*sc[s]*q - dmin*mn[s]
+//   Q5_K 176: d, dmin, scales[12], qh[32], qs[128]; bit 4 = qh[l] >> s
+//   Q6_K 210: ql[128], qh[64], scales int8[16], d; elem 128h + 32j + l: low 4 bits =
+//            ql[64h + 32(j%2) + l] >> 4*(j/2), high 2 bits = qh[32h + l] >> 2j; q - 32, group e/16
+
+#ifndef W_BINDING
+#define W_BINDING 0
+#endif
+
+layout(std430, binding = W_BINDING) readonly buffer WeightU8 { uint8_t wu8[]; };
+layout(std430, binding = W_BINDING) readonly buffer WeightU16 { uint16_t wu16[]; };
+layout(std430, binding = W_BINDING) readonly buffer WeightU32 { uint wu32[]; };
+layout(std430, binding = W_BINDING) readonly buffer WeightF16 { float16_t wf16[]; };
+layout(std430, binding = W_BINDING) readonly buffer WeightF32 { float wf32[]; };
+
+float half_bits(uint h) { return unpackHalf2x16(h).x; }
+// Two 16-bit words (little endian) as one 32-bit word.
+uint u32_at16(uint i) { return uint(wu16[i]) | (uint(wu16[i + 1]) << 16); }
+// The four bytes of a word as floats (byte 0 first).
+vec4 bytes4(uint q) { return vec4(unpack8(q)); }
+vec4 sbytes4(uint q) { return vec4(unpack8(int(q))); }
+// Bits 0..3 of h spread to bit 0 of bytes 0..3.
+uint spread4(uint h) { return ((h & 0xFu) * 0x00204081u) & 0x01010101u; }
+
+#if defined(QTYPE_F32) || defined(QTYPE_F16) || defined(QTYPE_BF16)
+#define QFLOAT 1
+#define QK 1
+
+float wfloat(uint i) {
+#if defined(QTYPE_F32)
+    return wf32[i];
+#elif defined(QTYPE_F16)
+    return float(wf16[i]);
+#else
+    return uintBitsToFloat(uint(wu16[i]) << 16);
+#endif
+}
+
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint c0 = 32 * u;
+    uint base = row * cols + c0;
+    if (c0 + 32 <= cols) {
+        [[unroll]] for (uint i = 0; i < 8; ++i)
+            w[i] = vec4(wfloat(base + 4 * i), wfloat(base + 4 * i + 1), wfloat(base + 4 * i + 2), wfloat(base + 4 * i + 3));
+    } else {
+        [[unroll]] for (uint i = 0; i < 8; ++i) {
+            [[unroll]] for (uint j = 0; j < 4; ++j) {
+                uint c = 4 * i + j;
+                w[i][j] = c0 + c < cols ? wfloat(base + c) : 0.0;
+            }
+        }
+    }
+}
+
+#elif defined(QTYPE_Q8_0)
+#define QK 32
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint b = (row * (cols / QK) + u) * 17;  // 34 bytes = 17 words of 16 bits
+    float d = half_bits(wu16[b]);
+    [[unroll]] for (uint i = 0; i < 8; ++i) w[i] = d * sbytes4(u32_at16(b + 1 + 2 * i));
+}
+
+#elif defined(QTYPE_Q4_0)
+#define QK 32
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint b = (row * (cols / QK) + u) * 9;  // 18 bytes
+    float d = half_bits(wu16[b]);
+    [[unroll]] for (uint i = 0; i < 4; ++i) {
+        uint q = u32_at16(b + 1 + 2 * i);
+        w[i] = d * (bytes4(q & 0x0F0F0F0Fu) - 8.0);
+        w[i + 4] = d * (bytes4((q >> 4) & 0x0F0F0F0Fu) - 8.0);
+    }
+}
+
+#elif defined(QTYPE_Q4_1)
+#define QK 32
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint b = (row * (cols / QK) + u) * 5;  // 20 bytes = 5 words of 32 bits
+    vec2 dm = unpackHalf2x16(wu32[b]);
+    [[unroll]] for (uint i = 0; i < 4; ++i) {
+        uint q = wu32[b + 1 + i];
+        w[i] = dm.x * bytes4(q & 0x0F0F0F0Fu) + dm.y;
+        w[i + 4] = dm.x * bytes4((q >> 4) & 0x0F0F0F0Fu) + dm.y;
+    }
+}
+
+#elif defined(QTYPE_Q5_0)
+#define QK 32
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint b = (row * (cols / QK) + u) * 11;  // 22 bytes
+    float d = half_bits(wu16[b]);
+    uint qh = u32_at16(b + 1);
+    [[unroll]] for (uint i = 0; i < 4; ++i) {
+        uint q = u32_at16(b + 3 + 2 * i);
+        uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
+        uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
+        w[i] = d * (bytes4(lo) - 16.0);
+        w[i + 4] = d * (bytes4(hi) - 16.0);
+    }
+}
+
+#elif defined(QTYPE_Q5_1)
+#define QK 32
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint b = (row * (cols / QK) + u) * 6;  // 24 bytes = 6 words of 32 bits
+    vec2 dm = unpackHalf2x16(wu32[b]);
+    uint qh = wu32[b + 1];
+    [[unroll]] for (uint i = 0; i < 4; ++i) {
+        uint q = wu32[b + 2 + i];
+        uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
+        uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
+        w[i] = dm.x * bytes4(lo) + dm.y;
+        w[i + 4] = dm.x * bytes4(hi) + dm.y;
+    }
+}
+
+#elif defined(QTYPE_Q2_K)
+#define QK 256
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint ib = row * (cols / QK) + u / 8, s = u % 8;
+    uint b = ib * 21;  // 84 bytes = 21 words of 32 bits
+    vec2 dm = unpackHalf2x16(wu32[b + 20]);
+    uint sc = wu32[b + s / 2] >> (16 * (s % 2));   // scale bytes 2s, 2s+1
+    vec2 dl = dm.x * vec2(sc & 0xFu, (sc >> 8) & 0xFu);
+    vec2 ml = dm.y * vec2((sc >> 4) & 0xFu, (sc >> 12) & 0xFu);
+    uint qb = b + 4 + (s / 4) * 8;
+    uint shift = 2 * (s % 4);
+    [[unroll]] for (uint i = 0; i < 8; ++i) {
+        vec4 q = bytes4((wu32[qb + i] >> shift) & 0x03030303u);
+        w[i] = i < 4 ? dl.x * q - ml.x : dl.y * q - ml.y;
+    }
+}
+
+#elif defined(QTYPE_Q3_K)
+#define QK 256
+int q3k_scale(uint b8, uint i) {
+    uint lo = (uint(wu8[b8 + 96 + i % 8]) >> (4 * (i / 8))) & 0xFu;
+    uint hi = (uint(wu8[b8 + 104 + i % 4]) >> (2 * (i / 4))) & 0x3u;
+    return int(lo | (hi << 4)) - 32;
+}
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint ib = row * (cols / QK) + u / 8, s = u % 8;
+    uint b = ib * 55;  // 110 bytes = 55 words of 16 bits
+    float d = half_bits(wu16[b + 54]);
+    vec2 dl = d * vec2(q3k_scale(2 * b, 2 * s), q3k_scale(2 * b, 2 * s + 1));
+    uint qb = b + 16 + (s / 4) * 16;
+    uint shift = 2 * (s % 4);
+    [[unroll]] for (uint i = 0; i < 8; ++i) {
+        uint low = (u32_at16(qb + 2 * i) >> shift) & 0x03030303u;
+        uint hb = (u32_at16(b + 2 * i) >> s) & 0x01010101u;
+        vec4 q = bytes4(low | (hb << 2)) - 4.0;
+        w[i] = (i < 4 ? dl.x : dl.y) * q;
+    }
+}
+
+#elif defined(QTYPE_Q4_K) || defined(QTYPE_Q5_K)
+#define QK 256
+// 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes at byte offset b8 + 4.
+vec2 k_scale_min(uint b8, uint j) {
+    uint s8 = b8 + 4;
+    uint sc, mn;
+    if (j < 4) {
+        sc = uint(wu8[s8 + j]) & 63u;
+        mn = uint(wu8[s8 + j + 4]) & 63u;
+    } else {
+        uint md = uint(wu8[s8 + j + 4]);
+        sc = (md & 0xFu) | ((uint(wu8[s8 + j - 4]) >> 6) << 4);
+        mn = (md >> 4) | ((uint(wu8[s8 + j]) >> 6) << 4);
+    }
+    return vec2(sc, mn);
+}
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint ib = row * (cols / QK) + u / 8, s = u % 8;
+#if defined(QTYPE_Q4_K)
+    uint b = ib * 36;  // 144 bytes
+    uint qb = b + 4 + (s / 2) * 8;
+#else
+    uint b = ib * 44;  // 176 bytes
+    uint qb = b + 12 + (s / 2) * 8;
+#endif
+    vec2 dm = unpackHalf2x16(wu32[b]);
+    vec2 smn = k_scale_min(4 * b, s);
+    float dl = dm.x * smn.x, ml = dm.y * smn.y;
+    uint shift = 4 * (s % 2);
+    [[unroll]] for (uint i = 0; i < 8; ++i) {
+        uint q = (wu32[qb + i] >> shift) & 0x0F0F0F0Fu;
+#if defined(QTYPE_Q5_K)
+        q |= ((wu32[b + 4 + i] >> s) & 0x01010101u) << 4;
+#endif
+        w[i] = dl * bytes4(q) - ml;
+    }
+}
+
+#elif defined(QTYPE_Q6_K)
+#define QK 256
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    uint ib = row * (cols / QK) + u / 8, s = u % 8;
+    uint b = ib * 105;  // 210 bytes = 105 words of 16 bits
+    uint h = s / 4, j = s % 4;
+    float d = half_bits(wu16[b + 104]);
+    uint b8 = 2 * b + 192 + 2 * s;  // int8 scales of groups 2s, 2s+1
+    vec2 dl = d * vec2(int(int8_t(wu8[b8])), int(int8_t(wu8[b8 + 1])));
+    uint lb = b + 32 * h + 16 * (j % 2);
+    uint hb = b + 64 + 16 * h;
+    uint lshift = 4 * (j / 2), hshift = 2 * j;
+    [[unroll]] for (uint i = 0; i < 8; ++i) {
+        uint q = ((u32_at16(lb + 2 * i) >> lshift) & 0x0F0F0F0Fu) | (((u32_at16(hb + 2 * i) >> hshift) & 0x03030303u) << 4);
+        w[i] = (i < 4 ? dl.x : dl.y) * (bytes4(q) - 32.0);
+    }
+}
+
+#else
+#error "quants.glsl: define one QTYPE_*"
+#endif

@@ -1,0 +1,164 @@
+"""Quantized matrix kernels (llamavk/kernels/matmul.py) on a real Vulkan device against numpy.
+
+Weights come from gguf.quants.quantize where gguf can quantize the type, else random valid blocks
+(random bytes with the f16 scale fields set to sane values); the reference is always
+gguf.quants.dequantize in float64. Outputs are poisoned with NaN first: every element must be written.
+"""
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+
+from llamavk.kernels import KernelCache, View, upload_qweight
+from llamavk.kernels.matmul import MATVEC_MAX_TOKENS, get_rows, matmul
+from llamavk.quant import quant_info
+from llamavk.vk import Buffer, CommandSequence
+
+from .vk_fixtures import open_device
+
+QUANTIZABLE = {T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1}
+# Byte offsets of the f16 scale fields of the K-quant blocks (random bytes elsewhere are valid).
+F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+ALL_TYPES = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
+             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+
+
+@pytest.fixture(scope="module")
+def dev():
+    d = open_device()
+    yield d
+    d.close()
+
+
+@pytest.fixture(scope="module")
+def kc(dev):
+    return KernelCache(dev)
+
+
+def make_weight(qtype, rows, cols, seed):
+    """(raw blocks as uint8 [rows][row_bytes], dequantized float64 [rows][cols])."""
+    rng = np.random.default_rng(seed)
+    info = quant_info(qtype)
+    if qtype in QUANTIZABLE:
+        w = rng.standard_normal((rows, cols)).astype(np.float32)
+        raw = np.ascontiguousarray(quants.quantize(w, qtype)).view(np.uint8).reshape(rows, -1)
+    else:
+        nb = cols // info.block_size
+        raw = rng.integers(0, 256, (rows, nb, info.type_size), dtype=np.uint8)
+        for off in F16_FIELDS[qtype]:
+            scale = rng.uniform(0.5, 1.5, (rows, nb)).astype(np.float16) / np.float16(64)
+            raw[:, :, off:off + 2] = scale.view(np.uint8).reshape(rows, nb, 2)
+        raw = raw.reshape(rows, -1)
+    assert raw.shape == (rows, info.row_bytes(cols))
+    ref = np.asarray(quants.dequantize(raw, qtype), dtype=np.float64).reshape(rows, cols)
+    assert np.isfinite(ref).all()
+    return raw, ref
+
+
+def small_cols(qtype):
+    bs = quant_info(qtype).block_size
+    return 100 if bs == 1 else 3 * bs if bs == 32 else bs
+
+
+def big_cols(qtype):
+    bs = quant_info(qtype).block_size
+    return 333 if bs == 1 else 24 * bs if bs == 32 else 3 * bs
+
+
+def tol(qtype):
+    return 1e-4 if qtype == T.F32 else 1e-3
+
+
+def host_f32(dev, n, poison=True):
+    buf = Buffer(dev, 4 * n, host_visible=True)
+    if poison:
+        buf.array(np.float32)[:] = np.nan
+    return buf
+
+
+def run_matmul(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, with_bias=False):
+    raw, wref = make_weight(qtype, rows, cols, seed)
+    rng = np.random.default_rng(seed + 1)
+    x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
+    w = upload_qweight(dev, raw, qtype, rows, cols, max_chunk_bytes=max_chunk_bytes)
+    X = Buffer(dev, x.nbytes)
+    X.write(x)
+    Y = host_f32(dev, n_tokens * rows)
+    bias = None
+    ref = x.astype(np.float64) @ wref.T
+    if with_bias:
+        b = rng.standard_normal(rows).astype(np.float32)
+        B = Buffer(dev, b.nbytes)
+        B.write(b)
+        bias = View.whole(B)
+        ref = ref + b
+    seq = CommandSequence(dev).begin()
+    matmul(seq, kc, w, View.whole(X), View.whole(Y), n_tokens, bias=bias)
+    seq.end().run()
+    out = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows).astype(np.float64)
+    assert np.isfinite(out).all(), "some outputs were not written"
+    err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert err < tol(qtype), f"{qtype.name} {rows}x{cols} n_tokens={n_tokens}: relative error {err:.2e}"
+    return w
+
+
+# Every type through both kernels; shapes not multiples of the tiles (rows 1/37/300), several blocks.
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_matvec(dev, kc, qtype):
+    run_matmul(dev, kc, qtype, 37, small_cols(qtype), 1, seed=1)
+    run_matmul(dev, kc, qtype, 300, big_cols(qtype), 5, seed=2)
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_matmul_tiled(dev, kc, qtype):
+    run_matmul(dev, kc, qtype, 37, big_cols(qtype), 17, seed=3)
+    run_matmul(dev, kc, qtype, 300, small_cols(qtype), 130, seed=4)
+
+
+@pytest.mark.parametrize("qtype,n_tokens", [(T.Q4_0, 2), (T.Q6_K, 64), (T.F16, 8), (T.Q4_K, 9)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_single_row_and_thresholds(dev, kc, qtype, n_tokens):
+    run_matmul(dev, kc, qtype, 1, big_cols(qtype), n_tokens, seed=5)
+    run_matmul(dev, kc, qtype, 65, small_cols(qtype), n_tokens, seed=6)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q5_K, T.BF16], ids=lambda t: t.name)
+@pytest.mark.parametrize("n_tokens", [3, 70])
+def test_chunked_with_bias(dev, kc, qtype, n_tokens):
+    cols = small_cols(qtype)
+    # about 7 rows per chunk: 300 rows in 43 buffers, 37 rows in 6
+    max_chunk = 7 * quant_info(qtype).row_bytes(cols)
+    for rows in (37, 300):
+        w = run_matmul(dev, kc, qtype, rows, cols, n_tokens, seed=rows + n_tokens, max_chunk_bytes=max_chunk,
+                       with_bias=True)
+        assert len(w.chunks) > 1
+
+
+@pytest.mark.parametrize("qtype", [T.F32, T.Q8_0], ids=lambda t: t.name)
+def test_bias_unchunked(dev, kc, qtype):
+    run_matmul(dev, kc, qtype, 37, small_cols(qtype), 1, seed=7, with_bias=True)
+    run_matmul(dev, kc, qtype, 37, small_cols(qtype), 20, seed=8, with_bias=True)
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_get_rows_chunked(dev, kc, qtype):
+    rows, cols = 37, small_cols(qtype)
+    raw, wref = make_weight(qtype, rows, cols, seed=9)
+    w = upload_qweight(dev, raw, qtype, rows, cols, max_chunk_bytes=5 * quant_info(qtype).row_bytes(cols))
+    assert len(w.chunks) == 8
+    ids = np.array([0, 36, 5, 6, 17, 17, 30, 1, 35, 12, 4], dtype=np.uint32)  # every chunk, repeats
+    n = len(ids)
+    I = Buffer(dev, ids.nbytes)
+    I.write(ids)
+    out = host_f32(dev, n * cols)
+    seq = CommandSequence(dev).begin()
+    get_rows(seq, kc, w, View.whole(I), View.whole(out), n)
+    seq.end().run()
+    got = out.array(np.float32, n * cols).reshape(n, cols)
+    # f32 dequantization; the GPU may fuse multiply-adds, so allow a rounding difference
+    np.testing.assert_allclose(got, wref[ids], rtol=1e-6, atol=1e-6 * np.abs(wref).max())
+
+
+def test_matvec_threshold_is_documented():
+    assert 4 <= MATVEC_MAX_TOKENS <= 16
