@@ -22,6 +22,7 @@ test-data: $(VENV)/.installed
 
 demo: vulkan-runtime $(VENV)/.installed
 	$(VENV)/bin/llamavk list-devices
+	$(VENV)/bin/llamavk run -p "The capital of France is" -n 32 --temp 0
 
 test: vulkan-runtime $(VENV)/.installed test-data
 	$(VENV)/bin/python -m pytest -q

@@ -1,0 +1,58 @@
+"""`llamavk run`: output, timings, errors, exit codes."""
+
+import subprocess
+import sys
+
+
+def run(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "llamavk", "run", *args], capture_output=True, text=True,
+                          timeout=600, **kw)
+
+
+def test_greedy_completion_on_smollm2(smollm2_path):
+    r = run("-m", str(smollm2_path), "-p", "The capital of France is", "-n", "5", "--temp", "0", "-c", "128")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "The capital of France is Paris.\n\nThe\n"
+    for label in ("load time", "prompt eval time", "eval time", "total time"):
+        assert label in r.stderr
+    assert "/     5 tokens" in r.stderr and "/     4 runs" in r.stderr
+
+
+def test_same_seed_same_text(synthetic_model):
+    path = str(synthetic_model("llama", "q4_0"))
+    a = run("-m", path, "-p", "hello", "-n", "12", "-s", "7", "-c", "64")
+    b = run("-m", path, "-p", "hello", "-n", "12", "-s", "7", "-c", "64")
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout and len(a.stdout) > len("hello")
+
+
+def test_prompt_from_file(tmp_path, synthetic_model):
+    f = tmp_path / "prompt.txt"
+    f.write_text("hello world")
+    r = run("-m", str(synthetic_model("llama", "q4_0")), "-f", str(f), "-n", "2", "--temp", "0", "-c", "64")
+    assert r.returncode == 0 and r.stdout.startswith("hello world")
+
+
+def one_line_error(r, code):
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith("warning:")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+
+
+def test_missing_model_file(tmp_path):
+    one_line_error(run("-m", str(tmp_path / "nope.gguf"), "-p", "x"), 1)
+
+
+def test_not_a_gguf(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"this is not a gguf file at all" * 10)
+    one_line_error(run("-m", str(bad), "-p", "x"), 1)
+
+
+def test_prompt_and_file_together_is_usage_error(tmp_path, synthetic_model):
+    one_line_error(run("-m", str(synthetic_model("llama", "q4_0")), "-p", "x", "-f", str(tmp_path / "p")), 2)
+
+
+def test_unknown_device_is_usage_error(synthetic_model):
+    one_line_error(run("-m", str(synthetic_model("llama", "q4_0")), "-p", "x", "-dev", "Vulkan9"), 2)
