@@ -45,7 +45,7 @@ class Model:
 
     def __init__(self, path: str | Path | None = None, *, devices: str | list[str] | None = None,
                  main_gpu: int = 0, n_ctx: int | None = None, n_batch: int = 2048, n_ubatch: int = 512,
-                 verbose: bool = False, warn=None):
+                 verbose: bool = False, warn=None, profile: bool = False):
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
@@ -68,7 +68,7 @@ class Model:
         self.n_batch = n_batch
         graphs = {"last": build_graph(cfg), "all": build_graph(cfg, all_logits=True)}
         try:
-            self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs)
+            self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs, profile=profile)
         except BaseException:
             self.close()
             raise

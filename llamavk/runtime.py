@@ -80,8 +80,10 @@ def _coalesce(free):
 class DeviceRuntime:
     """One model on one device."""
 
-    def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph]):
+    def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph],
+                 profile: bool = False):
         self.model = model_file
+        self.profile = profile
         self.cfg = model_file.config
         self.device = device
         self.kc = KernelCache(device)
@@ -115,6 +117,7 @@ class DeviceRuntime:
         self.plans = {key: plan_activations(g, n_ubatch) for key, g in graphs.items()}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
         self.recordings: dict[tuple[str, int], CommandSequence] = {}
+        self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
 
     # -- weights -------------------------------------------------------------------------------
     def _upload(self, name: str, t: Tensor):
@@ -141,7 +144,7 @@ class DeviceRuntime:
     def record(self, key: str, n_tokens: int) -> CommandSequence:
         graph, plan = self.graphs[key], self.plans[key]
         cfg, kc = self.cfg, self.kc
-        seq = CommandSequence(self.device, f"{key}[{n_tokens}]").begin()
+        seq = CommandSequence(self.device, f"{key}[{n_tokens}]", profile=self.profile).begin()
         step = View.whole(self.step)
         act = lambda t: self._view(plan, t, n_tokens)  # noqa: E731
         vec = lambda t: View.whole(self.weights[t.name])  # noqa: E731
@@ -206,12 +209,15 @@ class DeviceRuntime:
             raise ValueError("batch larger than the micro-batch size")
         if n_past + n > self.n_ctx:
             raise LlamavkError(f"context is full ({self.n_ctx} tokens); use a larger -c")
+        t0 = time.perf_counter()
         seq = self.sequence(key, n)
         self.ids_words[:n] = tokens
         self.step_words[STEP_N_PAST] = n_past
         self.step_words[STEP_N_TOKENS] = n
         self.step_words[STEP_N_KV] = n_past + n
-        seq.run()
+        value = seq.submit()
+        self.host_seconds += time.perf_counter() - t0
+        self.device.timeline.wait(value)
         return n if key == "all" else 1
 
     def logits(self, rows: int) -> np.ndarray:

@@ -59,6 +59,7 @@ class DeviceInfo:
     max_workgroup_invocations: int = 0
     max_storage_buffer_range: int = 0
     max_push_constants: int = 0
+    timestamp_period: float = 0.0   # ns per timestamp tick (0: no compute timestamps)
     timeline_semaphore: bool = False
     buffer_device_address: bool = False
     memory_model: bool = False
@@ -153,6 +154,7 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
         max_workgroup_invocations=limits.maxComputeWorkGroupInvocations,
         max_storage_buffer_range=limits.maxStorageBufferRange,
         max_push_constants=limits.maxPushConstantsSize,
+        timestamp_period=float(limits.timestampPeriod) if limits.timestampComputeAndGraphics else 0.0,
         timeline_semaphore=bool(f12.timelineSemaphore),
         buffer_device_address=bool(f12.bufferDeviceAddress),
         memory_model=bool(f12.vulkanMemoryModel),

@@ -37,9 +37,11 @@ _STAGES = (vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSF
 class CommandSequence:
     """A primary command buffer recorded once and submitted any number of times."""
 
-    def __init__(self, device, name: str = "sequence"):
+    def __init__(self, device, name: str = "sequence", profile: bool = False):
         self.device = device
         self.name = name
+        # profile: a GPU timestamp after every dispatch, for per-kernel timings (profile_results()).
+        self.profiler = _Profiler(device) if profile and device.info.timestamp_period else None
         alloc = vk.VkCommandBufferAllocateInfo(commandPool=device.command_pool,
                                                level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1)
         self.cmd = vk.vkAllocateCommandBuffers(device.handle, alloc)[0]
@@ -63,6 +65,8 @@ class CommandSequence:
         self._written, self._read = [], []
         self.n_dispatches = self.n_barriers = 0
         self.recording = True
+        if self.profiler:
+            self.profiler.begin(self.cmd)
         return self
 
     def _depend(self, reads, writes) -> None:
@@ -105,6 +109,8 @@ class CommandSequence:
             if gx and gy and gz:
                 lib.vkCmdDispatch(self.cmd, gx, gy, gz)
         self.n_dispatches += 1
+        if self.profiler:
+            self.profiler.mark(self.cmd, kernel.name)
 
     def copy(self, src, dst, size: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         self._depend([(src, src_offset, size)], [(dst, dst_offset, size)])
@@ -142,7 +148,15 @@ class CommandSequence:
         """Submit and wait for completion."""
         self.device.timeline.wait(self.submit())
 
+    def profile_results(self) -> list[tuple[str, float]]:
+        """(kernel name, microseconds) per dispatch of the last completed run: the time from the
+        previous timestamp to this dispatch's completion (exact when dispatches are serialized)."""
+        return self.profiler.results() if self.profiler else []
+
     def close(self) -> None:
+        if self.profiler:
+            self.profiler.close()
+            self.profiler = None
         if self.cmd is not None and self.device.handle is not None:
             lib.vkFreeCommandBuffers(self.device.handle, self.device.command_pool, 1,
                                      ffi.new("VkCommandBuffer[1]", [self.cmd]))
@@ -175,3 +189,39 @@ class _SubmitInfo:
         self.signal_values[0] = own_value
         for i, (_, v) in enumerate(signals):
             self.signal_values[i + 1] = v
+
+
+class _Profiler:
+    MAX = 8192
+
+    def __init__(self, device):
+        self.device = device
+        info = new_struct("VkQueryPoolCreateInfo", vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                          queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=self.MAX)
+        out = ffi.new("VkQueryPool*")
+        check(lib.vkCreateQueryPool(device.handle, info, ffi.NULL, out), "vkCreateQueryPool")
+        self.pool = out[0]
+        self.names: list[str] = []
+
+    def begin(self, cmd) -> None:
+        self.names = []
+        lib.vkCmdResetQueryPool(cmd, self.pool, 0, self.MAX)
+        lib.vkCmdWriteTimestamp(cmd, vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, self.pool, 0)
+
+    def mark(self, cmd, name: str) -> None:
+        if len(self.names) + 1 < self.MAX:
+            self.names.append(name)
+            lib.vkCmdWriteTimestamp(cmd, vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, self.pool, len(self.names))
+
+    def results(self) -> list[tuple[str, float]]:
+        n = len(self.names) + 1
+        data = ffi.new("uint64_t[]", n)
+        check(lib.vkGetQueryPoolResults(self.device.handle, self.pool, 0, n, n * 8, data, 8,
+                                        vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT),
+              "vkGetQueryPoolResults")
+        period = self.device.info.timestamp_period / 1000.0
+        return [(name, (data[i + 1] - data[i]) * period) for i, name in enumerate(self.names)]
+
+    def close(self) -> None:
+        if self.device.handle is not None:
+            vk.vkDestroyQueryPool(self.device.handle, self.pool, None)

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""pp/tg throughput of one model on one device, with an optional per-kernel GPU profile.
+
+    python3 examples/bench_engine.py -m model.gguf [-p 512] [-n 128] [-r 3] [-d 0] [--profile]
+"""
+
+import argparse
+import collections
+import sys
+
+import numpy as np
+
+import llamavk
+from llamavk.benchmark import time_decode, time_prompt
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("-p", type=int, default=512)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("-d", type=int, default=0)
+    ap.add_argument("-dev", default=None)
+    ap.add_argument("--profile", action="store_true")
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    with llamavk.load(a.model, devices=a.dev, n_ctx=max(a.p, a.d + a.n) + 16, n_ubatch=a.p,
+                      profile=a.profile) as m:
+        rt = m.runtime
+        print(f"{a.model}: {rt.device.info.name}, weights {rt.weight_bytes() / 1e9:.2f} GB, "
+              f"load {m.timings.load_ms / 1e3:.1f} s (upload {rt.upload_seconds:.1f} s)", flush=True)
+        time_prompt(m, a.p, rng)                      # warm-up: records both step shapes
+        time_decode(m, 4, rng)
+        pp = [a.p / time_prompt(m, a.p, rng, a.d) for _ in range(a.r)]
+        tg, host = [], []
+        for _ in range(a.r):
+            wall, h = time_decode(m, a.n, rng, a.d)
+            tg.append(a.n / wall)
+            host.append(h / a.n * 1e6)
+        bw = rt.weight_bytes() * np.mean(tg) / 1e12
+        print(f"pp{a.p}{' @ d%d' % a.d if a.d else ''}: {np.mean(pp):9.1f} ± {np.std(pp, ddof=1):.1f} t/s")
+        print(f"tg{a.n}{' @ d%d' % a.d if a.d else ''}: {np.mean(tg):9.1f} ± {np.std(tg, ddof=1):.1f} t/s   "
+              f"(weights streamed at {bw:.2f} TB/s; host Python {np.mean(host):.0f} us/token)")
+        if a.profile:
+            for key in (("last", 1), ("last", a.p)):
+                seq = rt.recordings.get(key)
+                if seq is None:
+                    continue
+                if key[1] == 1:
+                    rt.run_batch("last", [1], 0)
+                else:
+                    time_prompt(m, a.p, rng)
+                per = collections.defaultdict(float)
+                for name, us in seq.profile_results():
+                    per[name] += us
+                total = sum(per.values())
+                print(f"profile {key}: {total:.0f} us total")
+                for name, us in sorted(per.items(), key=lambda kv: -kv[1])[:12]:
+                    print(f"   {name:28s} {us:9.1f} us  {100 * us / total:5.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
