@@ -1,0 +1,41 @@
+"""Element-wise recorders: residual add, SwiGLU, broadcast bias (shaders/elementwise*.comp)."""
+
+from __future__ import annotations
+
+import struct
+
+from . import groups_2d
+from .norm import _range
+
+WG = 256
+
+
+def _groups(n: int):
+    return groups_2d((n + WG - 1) // WG)
+
+
+def add(seq, kc, a, b, out, n: int) -> None:
+    """out[i] = a[i] + b[i] for i < n (float32); out may be a or b (residual add in place)."""
+    if n <= 0:
+        return
+    kernel = kc.get("ew_add_f32", "rrw", push_size=4, spec=(WG,))
+    seq.dispatch(kernel, [_range(a), _range(b), _range(out)], _groups(n), struct.pack("<I", n))
+
+
+def swiglu(seq, kc, gate, up, out, n: int) -> None:
+    """out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), for i < n; out may alias an input."""
+    if n <= 0:
+        return
+    kernel = kc.get("swiglu_f32", "rrw", push_size=4, spec=(WG,))
+    seq.dispatch(kernel, [_range(gate), _range(up), _range(out)], _groups(n), struct.pack("<I", n))
+
+
+def add_bias(seq, kc, x, bias, n_tokens: int, width: int) -> None:
+    """x[t, :] += bias for t < n_tokens, in place (x = [n_tokens][width], bias = [width])."""
+    if n_tokens <= 0 or width <= 0:
+        return
+    if n_tokens > 65535:
+        raise ValueError("add_bias: at most 65535 rows per call")
+    kernel = kc.get("add_bias_f32", "rw", push_size=8, spec=(WG,))
+    seq.dispatch(kernel, [_range(bias), _range(x)], ((width + WG - 1) // WG, n_tokens, 1),
+                 struct.pack("<II", width, n_tokens))

@@ -1,0 +1,82 @@
+"""RoPE recorder (shaders/rope.comp) and its static parameters."""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+from .norm import _range
+
+WG = 128
+
+
+@dataclass(frozen=True)
+class RopeParams:
+    """Static RoPE parameters of a model, in ggml's terms (ggml_rope_ext).
+
+    theta_extrap = pos * base^(-2i/dim) / freqs[i]; theta_interp = freq_scale * theta_extrap;
+    ext_factor != 0 (YaRN): theta blends interp -> extrap by the ramp between the correction dims
+    of beta_fast/beta_slow (from orig_ctx) and cos/sin are scaled by attn_factor * (1 + 0.1 ln(1/freq_scale));
+    else cos/sin are scaled by attn_factor.
+    """
+    dim: int                      # rope_dim: dims of a head that rotate (<= head_dim, even)
+    base: float = 10000.0
+    neox: bool = False            # pairs (i, i + dim/2) instead of (2i, 2i + 1)
+    freq_scale: float = 1.0       # 1 / scaling factor (linear and yarn)
+    ext_factor: float = 0.0       # yarn blend strength (0: no yarn)
+    attn_factor: float = 1.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    orig_ctx: int = 0             # yarn: original training context
+    freqs: object = None          # View/Buffer of dim/2 float32 frequency divisors (rope_freqs) or None
+
+    @classmethod
+    def from_config(cls, cfg, freqs_view=None) -> "RopeParams":
+        """From a llamavk.models.ModelConfig (+ the uploaded rope_freqs tensor, if the model has one)."""
+        s = cfg.rope_scaling
+        kw = dict(dim=cfg.rope_dim, base=cfg.rope_base, neox=cfg.rope_neox, freqs=freqs_view)
+        if s is not None:
+            kw.update(freq_scale=1.0 / s.factor, attn_factor=s.attn_factor, beta_fast=s.beta_fast,
+                      beta_slow=s.beta_slow, orig_ctx=s.orig_ctx,
+                      ext_factor=s.ext_factor if s.type == "yarn" else 0.0)
+        return cls(**kw)
+
+    def corr_dims(self) -> tuple[float, float]:
+        """ggml_rope_yarn_corr_dims: the (low, high) pair-index range of the YaRN ramp."""
+        if self.ext_factor == 0.0 or self.orig_ctx <= 0:
+            return 0.0, 0.0
+
+        def corr_dim(n_rot: float) -> float:
+            return self.dim * math.log(self.orig_ctx / (n_rot * 2 * math.pi)) / (2 * math.log(self.base))
+
+        low = max(0.0, math.floor(corr_dim(self.beta_fast)))
+        high = min(self.dim - 1.0, math.ceil(corr_dim(self.beta_slow)))
+        return float(low), float(high)
+
+    def push(self, n_tokens: int, n_heads: int, head_dim: int) -> bytes:
+        low, high = self.corr_dims()
+        log2_theta_scale = -2.0 / self.dim * math.log2(self.base)
+        return struct.pack("<5I6f", n_tokens, n_heads, head_dim, self.dim, int(bool(self.neox)),
+                           log2_theta_scale, self.freq_scale, self.ext_factor, self.attn_factor, low, high)
+
+
+def rope(seq, kc, x, step, n_tokens: int, n_heads: int, head_dim: int, rope: RopeParams) -> None:
+    """Rotate x = [n_tokens][n_heads * head_dim] in place; token t sits at position n_past + t,
+    n_past read from the step buffer when the sequence runs (record once, replay at any n_past)."""
+    if n_tokens <= 0:
+        return
+    if rope.dim % 2 or not 0 < rope.dim <= head_dim:
+        raise ValueError(f"rope dim {rope.dim} must be even and at most head_dim {head_dim}")
+    if n_tokens > 65535:
+        raise ValueError("rope: at most 65535 tokens per call")
+    pairs = n_heads * (rope.dim // 2)
+    groups = ((pairs + WG - 1) // WG, n_tokens, 1)
+    push = rope.push(n_tokens, n_heads, head_dim)
+    if rope.freqs is None:
+        kernel = kc.get("rope_f32", "rw", push_size=len(push), spec=(WG,))
+        buffers = [_range(step), _range(x)]
+    else:
+        kernel = kc.get("rope_freqs_f32", "rrw", push_size=len(push), spec=(WG,))
+        buffers = [_range(step), _range(rope.freqs), _range(x)]
+    seq.dispatch(kernel, buffers, groups, push)

@@ -1,0 +1,229 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : enable
+// Causal GQA flash attention over the f16 KV cache (online softmax over KV blocks; no n_ctx^2 buffer).
+//
+// Q, out: [n_tokens][n_head * HD] f32.  K, V caches: [n_ctx][n_head_kv * HD] f16 (row = position).
+// Query row "r" of KV head g = (token t, query head h = g * n_gqa + j), rows ordered t-major, so a
+// block of BR rows shares every K/V row it loads between its GQA heads and tokens.
+// Token t attends to positions 0 .. n_past + t; n_past and n_kv come from the step buffer at
+// execution time (the recording is replayed as they grow).
+//
+// Grid: (ceil(n_tokens * n_gqa / BR), n_head_kv, n_splits). Split z handles the KV chunk
+// [z * chunk, (z + 1) * chunk), chunk = roundup(ceil(n_kv / n_splits), WG), computed at execution
+// time: the grid is fixed (sized for n_ctx) and workgroups past n_kv exit at once.
+// Without SPLIT the (only) split writes out = O / l. With SPLIT every active split writes its
+// unnormalised O and (m, l) to scratch, then counts itself done on a per-(row block, KV head) atomic
+// counter; the last one to finish merges all splits (out = sum_s e^(m_s-M) O_s / sum_s e^(m_s-M) l_s)
+// and resets the counter to 0 for the next replay. One dispatch either way.
+//
+// Per KV block of WG positions (WG = workgroup size, spec constant 0):
+//   scores: thread c owns position c0 + c: s[r] = q_r . k (q pre-scaled, in shared memory)
+//   softmax: block row max / sum with subgroup ops + one shared slot per subgroup
+//   P V:    thread = (d4 = 4-dim slice of V, c-group g): O[r] += p[r][c] * v[c] for c = g mod NG
+// At the end the NG c-groups' O are summed through shared memory.
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 128;
+layout(constant_id = 1) const uint HD = 128;     // head_dim, a multiple of 4, HD / 4 <= WG
+#ifndef BR
+#define BR 8
+#endif
+const uint HD4 = HD / 4;
+const uint NG = WG / HD4;
+const float NEG = -1.0e30;
+
+layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
+layout(std430, binding = 1) readonly buffer K { f16vec4 kc[]; };
+layout(std430, binding = 2) readonly buffer V { f16vec4 vc[]; };
+layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, 0]
+layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
+#ifdef SPLIT
+// Written by one workgroup, read by another of the same dispatch: coherent + memoryBarrierBuffer.
+layout(std430, binding = 5) coherent buffer OPart { vec4 opart[]; };   // [n_splits][n_tokens*n_head][HD]
+layout(std430, binding = 6) coherent buffer ML { vec2 ml[]; };         // [n_splits][n_tokens*n_head]
+layout(std430, binding = 7) coherent buffer Count { uint counter[]; }; // [n_row_blocks][n_head_kv], 0 between runs
+shared bool is_last;
+#endif
+layout(push_constant) uniform Push { uint n_tokens; uint n_head; uint n_head_kv; uint n_splits; float scale; } p;
+
+shared vec4 qs[BR * HD4];      // scaled queries; at the end, the c-group reduction of O
+shared float ps[BR * WG];      // probabilities of the current block
+shared float red_max[BR * WG]; // per-subgroup partial maxima (sized for any subgroup size)
+shared float red_sum[BR * WG];
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint kvh = gl_WorkGroupID.y;
+    const uint split = gl_WorkGroupID.z;
+    const uint n_gqa = p.n_head / p.n_head_kv;
+    const uint row0 = gl_WorkGroupID.x * BR;
+    const uint rows_here = min(BR, p.n_tokens * n_gqa - row0);
+    const uint n_past = step[0];
+    const uint n_kv = step[2];
+
+    uint chunk = (n_kv + p.n_splits - 1) / p.n_splits;
+    chunk = (chunk + WG - 1) / WG * WG;
+    const uint kv_begin = split * chunk;
+    if (kv_begin >= n_kv) return;                  // inactive split: the combine skips it too
+    const uint t_last = (row0 + rows_here - 1) / n_gqa;
+    const uint kv_end = min(min(kv_begin + chunk, n_kv), n_past + t_last + 1);
+
+    uint lim[BR];                                  // last position row r may see
+    uint orow[BR];                                 // row of q/out: t * n_head + h
+    [[unroll]] for (uint r = 0; r < BR; ++r) {
+        const uint row = row0 + min(r, rows_here - 1);
+        const uint t = row / n_gqa;
+        lim[r] = n_past + t;
+        orow[r] = t * p.n_head + kvh * n_gqa + (row - t * n_gqa);
+    }
+    for (uint idx = tid; idx < BR * HD4; idx += WG) {
+        const uint r = idx / HD4;
+        const uint d4 = idx - r * HD4;
+        vec4 val = vec4(0.0);
+        if (r < rows_here) {
+            const uint row = row0 + r;
+            const uint t = row / n_gqa;
+            val = q[(t * p.n_head + kvh * n_gqa + (row - t * n_gqa)) * HD4 + d4] * p.scale;
+        }
+        qs[idx] = val;
+    }
+    barrier();
+
+    float m[BR], l[BR];
+    vec4 acc[BR];
+    [[unroll]] for (uint r = 0; r < BR; ++r) { m[r] = NEG; l[r] = 0.0; acc[r] = vec4(0.0); }
+
+    const uint stride4 = p.n_head_kv * HD4;
+    const uint head_off = kvh * HD4;
+    const uint d4 = tid % HD4;
+    const uint g = tid / HD4;
+
+    for (uint c0 = kv_begin; c0 < kv_end; c0 += WG) {
+        const uint pos = c0 + tid;
+        float s[BR];
+        [[unroll]] for (uint r = 0; r < BR; ++r) s[r] = 0.0;
+        if (pos < kv_end) {
+            const uint kb = pos * stride4 + head_off;
+            for (uint e = 0; e < HD4; ++e) {
+                const vec4 kk = vec4(kc[kb + e]);
+                [[unroll]] for (uint r = 0; r < BR; ++r) s[r] += dot(qs[r * HD4 + e], kk);
+            }
+        }
+        [[unroll]] for (uint r = 0; r < BR; ++r) {
+            if (r < rows_here) {
+                const bool ok = pos < kv_end && pos <= lim[r];
+                s[r] = ok ? s[r] : NEG;
+                const float mx = subgroupMax(s[r]);
+                if (subgroupElect()) red_max[r * WG + gl_SubgroupID] = mx;
+            }
+        }
+        barrier();
+        float alpha[BR];
+        [[unroll]] for (uint r = 0; r < BR; ++r) {
+            alpha[r] = 1.0;
+            float pr = 0.0;
+            if (r < rows_here) {
+                float bm = NEG;
+                for (uint sg = 0; sg < gl_NumSubgroups; ++sg) bm = max(bm, red_max[r * WG + sg]);
+                const float m_new = max(m[r], bm);
+                alpha[r] = exp(m[r] - m_new);
+                m[r] = m_new;
+                pr = s[r] > 0.5 * NEG ? exp(s[r] - m_new) : 0.0;
+                const float sm = subgroupAdd(pr);
+                if (subgroupElect()) red_sum[r * WG + gl_SubgroupID] = sm;
+            }
+            ps[r * WG + tid] = pr;
+        }
+        barrier();
+        [[unroll]] for (uint r = 0; r < BR; ++r) {
+            if (r < rows_here) {
+                float bs = 0.0;
+                for (uint sg = 0; sg < gl_NumSubgroups; ++sg) bs += red_sum[r * WG + sg];
+                l[r] = l[r] * alpha[r] + bs;
+                acc[r] *= alpha[r];
+            }
+        }
+        if (g < NG) {
+            const uint n_here = min(WG, kv_end - c0);
+            if (n_here == WG && WG % (4 * NG) == 0) {
+                // full block: 4 V loads in flight per iteration (a full unroll compiles slowly on llvmpipe)
+                for (uint c = g; c < WG; c += 4 * NG) {
+                    const uint vb = (c0 + c) * stride4 + head_off + d4;
+                    const vec4 v0 = vec4(vc[vb]);
+                    const vec4 v1 = vec4(vc[vb + NG * stride4]);
+                    const vec4 v2 = vec4(vc[vb + 2 * NG * stride4]);
+                    const vec4 v3 = vec4(vc[vb + 3 * NG * stride4]);
+                    [[unroll]] for (uint r = 0; r < BR; ++r) {
+                        acc[r] += ps[r * WG + c] * v0 + ps[r * WG + c + NG] * v1
+                                + ps[r * WG + c + 2 * NG] * v2 + ps[r * WG + c + 3 * NG] * v3;
+                    }
+                }
+            } else {
+                for (uint c = g; c < n_here; c += NG) {
+                    const vec4 vv = vec4(vc[(c0 + c) * stride4 + head_off + d4]);
+                    [[unroll]] for (uint r = 0; r < BR; ++r) acc[r] += ps[r * WG + c] * vv;
+                }
+            }
+        }
+        barrier();
+    }
+
+    // Sum the c-groups' partial outputs (qs is free now: its last reads precede the barrier above).
+    for (uint gg = 0; gg < NG; ++gg) {
+        if (g == gg) {
+            [[unroll]] for (uint r = 0; r < BR; ++r)
+                qs[r * HD4 + d4] = gg == 0 ? acc[r] : qs[r * HD4 + d4] + acc[r];
+        }
+        barrier();
+    }
+
+#ifndef SPLIT
+    [[unroll]] for (uint r = 0; r < BR; ++r) {
+        if (r < rows_here) {
+            for (uint e = tid; e < HD4; e += WG)
+                o[orow[r] * HD4 + e] = l[r] > 0.0 ? qs[r * HD4 + e] / l[r] : vec4(0.0);
+        }
+    }
+#else
+    const uint n_out_rows = p.n_tokens * p.n_head;
+    [[unroll]] for (uint r = 0; r < BR; ++r) {
+        if (r < rows_here) {
+            for (uint e = tid; e < HD4; e += WG)
+                opart[(split * n_out_rows + orow[r]) * HD4 + e] = qs[r * HD4 + e];
+            if (tid == 0) ml[split * n_out_rows + orow[r]] = vec2(m[r], l[r]);
+        }
+    }
+    // Publish the partials, then count this split done; the last split to finish merges them.
+    memoryBarrierBuffer();
+    barrier();
+    const uint n_active = min(p.n_splits, (n_kv + chunk - 1) / chunk);
+    const uint cidx = gl_WorkGroupID.x * p.n_head_kv + kvh;
+    if (tid == 0) {
+        const uint done = atomicAdd(counter[cidx], 1u);
+        is_last = done == n_active - 1;
+        if (is_last) counter[cidx] = 0u;   // every split has counted: ready for the next replay
+    }
+    barrier();
+    if (!is_last) return;
+    memoryBarrierBuffer();
+    [[unroll]] for (uint r = 0; r < BR; ++r) {
+        if (r < rows_here) {
+            const uint orw = orow[r];
+            float mx = NEG;
+            for (uint sp = 0; sp < n_active; ++sp) mx = max(mx, ml[sp * n_out_rows + orw].x);
+            float denom = 0.0;
+            for (uint sp = 0; sp < n_active; ++sp) {
+                const vec2 v = ml[sp * n_out_rows + orw];
+                denom += exp(v.x - mx) * v.y;
+            }
+            const float inv = denom > 0.0 ? 1.0 / denom : 0.0;
+            for (uint e = tid; e < HD4; e += WG) {
+                vec4 sum = vec4(0.0);
+                for (uint sp = 0; sp < n_active; ++sp)
+                    sum += exp(ml[sp * n_out_rows + orw].x - mx) * opart[(sp * n_out_rows + orw) * HD4 + e];
+                o[orw * HD4 + e] = sum * inv;
+            }
+        }
+    }
+#endif
+}

@@ -1,0 +1,25 @@
+#version 450
+#include "common.glsl"
+// Element-wise ops over n floats, one element per thread (2-D grid for large n).
+//   OP_ADD:    out = a + b            (out may alias a or b: residual add in place)
+//   OP_SWIGLU: out = silu(a) * b      a = gate, b = up; silu(g) = g / (1 + exp(-g))
+layout(local_size_x_id = 0) in;
+layout(std430, binding = 0) readonly buffer A { float a[]; };
+layout(std430, binding = 1) readonly buffer B { float b[]; };
+layout(std430, binding = 2) writeonly buffer C { float c[]; };
+layout(push_constant) uniform Push { uint n; } p;
+
+void main() {
+    const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_WorkGroupSize.x
+                   + gl_LocalInvocationID.x;
+    if (i >= p.n) return;
+#if defined(OP_ADD)
+    c[i] = a[i] + b[i];
+#elif defined(OP_SWIGLU)
+    const float g = a[i];
+    // exp(-g) overflows f32 for g < -88; clamp: silu(g) is ~0 there anyway (|g| e^g < 1e-33).
+    c[i] = g / (1.0 + exp(min(-g, 80.0))) * b[i];
+#else
+#error "define OP_ADD or OP_SWIGLU"
+#endif
+}

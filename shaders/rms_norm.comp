@@ -1,0 +1,42 @@
+#version 450
+#include "common.glsl"
+// RMS norm, one workgroup per row: out[r,c] = x[r,c] / sqrt(mean_c(x[r,:]^2) + eps) (* w[c]).
+// f32 accumulation: per-thread partial sums, subgroupAdd, then one shared slot per subgroup.
+// In place is allowed (out aliases x): every thread reads and writes only its own columns.
+// Rows: rows of [n_tokens][n_embd], or per-head rows (n_tokens*n_heads of head_dim) for Q/K norm.
+layout(local_size_x_id = 0) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+#ifdef HAS_WEIGHT
+layout(std430, binding = 1) readonly buffer Wt { float w[]; };
+layout(std430, binding = 2) writeonly buffer Out { float o[]; };
+#else
+layout(std430, binding = 1) writeonly buffer Out { float o[]; };
+#endif
+layout(push_constant) uniform Push { uint n_rows; uint n_cols; float eps; } p;
+
+shared float partial[gl_WorkGroupSize.x];   // one slot per subgroup is used (sized for subgroup size 1)
+
+void main() {
+    const uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    if (row >= p.n_rows) return;   // uniform per workgroup
+    const uint base = row * p.n_cols;
+    const uint tid = gl_LocalInvocationID.x;
+    float acc = 0.0;
+    for (uint c = tid; c < p.n_cols; c += gl_WorkGroupSize.x) {
+        const float v = x[base + c];
+        acc += v * v;
+    }
+    acc = subgroupAdd(acc);
+    if (subgroupElect()) partial[gl_SubgroupID] = acc;
+    barrier();
+    float total = 0.0;
+    for (uint s = 0; s < gl_NumSubgroups; ++s) total += partial[s];
+    const float scale = inversesqrt(total / float(p.n_cols) + p.eps);
+    for (uint c = tid; c < p.n_cols; c += gl_WorkGroupSize.x) {
+#ifdef HAS_WEIGHT
+        o[base + c] = x[base + c] * scale * w[c];
+#else
+        o[base + c] = x[base + c] * scale;
+#endif
+    }
+}

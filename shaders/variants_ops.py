@@ -1,0 +1,15 @@
+# Non-matmul ops of the forward pass: norms, RoPE, KV store, attention, element-wise.
+VARIANTS = {
+    "rms_norm_f32": ("rms_norm.comp", {}),
+    "rms_norm_mul_f32": ("rms_norm.comp", {"HAS_WEIGHT": "1"}),
+    "rope_f32": ("rope.comp", {}),
+    "rope_freqs_f32": ("rope.comp", {"HAS_FREQS": "1"}),
+    "kv_store_f16": ("kv_store.comp", {}),
+    "attention_f16_br4": ("attention.comp", {"BR": "4"}),
+    "attention_f16_br8": ("attention.comp", {"BR": "8"}),
+    "attention_split_f16_br4": ("attention.comp", {"BR": "4", "SPLIT": "1"}),
+    "attention_split_f16_br8": ("attention.comp", {"BR": "8", "SPLIT": "1"}),
+    "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),
+    "swiglu_f32": ("elementwise.comp", {"OP_SWIGLU": "1"}),
+    "add_bias_f32": ("elementwise_bias.comp", {}),
+}

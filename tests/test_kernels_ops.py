@@ -1,0 +1,393 @@
+"""Non-matmul kernels (rms_norm, rope, kv_store, attention, add, swiglu, add_bias) on a real Vulkan
+device against numpy written here, independently of the shaders (and RoPE also against
+llamavk.reference). Outputs are poisoned with NaN before every run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llamavk.kernels import KernelCache, View
+from llamavk.kernels.attention import attention, kv_store
+from llamavk.kernels.elementwise import add, add_bias, swiglu
+from llamavk.kernels.norm import rms_norm
+from llamavk.kernels.rope import RopeParams, rope
+from llamavk.models.base import ModelConfig, RopeScaling
+from llamavk.reference import apply_rope, rope_cos_sin
+from llamavk.vk import Buffer, CommandSequence
+
+from .vk_fixtures import open_device
+
+
+@pytest.fixture(scope="module")
+def dev():
+    d = open_device()
+    yield d
+    d.close()
+
+
+@pytest.fixture(scope="module")
+def kc(dev):
+    return KernelCache(dev)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+def upload(dev, arr) -> View:
+    arr = np.ascontiguousarray(arr)
+    buf = Buffer(dev, arr.nbytes)
+    buf.write(arr)
+    return View(buf, 0, arr.nbytes)
+
+
+def host(dev, arr) -> tuple[View, np.ndarray]:
+    """A host-visible buffer holding `arr`; returns the view and a live numpy view of its memory."""
+    arr = np.ascontiguousarray(arr)
+    buf = Buffer(dev, arr.nbytes, host_visible=True)
+    mem = buf.array(arr.dtype, arr.size).reshape(arr.shape)
+    mem[...] = arr
+    return View(buf, 0, arr.nbytes), mem
+
+
+def poisoned(dev, shape, dtype=np.float32):
+    return host(dev, np.full(shape, np.nan, dtype=dtype))
+
+
+def step_buffer(dev):
+    view, mem = host(dev, np.zeros(4, dtype=np.uint32))
+    return view, mem
+
+
+def set_step(mem, n_past, n_tokens):
+    mem[:] = [n_past, n_tokens, n_past + n_tokens, 0]
+
+
+def record(dev, fn) -> CommandSequence:
+    seq = CommandSequence(dev).begin()
+    fn(seq)
+    return seq.end()
+
+
+def run(dev, fn) -> None:
+    seq = record(dev, fn)
+    seq.run()
+    seq.close()
+
+
+# -- rms_norm ------------------------------------------------------------------------------------
+
+def ref_rms_norm(x, w, eps):
+    x64 = x.astype(np.float64)
+    y = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+    return y * w if w is not None else y
+
+
+@pytest.mark.parametrize("n_rows,n_cols", [(1, 576), (3, 1000), (17, 4096), (70 * 9, 64), (5 * 4, 128), (2, 7)])
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_rms_norm(dev, kc, n_rows, n_cols, with_weight):
+    rng = np.random.default_rng(n_rows * 131 + n_cols)
+    x = (rng.standard_normal((n_rows, n_cols)) * rng.uniform(0.1, 10, (n_rows, 1))).astype(np.float32)
+    w = rng.standard_normal(n_cols).astype(np.float32) if with_weight else None
+    out, mem = poisoned(dev, x.shape)
+    wv = upload(dev, w) if with_weight else None
+    run(dev, lambda s: rms_norm(s, kc, upload(dev, x), out, n_rows, n_cols, 1e-5, weight=wv))
+    np.testing.assert_allclose(mem, ref_rms_norm(x, w, 1e-5), rtol=2e-5, atol=2e-5)
+
+
+def test_rms_norm_in_place(dev, kc):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((9, 576)).astype(np.float32)
+    w = rng.standard_normal(576).astype(np.float32)
+    view, mem = host(dev, x)
+    run(dev, lambda s: rms_norm(s, kc, view, view, 9, 576, 1e-6, weight=upload(dev, w)))
+    np.testing.assert_allclose(mem, ref_rms_norm(x, w, 1e-6), rtol=2e-5, atol=2e-5)
+
+
+# -- element-wise --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 1000, 70 * 1536 + 3])
+def test_add_and_swiglu(dev, kc, n):
+    rng = np.random.default_rng(n)
+    a = (rng.standard_normal(n) * 5).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    if n > 4:
+        a[:4] = [-1000.0, -100.0, 100.0, 0.0]   # exp overflow guard, large positive
+    av, bv = upload(dev, a), upload(dev, b)
+    s_out, s_mem = poisoned(dev, n)
+    a_out, a_mem = poisoned(dev, n)
+    run(dev, lambda s: (swiglu(s, kc, av, bv, s_out, n), add(s, kc, av, bv, a_out, n)))
+    a64 = a.astype(np.float64)
+    with np.errstate(over="ignore"):
+        silu = a64 / (1.0 + np.exp(-a64))
+    np.testing.assert_allclose(s_mem, silu * b, rtol=1e-5, atol=1e-6)
+    assert np.all(np.isfinite(s_mem))
+    np.testing.assert_array_equal(a_mem, a + b)
+
+
+def test_add_in_place(dev, kc):
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((17, 576)).astype(np.float32), rng.standard_normal((17, 576)).astype(np.float32)
+    xv, mem = host(dev, x)
+    run(dev, lambda s: add(s, kc, xv, upload(dev, y), xv, x.size))
+    np.testing.assert_array_equal(mem, x + y)
+
+
+@pytest.mark.parametrize("n_tokens,width", [(1, 576), (3, 64 * 3), (70, 1000)])
+def test_add_bias(dev, kc, n_tokens, width):
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal((n_tokens, width)).astype(np.float32)
+    bias = rng.standard_normal(width).astype(np.float32)
+    # one extra poisoned row after x: add_bias must not touch it
+    buf_view, mem = host(dev, np.concatenate([x, np.full((1, width), np.nan, np.float32)]))
+    xv = View(buf_view.buffer, 0, x.nbytes)
+    run(dev, lambda s: add_bias(s, kc, xv, upload(dev, bias), n_tokens, width))
+    np.testing.assert_array_equal(mem[:n_tokens], x + bias)
+    assert np.all(np.isnan(mem[n_tokens]))
+
+
+# -- rope ----------------------------------------------------------------------------------------
+
+def ref_rope(x, positions, head_dim, dim, base, neox, freq_scale=1.0, ext_factor=0.0, attn_factor=1.0,
+             orig_ctx=0, beta_fast=32.0, beta_slow=1.0, freqs=None):
+    """Independent numpy RoPE (float64): x = [n_tokens][n_heads * head_dim]."""
+    n_tok = x.shape[0]
+    xh = x.reshape(n_tok, -1, head_dim).astype(np.float64)
+    i = np.arange(dim // 2)
+    inv = 1.0 / base ** (2.0 * i / dim)
+    if freqs is not None:
+        inv = inv / freqs
+    th_extrap = np.asarray(positions, np.float64)[:, None] * inv[None, :]
+    th = freq_scale * th_extrap
+    msc = attn_factor
+    if ext_factor:
+        def cdim(n_rot):
+            return dim * math.log(orig_ctx / (n_rot * 2 * math.pi)) / (2 * math.log(base))
+        lo, hi = max(0, math.floor(cdim(beta_fast))), min(dim - 1, math.ceil(cdim(beta_slow)))
+        ramp = (1 - np.clip((i - lo) / max(0.001, hi - lo), 0, 1)) * ext_factor
+        th = th * (1 - ramp) + th_extrap * ramp
+        msc *= 1 + 0.1 * math.log(1 / freq_scale)
+    c, s = (np.cos(th) * msc)[:, None, :], (np.sin(th) * msc)[:, None, :]
+    out = xh.copy()
+    if neox:
+        a, b = xh[..., : dim // 2], xh[..., dim // 2: dim]
+        out[..., : dim // 2], out[..., dim // 2: dim] = a * c - b * s, a * s + b * c
+    else:
+        a, b = xh[..., 0:dim:2], xh[..., 1:dim:2]
+        out[..., 0:dim:2], out[..., 1:dim:2] = a * c - b * s, a * s + b * c
+    return out.reshape(x.shape)
+
+
+def make_cfg(head_dim, n_head, rope_dim, base, neox, scaling=None):
+    return ModelConfig(arch="llama", n_vocab=16, n_embd=n_head * head_dim, n_layer=1, n_head=n_head,
+                       n_head_kv=n_head, head_dim=head_dim, n_ff=16, n_ctx_train=4096, rms_eps=1e-5,
+                       rope_base=base, rope_dim=rope_dim, rope_neox=neox, rope_scaling=scaling,
+                       qkv_bias=False, qk_norm=False, tied_output=False)
+
+
+ROPE_CASES = {
+    "llama": dict(head_dim=64, n_heads=9, rope_dim=64, base=10000.0, neox=False),
+    "neox": dict(head_dim=128, n_heads=4, rope_dim=128, base=1000000.0, neox=True),
+    "partial-neox": dict(head_dim=64, n_heads=3, rope_dim=32, base=10000.0, neox=True),
+    "partial-norm": dict(head_dim=64, n_heads=2, rope_dim=48, base=10000.0, neox=False),
+    "linear": dict(head_dim=64, n_heads=3, rope_dim=64, base=10000.0, neox=False,
+                   scaling=RopeScaling("linear", 4.0, 2048)),
+    "yarn": dict(head_dim=128, n_heads=2, rope_dim=128, base=10000.0, neox=True,
+                 scaling=RopeScaling("yarn", 4.0, 4096, attn_factor=0.9, ext_factor=1.0)),
+    "freqs": dict(head_dim=128, n_heads=8, rope_dim=128, base=500000.0, neox=False, freqs=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROPE_CASES))
+@pytest.mark.parametrize("n_tokens,n_past", [(1, 0), (3, 100), (70, 0), (17, 1000)])
+def test_rope(dev, kc, case, n_tokens, n_past):
+    c = dict(ROPE_CASES[case])
+    use_freqs = c.pop("freqs", False)
+    hd, nh = c["head_dim"], c["n_heads"]
+    cfg = make_cfg(hd, nh, c["rope_dim"], c["base"], c["neox"], c.get("scaling"))
+    rng = np.random.default_rng(n_tokens * 7 + n_past)
+    freqs = rng.uniform(1.0, 8.0, c["rope_dim"] // 2).astype(np.float32) if use_freqs else None
+    params = RopeParams.from_config(cfg, upload(dev, freqs) if use_freqs else None)
+    x = rng.standard_normal((n_tokens, nh * hd)).astype(np.float32)
+    xv, mem = host(dev, x)
+    step, smem = step_buffer(dev)
+    set_step(smem, n_past, n_tokens)
+    run(dev, lambda s: rope(s, kc, xv, step, n_tokens, nh, hd, params))
+
+    positions = np.arange(n_past, n_past + n_tokens)
+    s = cfg.rope_scaling
+    kw = {}
+    if s is not None:
+        kw = dict(freq_scale=1 / s.factor, attn_factor=s.attn_factor, orig_ctx=s.orig_ctx,
+                  ext_factor=s.ext_factor if s.type == "yarn" else 0.0, beta_fast=s.beta_fast, beta_slow=s.beta_slow)
+    ref = ref_rope(x, positions, hd, c["rope_dim"], c["base"], c["neox"], freqs=freqs, **kw)
+    # f32 angles at position ~1000 carry ~1e-4 absolute error
+    tol = 2e-5 + 2e-7 * (n_past + n_tokens)
+    np.testing.assert_allclose(mem, ref, rtol=0, atol=tol * 4)
+    # and the project's numpy reference forward pass
+    cos, sin = rope_cos_sin(cfg, positions, freqs)
+    ref2 = apply_rope(x.reshape(n_tokens, nh, hd), cos, sin, cfg.rope_neox).reshape(x.shape)
+    np.testing.assert_allclose(mem, ref2, rtol=0, atol=tol * 4)
+
+
+def test_rope_replay_reads_n_past_at_run_time(dev, kc):
+    hd, nh, n_tokens = 64, 9, 5
+    cfg = make_cfg(hd, nh, hd, 10000.0, False)
+    params = RopeParams.from_config(cfg)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((n_tokens, nh * hd)).astype(np.float32)
+    xv, mem = host(dev, x)
+    step, smem = step_buffer(dev)
+    seq = record(dev, lambda s: rope(s, kc, xv, step, n_tokens, nh, hd, params))
+    for n_past in (0, 37, 1, 900):
+        mem[...] = x
+        set_step(smem, n_past, n_tokens)
+        seq.run()
+        ref = ref_rope(x, np.arange(n_past, n_past + n_tokens), hd, hd, 10000.0, False)
+        np.testing.assert_allclose(mem, ref, rtol=0, atol=3e-4)
+    seq.close()
+
+
+# -- kv_store ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_tokens,n_past", [(1, 0), (3, 5), (17, 100)])
+def test_kv_store(dev, kc, n_tokens, n_past):
+    n_ctx, width = 128, 3 * 64
+    rng = np.random.default_rng(n_past)
+    src = rng.standard_normal((n_tokens, width)).astype(np.float32) * 10
+    sentinel = np.full((n_ctx, width), 7.0, dtype=np.float16)
+    cv, cache = host(dev, sentinel)
+    step, smem = step_buffer(dev)
+    set_step(smem, n_past, n_tokens)
+    run(dev, lambda s: kv_store(s, kc, upload(dev, src), cv, step, n_tokens, width))
+    expect = sentinel.copy()
+    expect[n_past:n_past + n_tokens] = src.astype(np.float16)
+    np.testing.assert_array_equal(cache, expect)
+
+
+# -- attention -----------------------------------------------------------------------------------
+
+def ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd):
+    """Causal GQA softmax attention in float64 over the (already f16) cache rows 0..n_past+n_tokens."""
+    n_tok = q.shape[0]
+    n_kv = n_past + n_tok
+    qh = q.reshape(n_tok, n_head, hd).astype(np.float64)
+    kh = k_cache[:n_kv].astype(np.float64).reshape(n_kv, n_head_kv, hd)
+    vh = v_cache[:n_kv].astype(np.float64).reshape(n_kv, n_head_kv, hd)
+    future = np.arange(n_kv)[None, :] > (n_past + np.arange(n_tok))[:, None]
+    out = np.empty((n_tok, n_head, hd))
+    for h in range(n_head):
+        g = h // (n_head // n_head_kv)
+        sc = qh[:, h] @ kh[:, g].T / math.sqrt(hd)
+        sc[future] = -np.inf
+        p = np.exp(sc - sc.max(axis=1, keepdims=True))
+        out[:, h] = (p / p.sum(axis=1, keepdims=True)) @ vh[:, g]
+    return out.reshape(n_tok, n_head * hd)
+
+
+def attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv_filled, seed, q_scale=1.0):
+    """Caches with random f16 rows below n_kv_filled and NaN above (must never be read)."""
+    rng = np.random.default_rng(seed)
+    width = n_head_kv * hd
+    kc_ = np.full((n_ctx, width), np.nan, dtype=np.float16)
+    vc_ = np.full((n_ctx, width), np.nan, dtype=np.float16)
+    kc_[:n_kv_filled] = rng.standard_normal((n_kv_filled, width)).astype(np.float16)
+    vc_[:n_kv_filled] = rng.standard_normal((n_kv_filled, width)).astype(np.float16)
+    return kc_, vc_, rng
+
+
+ATTN_CASES = [
+    # n_tokens, n_past, n_head, n_head_kv, head_dim, n_ctx, n_splits (None: recorder's choice)
+    (1, 0, 9, 3, 64, 256, None),
+    (1, 100, 9, 3, 64, 256, None),
+    (1, 100, 9, 3, 64, 256, 1),
+    (1, 300, 8, 2, 128, 512, 4),
+    (1, 257, 4, 4, 128, 512, 3),
+    (3, 0, 4, 4, 128, 128, None),
+    (3, 50, 8, 2, 128, 128, 2),
+    (17, 5, 8, 2, 128, 256, None),
+    (17, 0, 9, 3, 64, 128, 1),
+    (70, 0, 9, 3, 64, 128, None),
+    (70, 30, 8, 2, 64, 256, 1),
+    (5, 200, 4, 2, 256, 256, None),
+]
+
+
+@pytest.mark.parametrize("n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,n_splits", ATTN_CASES)
+def test_attention(dev, kc, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
+    n_kv = n_past + n_tokens
+    k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 13 + hd)
+    q = (rng.standard_normal((n_tokens, n_head * hd)) * 3).astype(np.float32)   # fairly peaked softmax
+    kv, vv = upload(dev, k_cache), upload(dev, v_cache)
+    out, mem = poisoned(dev, q.shape)
+    step, smem = step_buffer(dev)
+    set_step(smem, n_past, n_tokens)
+    run(dev, lambda s: attention(s, kc, upload(dev, q), kv, vv, out, step, n_tokens, n_head, n_head_kv, hd,
+                                 n_ctx, n_splits=n_splits))
+    ref = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd)
+    np.testing.assert_allclose(mem, ref, rtol=1e-4, atol=5e-5)
+
+
+@pytest.mark.parametrize("n_splits", [None, 1, 5])
+def test_attention_replay_decode(dev, kc, n_splits):
+    """One recording (kv_store + attention, decode), replayed as the cache grows."""
+    n_head, n_head_kv, hd, n_ctx = 8, 2, 64, 640
+    width = n_head_kv * hd
+    k_full, v_full, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_ctx, seed=5)
+    kcache, kmem = host(dev, np.full((n_ctx, width), np.nan, np.float16))
+    vcache, vmem = host(dev, np.full((n_ctx, width), np.nan, np.float16))
+    q_view, q_mem = host(dev, np.zeros((1, n_head * hd), np.float32))
+    k_new, k_mem = host(dev, np.zeros((1, width), np.float32))
+    v_new, v_mem = host(dev, np.zeros((1, width), np.float32))
+    out, omem = poisoned(dev, (1, n_head * hd))
+    step, smem = step_buffer(dev)
+
+    def rec(s):
+        kv_store(s, kc, k_new, kcache, step, 1, width)
+        kv_store(s, kc, v_new, vcache, step, 1, width)
+        attention(s, kc, q_view, kcache, vcache, out, step, 1, n_head, n_head_kv, hd, n_ctx, n_splits=n_splits)
+
+    seq = record(dev, rec)
+    for n_past in (0, 1, 127, 128, 129, 300, 639):
+        kmem[:n_past] = k_full[:n_past]
+        vmem[:n_past] = v_full[:n_past]
+        kmem[n_past:] = np.nan
+        vmem[n_past:] = np.nan
+        k_mem[...] = k_full[n_past].astype(np.float32)
+        v_mem[...] = v_full[n_past].astype(np.float32)
+        q = (rng.standard_normal((1, n_head * hd)) * 2).astype(np.float32)
+        q_mem[...] = q
+        omem[...] = np.nan
+        set_step(smem, n_past, 1)
+        seq.run()
+        ref = ref_attention(q, k_full, v_full, n_past, n_head, n_head_kv, hd)
+        np.testing.assert_allclose(omem, ref, rtol=1e-4, atol=5e-5, err_msg=f"n_past={n_past}")
+    seq.close()
+
+
+def test_attention_replay_prefill(dev, kc):
+    """A prefill recording (n_tokens = 6) replayed at several n_past, split path included."""
+    n_tokens, n_head, n_head_kv, hd, n_ctx = 6, 9, 3, 64, 384
+    k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_ctx, seed=9)
+    kv, vv = upload(dev, k_cache), upload(dev, v_cache)
+    q_view, q_mem = host(dev, np.zeros((n_tokens, n_head * hd), np.float32))
+    outs = [poisoned(dev, (n_tokens, n_head * hd)) for _ in range(2)]
+    step, smem = step_buffer(dev)
+
+    def rec(s):
+        attention(s, kc, q_view, kv, vv, outs[0][0], step, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits=1)
+        attention(s, kc, q_view, kv, vv, outs[1][0], step, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits=3)
+
+    seq = record(dev, rec)
+    for n_past in (0, 10, 200, n_ctx - n_tokens):
+        q = rng.standard_normal((n_tokens, n_head * hd)).astype(np.float32)
+        q_mem[...] = q
+        for _, m in outs:
+            m[...] = np.nan
+        set_step(smem, n_past, n_tokens)
+        seq.run()
+        ref = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd)
+        for _, m in outs:
+            np.testing.assert_allclose(m, ref, rtol=1e-4, atol=5e-5, err_msg=f"n_past={n_past}")
+    seq.close()
