@@ -104,9 +104,20 @@ void main() {
         [[unroll]] for (uint r = 0; r < BR; ++r) s[r] = 0.0;
         if (pos < kv_end) {
             const uint kb = pos * stride4 + head_off;
-            for (uint e = 0; e < HD4; ++e) {
-                const vec4 kk = vec4(kc[kb + e]);
-                [[unroll]] for (uint r = 0; r < BR; ++r) s[r] += dot(qs[r * HD4 + e], kk);
+            if (HD4 % 4 == 0) {   // 4 K loads in flight per iteration
+                for (uint e = 0; e < HD4; e += 4) {
+                    const vec4 k0 = vec4(kc[kb + e]), k1 = vec4(kc[kb + e + 1]);
+                    const vec4 k2 = vec4(kc[kb + e + 2]), k3 = vec4(kc[kb + e + 3]);
+                    [[unroll]] for (uint r = 0; r < BR; ++r) {
+                        s[r] += dot(qs[r * HD4 + e], k0) + dot(qs[r * HD4 + e + 1], k1)
+                              + dot(qs[r * HD4 + e + 2], k2) + dot(qs[r * HD4 + e + 3], k3);
+                    }
+                }
+            } else {
+                for (uint e = 0; e < HD4; ++e) {
+                    const vec4 kk = vec4(kc[kb + e]);
+                    [[unroll]] for (uint r = 0; r < BR; ++r) s[r] += dot(qs[r * HD4 + e], kk);
+                }
             }
         }
         [[unroll]] for (uint r = 0; r < BR; ++r) {
@@ -206,24 +217,54 @@ void main() {
     barrier();
     if (!is_last) return;
     memoryBarrierBuffer();
+    // Merge: thread sp < n_active (<= WG) takes split sp's (m, l) of each row; the weights
+    // e^(m_s - M) go to ps, the denominators sum_s e^(m_s - M) l_s to red_sum (per subgroup).
+    float mv[BR], lv[BR];
+    [[unroll]] for (uint r = 0; r < BR; ++r) {
+        mv[r] = NEG;
+        lv[r] = 0.0;
+        if (r < rows_here) {
+            if (tid < n_active) {
+                const vec2 v = ml[tid * n_out_rows + orow[r]];
+                mv[r] = v.x;
+                lv[r] = v.y;
+            }
+            const float mx = subgroupMax(mv[r]);
+            if (subgroupElect()) red_max[r * WG + gl_SubgroupID] = mx;
+        }
+    }
+    barrier();
     [[unroll]] for (uint r = 0; r < BR; ++r) {
         if (r < rows_here) {
-            const uint orw = orow[r];
             float mx = NEG;
-            for (uint sp = 0; sp < n_active; ++sp) mx = max(mx, ml[sp * n_out_rows + orw].x);
-            float denom = 0.0;
-            for (uint sp = 0; sp < n_active; ++sp) {
-                const vec2 v = ml[sp * n_out_rows + orw];
-                denom += exp(v.x - mx) * v.y;
-            }
-            const float inv = denom > 0.0 ? 1.0 / denom : 0.0;
-            for (uint e = tid; e < HD4; e += WG) {
-                vec4 sum = vec4(0.0);
-                for (uint sp = 0; sp < n_active; ++sp)
-                    sum += exp(ml[sp * n_out_rows + orw].x - mx) * opart[(sp * n_out_rows + orw) * HD4 + e];
-                o[orw * HD4 + e] = sum * inv;
-            }
+            for (uint sg = 0; sg < gl_NumSubgroups; ++sg) mx = max(mx, red_max[r * WG + sg]);
+            const float w = tid < n_active ? exp(mv[r] - mx) : 0.0;
+            ps[r * WG + tid] = w;
+            const float sm = subgroupAdd(w * lv[r]);
+            if (subgroupElect()) red_sum[r * WG + gl_SubgroupID] = sm;
         }
+    }
+    barrier();
+    for (uint idx = tid; idx < rows_here * HD4; idx += WG) {
+        const uint r = idx / HD4;
+        const uint e = idx - r * HD4;
+        const uint row = row0 + r;
+        const uint t = row / n_gqa;
+        const uint orw = t * p.n_head + kvh * n_gqa + (row - t * n_gqa);
+        float denom = 0.0;
+        for (uint sg = 0; sg < gl_NumSubgroups; ++sg) denom += red_sum[r * WG + sg];
+        vec4 sum = vec4(0.0);
+        uint sp = 0;
+        for (; sp + 4 <= n_active; sp += 4) {
+            const vec4 a0 = opart[(sp * n_out_rows + orw) * HD4 + e];
+            const vec4 a1 = opart[((sp + 1) * n_out_rows + orw) * HD4 + e];
+            const vec4 a2 = opart[((sp + 2) * n_out_rows + orw) * HD4 + e];
+            const vec4 a3 = opart[((sp + 3) * n_out_rows + orw) * HD4 + e];
+            sum += ps[r * WG + sp] * a0 + ps[r * WG + sp + 1] * a1 + ps[r * WG + sp + 2] * a2
+                 + ps[r * WG + sp + 3] * a3;
+        }
+        for (; sp < n_active; ++sp) sum += ps[r * WG + sp] * opart[(sp * n_out_rows + orw) * HD4 + e];
+        o[orw * HD4 + e] = denom > 0.0 ? sum / denom : vec4(0.0);
     }
 #endif
 }

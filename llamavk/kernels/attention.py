@@ -27,7 +27,7 @@ from .norm import _range
 
 KV_WG = 256
 ATTN_WG = 128          # workgroup size = KV positions per block
-MAX_SPLITS = 64
+MAX_SPLITS = 64       # <= ATTN_WG: the merging workgroup gives one thread to each split
 
 
 def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int) -> None:
