@@ -4,8 +4,9 @@
 // y[t, y_off + r] = sum_c W[r, c] * x[t, c] (+ bias[y_off + r]) for a few tokens (t < NT <= NT_MAX):
 // the decode kernel, bound by weight bandwidth. A workgroup owns NR consecutive rows of one weight
 // chunk; its threads split each row into 32-element units (one Q*_0/Q*_1 block, an eighth of a K-quant
-// block) and take units tid, tid + WG, ... . A thread dequantizes a whole unit in registers (wide
-// loads, see quants.glsl), dots it with the NT activation rows, and accumulates in f32; partial sums
+// block), each split in 4 quarters of 8 weights; threads take quarters tid, tid + WG, ... (so a
+// warp reads a run of consecutive blocks, 4 threads per block, in 32-bit words), dequantize them in
+// registers (see quants.glsl), dot them with the NT activation rows, and accumulate in f32; partial sums
 // are reduced with subgroupAdd, then across subgroups through shared memory.
 // Specialization: 0 = workgroup size, 1 = NT (tokens; the loops are unrolled to NT_MAX and the
 // driver drops the unused ones once NT is known).
@@ -30,10 +31,6 @@ layout(push_constant) uniform Push {
 
 shared float red[NR * NT_MAX][MAX_SUBGROUPS];
 
-#ifndef QFLOAT
-vec4 load_x(uint t, uint u, uint i) { return x4[(t * p.cols + 32 * u) / 4 + i]; }
-#endif
-
 void main() {
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint r0 = wg * NR;
@@ -53,17 +50,19 @@ void main() {
         }
     }
 #else
-    uint n_units = p.cols / 32;
-    for (uint u = tid; u < n_units; u += gl_WorkGroupSize.x) {
-        [[unroll]] for (uint r = 0; r < NR; ++r) {
-            vec4 w[8];
-            dequant_unit(min(r0 + r, p.n_rows - 1), u, p.cols, w);  // past the end: computed, not written
-            [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-                if (t < NT) {
-                    float s = 0.0;
-                    [[unroll]] for (uint i = 0; i < 8; ++i) s += dot(w[i], load_x(t, u, i));
-                    acc[r][t] += s;
-                }
+    // Quarter units (8 weights: elements 4i..4i+3 and 16+4i..16+4i+3 of unit u): neighbouring threads
+    // read neighbouring words of the same block, and the activations are loaded once for NR rows.
+    uint n_parts = p.cols / 8;
+    for (uint q = tid; q < n_parts; q += gl_WorkGroupSize.x) {
+        uint u = q / 4, i = q % 4;
+        vec4 a[NR], c[NR];
+        [[unroll]] for (uint r = 0; r < NR; ++r)
+            dequant_part(min(r0 + r, p.n_rows - 1), u, i, p.cols, a[r], c[r]);  // past the end: not written
+        [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
+            if (t < NT) {
+                uint xb = (t * p.cols) / 4 + 8 * u + i;
+                vec4 xa = x4[xb], xc = x4[xb + 4];
+                [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += dot(a[r], xa) + dot(c[r], xc);
             }
         }
     }

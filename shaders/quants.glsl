@@ -12,6 +12,9 @@
 //   void dequant_unit(uint row, uint u, uint cols, out vec4 w[8])
 //       elements [32u, 32u+32) of chunk-local row `row` (a row has `cols` elements); w[i] holds
 //       elements 32u+4i .. 32u+4i+3. Float types return 0 past the end of the row.
+//   void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c)   (quant types)
+//       a quarter of a unit: a = w[i], c = w[i + 4] (i < 4) -- the matrix-vector kernel gives each
+//       thread one quarter so that neighbouring threads read neighbouring words of a block.
 // Block layouts (bytes) follow gguf/quants.py (ggml-common.h):
 //   Q8_0 34: d f16, q int8[32]                      x = d*q
 //   Q4_0 18: d, qs[16]   elem j: lo nibble of qs[j], elem j+16: hi nibble      x = d*(q-8)
@@ -79,69 +82,62 @@ void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
 
 #elif defined(QTYPE_Q8_0)
 #define QK 32
-void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = (row * (cols / QK) + u) * 17;  // 34 bytes = 17 words of 16 bits
     float d = half_bits(wu16[b]);
-    [[unroll]] for (uint i = 0; i < 8; ++i) w[i] = d * sbytes4(u32_at16(b + 1 + 2 * i));
+    a = d * sbytes4(u32_at16(b + 1 + 2 * i));
+    c = d * sbytes4(u32_at16(b + 9 + 2 * i));
 }
 
 #elif defined(QTYPE_Q4_0)
 #define QK 32
-void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = (row * (cols / QK) + u) * 9;  // 18 bytes
     float d = half_bits(wu16[b]);
-    [[unroll]] for (uint i = 0; i < 4; ++i) {
-        uint q = u32_at16(b + 1 + 2 * i);
-        w[i] = d * (bytes4(q & 0x0F0F0F0Fu) - 8.0);
-        w[i + 4] = d * (bytes4((q >> 4) & 0x0F0F0F0Fu) - 8.0);
-    }
+    uint q = u32_at16(b + 1 + 2 * i);
+    a = d * (bytes4(q & 0x0F0F0F0Fu) - 8.0);
+    c = d * (bytes4((q >> 4) & 0x0F0F0F0Fu) - 8.0);
 }
 
 #elif defined(QTYPE_Q4_1)
 #define QK 32
-void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = (row * (cols / QK) + u) * 5;  // 20 bytes = 5 words of 32 bits
     vec2 dm = unpackHalf2x16(wu32[b]);
-    [[unroll]] for (uint i = 0; i < 4; ++i) {
-        uint q = wu32[b + 1 + i];
-        w[i] = dm.x * bytes4(q & 0x0F0F0F0Fu) + dm.y;
-        w[i + 4] = dm.x * bytes4((q >> 4) & 0x0F0F0F0Fu) + dm.y;
-    }
+    uint q = wu32[b + 1 + i];
+    a = dm.x * bytes4(q & 0x0F0F0F0Fu) + dm.y;
+    c = dm.x * bytes4((q >> 4) & 0x0F0F0F0Fu) + dm.y;
 }
 
 #elif defined(QTYPE_Q5_0)
 #define QK 32
-void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = (row * (cols / QK) + u) * 11;  // 22 bytes
     float d = half_bits(wu16[b]);
     uint qh = u32_at16(b + 1);
-    [[unroll]] for (uint i = 0; i < 4; ++i) {
-        uint q = u32_at16(b + 3 + 2 * i);
-        uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
-        uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
-        w[i] = d * (bytes4(lo) - 16.0);
-        w[i + 4] = d * (bytes4(hi) - 16.0);
-    }
+    uint q = u32_at16(b + 3 + 2 * i);
+    uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
+    uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
+    a = d * (bytes4(lo) - 16.0);
+    c = d * (bytes4(hi) - 16.0);
 }
 
 #elif defined(QTYPE_Q5_1)
 #define QK 32
-void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = (row * (cols / QK) + u) * 6;  // 24 bytes = 6 words of 32 bits
     vec2 dm = unpackHalf2x16(wu32[b]);
     uint qh = wu32[b + 1];
-    [[unroll]] for (uint i = 0; i < 4; ++i) {
-        uint q = wu32[b + 2 + i];
-        uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
-        uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
-        w[i] = dm.x * bytes4(lo) + dm.y;
-        w[i + 4] = dm.x * bytes4(hi) + dm.y;
-    }
+    uint q = wu32[b + 2 + i];
+    uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
+    uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
+    a = dm.x * bytes4(lo) + dm.y;
+    c = dm.x * bytes4(hi) + dm.y;
 }
 
 #elif defined(QTYPE_Q2_K)
 #define QK 256
-void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
     uint b = ib * 21;  // 84 bytes = 21 words of 32 bits
     vec2 dm = unpackHalf2x16(wu32[b + 20]);
@@ -150,10 +146,8 @@ void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
     vec2 ml = dm.y * vec2((sc >> 4) & 0xFu, (sc >> 12) & 0xFu);
     uint qb = b + 4 + (s / 4) * 8;
     uint shift = 2 * (s % 4);
-    [[unroll]] for (uint i = 0; i < 8; ++i) {
-        vec4 q = bytes4((wu32[qb + i] >> shift) & 0x03030303u);
-        w[i] = i < 4 ? dl.x * q - ml.x : dl.y * q - ml.y;
-    }
+    a = dl.x * bytes4((wu32[qb + i] >> shift) & 0x03030303u) - ml.x;
+    c = dl.y * bytes4((wu32[qb + i + 4] >> shift) & 0x03030303u) - ml.y;
 }
 
 #elif defined(QTYPE_Q3_K)
@@ -163,18 +157,18 @@ int q3k_scale(uint b8, uint i) {
     uint hi = (uint(wu8[b8 + 104 + i % 4]) >> (2 * (i / 4))) & 0x3u;
     return int(lo | (hi << 4)) - 32;
 }
-void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
     uint b = ib * 55;  // 110 bytes = 55 words of 16 bits
     float d = half_bits(wu16[b + 54]);
     vec2 dl = d * vec2(q3k_scale(2 * b, 2 * s), q3k_scale(2 * b, 2 * s + 1));
     uint qb = b + 16 + (s / 4) * 16;
     uint shift = 2 * (s % 4);
-    [[unroll]] for (uint i = 0; i < 8; ++i) {
-        uint low = (u32_at16(qb + 2 * i) >> shift) & 0x03030303u;
-        uint hb = (u32_at16(b + 2 * i) >> s) & 0x01010101u;
+    [[unroll]] for (uint k = 0; k < 2; ++k) {
+        uint low = (u32_at16(qb + 2 * (i + 4 * k)) >> shift) & 0x03030303u;
+        uint hb = (u32_at16(b + 2 * (i + 4 * k)) >> s) & 0x01010101u;
         vec4 q = bytes4(low | (hb << 2)) - 4.0;
-        w[i] = (i < 4 ? dl.x : dl.y) * q;
+        if (k == 0) a = dl.x * q; else c = dl.y * q;
     }
 }
 
@@ -194,7 +188,7 @@ vec2 k_scale_min(uint b8, uint j) {
     }
     return vec2(sc, mn);
 }
-void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
 #if defined(QTYPE_Q4_K)
     uint b = ib * 36;  // 144 bytes
@@ -207,18 +201,19 @@ void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
     vec2 smn = k_scale_min(4 * b, s);
     float dl = dm.x * smn.x, ml = dm.y * smn.y;
     uint shift = 4 * (s % 2);
-    [[unroll]] for (uint i = 0; i < 8; ++i) {
-        uint q = (wu32[qb + i] >> shift) & 0x0F0F0F0Fu;
+    [[unroll]] for (uint k = 0; k < 2; ++k) {
+        uint j = i + 4 * k;
+        uint q = (wu32[qb + j] >> shift) & 0x0F0F0F0Fu;
 #if defined(QTYPE_Q5_K)
-        q |= ((wu32[b + 4 + i] >> s) & 0x01010101u) << 4;
+        q |= ((wu32[b + 4 + j] >> s) & 0x01010101u) << 4;
 #endif
-        w[i] = dl * bytes4(q) - ml;
+        if (k == 0) a = dl * bytes4(q) - ml; else c = dl * bytes4(q) - ml;
     }
 }
 
 #elif defined(QTYPE_Q6_K)
 #define QK 256
-void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
     uint b = ib * 105;  // 210 bytes = 105 words of 16 bits
     uint h = s / 4, j = s % 4;
@@ -228,12 +223,19 @@ void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
     uint lb = b + 32 * h + 16 * (j % 2);
     uint hb = b + 64 + 16 * h;
     uint lshift = 4 * (j / 2), hshift = 2 * j;
-    [[unroll]] for (uint i = 0; i < 8; ++i) {
-        uint q = ((u32_at16(lb + 2 * i) >> lshift) & 0x0F0F0F0Fu) | (((u32_at16(hb + 2 * i) >> hshift) & 0x03030303u) << 4);
-        w[i] = (i < 4 ? dl.x : dl.y) * (bytes4(q) - 32.0);
+    [[unroll]] for (uint k = 0; k < 2; ++k) {
+        uint j = i + 4 * k;
+        uint q = ((u32_at16(lb + 2 * j) >> lshift) & 0x0F0F0F0Fu) | (((u32_at16(hb + 2 * j) >> hshift) & 0x03030303u) << 4);
+        if (k == 0) a = dl.x * (bytes4(q) - 32.0); else c = dl.y * (bytes4(q) - 32.0);
     }
 }
 
 #else
 #error "quants.glsl: define one QTYPE_*"
+#endif
+
+#ifndef QFLOAT
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    [[unroll]] for (uint i = 0; i < 4; ++i) dequant_part(row, u, i, cols, w[i], w[i + 4]);
+}
 #endif
