@@ -32,6 +32,11 @@ class Op:
     layer: int | None = None
     attrs: dict = field(default_factory=dict)
 
+    def reads(self) -> tuple[Tensor, ...]:
+        """Every tensor the op reads: its inputs and tensors carried in attrs (fused operands)."""
+        extra = tuple(v for v in self.attrs.values() if isinstance(v, Tensor))
+        return self.inputs + extra
+
     def __repr__(self):
         return f"Op({self.kind}, {[t.name for t in self.inputs]} -> {self.out.name if self.out else None})"
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import LlamavkError
+from .fusion import fuse_for_matvec
 from .graph import Graph, Tensor
 from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_WORDS, VIEW_ALIGN, KernelCache, QWeight, View,
                       upload_qweight)
@@ -38,7 +39,7 @@ def plan_activations(graph: Graph, n_tokens: int) -> ActivationPlan:
     """Linear-scan allocation: a tensor's memory is reused once the last op reading it has run."""
     last_use: dict[Tensor, int] = {}
     for i, op in enumerate(graph.ops):
-        for t in op.inputs:
+        for t in op.reads():
             if t.kind == "act":
                 last_use[t] = i
     free: list[tuple[int, int]] = []          # (offset, size)
@@ -59,7 +60,7 @@ def plan_activations(graph: Graph, n_tokens: int) -> ActivationPlan:
                 offsets[out] = top
                 top += size
             sizes[out] = size
-        for t in set(op.inputs):
+        for t in set(op.reads()):
             if t.kind == "act" and last_use.get(t) == i and t is not graph.logits:
                 free.append((offsets[t], sizes[t]))
         free = _coalesce(free)
@@ -114,7 +115,9 @@ class DeviceRuntime:
         self.n_ubatch_all = max(1, min(n_ubatch, max_range // (cfg.n_vocab * 4)))
         self.logits_buf = Buffer(device, self.n_ubatch_all * cfg.n_vocab * 4, host_visible=True)
         self.rope = rope.RopeParams.from_config(cfg, View.whole(self.freqs) if self.freqs is not None else None)
-        self.plans = {key: plan_activations(g, n_ubatch) for key, g in graphs.items()}
+        # Matrix-vector steps (decode, small batches) run the fused graph: fewer dispatches and barriers.
+        self.fused = {key: fuse_for_matvec(g) for key, g in graphs.items()}
+        self.plans = {g: plan_activations(g, n_ubatch) for g in list(graphs.values()) + list(self.fused.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
         self.recordings: dict[tuple[str, int], CommandSequence] = {}
         self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
@@ -142,7 +145,8 @@ class DeviceRuntime:
         return View(self.arena, plan.offsets[t], plan.sizes[t])
 
     def record(self, key: str, n_tokens: int) -> CommandSequence:
-        graph, plan = self.graphs[key], self.plans[key]
+        graph = self.fused[key] if n_tokens <= matmul.MATVEC_MAX_TOKENS else self.graphs[key]
+        plan = self.plans[graph]
         cfg, kc = self.cfg, self.kc
         seq = CommandSequence(self.device, f"{key}[{n_tokens}]", profile=self.profile).begin()
         step = View.whole(self.step)
@@ -166,7 +170,10 @@ class DeviceRuntime:
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
                 out = View(self.logits_buf, 0, self.logits_buf.size) if op.out is graph.logits else act(op.out)
-                matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias)
+                norm_w, resid = op.attrs.get("norm"), op.attrs.get("residual")
+                matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
+                              norm=vec(norm_w) if norm_w is not None else None, eps=op.attrs.get("eps", 0.0),
+                              residual=act(resid) if resid is not None else None)
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]

@@ -18,6 +18,7 @@ layout(push_constant) uniform Push {
 } p;
 
 void main() {
+    q_chunk_blocks = p.n_rows * (p.cols / QK);
     uint t = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     if (t >= p.n_tokens) return;
     uint id = ids[t];

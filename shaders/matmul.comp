@@ -31,6 +31,7 @@ shared vec4 ws[BK][BM / 4];  // ws[k][r / 4][r % 4] = W[row0 + r, k0 + k]
 shared vec4 xs[BK][BN / 4];  // xs[k][t / 4][t % 4] = x[tok0 + t, k0 + k]
 
 void main() {
+    q_chunk_blocks = p.n_rows * (p.cols / QK);
     uint tid = gl_LocalInvocationID.x;
     uint row0 = gl_WorkGroupID.x * BM;
     uint tok0 = gl_WorkGroupID.y * BN;

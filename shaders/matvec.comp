@@ -1,100 +1,144 @@
 #version 450
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
-// y[t, y_off + r] = sum_c W[r, c] * x[t, c] (+ bias[y_off + r]) for a few tokens (t < NT <= NT_MAX):
-// the decode kernel, bound by weight bandwidth. A workgroup owns NR consecutive rows of one weight
-// chunk; its threads split each row into 32-element units (one Q*_0/Q*_1 block, an eighth of a K-quant
-// block), each split in 4 quarters of 8 weights; threads take quarters tid, tid + WG, ... (so a
-// warp reads a run of consecutive blocks, 4 threads per block, in 32-bit words), dequantize them in
-// registers (see quants.glsl), dot them with the NT activation rows, and accumulate in f32; partial sums
-// are reduced with subgroupAdd, then across subgroups through shared memory.
-// Specialization: 0 = workgroup size, 1 = NT (tokens; the loops are unrolled to NT_MAX and the
-// driver drops the unused ones once NT is known).
+// Decode matrix-vector product for a few tokens (t < NT <= 8), bound by weight bandwidth:
+//
+//   y[t, y_off + r] = resid[t, y_off + r] + bias[y_off + r] + s_t * sum_c W[r, c] * x'[t, c]
+//
+// x' = x, or x * nw with s_t = 1/rms(x[t]) when NORM (the RMS norm feeding this product is folded in:
+// W (x/rms * nw) = (1/rms) * W (x * nw), and the sum of squares is gathered while x is read anyway).
+// RESID folds the residual add that follows the product. Both save a dispatch and a barrier per use.
+//
+// Work split: a subgroup owns NR consecutive rows; its lanes stride over the row's blocks and the
+// subgroup reduces with subgroupAdd -- no shared memory, no workgroup barrier. A workgroup covers
+// rows_per_wg rows with however many subgroups it has. Planar types (Q4_0, Q8_0) read one whole
+// block per lane with 16-byte loads; other types read 8-weight quarters through quants.glsl.
+// Specialization: 0 workgroup size, 1 NT, 2 NORM, 3 RESID.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NT = 1;
+layout(constant_id = 2) const bool NORM = false;
+layout(constant_id = 3) const bool RESID = false;
 #define NT_MAX 8
 #define NR 2
-#define MAX_SUBGROUPS 32
 
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, binding = 4) readonly buffer NormW { float nw[]; };
+layout(std430, binding = 4) readonly buffer NormW4 { vec4 nw4[]; };
+layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
 layout(push_constant) uniform Push {
-    uint n_rows;    // rows of this chunk
+    uint n_rows;       // rows of this chunk
     uint cols;
-    uint y_stride;  // floats between two tokens' outputs (rows of the whole matrix)
-    uint y_off;     // first row of this chunk in the whole matrix
+    uint y_stride;     // floats between two tokens' outputs (rows of the whole matrix)
+    uint y_off;        // first row of this chunk in the whole matrix
     uint has_bias;
+    uint rows_per_wg;
+    float eps;
 } p;
 
-shared float red[NR * NT_MAX][MAX_SUBGROUPS];
+// x'[t] for the 4 columns of vec4 index k (k counts vec4s within one token's row)
+vec4 xin(uint t, uint k, inout float ss) {
+    vec4 v = x4[(t * p.cols) / 4 + k];
+    if (NORM) { ss += dot(v, v); v *= nw4[k]; }
+    return v;
+}
 
 void main() {
+    q_chunk_blocks = p.n_rows * (p.cols / QK);
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    uint r0 = wg * NR;
-    if (r0 >= p.n_rows) return;  // uniform over the workgroup
-    uint tid = gl_LocalInvocationID.x;
-    float acc[NR][NT_MAX];
-    [[unroll]] for (uint r = 0; r < NR; ++r)
-        [[unroll]] for (uint t = 0; t < NT_MAX; ++t) acc[r][t] = 0.0;
+    uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize;
+    uint row_base = wg * p.rows_per_wg;
 
-#ifdef QFLOAT
-    // Float weights: any column count; consecutive threads read consecutive elements.
-    for (uint c = tid; c < p.cols; c += gl_WorkGroupSize.x) {
-        [[unroll]] for (uint r = 0; r < NR; ++r) {
-            float wv = wfloat(min(r0 + r, p.n_rows - 1) * p.cols + c);
-            [[unroll]] for (uint t = 0; t < NT_MAX; ++t)
-                if (t < NT) acc[r][t] += wv * x[t * p.cols + c];
-        }
-    }
-#else
-    // Quarter units (8 weights: elements 4i..4i+3 and 16+4i..16+4i+3 of unit u): neighbouring threads
-    // read neighbouring words of the same block, and the activations are loaded once for NR rows.
-    uint n_parts = p.cols / 8;
-    for (uint q = tid; q < n_parts; q += gl_WorkGroupSize.x) {
-        uint u = q / 4, i = q % 4;
-        vec4 a[NR], c[NR];
-        [[unroll]] for (uint r = 0; r < NR; ++r)
-            dequant_part(min(r0 + r, p.n_rows - 1), u, i, p.cols, a[r], c[r]);  // past the end: not written
+    for (uint rl = gl_SubgroupID * NR; rl < p.rows_per_wg; rl += gl_NumSubgroups * NR) {
+        uint r0 = row_base + rl;
+        if (r0 >= p.n_rows) break;  // uniform within the subgroup
+        uint rows[NR];
+        [[unroll]] for (uint r = 0; r < NR; ++r) rows[r] = min(r0 + r, p.n_rows - 1);
+        float acc[NR][NT_MAX], ss[NT_MAX];
         [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-            if (t < NT) {
-                uint xb = (t * p.cols) / 4 + 8 * u + i;
-                vec4 xa = x4[xb], xc = x4[xb + 4];
-                [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += dot(a[r], xa) + dot(c[r], xc);
-            }
+            ss[t] = 0.0;
+            [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] = 0.0;
         }
-    }
-#endif
 
-    [[unroll]] for (uint r = 0; r < NR; ++r)
-        [[unroll]] for (uint t = 0; t < NT_MAX; ++t)
-            if (t < NT) acc[r][t] = subgroupAdd(acc[r][t]);
-
-    if (gl_NumSubgroups > 1) {
-        if (subgroupElect()) {
-            [[unroll]] for (uint r = 0; r < NR; ++r)
-                [[unroll]] for (uint t = 0; t < NT_MAX; ++t)
-                    if (t < NT) red[r * NT_MAX + t][gl_SubgroupID] = acc[r][t];
-        }
-        barrier();
-        if (tid < NR * NT_MAX) {
-            uint r = tid / NT_MAX, t = tid % NT_MAX;
-            if (t < NT && r0 + r < p.n_rows) {
-                float s = 0.0;
-                for (uint g = 0; g < gl_NumSubgroups; ++g) s += red[tid][g];
-                if (p.has_bias != 0) s += bias[p.y_off + r0 + r];
-                y[t * p.y_stride + p.y_off + r0 + r] = s;
-            }
-        }
-    } else if (tid == 0) {
-        [[unroll]] for (uint r = 0; r < NR; ++r)
+#if defined(QFLOAT)
+        for (uint c = lane; c < p.cols; c += S) {
+            float wv[NR];
+            [[unroll]] for (uint r = 0; r < NR; ++r) wv[r] = wfloat(rows[r] * p.cols + c);
             [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-                if (t < NT && r0 + r < p.n_rows) {
-                    float b = p.has_bias != 0 ? bias[p.y_off + r0 + r] : 0.0;
-                    y[t * p.y_stride + p.y_off + r0 + r] = acc[r][t] + b;
+                if (t < NT) {
+                    float xv = x[t * p.cols + c];
+                    if (NORM) { ss[t] += xv * xv; xv *= nw[c]; }
+                    [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += wv[r] * xv;
                 }
             }
+        }
+#elif defined(QPLANAR)
+        uint nbr = p.cols / QK;  // blocks per row
+        for (uint ub = lane; ub < nbr; ub += S) {
+            vec4 w[NR][8];
+            float d[NR];
+            [[unroll]] for (uint r = 0; r < NR; ++r) {
+                uint b = rows[r] * nbr + ub;
+                d[r] = block_scale(b);
+#if defined(QTYPE_Q4_0)
+                uvec4 q = wu4[b];  // byte j: element j (low nibble) and j + 16 (high nibble)
+                [[unroll]] for (uint k = 0; k < 4; ++k) {
+                    w[r][k] = bytes4(q[k] & 0x0F0F0F0Fu) - 8.0;
+                    w[r][k + 4] = bytes4((q[k] >> 4) & 0x0F0F0F0Fu) - 8.0;
+                }
+#else  // Q8_0
+                uvec4 q0 = wu4[2 * b], q1 = wu4[2 * b + 1];
+                [[unroll]] for (uint k = 0; k < 4; ++k) {
+                    w[r][k] = sbytes4(q0[k]);
+                    w[r][k + 4] = sbytes4(q1[k]);
+                }
+#endif
+            }
+            [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
+                if (t < NT) {
+                    vec4 xv[8];
+                    [[unroll]] for (uint k = 0; k < 8; ++k) xv[k] = xin(t, 8 * ub + k, ss[t]);
+                    [[unroll]] for (uint r = 0; r < NR; ++r) {
+                        float s = 0.0;
+                        [[unroll]] for (uint k = 0; k < 8; ++k) s += dot(w[r][k], xv[k]);
+                        acc[r][t] += d[r] * s;
+                    }
+                }
+            }
+        }
+#else
+        // 8-weight quarters: neighbouring lanes read neighbouring words of the same block.
+        uint n_parts = p.cols / 8;
+        for (uint q = lane; q < n_parts; q += S) {
+            uint u = q / 4, i = q % 4;
+            vec4 a[NR], c[NR];
+            [[unroll]] for (uint r = 0; r < NR; ++r) dequant_part(rows[r], u, i, p.cols, a[r], c[r]);
+            [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
+                if (t < NT) {
+                    vec4 xa = xin(t, 8 * u + i, ss[t]), xc = xin(t, 8 * u + i + 4, ss[t]);
+                    [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += dot(a[r], xa) + dot(c[r], xc);
+                }
+            }
+        }
+#endif
+
+        [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
+            if (t < NT) {
+                float scale = 1.0;
+                if (NORM) scale = inversesqrt(subgroupAdd(ss[t]) / float(p.cols) + p.eps);
+                [[unroll]] for (uint r = 0; r < NR; ++r) {
+                    float v = subgroupAdd(acc[r][t]) * scale;
+                    if (lane == 0 && r0 + r < p.n_rows) {
+                        uint row = p.y_off + r0 + r;
+                        if (p.has_bias != 0) v += bias[row];
+                        if (RESID) v += resid[t * p.y_stride + row];
+                        y[t * p.y_stride + row] = v;
+                    }
+                }
+            }
+        }
     }
 }

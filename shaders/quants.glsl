@@ -15,7 +15,7 @@
 //   void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c)   (quant types)
 //       a quarter of a unit: a = w[i], c = w[i + 4] (i < 4) -- the matrix-vector kernel gives each
 //       thread one quarter so that neighbouring threads read neighbouring words of a block.
-// Block layouts (bytes) follow gguf/quants.py (ggml-common.h):
+// Block layouts (bytes) follow gguf/quants.py (ggml-common.h); Q8_0 and Q4_0 are stored planar (below):
 //   Q8_0 34: d f16, q int8[32]                      x = d*q
 //   Q4_0 18: d, qs[16]   elem j: lo nibble of qs[j], elem j+16: hi nibble      x = d*(q-8)
 //   Q4_1 20: d, m, qs[16]                           x = d*q + m
@@ -40,6 +40,12 @@ layout(std430, binding = W_BINDING) readonly buffer WeightU16 { uint16_t wu16[];
 layout(std430, binding = W_BINDING) readonly buffer WeightU32 { uint wu32[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightF16 { float16_t wf16[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightF32 { float wf32[]; };
+layout(std430, binding = W_BINDING) readonly buffer WeightU4 { uvec4 wu4[]; };
+
+// Planar types (QPLANAR: Q4_0, Q8_0) are repacked at upload (llamavk/kernels/__init__.py PLANAR) into
+// two planes per chunk: all blocks' quants (16-byte aligned, read as uvec4), then all blocks' f16
+// scales. Each kernel sets q_chunk_blocks (blocks in its chunk) first thing in main().
+uint q_chunk_blocks = 0;
 
 float half_bits(uint h) { return unpackHalf2x16(h).x; }
 // Two 16-bit words (little endian) as one 32-bit word.
@@ -82,19 +88,25 @@ void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
 
 #elif defined(QTYPE_Q8_0)
 #define QK 32
+#define QPLANAR 1
+// planar: qs plane 32 bytes per block, then the d plane (f16)
+float block_scale(uint b) { return float(wf16[16 * q_chunk_blocks + b]); }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
-    uint b = (row * (cols / QK) + u) * 17;  // 34 bytes = 17 words of 16 bits
-    float d = half_bits(wu16[b]);
-    a = d * sbytes4(u32_at16(b + 1 + 2 * i));
-    c = d * sbytes4(u32_at16(b + 9 + 2 * i));
+    uint b = row * (cols / QK) + u;
+    float d = block_scale(b);
+    a = d * sbytes4(wu32[8 * b + i]);
+    c = d * sbytes4(wu32[8 * b + 4 + i]);
 }
 
 #elif defined(QTYPE_Q4_0)
 #define QK 32
+#define QPLANAR 1
+// planar: qs plane 16 bytes per block (one uvec4), then the d plane (f16)
+float block_scale(uint b) { return float(wf16[8 * q_chunk_blocks + b]); }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
-    uint b = (row * (cols / QK) + u) * 9;  // 18 bytes
-    float d = half_bits(wu16[b]);
-    uint q = u32_at16(b + 1 + 2 * i);
+    uint b = row * (cols / QK) + u;
+    float d = block_scale(b);
+    uint q = wu32[4 * b + i];
     a = d * (bytes4(q & 0x0F0F0F0Fu) - 8.0);
     c = d * (bytes4((q >> 4) & 0x0F0F0F0Fu) - 8.0);
 }

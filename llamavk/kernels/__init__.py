@@ -83,9 +83,28 @@ def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:
     return (max_x, (n + max_x - 1) // max_x, 1)
 
 
+# Types stored planar on the device (shaders/quants.glsl QPLANAR): per chunk, every block's quants
+# (16-byte aligned, so kernels read them as uvec4), then every block's f16 scale. qtype name ->
+# (scale bytes at the start of a GGUF block, block bytes).
+PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34)}
+
+
+def to_device_layout(qtype, chunk) -> "np.ndarray":
+    """A chunk of raw GGUF blocks (uint8) in the layout the kernels read."""
+    import numpy as np
+
+    name = getattr(qtype, "name", str(qtype))
+    if name not in PLANAR:
+        return chunk
+    head, size = PLANAR[name]
+    blocks = chunk.reshape(-1, size)
+    return np.concatenate([blocks[:, head:].reshape(-1), blocks[:, :head].reshape(-1)])
+
+
 def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None) -> QWeight:
     """Copy a weight matrix (raw GGUF blocks, `rows` rows of `cols` elements) to `device`, split into
-    row chunks no larger than the device's maxStorageBufferRange (128 MiB on llvmpipe)."""
+    row chunks no larger than the device's maxStorageBufferRange (128 MiB on llvmpipe), each in the
+    kernels' layout (`to_device_layout`)."""
     import numpy as np
 
     from ..quant import quant_info
@@ -100,6 +119,6 @@ def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: in
     for start in range(0, rows, rows_per_chunk):
         n = min(rows_per_chunk, rows - start)
         buf = Buffer(device, n * row_bytes)
-        buf.write(data[start * row_bytes:(start + n) * row_bytes])
+        buf.write(to_device_layout(qtype, data[start * row_bytes:(start + n) * row_bytes]))
         chunks.append(WeightChunk(buf, start, n))
     return QWeight(qtype, rows, cols, tuple(chunks))

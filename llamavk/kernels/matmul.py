@@ -22,7 +22,7 @@ from . import KernelCache, QWeight, View, groups_2d
 # Token counts up to this use the matrix-vector kernel (one pass over W, NT accumulators per row);
 # the tiled kernel needs enough tokens to fill its 64-token tiles before it pays off.
 MATVEC_MAX_TOKENS = 8
-MATVEC_ROWS_PER_GROUP = 2   # NR in matvec.comp
+MATVEC_ROWS_PER_SUBGROUP = 2   # NR in matvec.comp
 MATMUL_TILE_ROWS = 64       # BM in matmul.comp
 MATMUL_TILE_TOKENS = 64     # BN in matmul.comp
 GET_ROWS_WG = 64
@@ -33,9 +33,9 @@ def type_suffix(qtype) -> str:
 
 
 def matvec_workgroup(kc: KernelCache) -> int:
-    """Threads per matrix-vector workgroup: 64, or one subgroup where subgroups are wider."""
+    """Threads per matrix-vector workgroup: 128, or one subgroup where subgroups are wider."""
     sg = kc.info.subgroup_size or 32
-    return max(64, sg)
+    return max(128, sg)
 
 
 def _check_view(view: View, nbytes: int, what: str) -> None:
@@ -43,10 +43,13 @@ def _check_view(view: View, nbytes: int, what: str) -> None:
         raise LlamavkError(f"{what}: view is {view.nbytes} bytes, needs {nbytes}")
 
 
-def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None) -> None:
-    """Record y[t, r] = sum_c W[r, c] * x[t, c] (+ bias[r]) for t < n_tokens.
+def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
+           norm: View | None = None, eps: float = 0.0, residual: View | None = None) -> None:
+    """Record y[t, r] = residual[t, r] + bias[r] + sum_c W[r, c] * x'[t, c] for t < n_tokens.
 
-    x: float32 [n_tokens][w.cols]; y: float32 [n_tokens][w.rows]; bias: float32 [w.rows] or None."""
+    x: float32 [n_tokens][w.cols]; y, residual: float32 [n_tokens][w.rows]; bias: float32 [w.rows].
+    x' = x, or rms_norm(x[t]) * norm (norm: float32 [w.cols], epsilon eps) -- the fused forms
+    (norm, residual) exist for matrix-vector batches (n_tokens <= MATVEC_MAX_TOKENS) only."""
     if n_tokens <= 0:
         return
     name = type_suffix(w.qtype)
@@ -58,12 +61,17 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     has_bias = 1 if bias is not None else 0
     if n_tokens <= MATVEC_MAX_TOKENS:
         wg = matvec_workgroup(kc)
-        kernel = kc.get(f"mul_mv_{name}", "rrrw", push_size=20, spec=(wg, n_tokens))
+        rows_per_wg = MATVEC_ROWS_PER_SUBGROUP * max(1, wg // (kc.info.subgroup_size or 32))
+        kernel = kc.get(f"mul_mv_{name}", "rrrwrr", push_size=28,
+                        spec=(wg, n_tokens, norm is not None, residual is not None))
+        extra = [(norm or x).range, (residual or x).range]
         for ch in w.chunks:
-            push = struct.pack("<5I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias)
-            groups = groups_2d((ch.n_rows + MATVEC_ROWS_PER_GROUP - 1) // MATVEC_ROWS_PER_GROUP)
-            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], groups, push)
+            push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
+            groups = groups_2d((ch.n_rows + rows_per_wg - 1) // rows_per_wg)
+            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra, groups, push)
     else:
+        if norm is not None or residual is not None:
+            raise LlamavkError("fused norm/residual matmul is only available for matrix-vector batches")
         kernel = kc.get(f"mul_mm_{name}", "rrrw", push_size=24)
         gy = (n_tokens + MATMUL_TILE_TOKENS - 1) // MATMUL_TILE_TOKENS
         for ch in w.chunks:

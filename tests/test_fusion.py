@@ -1,0 +1,39 @@
+"""The decode fusion pass: what it folds, and that it leaves the original graph alone."""
+
+from llamavk.fusion import fuse_for_matvec
+from llamavk.models import build_graph
+from llamavk.models.base import ModelConfig
+
+
+def cfg(**kw):
+    base = dict(arch="llama", n_vocab=100, n_embd=64, n_layer=3, n_head=4, n_head_kv=2, head_dim=16, n_ff=96,
+                n_ctx_train=128, rms_eps=1e-5, rope_base=1e4, rope_dim=16, rope_neox=False, rope_scaling=None,
+                qkv_bias=False, qk_norm=False, tied_output=False)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def kinds(g):
+    return [op.kind for op in g.ops]
+
+
+def test_norms_and_residual_adds_fold_into_matmuls():
+    g = build_graph(cfg())
+    before = kinds(g)
+    f = fuse_for_matvec(g)
+    assert kinds(g) == before                       # original untouched
+    assert "rms_norm" not in kinds(f) and "add" not in kinds(f)
+    per_layer = [op for op in f.ops if op.layer == 1]
+    assert [op.kind for op in per_layer] == ["matmul"] * 3 + ["rope", "rope", "attention", "matmul"] + \
+        ["matmul", "matmul", "swiglu", "matmul"]
+    qkv = per_layer[:3]
+    assert all(op.attrs["norm"].role == "attn_norm" for op in qkv)
+    assert per_layer[6].attrs["residual"] is not None and per_layer[10].attrs["residual"] is not None
+    assert f.logits is g.logits and f.ops[-1].attrs["norm"].role == "output_norm"
+
+
+def test_qk_norm_and_biases_survive():
+    f = fuse_for_matvec(build_graph(cfg(arch="qwen3", qk_norm=True, qkv_bias=True)))
+    assert kinds(f).count("head_norm") == 2 * 3
+    q = next(op for op in f.ops if op.kind == "matmul" and op.inputs[0].role == "q")
+    assert len(q.inputs) == 3 and q.inputs[2].role == "q_bias" and "norm" in q.attrs
