@@ -13,7 +13,9 @@ into the right columns of y.
 
 from __future__ import annotations
 
+import os
 import struct
+from dataclasses import dataclass
 
 from ..errors import LlamavkError
 from ..quant import quant_info
@@ -32,10 +34,24 @@ def type_suffix(qtype) -> str:
     return quant_info(qtype).name.lower()
 
 
-def matvec_workgroup(kc: KernelCache) -> int:
-    """Threads per matrix-vector workgroup: 128, or one subgroup where subgroups are wider."""
+@dataclass(frozen=True)
+class MatvecConfig:
+    wg: int   # threads per workgroup
+    nr: int   # rows per row group (NR <= 8)
+    ks: int   # subgroups sharing one row group (split of the columns)
+    u: int    # blocks per lane per loop step
+
+
+# Override for experiments: LLAMAVK_MATVEC="wg,nr,ks,u".
+_MATVEC_ENV = os.environ.get("LLAMAVK_MATVEC")
+
+
+def matvec_config(kc: KernelCache, qtype, rows: int, cols: int) -> MatvecConfig:
+    """Matrix-vector work split for a device and weight shape (the one place it is chosen)."""
+    if _MATVEC_ENV:
+        return MatvecConfig(*(int(v) for v in _MATVEC_ENV.split(",")))
     sg = kc.info.subgroup_size or 32
-    return max(128, sg)
+    return MatvecConfig(wg=max(128, sg), nr=2, ks=1, u=1)
 
 
 def _check_view(view: View, nbytes: int, what: str) -> None:
@@ -60,10 +76,11 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     b = bias if bias is not None else x  # an unused binding still needs a buffer
     has_bias = 1 if bias is not None else 0
     if n_tokens <= MATVEC_MAX_TOKENS:
-        wg = matvec_workgroup(kc)
-        rows_per_wg = MATVEC_ROWS_PER_SUBGROUP * max(1, wg // (kc.info.subgroup_size or 32))
+        cfg = matvec_config(kc, w.qtype, w.rows, w.cols)
+        n_subgroups = max(1, cfg.wg // (kc.info.subgroup_size or 32))
+        rows_per_wg = cfg.nr * max(1, n_subgroups // cfg.ks)
         kernel = kc.get(f"mul_mv_{name}", "rrrwrr", push_size=28,
-                        spec=(wg, n_tokens, norm is not None, residual is not None))
+                        spec=(cfg.wg, n_tokens, norm is not None, residual is not None, cfg.nr, cfg.ks, cfg.u))
         extra = [(norm or x).range, (residual or x).range]
         for ch in w.chunks:
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
