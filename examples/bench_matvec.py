@@ -2,13 +2,12 @@
 """Sweep matrix-vector work splits (shaders/matvec.comp) on the first device; prints GB/s of weights.
 
     python3 examples/bench_matvec.py [--types q4_0,q8_0] [--configs "128,2,1,1 128,2,4,1 ..."]
-Each measurement runs 40 dispatches (barrier-separated, rotating over 4 weight copies so the L2
-cache does not hold the matrix) and reports bytes of weights / GPU time.
+Each measurement records 40 dispatches (barrier-separated, rotating over 4 weight copies so the L2
+cache does not hold the matrix), runs them 3 times and reports bytes of weights / median GPU time per
+dispatch (timestamps).
 """
 
 import argparse
-import time
-
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
@@ -29,17 +28,19 @@ def random_raw(qtype, rows, cols, rng):
 
 
 def time_config(dev, kc, weights, x, y, norm, cfg, reps=40):
+    """Median GPU time (s) of one dispatch, from timestamps, after warm-up runs."""
     mm.matvec_config = lambda *a, **k: cfg
-    seq = CommandSequence(dev).begin()
+    seq = CommandSequence(dev, profile=True).begin()
     for i in range(reps):
         w = weights[i % len(weights)]
         mm.matmul(seq, kc, w, x, y, 1, norm=norm, eps=1e-5)
         seq.barrier()
     seq.end()
-    seq.run()
-    t0 = time.perf_counter()
-    seq.run()
-    return (time.perf_counter() - t0) / reps
+    for _ in range(3):
+        seq.run()
+    times = [us for _, us in seq.profile_results()]
+    seq.close()
+    return float(np.median(times)) * 1e-6
 
 
 def main():

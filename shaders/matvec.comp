@@ -10,10 +10,10 @@
 // RESID folds the residual add that follows the product. Both save a dispatch and a barrier per use.
 //
 // Work split: KS subgroups share a group of NR consecutive rows, each taking every KS-th run of
-// blocks; lanes stride over blocks, U blocks per step (loads issued together: more bytes in flight).
-// Partial sums: subgroupAdd, then (KS > 1) shared memory. A workgroup covers rows_per_wg rows with
-// however many subgroups it has. Planar types (Q4_0, Q8_0) read one whole block per lane with 16-byte
-// loads; other types read 8-weight quarters through quants.glsl.
+// 8-weight quarters (quants.glsl dequant_part: neighbouring lanes read neighbouring words, so a
+// subgroup's loads are coalesced), U quarters per lane per step (loads issued together: more bytes in
+// flight). Partial sums: subgroupAdd, then (KS > 1) shared memory. A workgroup covers rows_per_wg rows
+// with however many subgroups it has.
 // Specialization: 0 workgroup size, 1 NT, 2 NORM, 3 RESID, 4 NR, 5 KS, 6 U.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NT = 1;
@@ -63,20 +63,22 @@ void main() {
     for (uint rl = (sg / KS) * NR; rl < p.rows_per_wg; rl += n_groups * NR) {
         uint r0 = row_base + rl;
         bool live = r0 < p.n_rows;
-        uint rows[NR_MAX];
-        [[unroll]] for (uint r = 0; r < NR_MAX; ++r) rows[r] = min(r0 + r, p.n_rows - 1);
-        float acc[NR_MAX][NT_MAX], ss[NT_MAX];
-        [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
+        // Arrays sized by specialization constants: exact after specialization, so they stay in
+        // registers (sized by the maxima they spill to local memory and run several times slower).
+        uint rows[NR];
+        [[unroll]] for (uint r = 0; r < NR; ++r) rows[r] = min(r0 + r, p.n_rows - 1);
+        float acc[NR][NT], ss[NT];
+        [[unroll]] for (uint t = 0; t < NT; ++t) {
             ss[t] = 0.0;
-            [[unroll]] for (uint r = 0; r < NR_MAX; ++r) acc[r][t] = 0.0;
+            [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] = 0.0;
         }
         if (live) {
 #if defined(QFLOAT)
         for (uint c = kpart * S + lane; c < p.cols; c += KS * S) {
-            float wv[NR_MAX];
+            float wv[NR];
             [[unroll]] for (uint r = 0; r < NR; ++r) wv[r] = wfloat(rows[r] * p.cols + c);
-            [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-                if (t < NT) {
+            [[unroll]] for (uint t = 0; t < NT; ++t) {
+                {
                     float xv = x[t * p.cols + c];
                     if (NORM) { ss[t] += xv * xv; xv *= nw[c]; }
                     [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += wv[r] * xv;
@@ -84,40 +86,31 @@ void main() {
             }
         }
 #elif defined(QPLANAR)
-        uint nbr = p.cols / QK;  // blocks per row
-        for (uint ub0 = kpart * S * U + lane; ub0 < nbr; ub0 += KS * S * U) {
+        // Planar Q4_0 / Q8_0: the quants of a quarter are one (Q4_0) or two (Q8_0) aligned words; the
+        // block scale multiplies the quarter's dot product once instead of each weight.
+        uint n_parts = p.cols / 8, nbr = p.cols / QK;
+        uint rb[NR];
+        [[unroll]] for (uint r = 0; r < NR; ++r) rb[r] = rows[r] * nbr;
+        for (uint q0 = kpart * S * U + lane; q0 < n_parts; q0 += KS * S * U) {
             [[unroll]] for (uint j = 0; j < U; ++j) {
-                uint ub = ub0 + j * S;
-                if (ub < nbr) {
-                    vec4 w[NR_MAX][8];
-                    float d[NR_MAX];
-                    [[unroll]] for (uint r = 0; r < NR; ++r) {
-                        uint b = rows[r] * nbr + ub;
-                        d[r] = block_scale(b);
-#if defined(QTYPE_Q4_0)
-                        uvec4 q = wu4[b];  // byte j: element j (low nibble) and j + 16 (high nibble)
-                        [[unroll]] for (uint k = 0; k < 4; ++k) {
-                            w[r][k] = bytes4(q[k] & 0x0F0F0F0Fu) - 8.0;
-                            w[r][k + 4] = bytes4((q[k] >> 4) & 0x0F0F0F0Fu) - 8.0;
-                        }
-#else  // Q8_0
-                        uvec4 q0 = wu4[2 * b], q1 = wu4[2 * b + 1];
-                        [[unroll]] for (uint k = 0; k < 4; ++k) {
-                            w[r][k] = sbytes4(q0[k]);
-                            w[r][k + 4] = sbytes4(q1[k]);
-                        }
-#endif
+                uint q = q0 + j * S;
+                if (q < n_parts) {
+                    uint u = q >> 2, i = q & 3u;
+                    vec4 xa[NT], xc[NT];
+                    [[unroll]] for (uint t = 0; t < NT; ++t) {
+                        xa[t] = xin(t, 8 * u + i, ss[t]);
+                        xc[t] = xin(t, 8 * u + i + 4, ss[t]);
                     }
-                    [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-                        if (t < NT) {
-                            vec4 xv[8];
-                            [[unroll]] for (uint k = 0; k < 8; ++k) xv[k] = xin(t, 8 * ub + k, ss[t]);
-                            [[unroll]] for (uint r = 0; r < NR; ++r) {
-                                float s = 0.0;
-                                [[unroll]] for (uint k = 0; k < 8; ++k) s += dot(w[r][k], xv[k]);
-                                acc[r][t] += d[r] * s;
-                            }
-                        }
+                    [[unroll]] for (uint r = 0; r < NR; ++r) {
+                        uint b = rb[r] + u;
+                        float d = block_scale(b);
+#if defined(QTYPE_Q4_0)
+                        uint wq = wu32[4 * b + i];
+                        vec4 a = nibbles_lo(wq), c = nibbles_hi(wq);
+#else
+                        vec4 a = sbytes_fast(wu32[8 * b + i]), c = sbytes_fast(wu32[8 * b + 4 + i]);
+#endif
+                        [[unroll]] for (uint t = 0; t < NT; ++t) acc[r][t] += d * (dot(a, xa[t]) + dot(c, xc[t]));
                     }
                 }
             }
@@ -130,10 +123,10 @@ void main() {
                 uint q = q0 + j * S;
                 if (q < n_parts) {
                     uint u = q / 4, i = q % 4;
-                    vec4 a[NR_MAX], c[NR_MAX];
+                    vec4 a[NR], c[NR];
                     [[unroll]] for (uint r = 0; r < NR; ++r) dequant_part(rows[r], u, i, p.cols, a[r], c[r]);
-                    [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-                        if (t < NT) {
+                    [[unroll]] for (uint t = 0; t < NT; ++t) {
+                        {
                             vec4 xa = xin(t, 8 * u + i, ss[t]), xc = xin(t, 8 * u + i + 4, ss[t]);
                             [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += dot(a[r], xa) + dot(c[r], xc);
                         }
@@ -145,16 +138,16 @@ void main() {
         }
 
         // Reduce: within the subgroup, then across the KS subgroups of this row group.
-        [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-            if (t < NT) {
+        [[unroll]] for (uint t = 0; t < NT; ++t) {
+            {
                 if (NORM) ss[t] = subgroupAdd(ss[t]);
                 [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] = subgroupAdd(acc[r][t]);
             }
         }
         if (KS > 1) {
             if (lane == 0) {
-                [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-                    if (t < NT) {
+                [[unroll]] for (uint t = 0; t < NT; ++t) {
+                    {
                         red[sg][NR_MAX * NT_MAX + t] = ss[t];
                         [[unroll]] for (uint r = 0; r < NR; ++r) red[sg][r * NT_MAX + t] = acc[r][t];
                     }
@@ -162,8 +155,8 @@ void main() {
             }
             barrier();
             if (kpart == 0) {
-                [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-                    if (t < NT) {
+                [[unroll]] for (uint t = 0; t < NT; ++t) {
+                    {
                         for (uint k = 1; k < KS; ++k) {
                             ss[t] += red[sg + k][NR_MAX * NT_MAX + t];
                             [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += red[sg + k][r * NT_MAX + t];
@@ -174,8 +167,8 @@ void main() {
             barrier();
         }
         if (kpart == 0 && lane == 0 && live) {
-            [[unroll]] for (uint t = 0; t < NT_MAX; ++t) {
-                if (t < NT) {
+            [[unroll]] for (uint t = 0; t < NT; ++t) {
+                {
                     float scale = NORM ? inversesqrt(ss[t] / float(p.cols) + p.eps) : 1.0;
                     [[unroll]] for (uint r = 0; r < NR; ++r) {
                         if (r0 + r < p.n_rows) {

@@ -47,6 +47,24 @@ layout(std430, binding = W_BINDING) readonly buffer WeightU4 { uvec4 wu4[]; };
 // scales. Each kernel sets q_chunk_blocks (blocks in its chunk) first thing in main().
 uint q_chunk_blocks = 0;
 
+// Integer -> float without int-to-float conversion instructions (a quarter-rate unit on NVIDIA that
+// bounds the whole kernel otherwise): with 0x4B000000 (2^23) as exponent bits, a float's mantissa is
+// the integer itself, so OR + one subtraction gives it. Q4_0: q - 8; Q8_0: signed byte (b ^ 0x80) - 128.
+const uint MAGIC = 0x4B000000u;
+vec4 nibbles_lo(uint q) {   // low nibbles of bytes 0..3, minus 8
+    return vec4(uintBitsToFloat(MAGIC | (q & 0xFu)), uintBitsToFloat(MAGIC | ((q >> 8) & 0xFu)),
+                uintBitsToFloat(MAGIC | ((q >> 16) & 0xFu)), uintBitsToFloat(MAGIC | ((q >> 24) & 0xFu))) - 8388616.0;
+}
+vec4 nibbles_hi(uint q) {   // high nibbles of bytes 0..3, minus 8
+    return vec4(uintBitsToFloat(MAGIC | ((q >> 4) & 0xFu)), uintBitsToFloat(MAGIC | ((q >> 12) & 0xFu)),
+                uintBitsToFloat(MAGIC | ((q >> 20) & 0xFu)), uintBitsToFloat(MAGIC | (q >> 28))) - 8388616.0;
+}
+vec4 sbytes_fast(uint q) {  // bytes 0..3 as signed int8
+    q ^= 0x80808080u;
+    return vec4(uintBitsToFloat(MAGIC | (q & 0xFFu)), uintBitsToFloat(MAGIC | ((q >> 8) & 0xFFu)),
+                uintBitsToFloat(MAGIC | ((q >> 16) & 0xFFu)), uintBitsToFloat(MAGIC | (q >> 24))) - 8388736.0;
+}
+
 float half_bits(uint h) { return unpackHalf2x16(h).x; }
 // Two 16-bit words (little endian) as one 32-bit word.
 uint u32_at16(uint i) { return uint(wu16[i]) | (uint(wu16[i + 1]) << 16); }
@@ -94,8 +112,8 @@ float block_scale(uint b) { return float(wf16[16 * q_chunk_blocks + b]); }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
     float d = block_scale(b);
-    a = d * sbytes4(wu32[8 * b + i]);
-    c = d * sbytes4(wu32[8 * b + 4 + i]);
+    a = d * sbytes_fast(wu32[8 * b + i]);
+    c = d * sbytes_fast(wu32[8 * b + 4 + i]);
 }
 
 #elif defined(QTYPE_Q4_0)
@@ -107,8 +125,8 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
     float d = block_scale(b);
     uint q = wu32[4 * b + i];
-    a = d * (bytes4(q & 0x0F0F0F0Fu) - 8.0);
-    c = d * (bytes4((q >> 4) & 0x0F0F0F0Fu) - 8.0);
+    a = d * nibbles_lo(q);
+    c = d * nibbles_hi(q);
 }
 
 #elif defined(QTYPE_Q4_1)

@@ -46,12 +46,21 @@ class MatvecConfig:
 _MATVEC_ENV = os.environ.get("LLAMAVK_MATVEC")
 
 
+# Work split per kind of device: measured with examples/bench_matvec.py (docs/PERFORMANCE.md). GPUs:
+# 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step.
+# Software devices: the smallest unrolling, since pipeline compilation there costs more than it saves.
+MATVEC_CONFIGS = {
+    "gpu": MatvecConfig(wg=256, nr=4, ks=2, u=2),
+    "cpu": MatvecConfig(wg=128, nr=2, ks=1, u=1),
+}
+
+
 def matvec_config(kc: KernelCache, qtype, rows: int, cols: int) -> MatvecConfig:
     """Matrix-vector work split for a device and weight shape (the one place it is chosen)."""
     if _MATVEC_ENV:
         return MatvecConfig(*(int(v) for v in _MATVEC_ENV.split(",")))
-    sg = kc.info.subgroup_size or 32
-    return MatvecConfig(wg=max(128, sg), nr=2, ks=1, u=1)
+    cfg = MATVEC_CONFIGS["cpu" if kc.info.is_cpu else "gpu"]
+    return MatvecConfig(max(cfg.wg, kc.info.subgroup_size or 32), cfg.nr, cfg.ks, cfg.u)
 
 
 def _check_view(view: View, nbytes: int, what: str) -> None:
