@@ -32,6 +32,18 @@ _ALL_ACCESS = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk
                | vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_INDIRECT_COMMAND_READ_BIT)
 _STAGES = (vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
            | vk.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT)
+COMPUTE = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+TRANSFER = vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+INDIRECT = vk.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT
+# access masks per stage: what a barrier must make available (src) and visible (dst)
+_SRC_ACCESS = {COMPUTE: vk.VK_ACCESS_SHADER_WRITE_BIT, TRANSFER: vk.VK_ACCESS_TRANSFER_WRITE_BIT}
+_DST_ACCESS = {COMPUTE: vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
+               TRANSFER: vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+               INDIRECT: vk.VK_ACCESS_INDIRECT_COMMAND_READ_BIT}
+
+
+def _mask(table, stages: int) -> int:
+    return sum(bits for stage, bits in table.items() if stages & stage)
 
 
 class CommandSequence:
@@ -47,6 +59,7 @@ class CommandSequence:
         self.cmd = vk.vkAllocateCommandBuffers(device.handle, alloc)[0]
         self._written: list = []
         self._read: list = []
+        self._src_stages = 0          # stages of the commands recorded since the last barrier
         self.n_dispatches = 0
         self.n_barriers = 0
         self._barrier = new_struct("VkMemoryBarrier", vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
@@ -63,22 +76,31 @@ class CommandSequence:
         info = new_struct("VkCommandBufferBeginInfo", vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO)
         check(lib.vkBeginCommandBuffer(self.cmd, info), "vkBeginCommandBuffer")
         self._written, self._read = [], []
+        self._src_stages = 0
         self.n_dispatches = self.n_barriers = 0
         self.recording = True
         if self.profiler:
             self.profiler.begin(self.cmd)
         return self
 
-    def _depend(self, reads, writes) -> None:
+    def _depend(self, reads, writes, stage: int) -> None:
         if any(_overlaps(self._written, r) for r in reads + writes) or any(_overlaps(self._read, w) for w in writes):
             self.barrier()
         self._read.extend(reads)
         self._written.extend(writes)
+        self._src_stages |= stage
 
     def barrier(self) -> None:
-        """Make all earlier writes visible to all later commands."""
-        lib.vkCmdPipelineBarrier(self.cmd, _STAGES, _STAGES, 0, 1, self._barrier, 0, ffi.NULL, 0, ffi.NULL)
+        """Make the writes of the commands since the last barrier visible to every later command.
+        The source scope names only the stages recorded since the last barrier (a compute-only span
+        does not wait for transfer work); the destination is every stage, so that the chain of barriers
+        also orders a later copy after a compute write from before an earlier barrier."""
+        src = self._src_stages or COMPUTE
+        self._barrier.srcAccessMask = _mask(_SRC_ACCESS, src)
+        self._barrier.dstAccessMask = _mask(_DST_ACCESS, _STAGES)
+        lib.vkCmdPipelineBarrier(self.cmd, src, _STAGES, 0, 1, self._barrier, 0, ffi.NULL, 0, ffi.NULL)
         self._written, self._read = [], []
+        self._src_stages = 0
         self.n_barriers += 1
 
     def dispatch(self, kernel, buffers, groups=(1, 1, 1), push: bytes = b"", indirect=None) -> None:
@@ -88,9 +110,8 @@ class CommandSequence:
         reads = [r for r, a in zip(ranges, kernel.bindings) if a == "r"]
         writes = [r for r, a in zip(ranges, kernel.bindings) if a == "w"]
         if indirect is not None:
-            ind = (indirect[0], indirect[1], 12)
-            reads = reads + [ind]
-        self._depend(reads, writes)
+            reads = reads + [(indirect[0], indirect[1], 12)]
+        self._depend(reads, writes, COMPUTE)
         dset = kernel.descriptor_set(ranges)
         lib.vkCmdBindPipeline(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline)
         lib.vkCmdBindDescriptorSets(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, kernel.layout, 0, 1,
@@ -113,13 +134,13 @@ class CommandSequence:
             self.profiler.mark(self.cmd, kernel.name)
 
     def copy(self, src, dst, size: int, src_offset: int = 0, dst_offset: int = 0) -> None:
-        self._depend([(src, src_offset, size)], [(dst, dst_offset, size)])
+        self._depend([(src, src_offset, size)], [(dst, dst_offset, size)], TRANSFER)
         region = ffi.new("VkBufferCopy*", dict(srcOffset=src_offset, dstOffset=dst_offset, size=size))
         lib.vkCmdCopyBuffer(self.cmd, src.handle, dst.handle, 1, region)
 
     def fill(self, dst, value: int = 0, size: int | None = None, offset: int = 0) -> None:
         size = dst.size - offset if size is None else size
-        self._depend([], [(dst, offset, size)])
+        self._depend([], [(dst, offset, size)], TRANSFER)
         lib.vkCmdFillBuffer(self.cmd, dst.handle, offset, size, value)
 
     def end(self) -> "CommandSequence":
