@@ -50,6 +50,7 @@ class DeviceInfo:
     fp16: bool = False           # shaderFloat16 + 16-bit storage
     int8: bool = False           # shaderInt8 + 8-bit storage
     int_dot: bool = False        # VK_KHR_shader_integer_dot_product
+    int_dot_fast: bool = False   # 4x8-bit packed dot products (signed and mixed) reported accelerated
     bf16: bool = False           # VK_KHR_shader_bfloat16
     subgroup_size: int = 0
     subgroup_min: int = 0
@@ -113,6 +114,11 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
     ids = new_struct("VkPhysicalDeviceIDProperties", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES, sg_ctl)
     driver = new_struct("VkPhysicalDeviceDriverProperties", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, ids)
     head = driver
+    dot_props = None
+    if has("VK_KHR_shader_integer_dot_product") or p_api_at_least_13(handle):
+        dot_props = new_struct("VkPhysicalDeviceShaderIntegerDotProductProperties",
+                               vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES, head)
+        head = dot_props
     host_props = None
     if has("VK_EXT_external_memory_host"):
         host_props = new_struct("VkPhysicalDeviceExternalMemoryHostPropertiesEXT",
@@ -146,6 +152,8 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
         int8=bool(f12.shaderInt8 and f12.storageBuffer8BitAccess),
         int_dot=has("VK_KHR_shader_integer_dot_product") or p.apiVersion >= vk.VK_MAKE_VERSION(1, 3, 0),
         bf16=has("VK_KHR_shader_bfloat16"),
+        int_dot_fast=bool(dot_props is not None and dot_props.integerDotProduct4x8BitPackedSignedAccelerated
+                          and dot_props.integerDotProduct4x8BitPackedMixedSignednessAccelerated),
         subgroup_size=subgroup.subgroupSize,
         subgroup_min=sg_ctl.minSubgroupSize or subgroup.subgroupSize,
         subgroup_max=sg_ctl.maxSubgroupSize or subgroup.subgroupSize,
@@ -164,6 +172,10 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
         coopmat2=has("VK_NV_cooperative_matrix2"),
     )
     return info
+
+
+def p_api_at_least_13(handle) -> bool:
+    return vk.vkGetPhysicalDeviceProperties(handle).apiVersion >= vk.VK_MAKE_VERSION(1, 3, 0)
 
 
 def _memory_heaps(handle, with_budget: bool) -> list[MemoryHeap]:
