@@ -105,8 +105,8 @@ def test_smollm2_greedy_continuation(smollm2):
 
 @pytest.mark.parametrize("arch,qtype", [("llama", "q4_0"), ("qwen2", "q8_0")])
 def test_int8_activation_decode_matches_reference(synthetic_model, monkeypatch, arch, qtype):
-    """Decode through the integer-dot-product kernels (int8 activations, as on GPUs that accelerate
-    them): the same greedy tokens as the float reference; last-token logits within 3% of their range
+    """Decode through the integer-dot-product kernels (LLAMAVK_DOT8=1, int8 activations): the same
+    greedy tokens as the float reference; last-token logits within 3% of their range
     (int8 activations per 32 values move each product by ~0.5%, and two layers compound it)."""
     monkeypatch.setenv("LLAMAVK_DOT8", "1")
     path = synthetic_model(arch, qtype)

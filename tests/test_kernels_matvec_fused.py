@@ -54,7 +54,7 @@ def test_norm_and_residual_fused(dev, qtype, cols, n_tokens, chunked):
 @pytest.mark.parametrize("qtype,cols", [(T.Q4_0, 256), (T.Q8_0, 160)])
 @pytest.mark.parametrize("n_tokens", [1, 4])
 def test_int8_activation_path(dev, monkeypatch, qtype, cols, n_tokens):
-    """The integer-dot-product kernels (chosen on GPUs that accelerate them) quantize x to int8 per
+    """The integer-dot-product kernels (LLAMAVK_DOT8=1) quantize x to int8 per
     32 values: each value moves by at most amax/254, so a dot product of Gaussian data moves by ~0.5%
     of its scale. Bound: 1.5e-2 of the largest output, an order of magnitude below any indexing or
     scale bug, which moves outputs by O(1)."""

@@ -56,8 +56,10 @@ MATVEC_CONFIGS = {
 }
 
 
-# Int8 activations lose ~0.5% per dot product (as llama.cpp's q8_1 activations do); used only where the
-# device accelerates 4x8-bit dot products. LLAMAVK_DOT8=1/0 forces the choice (tests, comparisons).
+# Int8 activations lose ~0.5% per dot product (as llama.cpp's q8_1 activations do). Measured on an H100
+# they bring no speed (the kernel is bound by memory latency and per-dispatch cost, not arithmetic:
+# docs/PERFORMANCE.md), so they are off unless asked for with LLAMAVK_DOT8=1 (on devices whose
+# integer dot products exist); kept and tested for devices where arithmetic does bind.
 DOT8_TYPES = ("Q4_0", "Q8_0")
 
 
@@ -65,7 +67,7 @@ def matvec_config(kc: KernelCache, qtype, rows: int, cols: int) -> MatvecConfig:
     """Matrix-vector kernel choice for a device and weight (the one place it is chosen): work split
     by kind of device; integer-dot-product variant for Q4_0/Q8_0 where the device has it."""
     dot8 = quant_info(qtype).name in DOT8_TYPES and kc.device.features.get("int_dot", False) \
-        and {"1": True, "0": False}.get(os.environ.get("LLAMAVK_DOT8", ""), kc.info.int_dot_fast)
+        and os.environ.get("LLAMAVK_DOT8") == "1"
     if _MATVEC_ENV:
         return MatvecConfig(*(int(v) for v in _MATVEC_ENV.split(",")), dot8=dot8)
     cfg = MATVEC_CONFIGS["cpu" if kc.info.is_cpu else "gpu"]
