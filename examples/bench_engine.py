@@ -27,7 +27,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     # Timed without profiling: timestamps after every dispatch serialize the GPU. The per-kernel
     # breakdown comes from a second, profiled load afterwards.
-    with llamavk.load(a.model, devices=a.dev, n_ctx=max(a.p, a.d + a.n) + 16, n_ubatch=a.p) as m:
+    with llamavk.load(a.model, devices=a.dev, n_ctx=a.d + max(a.p, a.n) + 16, n_ubatch=a.p) as m:
         rt = m.runtime
         print(f"{a.model}: {rt.device.info.name}, weights {rt.weight_bytes() / 1e9:.2f} GB, "
               f"load {m.timings.load_ms / 1e3:.1f} s (upload {rt.upload_seconds:.1f} s)", flush=True)
@@ -44,7 +44,7 @@ def main() -> int:
         print(f"tg{a.n}{' @ d%d' % a.d if a.d else ''}: {np.mean(tg):9.1f} ± {np.std(tg, ddof=1):.1f} t/s   "
               f"(weights streamed at {bw:.2f} TB/s; host Python {np.mean(host):.0f} us/token)")
     if a.profile:
-        with llamavk.load(a.model, devices=a.dev, n_ctx=max(a.p, a.d + a.n) + 16, n_ubatch=a.p, profile=True) as m:
+        with llamavk.load(a.model, devices=a.dev, n_ctx=a.d + max(a.p, a.n) + 16, n_ubatch=a.p, profile=True) as m:
             rt = m.runtime
             time_prompt(m, a.p, rng)
             time_decode(m, 4, rng)
