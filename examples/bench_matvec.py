@@ -9,7 +9,6 @@ dispatch (timestamps).
 
 import argparse
 import numpy as np
-from gguf import GGMLQuantizationType as T
 
 from llamavk.devices import open_devices, select
 from llamavk.kernels import KernelCache, View, upload_qweight

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 
-from .graph import Graph, Op
+from .graph import Graph
 
 
 def fuse_for_matvec(graph: Graph) -> Graph:

@@ -60,3 +60,13 @@ def synthetic_model(tmp_path_factory):
         return cache[key]
 
     return make
+
+
+@pytest.fixture(scope="module")
+def dev():
+    """A logical device on the machine's first selected Vulkan device (llvmpipe in CI), per module."""
+    from .vk_fixtures import open_device
+
+    d = open_device()
+    yield d
+    d.close()

@@ -15,20 +15,12 @@ from llamavk.kernels.matmul import MATVEC_MAX_TOKENS, get_rows, matmul
 from llamavk.quant import quant_info
 from llamavk.vk import Buffer, CommandSequence
 
-from .vk_fixtures import open_device
 
 QUANTIZABLE = {T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1}
 # Byte offsets of the f16 scale fields of the K-quant blocks (random bytes elsewhere are valid).
 F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
 ALL_TYPES = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
              T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
-
-
-@pytest.fixture(scope="module")
-def dev():
-    d = open_device()
-    yield d
-    d.close()
 
 
 @pytest.fixture(scope="module")

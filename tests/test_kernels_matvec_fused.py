@@ -9,14 +9,6 @@ from llamavk.kernels.matmul import matmul
 from llamavk.vk import Buffer, CommandSequence
 
 from .test_kernels_matmul import make_weight
-from .vk_fixtures import open_device
-
-
-@pytest.fixture(scope="module")
-def dev():
-    d = open_device()
-    yield d
-    d.close()
 
 
 def f32(dev, a):

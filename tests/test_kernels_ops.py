@@ -18,14 +18,6 @@ from llamavk.models.base import ModelConfig, RopeScaling
 from llamavk.reference import apply_rope, rope_cos_sin
 from llamavk.vk import Buffer, CommandSequence
 
-from .vk_fixtures import open_device
-
-
-@pytest.fixture(scope="module")
-def dev():
-    d = open_device()
-    yield d
-    d.close()
 
 
 @pytest.fixture(scope="module")

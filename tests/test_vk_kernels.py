@@ -7,14 +7,6 @@ import pytest
 
 from llamavk.vk import Buffer, CommandSequence, Kernel
 
-from .vk_fixtures import open_device
-
-
-@pytest.fixture(scope="module")
-def dev():
-    d = open_device()
-    yield d
-    d.close()
 
 
 def test_add(dev):

@@ -3,18 +3,9 @@
 import struct
 
 import numpy as np
-import pytest
 
 from llamavk.vk import Buffer, CommandSequence, Kernel
 
-from .vk_fixtures import open_device
-
-
-@pytest.fixture(scope="module")
-def dev():
-    d = open_device()
-    yield d
-    d.close()
 
 
 def test_replay_reads_new_parameters(dev):

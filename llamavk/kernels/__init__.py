@@ -89,7 +89,7 @@ def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:
 PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34)}
 
 
-def to_device_layout(qtype, chunk) -> "np.ndarray":
+def to_device_layout(qtype, chunk):
     """A chunk of raw GGUF blocks (uint8) in the layout the kernels read."""
     import numpy as np
 
