@@ -1,9 +1,16 @@
-"""Fusion for matrix-vector steps (decode): fewer dispatches, fewer barriers, fewer passes over memory.
+"""Graph rewrites that save dispatches, barriers and passes over memory.
+
+`fuse_rope_kv` (every step shape): `rope(q)`, `rope(k)` feeding `attention(q, k, v)` become one
+attention op with attr rope=True; the runtime records it as one rope_kv dispatch (rotate q, rotate +
+store k, store v) before attention, instead of four dispatches over two dependent stages.
+
+`fuse_for_matvec` (matrix-vector steps, decode):
 
 A decode step is a chain of small kernels separated by barriers; on a GPU each barrier costs a few
 microseconds, as much as reading megabytes. This pass folds into the matrix-vector product:
 
 - `rms_norm(x, w)` feeding only matmuls  -> each matmul normalises its input itself (attrs norm, eps);
+- `swiglu(g, u)` feeding one matmul      -> the matmul reads silu(g)·u as its input (attr glu);
 - `add(r, matmul(...))`                  -> the matmul writes r + W·x (attr residual).
 
 The result is a new Graph with the same weights and logits; the original is untouched (prompt
@@ -15,13 +22,40 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 
-from .graph import Graph
+from .graph import Graph, Op
 
 
-def fuse_for_matvec(graph: Graph) -> Graph:
+def _copy_ops(graph: Graph) -> list[Op]:
     ops = [copy.copy(op) for op in graph.ops]
     for op in ops:
         op.attrs = dict(op.attrs)
+    return ops
+
+
+def _graph_like(graph: Graph, ops: list[Op]) -> Graph:
+    out = Graph(graph.config)
+    out.weights = graph.weights
+    out.logits = graph.logits
+    out.ops = ops
+    return out
+
+
+def fuse_rope_kv(graph: Graph) -> Graph:
+    ops = _copy_ops(graph)
+    dropped: set[int] = set()
+    for op in ops:
+        if op.kind != "attention":
+            continue
+        q, k, _ = op.inputs
+        ropes = [r for r in ops if r.kind == "rope" and r.inputs[0] in (q, k) and id(r) not in dropped]
+        if len(ropes) == 2 and {r.inputs[0] for r in ropes} == {q, k}:
+            dropped.update(id(r) for r in ropes)
+            op.attrs["rope"] = True
+    return _graph_like(graph, [op for op in ops if id(op) not in dropped])
+
+
+def fuse_for_matvec(graph: Graph) -> Graph:
+    ops = _copy_ops(graph)
     consumers = defaultdict(list)
     for op in ops:
         for t in op.reads():
@@ -37,6 +71,15 @@ def fuse_for_matvec(graph: Graph) -> Graph:
                     u.inputs = (u.inputs[0], x) + u.inputs[2:]
                     u.attrs.update(norm=weight, eps=op.attrs["eps"])
                 dropped.add(id(op))
+        elif op.kind == "swiglu":
+            users = consumers[op.out]
+            if len(users) == 1 and users[0].kind == "matmul" and users[0].inputs[1] is op.out \
+                    and "norm" not in users[0].attrs:
+                gate, up = op.inputs
+                u = users[0]
+                u.inputs = (u.inputs[0], gate) + u.inputs[2:]
+                u.attrs["glu"] = up
+                dropped.add(id(op))
         elif op.kind == "add":
             a, b = op.inputs
             producer = next((p for p in ops if p.out is b and p.kind == "matmul"), None)
@@ -45,8 +88,4 @@ def fuse_for_matvec(graph: Graph) -> Graph:
                 producer.out = op.out
                 dropped.add(id(op))
 
-    fused = Graph(graph.config)
-    fused.weights = graph.weights
-    fused.logits = graph.logits
-    fused.ops = [op for op in ops if id(op) not in dropped]
-    return fused
+    return _graph_like(graph, [op for op in ops if id(op) not in dropped])

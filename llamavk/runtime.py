@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import LlamavkError
-from .fusion import fuse_for_matvec
+from .fusion import fuse_for_matvec, fuse_rope_kv
 from .graph import Graph, Tensor
 from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_WORDS, VIEW_ALIGN, KernelCache, QWeight, View,
                       upload_qweight)
@@ -116,8 +116,10 @@ class DeviceRuntime:
         self.logits_buf = Buffer(device, self.n_ubatch_all * cfg.n_vocab * 4, host_visible=True)
         self.rope = rope.RopeParams.from_config(cfg, View.whole(self.freqs) if self.freqs is not None else None)
         # Matrix-vector steps (decode, small batches) run the fused graph: fewer dispatches and barriers.
-        self.fused = {key: fuse_for_matvec(g) for key, g in graphs.items()}
-        self.plans = {g: plan_activations(g, n_ubatch) for g in list(graphs.values()) + list(self.fused.values())}
+        self.batch_graphs = {key: fuse_rope_kv(g) for key, g in graphs.items()}
+        self.fused = {key: fuse_for_matvec(g) for key, g in self.batch_graphs.items()}
+        self.plans = {g: plan_activations(g, n_ubatch)
+                      for g in list(self.batch_graphs.values()) + list(self.fused.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
         self.recordings: dict[tuple[str, int], CommandSequence] = {}
         self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
@@ -145,7 +147,7 @@ class DeviceRuntime:
         return View(self.arena, plan.offsets[t], plan.sizes[t])
 
     def record(self, key: str, n_tokens: int) -> CommandSequence:
-        graph = self.fused[key] if n_tokens <= matmul.MATVEC_MAX_TOKENS else self.graphs[key]
+        graph = self.fused[key] if n_tokens <= matmul.MATVEC_MAX_TOKENS else self.batch_graphs[key]
         plan = self.plans[graph]
         cfg, kc = self.cfg, self.kc
         seq = CommandSequence(self.device, f"{key}[{n_tokens}]", profile=self.profile).begin()
@@ -170,10 +172,11 @@ class DeviceRuntime:
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
                 out = View(self.logits_buf, 0, self.logits_buf.size) if op.out is graph.logits else act(op.out)
-                norm_w, resid = op.attrs.get("norm"), op.attrs.get("residual")
+                norm_w, resid, glu = op.attrs.get("norm"), op.attrs.get("residual"), op.attrs.get("glu")
                 matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
                               norm=vec(norm_w) if norm_w is not None else None, eps=op.attrs.get("eps", 0.0),
-                              residual=act(resid) if resid is not None else None)
+                              residual=act(resid) if resid is not None else None,
+                              glu=act(glu) if glu is not None else None)
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]
@@ -182,8 +185,12 @@ class DeviceRuntime:
                 q, kt, vt = op.inputs
                 kcache, vcache = self.kv[op.layer]
                 width = kt.width
-                attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width)
-                attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)
+                if op.attrs.get("rope"):
+                    rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache), step,
+                                 n_tokens, cfg.n_head, cfg.n_head_kv, cfg.head_dim, self.rope, self.n_ctx)
+                else:
+                    attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width)
+                    attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)
                 attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
                                  n_tokens, cfg.n_head, cfg.n_head_kv, cfg.head_dim, self.n_ctx)
             elif k == "swiglu":

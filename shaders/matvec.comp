@@ -7,7 +7,8 @@
 //
 // x' = x, or x * nw with s_t = 1/rms(x[t]) when NORM (the RMS norm feeding this product is folded in:
 // W (x/rms * nw) = (1/rms) * W (x * nw), and the sum of squares is gathered while x is read anyway).
-// RESID folds the residual add that follows the product. Both save a dispatch and a barrier per use.
+// RESID folds the residual add that follows the product; GLU makes the input silu(x) * up (the SwiGLU
+// feeding the FFN's down product). Each saves a dispatch and a barrier per use.
 //
 // Work split: KS subgroups share a group of NR consecutive rows, each taking every KS-th run of
 // 8-weight quarters (quants.glsl dequant_part: neighbouring lanes read neighbouring words, so a
@@ -17,7 +18,7 @@
 // DOT8 variants (Q4_0, Q8_0 on devices with integer dot products) quantize x to int8 per 32-element
 // block, as llama.cpp's q8_1 activations, and use 4-wide int8 dot products: far fewer instructions
 // per weight, which is what bounds this kernel on fast memory.
-// Specialization: 0 workgroup size, 1 NT, 2 NORM, 3 RESID, 4 NR, 5 KS, 6 U.
+// Specialization: 0 workgroup size, 1 NT, 2 NORM, 3 RESID, 4 NR, 5 KS, 6 U, 7 GLU.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NT = 1;
 layout(constant_id = 2) const bool NORM = false;
@@ -25,6 +26,7 @@ layout(constant_id = 3) const bool RESID = false;
 layout(constant_id = 4) const uint NR = 2;
 layout(constant_id = 5) const uint KS = 1;
 layout(constant_id = 6) const uint U = 1;
+layout(constant_id = 7) const bool GLU = false;
 #define NT_MAX 8
 #define NR_MAX 8
 #define MAX_SUBGROUPS 64
@@ -48,6 +50,8 @@ layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(std430, binding = 4) readonly buffer NormW { float nw[]; };
 layout(std430, binding = 4) readonly buffer NormW4 { vec4 nw4[]; };
 layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
+layout(std430, binding = 6) readonly buffer Up { float up[]; };
+layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(push_constant) uniform Push {
     uint n_rows;       // rows of this chunk
     uint cols;
@@ -60,8 +64,10 @@ layout(push_constant) uniform Push {
 
 // x'[t] for the 4 columns of vec4 index k (k counts vec4s within one token's row)
 vec4 xin(uint t, uint k, inout float ss) {
-    vec4 v = x4[(t * p.cols) / 4 + k];
+    uint idx = (t * p.cols) / 4 + k;
+    vec4 v = x4[idx];
     if (NORM) { ss += dot(v, v); v *= nw4[k]; }
+    if (GLU) v = v / (1.0 + exp(-v)) * up4[idx];   // silu(gate) * up: exp(-v) -> inf gives -0, not NaN
     return v;
 }
 
@@ -94,6 +100,7 @@ void main() {
                 {
                     float xv = x[t * p.cols + c];
                     if (NORM) { ss[t] += xv * xv; xv *= nw[c]; }
+                    if (GLU) xv = xv / (1.0 + exp(-xv)) * up[t * p.cols + c];
                     [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += wv[r] * xv;
                 }
             }

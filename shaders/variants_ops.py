@@ -4,6 +4,8 @@ VARIANTS = {
     "rms_norm_mul_f32": ("rms_norm.comp", {"HAS_WEIGHT": "1"}),
     "rope_f32": ("rope.comp", {}),
     "rope_freqs_f32": ("rope.comp", {"HAS_FREQS": "1"}),
+    "rope_kv_f32": ("rope_kv.comp", {}),
+    "rope_kv_freqs_f32": ("rope_kv.comp", {"HAS_FREQS": "1"}),
     "kv_store_f16": ("kv_store.comp", {}),
     "attention_f16_br4": ("attention.comp", {"BR": "4"}),
     "attention_f16_br8": ("attention.comp", {"BR": "8"}),

@@ -1,6 +1,6 @@
 """The decode fusion pass: what it folds, and that it leaves the original graph alone."""
 
-from llamavk.fusion import fuse_for_matvec
+from llamavk.fusion import fuse_for_matvec, fuse_rope_kv
 from llamavk.models import build_graph
 from llamavk.models.base import ModelConfig
 
@@ -17,19 +17,32 @@ def kinds(g):
     return [op.kind for op in g.ops]
 
 
-def test_norms_and_residual_adds_fold_into_matmuls():
+def test_norms_swiglu_and_residual_adds_fold_into_matmuls():
     g = build_graph(cfg())
     before = kinds(g)
     f = fuse_for_matvec(g)
     assert kinds(g) == before                       # original untouched
-    assert "rms_norm" not in kinds(f) and "add" not in kinds(f)
+    assert "rms_norm" not in kinds(f) and "add" not in kinds(f) and "swiglu" not in kinds(f)
     per_layer = [op for op in f.ops if op.layer == 1]
     assert [op.kind for op in per_layer] == ["matmul"] * 3 + ["rope", "rope", "attention", "matmul"] + \
-        ["matmul", "matmul", "swiglu", "matmul"]
+        ["matmul", "matmul", "matmul"]
     qkv = per_layer[:3]
     assert all(op.attrs["norm"].role == "attn_norm" for op in qkv)
-    assert per_layer[6].attrs["residual"] is not None and per_layer[10].attrs["residual"] is not None
+    assert per_layer[6].attrs["residual"] is not None
+    down = per_layer[9]
+    assert down.inputs[0].role == "down" and down.inputs[1] is per_layer[7].out
+    assert down.attrs["glu"] is per_layer[8].out and down.attrs["residual"] is not None
     assert f.logits is g.logits and f.ops[-1].attrs["norm"].role == "output_norm"
+
+
+def test_rope_folds_into_attention():
+    g = build_graph(cfg())
+    f = fuse_rope_kv(g)
+    assert "rope" in kinds(g) and "rope" not in kinds(f)
+    attn = [op for op in f.ops if op.kind == "attention"]
+    assert len(attn) == 3 and all(op.attrs["rope"] for op in attn)
+    decode = fuse_for_matvec(f)
+    assert [op.kind for op in decode.ops if op.layer == 1] == ["matmul"] * 3 + ["attention"] + ["matmul"] * 4
 
 
 def test_qk_norm_and_biases_survive():

@@ -72,3 +72,29 @@ def test_int8_activation_path(dev, monkeypatch, qtype, cols, n_tokens):
         got = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows)
         assert np.abs(got - want).max() <= 1.5e-2 * np.abs(want).max()
     assert any(name.endswith("_dp") for name, _ in kc._kernels)
+
+
+@pytest.mark.parametrize("qtype,cols", [(T.Q4_0, 96), (T.Q6_K, 256), (T.F32, 50)])
+def test_glu_input_fused(dev, qtype, cols):
+    """x' = silu(gate) * up (the SwiGLU feeding the FFN down product), with a residual; large negative
+    gates must give 0, not NaN."""
+    rows, n_tokens = 21, 2
+    rng = np.random.default_rng(cols)
+    raw, w = make_weight(qtype, rows, cols, seed=cols + 7)
+    gate = (rng.standard_normal((n_tokens, cols)) * 4).astype(np.float32)
+    gate[0, :3] = [-200.0, -1e4, 90.0]
+    up = rng.standard_normal((n_tokens, cols)).astype(np.float32)
+    res = rng.standard_normal((n_tokens, rows)).astype(np.float32)
+    kc = KernelCache(dev)
+    qw = upload_qweight(dev, raw, qtype, rows, cols)
+    G, Up, R = f32(dev, gate), f32(dev, up), f32(dev, res)
+    Y = f32(dev, np.full((n_tokens, rows), np.nan, np.float32))
+    seq = CommandSequence(dev).begin()
+    matmul(seq, kc, qw, View.whole(G), View.whole(Y), n_tokens, residual=View.whole(R), glu=View.whole(Up))
+    seq.end().run()
+    g64 = gate.astype(np.float64)
+    xin = g64 / (1.0 + np.exp(np.minimum(-g64, 700))) * up
+    want = res + xin @ w.T
+    got = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows)
+    assert np.isfinite(got).all()
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()

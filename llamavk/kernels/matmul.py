@@ -80,12 +80,13 @@ def _check_view(view: View, nbytes: int, what: str) -> None:
 
 
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
-           norm: View | None = None, eps: float = 0.0, residual: View | None = None) -> None:
+           norm: View | None = None, eps: float = 0.0, residual: View | None = None, glu: View | None = None) -> None:
     """Record y[t, r] = residual[t, r] + bias[r] + sum_c W[r, c] * x'[t, c] for t < n_tokens.
 
     x: float32 [n_tokens][w.cols]; y, residual: float32 [n_tokens][w.rows]; bias: float32 [w.rows].
-    x' = x, or rms_norm(x[t]) * norm (norm: float32 [w.cols], epsilon eps) -- the fused forms
-    (norm, residual) exist for matrix-vector batches (n_tokens <= MATVEC_MAX_TOKENS) only."""
+    x' = x; or rms_norm(x[t]) * norm (norm: float32 [w.cols], epsilon eps); or silu(x) * glu (glu:
+    float32 [n_tokens][w.cols]) -- the fused forms exist for matrix-vector batches
+    (n_tokens <= MATVEC_MAX_TOKENS) only."""
     if n_tokens <= 0:
         return
     name = type_suffix(w.qtype)
@@ -100,16 +101,19 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         n_subgroups = max(1, cfg.wg // (kc.info.subgroup_size or 32))
         rows_per_wg = cfg.nr * max(1, n_subgroups // cfg.ks)
         kname = f"mul_mv_{name}_dp" if cfg.dot8 else f"mul_mv_{name}"
-        kernel = kc.get(kname, "rrrwrr", push_size=28,
-                        spec=(cfg.wg, n_tokens, norm is not None, residual is not None, cfg.nr, cfg.ks, cfg.u))
-        extra = [(norm or x).range, (residual or x).range]
+        if norm is not None and glu is not None:
+            raise LlamavkError("matmul: norm and glu inputs cannot be combined")
+        kernel = kc.get(kname, "rrrwrrr", push_size=28,
+                        spec=(cfg.wg, n_tokens, norm is not None, residual is not None, cfg.nr, cfg.ks, cfg.u,
+                              glu is not None))
+        extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         for ch in w.chunks:
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
             groups = groups_2d((ch.n_rows + rows_per_wg - 1) // rows_per_wg)
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra, groups, push)
     else:
-        if norm is not None or residual is not None:
-            raise LlamavkError("fused norm/residual matmul is only available for matrix-vector batches")
+        if norm is not None or residual is not None or glu is not None:
+            raise LlamavkError("fused norm/residual/glu matmul is only available for matrix-vector batches")
         kernel = kc.get(f"mul_mm_{name}", "rrrw", push_size=24)
         gy = (n_tokens + MATMUL_TILE_TOKENS - 1) // MATMUL_TILE_TOKENS
         for ch in w.chunks:

@@ -80,3 +80,24 @@ def rope(seq, kc, x, step, n_tokens: int, n_heads: int, head_dim: int, rope: Rop
         kernel = kc.get("rope_freqs_f32", "rrw", push_size=len(push), spec=(WG,))
         buffers = [_range(step), _range(rope.freqs), _range(x)]
     seq.dispatch(kernel, buffers, groups, push)
+
+
+def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: int, n_heads_kv: int,
+            head_dim: int, rope: RopeParams, n_ctx: int) -> None:
+    """One dispatch: rotate q in place, write rotate(k) and v (f16) into the caches at row n_past + t
+    (shaders/rope_kv.comp). Equivalent to rope(q), rope(k), kv_store(k), kv_store(v)."""
+    if n_tokens <= 0:
+        return
+    if rope.dim % 2 or not 0 < rope.dim <= head_dim:
+        raise ValueError(f"rope dim {rope.dim} must be even and at most head_dim {head_dim}")
+    half = rope.dim // 2
+    items = n_heads * half + n_heads_kv * half + n_heads_kv * (head_dim - rope.dim) + n_heads_kv * head_dim
+    push = rope.push(n_tokens, n_heads, head_dim) + struct.pack("<2I", n_heads_kv, n_ctx)
+    tensors = [_range(q), _range(k), _range(v), _range(k_cache), _range(v_cache)]
+    if rope.freqs is None:
+        kernel = kc.get("rope_kv_f32", "rwrrww", push_size=len(push), spec=(WG,))
+        buffers = [_range(step)] + tensors
+    else:
+        kernel = kc.get("rope_kv_freqs_f32", "rrwrrww", push_size=len(push), spec=(WG,))
+        buffers = [_range(step), _range(rope.freqs)] + tensors
+    seq.dispatch(kernel, buffers, ((items + WG - 1) // WG, n_tokens, 1), push)

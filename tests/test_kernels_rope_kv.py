@@ -1,0 +1,55 @@
+"""rope_kv (one dispatch: rotate q, rotate + store k, store v) equals rope + rope + kv_store + kv_store,
+the separately tested path (tests/test_kernels_ops.py checks those against numpy)."""
+
+import numpy as np
+import pytest
+
+from llamavk.kernels import KernelCache, View
+from llamavk.kernels.attention import kv_store
+from llamavk.kernels.rope import RopeParams, rope, rope_kv
+from llamavk.vk import Buffer, CommandSequence
+
+
+def host(dev, a):
+    buf = Buffer(dev, max(4, a.nbytes), host_visible=True)
+    buf.array(a.dtype, a.size)[:] = a.reshape(-1)
+    return buf
+
+
+@pytest.mark.parametrize("neox,rope_dim,freqs", [(False, 64, False), (True, 64, False), (False, 32, False),
+                                                  (True, 48, True)])
+@pytest.mark.parametrize("n_tokens,n_past", [(1, 7), (5, 0), (3, 60)])
+def test_rope_kv_equals_separate_ops(dev, neox, rope_dim, freqs, n_tokens, n_past):
+    n_heads, n_kv, hd, n_ctx = 6, 2, 64, 64
+    rng = np.random.default_rng(n_tokens * 100 + n_past + rope_dim)
+    q = rng.standard_normal((n_tokens, n_heads * hd)).astype(np.float32)
+    k = rng.standard_normal((n_tokens, n_kv * hd)).astype(np.float32)
+    v = rng.standard_normal((n_tokens, n_kv * hd)).astype(np.float32)
+    fr = host(dev, rng.uniform(1, 4, rope_dim // 2).astype(np.float32)) if freqs else None
+    params = RopeParams(dim=rope_dim, base=10000.0, neox=neox, freqs=View.whole(fr) if fr else None)
+    kc = KernelCache(dev)
+    step = host(dev, np.array([n_past, n_tokens, n_past + n_tokens, 0], np.uint32))
+    outs = []
+    for fused in (True, False):
+        Q, K, V = host(dev, q), host(dev, k), host(dev, v)
+        kcache = host(dev, np.full(n_ctx * n_kv * hd, np.nan, np.float16))
+        vcache = host(dev, np.full(n_ctx * n_kv * hd, np.nan, np.float16))
+        seq = CommandSequence(dev).begin()
+        S = View.whole(step)
+        if fused:
+            rope_kv(seq, kc, View.whole(Q), View.whole(K), View.whole(V), View.whole(kcache), View.whole(vcache),
+                    S, n_tokens, n_heads, n_kv, hd, params, n_ctx)
+        else:
+            rope(seq, kc, View.whole(Q), S, n_tokens, n_heads, hd, params)
+            rope(seq, kc, View.whole(K), S, n_tokens, n_kv, hd, params)
+            kv_store(seq, kc, View.whole(K), View.whole(kcache), S, n_tokens, n_kv * hd)
+            kv_store(seq, kc, View.whole(V), View.whole(vcache), S, n_tokens, n_kv * hd)
+        seq.end().run()
+        outs.append((Q.array(np.float32).copy(), kcache.array(np.float16).copy(), vcache.array(np.float16).copy()))
+    (q1, k1, v1), (q2, k2, v2) = outs
+    rows = slice(n_past * n_kv * hd, (n_past + n_tokens) * n_kv * hd)
+    assert np.isfinite(k1[rows]).all() and np.isfinite(v1[rows]).all()      # every cache row written
+    assert np.isnan(np.delete(k1, np.arange(rows.start, rows.stop))).all()   # and nothing else
+    np.testing.assert_allclose(q1, q2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.nan_to_num(k1), np.nan_to_num(k2))
+    np.testing.assert_array_equal(np.nan_to_num(v1), np.nan_to_num(v2))
