@@ -15,9 +15,6 @@
 // subgroup's loads are coalesced), U quarters per lane per step (loads issued together: more bytes in
 // flight). Partial sums: subgroupAdd, then (KS > 1) shared memory. A workgroup covers rows_per_wg rows
 // with however many subgroups it has.
-// DOT8 variants (Q4_0, Q8_0 on devices with integer dot products) quantize x to int8 per 32-element
-// block, as llama.cpp's q8_1 activations, and use 4-wide int8 dot products: far fewer instructions
-// per weight, which is what bounds this kernel on fast memory.
 // Specialization: 0 workgroup size, 1 NT, 2 NORM, 3 RESID, 4 NR, 5 KS, 6 U, 7 GLU.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NT = 1;
@@ -33,16 +30,6 @@ layout(constant_id = 7) const bool GLU = false;
 shared float red[MAX_SUBGROUPS][NR_MAX * NT_MAX + NT_MAX];
 
 #include "quants.glsl"
-#ifdef DOT8
-// Integer dot products (SPV_KHR_integer_dot_product, through GL_EXT_spirv_intrinsics since the
-// GLSL compilers at hand lack GL_EXT_integer_dot_product): 4 int8 products summed per instruction.
-#extension GL_EXT_spirv_intrinsics : require
-#extension GL_KHR_shader_subgroup_shuffle : require
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
-int dot_ss(uint a, uint b, spirv_literal int packed4x8);   // OpSDotKHR: signed x signed
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
-int dot_su(uint a, uint b, spirv_literal int packed4x8);   // OpSUDotKHR: signed x unsigned
-#endif
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
@@ -107,59 +94,61 @@ void main() {
         }
 #elif defined(QPLANAR)
         // Planar Q4_0 / Q8_0: the quants of a quarter are one (Q4_0) or two (Q8_0) aligned words; the
-        // block scale multiplies the quarter's dot product once instead of each weight.
+        // block scale multiplies the quarter's dot product once instead of each weight. All loads of a
+        // step (U quarters x NR rows, clamped in range) are issued before any arithmetic, so they are in
+        // flight together; the arithmetic of out-of-range quarters is skipped.
         uint n_parts = p.cols / 8, nbr = p.cols / QK;
         uint rb[NR];
         [[unroll]] for (uint r = 0; r < NR; ++r) rb[r] = rows[r] * nbr;
         for (uint q0 = kpart * S * U + lane; q0 < n_parts; q0 += KS * S * U) {
+#if defined(QTYPE_Q4_0)
+            uint wq[U][NR];
+#else
+            uvec2 wq[U][NR];
+#endif
+            float dsc[U][NR];
+            vec4 xa[U][NT], xc[U][NT];
+            [[unroll]] for (uint j = 0; j < U; ++j) {
+                uint q = min(q0 + j * S, n_parts - 1);
+                uint u = q >> 2, i = q & 3u;
+                [[unroll]] for (uint r = 0; r < NR; ++r) {
+                    uint b = rb[r] + u;
+#if defined(QTYPE_Q4_0)
+                    wq[j][r] = wu32[4 * b + i];
+#else
+                    wq[j][r] = uvec2(wu32[8 * b + i], wu32[8 * b + 4 + i]);
+#endif
+                    dsc[j][r] = block_scale(b);
+                }
+                [[unroll]] for (uint t = 0; t < NT; ++t) {
+                    xa[j][t] = x4[(t * p.cols) / 4 + 8 * u + i];
+                    xc[j][t] = x4[(t * p.cols) / 4 + 8 * u + i + 4];
+                }
+            }
             [[unroll]] for (uint j = 0; j < U; ++j) {
                 uint q = q0 + j * S;
                 if (q < n_parts) {
                     uint u = q >> 2, i = q & 3u;
-                    vec4 xa[NT], xc[NT];
                     [[unroll]] for (uint t = 0; t < NT; ++t) {
-                        xa[t] = xin(t, 8 * u + i, ss[t]);
-                        xc[t] = xin(t, 8 * u + i + 4, ss[t]);
+                        if (NORM) {
+                            ss[t] += dot(xa[j][t], xa[j][t]) + dot(xc[j][t], xc[j][t]);
+                            xa[j][t] *= nw4[8 * u + i];
+                            xc[j][t] *= nw4[8 * u + i + 4];
+                        }
+                        if (GLU) {
+                            uint idx = (t * p.cols) / 4 + 8 * u + i;
+                            xa[j][t] = xa[j][t] / (1.0 + exp(-xa[j][t])) * up4[idx];
+                            xc[j][t] = xc[j][t] / (1.0 + exp(-xc[j][t])) * up4[idx + 4];
+                        }
                     }
-#ifdef DOT8
-                    // Quantize this quarter of x to int8 with its 32-element block's scale (the block's
-                    // four quarters sit in lanes 4k..4k+3: their max through two xor-shuffles), once per
-                    // row group; then each row costs two masks and two 4-wide integer dot products.
-                    uint xqa[NT], xqc[NT];
-                    float dx[NT];
-                    int xsum[NT];
-                    [[unroll]] for (uint t = 0; t < NT; ++t) {
-                        vec4 m4 = max(abs(xa[t]), abs(xc[t]));
-                        float amax = max(max(m4.x, m4.y), max(m4.z, m4.w));
-                        amax = max(amax, subgroupShuffleXor(amax, 1));
-                        amax = max(amax, subgroupShuffleXor(amax, 2));
-                        float inv = amax > 0.0 ? 127.0 / amax : 0.0;
-                        dx[t] = amax / 127.0;
-                        xqa[t] = pack32(i8vec4(round(xa[t] * inv)));
-                        xqc[t] = pack32(i8vec4(round(xc[t] * inv)));
-                        xsum[t] = dot_ss(xqa[t], 0x01010101u, 0) + dot_ss(xqc[t], 0x01010101u, 0);
-                    }
-#endif
                     [[unroll]] for (uint r = 0; r < NR; ++r) {
-                        uint b = rb[r] + u;
-                        float d = block_scale(b);
-#if defined(DOT8) && defined(QTYPE_Q4_0)
-                        uint wq = wu32[4 * b + i];
-                        uint lo = wq & 0x0F0F0F0Fu, hi = (wq >> 4) & 0x0F0F0F0Fu;
-                        [[unroll]] for (uint t = 0; t < NT; ++t)
-                            acc[r][t] += d * dx[t] * float(dot_su(xqa[t], lo, 0) + dot_su(xqc[t], hi, 0) - 8 * xsum[t]);
-#elif defined(DOT8)
-                        uint w0 = wu32[8 * b + i], w1 = wu32[8 * b + 4 + i];
-                        [[unroll]] for (uint t = 0; t < NT; ++t)
-                            acc[r][t] += d * dx[t] * float(dot_ss(xqa[t], w0, 0) + dot_ss(xqc[t], w1, 0));
-#elif defined(QTYPE_Q4_0)
-                        uint wq = wu32[4 * b + i];
-                        vec4 a = nibbles_lo(wq), c = nibbles_hi(wq);
-                        [[unroll]] for (uint t = 0; t < NT; ++t) acc[r][t] += d * (dot(a, xa[t]) + dot(c, xc[t]));
+#if defined(QTYPE_Q4_0)
+                        vec4 a = nibbles_lo(wq[j][r]), c = nibbles_hi(wq[j][r]);
 #else
-                        vec4 a = sbytes_fast(wu32[8 * b + i]), c = sbytes_fast(wu32[8 * b + 4 + i]);
-                        [[unroll]] for (uint t = 0; t < NT; ++t) acc[r][t] += d * (dot(a, xa[t]) + dot(c, xc[t]));
+                        vec4 a = sbytes_fast(wq[j][r].x), c = sbytes_fast(wq[j][r].y);
 #endif
+                        [[unroll]] for (uint t = 0; t < NT; ++t)
+                            acc[r][t] += dsc[j][r] * (dot(a, xa[j][t]) + dot(c, xc[j][t]));
                     }
                 }
             }

@@ -8,6 +8,3 @@ for _t in _TYPES:
     VARIANTS[f"mul_mm_{_t}"] = ("matmul.comp", dict(_d))
     VARIANTS[f"get_rows_{_t}"] = ("get_rows.comp", dict(_d))
 
-# Integer-dot-product matrix-vector kernels (int8 activations) for the planar types.
-for _t in ("q4_0", "q8_0"):
-    VARIANTS[f"mul_mv_{_t}_dp"] = ("matvec.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1"})

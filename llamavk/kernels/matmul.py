@@ -40,7 +40,6 @@ class MatvecConfig:
     nr: int   # rows per row group (NR <= 8)
     ks: int   # subgroups sharing one row group (split of the columns)
     u: int    # blocks per lane per loop step
-    dot8: bool = False   # int8 activations + integer dot products (Q4_0, Q8_0 where supported)
 
 
 # Override for experiments: LLAMAVK_MATVEC="wg,nr,ks,u".
@@ -56,22 +55,12 @@ MATVEC_CONFIGS = {
 }
 
 
-# Int8 activations lose ~0.5% per dot product (as llama.cpp's q8_1 activations do). Measured on an H100
-# they bring no speed (the kernel is bound by memory latency and per-dispatch cost, not arithmetic:
-# docs/PERFORMANCE.md), so they are off unless asked for with LLAMAVK_DOT8=1 (on devices whose
-# integer dot products exist); kept and tested for devices where arithmetic does bind.
-DOT8_TYPES = ("Q4_0", "Q8_0")
-
-
 def matvec_config(kc: KernelCache, qtype, rows: int, cols: int) -> MatvecConfig:
-    """Matrix-vector kernel choice for a device and weight (the one place it is chosen): work split
-    by kind of device; integer-dot-product variant for Q4_0/Q8_0 where the device has it."""
-    dot8 = quant_info(qtype).name in DOT8_TYPES and kc.device.features.get("int_dot", False) \
-        and os.environ.get("LLAMAVK_DOT8") == "1"
+    """Matrix-vector work split for a device and weight (the one place it is chosen)."""
     if _MATVEC_ENV:
-        return MatvecConfig(*(int(v) for v in _MATVEC_ENV.split(",")), dot8=dot8)
+        return MatvecConfig(*(int(v) for v in _MATVEC_ENV.split(",")))
     cfg = MATVEC_CONFIGS["cpu" if kc.info.is_cpu else "gpu"]
-    return MatvecConfig(max(cfg.wg, kc.info.subgroup_size or 32), cfg.nr, cfg.ks, cfg.u, dot8)
+    return MatvecConfig(max(cfg.wg, kc.info.subgroup_size or 32), cfg.nr, cfg.ks, cfg.u)
 
 
 def _check_view(view: View, nbytes: int, what: str) -> None:
@@ -100,10 +89,9 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         cfg = matvec_config(kc, w.qtype, w.rows, w.cols)
         n_subgroups = max(1, cfg.wg // (kc.info.subgroup_size or 32))
         rows_per_wg = cfg.nr * max(1, n_subgroups // cfg.ks)
-        kname = f"mul_mv_{name}_dp" if cfg.dot8 else f"mul_mv_{name}"
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
-        kernel = kc.get(kname, "rrrwrrr", push_size=28,
+        kernel = kc.get(f"mul_mv_{name}", "rrrwrrr", push_size=28,
                         spec=(cfg.wg, n_tokens, norm is not None, residual is not None, cfg.nr, cfg.ks, cfg.u,
                               glu is not None))
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
