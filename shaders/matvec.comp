@@ -94,61 +94,31 @@ void main() {
         }
 #elif defined(QPLANAR)
         // Planar Q4_0 / Q8_0: the quants of a quarter are one (Q4_0) or two (Q8_0) aligned words; the
-        // block scale multiplies the quarter's dot product once instead of each weight. All loads of a
-        // step (U quarters x NR rows, clamped in range) are issued before any arithmetic, so they are in
-        // flight together; the arithmetic of out-of-range quarters is skipped.
+        // block scale multiplies the quarter's dot product once instead of each weight.
         uint n_parts = p.cols / 8, nbr = p.cols / QK;
         uint rb[NR];
         [[unroll]] for (uint r = 0; r < NR; ++r) rb[r] = rows[r] * nbr;
         for (uint q0 = kpart * S * U + lane; q0 < n_parts; q0 += KS * S * U) {
-#if defined(QTYPE_Q4_0)
-            uint wq[U][NR];
-#else
-            uvec2 wq[U][NR];
-#endif
-            float dsc[U][NR];
-            vec4 xa[U][NT], xc[U][NT];
-            [[unroll]] for (uint j = 0; j < U; ++j) {
-                uint q = min(q0 + j * S, n_parts - 1);
-                uint u = q >> 2, i = q & 3u;
-                [[unroll]] for (uint r = 0; r < NR; ++r) {
-                    uint b = rb[r] + u;
-#if defined(QTYPE_Q4_0)
-                    wq[j][r] = wu32[4 * b + i];
-#else
-                    wq[j][r] = uvec2(wu32[8 * b + i], wu32[8 * b + 4 + i]);
-#endif
-                    dsc[j][r] = block_scale(b);
-                }
-                [[unroll]] for (uint t = 0; t < NT; ++t) {
-                    xa[j][t] = x4[(t * p.cols) / 4 + 8 * u + i];
-                    xc[j][t] = x4[(t * p.cols) / 4 + 8 * u + i + 4];
-                }
-            }
             [[unroll]] for (uint j = 0; j < U; ++j) {
                 uint q = q0 + j * S;
                 if (q < n_parts) {
                     uint u = q >> 2, i = q & 3u;
+                    vec4 xa[NT], xc[NT];
                     [[unroll]] for (uint t = 0; t < NT; ++t) {
-                        if (NORM) {
-                            ss[t] += dot(xa[j][t], xa[j][t]) + dot(xc[j][t], xc[j][t]);
-                            xa[j][t] *= nw4[8 * u + i];
-                            xc[j][t] *= nw4[8 * u + i + 4];
-                        }
-                        if (GLU) {
-                            uint idx = (t * p.cols) / 4 + 8 * u + i;
-                            xa[j][t] = xa[j][t] / (1.0 + exp(-xa[j][t])) * up4[idx];
-                            xc[j][t] = xc[j][t] / (1.0 + exp(-xc[j][t])) * up4[idx + 4];
-                        }
+                        xa[t] = xin(t, 8 * u + i, ss[t]);
+                        xc[t] = xin(t, 8 * u + i + 4, ss[t]);
                     }
                     [[unroll]] for (uint r = 0; r < NR; ++r) {
+                        uint b = rb[r] + u;
+                        float d = block_scale(b);
 #if defined(QTYPE_Q4_0)
-                        vec4 a = nibbles_lo(wq[j][r]), c = nibbles_hi(wq[j][r]);
+                        uint wq = wu32[4 * b + i];
+                        vec4 a = nibbles_lo(wq), c = nibbles_hi(wq);
+                        [[unroll]] for (uint t = 0; t < NT; ++t) acc[r][t] += d * (dot(a, xa[t]) + dot(c, xc[t]));
 #else
-                        vec4 a = sbytes_fast(wq[j][r].x), c = sbytes_fast(wq[j][r].y);
+                        vec4 a = sbytes_fast(wu32[8 * b + i]), c = sbytes_fast(wu32[8 * b + 4 + i]);
+                        [[unroll]] for (uint t = 0; t < NT; ++t) acc[r][t] += d * (dot(a, xa[t]) + dot(c, xc[t]));
 #endif
-                        [[unroll]] for (uint t = 0; t < NT; ++t)
-                            acc[r][t] += dsc[j][r] * (dot(a, xa[j][t]) + dot(c, xc[j][t]));
                     }
                 }
             }
