@@ -90,15 +90,17 @@ class CommandSequence:
         self._written.extend(writes)
         self._src_stages |= stage
 
-    def barrier(self) -> None:
-        """Make the writes of the commands since the last barrier visible to every later command.
-        The source scope names only the stages recorded since the last barrier (a compute-only span
-        does not wait for transfer work); the destination is every stage, so that the chain of barriers
-        also orders a later copy after a compute write from before an earlier barrier."""
+    def barrier(self, dst_stages: int = COMPUTE | TRANSFER) -> None:
+        """Make the writes of the commands since the last barrier visible to later compute and transfer
+        commands. The source scope names only the stages recorded since the last barrier (a compute-only
+        span does not wait for transfer work); the destination always includes both compute and
+        transfer, so a later copy is ordered after a compute write from before an earlier barrier.
+        Indirect-command reads are left out (naming them can flush the command front end); an
+        indirect dispatch gets a barrier of its own that names them (see dispatch)."""
         src = self._src_stages or COMPUTE
         self._barrier.srcAccessMask = _mask(_SRC_ACCESS, src)
-        self._barrier.dstAccessMask = _mask(_DST_ACCESS, _STAGES)
-        lib.vkCmdPipelineBarrier(self.cmd, src, _STAGES, 0, 1, self._barrier, 0, ffi.NULL, 0, ffi.NULL)
+        self._barrier.dstAccessMask = _mask(_DST_ACCESS, dst_stages)
+        lib.vkCmdPipelineBarrier(self.cmd, src, dst_stages, 0, 1, self._barrier, 0, ffi.NULL, 0, ffi.NULL)
         self._written, self._read = [], []
         self._src_stages = 0
         self.n_barriers += 1
@@ -110,7 +112,10 @@ class CommandSequence:
         reads = [r for r, a in zip(ranges, kernel.bindings) if a == "r"]
         writes = [r for r, a in zip(ranges, kernel.bindings) if a == "w"]
         if indirect is not None:
-            reads = reads + [(indirect[0], indirect[1], 12)]
+            # The group counts may have been written by any earlier command: make everything visible
+            # to the indirect-command read (all earlier stages, to every stage).
+            self._src_stages |= COMPUTE | TRANSFER
+            self.barrier(_STAGES)
         self._depend(reads, writes, COMPUTE)
         dset = kernel.descriptor_set(ranges)
         lib.vkCmdBindPipeline(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline)
