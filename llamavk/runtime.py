@@ -23,6 +23,9 @@ from .kernels import elementwise, matmul, norm, rope
 from .vk import Buffer, CommandSequence
 
 
+SPIN_SECONDS = 0.02   # longest a decode step's wait polls before it blocks
+
+
 def _align(n: int) -> int:
     return (n + VIEW_ALIGN - 1) // VIEW_ALIGN * VIEW_ALIGN
 
@@ -231,7 +234,11 @@ class DeviceRuntime:
         self.step_words[STEP_N_KV] = n_past + n
         value = seq.submit()
         self.host_seconds += time.perf_counter() - t0
-        self.device.timeline.wait(value)
+        # Matrix-vector steps take milliseconds: poll rather than sleep through the wake-up latency.
+        if n <= matmul.MATVEC_MAX_TOKENS:
+            self.device.timeline.wait_spinning(value, SPIN_SECONDS)
+        else:
+            self.device.timeline.wait(value)
         return n if key == "all" else 1
 
     def logits(self, rows: int) -> np.ndarray:

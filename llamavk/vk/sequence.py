@@ -57,7 +57,9 @@ class CommandSequence:
         alloc = vk.VkCommandBufferAllocateInfo(commandPool=device.command_pool,
                                                level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1)
         self.cmd = vk.vkAllocateCommandBuffers(device.handle, alloc)[0]
-        self._reset_tracking()
+        self._written: list = []
+        self._read: list = []
+        self._src_stages = 0          # stages of the commands recorded since the last barrier
         self.n_dispatches = 0
         self.n_barriers = 0
         self._barrier = new_struct("VkMemoryBarrier", vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
@@ -73,46 +75,34 @@ class CommandSequence:
         check(lib.vkResetCommandBuffer(self.cmd, 0), "vkResetCommandBuffer")
         info = new_struct("VkCommandBufferBeginInfo", vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO)
         check(lib.vkBeginCommandBuffer(self.cmd, info), "vkBeginCommandBuffer")
-        self._reset_tracking()
+        self._written, self._read = [], []
+        self._src_stages = 0
         self.n_dispatches = self.n_barriers = 0
         self.recording = True
         if self.profiler:
             self.profiler.begin(self.cmd)
         return self
 
-    # Hazards are tracked per destination kind. Barriers name only the stages they must: a dispatch
-    # depending on earlier work gets a barrier to the compute stage alone; a copy depending on work not
-    # yet made visible to transfers gets one to compute and transfer. Naming more (transfer, let alone
-    # indirect-command reads) in every barrier cost 20% of decode speed on an H100.
-    def _reset_tracking(self) -> None:
-        self._written, self._read, self._src_stages = [], [], 0        # since the last barrier
-        self._written_t, self._read_t, self._src_stages_t = [], [], 0  # since the last one reaching transfers
-
     def _depend(self, reads, writes, stage: int) -> None:
-        if stage == TRANSFER:
-            if any(_overlaps(self._written_t, r) for r in reads + writes) or \
-                    any(_overlaps(self._read_t, w) for w in writes):
-                self.barrier(COMPUTE | TRANSFER)
-        elif any(_overlaps(self._written, r) for r in reads + writes) or any(_overlaps(self._read, w) for w in writes):
-            self.barrier(COMPUTE)
+        if any(_overlaps(self._written, r) for r in reads + writes) or any(_overlaps(self._read, w) for w in writes):
+            self.barrier()
         self._read.extend(reads)
         self._written.extend(writes)
         self._src_stages |= stage
-        self._read_t.extend(reads)
-        self._written_t.extend(writes)
-        self._src_stages_t |= stage
 
     def barrier(self, dst_stages: int = COMPUTE | TRANSFER) -> None:
-        """Make earlier writes visible to later commands of `dst_stages` (default: compute and transfer;
-        explicit calls use it). The source scope names only the stages of the commands not yet covered
-        for that destination. Indirect-command reads get a barrier of their own (see dispatch)."""
-        src = (self._src_stages_t if dst_stages & TRANSFER else self._src_stages) or COMPUTE
+        """Make the writes of the commands since the last barrier visible to later compute and transfer
+        commands. The source scope names only the stages recorded since the last barrier (a compute-only
+        span does not wait for transfer work); the destination always includes both compute and
+        transfer, so a later copy is ordered after a compute write from before an earlier barrier.
+        Indirect-command reads are left out (naming them can flush the command front end); an
+        indirect dispatch gets a barrier of its own that names them (see dispatch)."""
+        src = self._src_stages or COMPUTE
         self._barrier.srcAccessMask = _mask(_SRC_ACCESS, src)
         self._barrier.dstAccessMask = _mask(_DST_ACCESS, dst_stages)
         lib.vkCmdPipelineBarrier(self.cmd, src, dst_stages, 0, 1, self._barrier, 0, ffi.NULL, 0, ffi.NULL)
-        self._written, self._read, self._src_stages = [], [], 0
-        if dst_stages & TRANSFER:
-            self._written_t, self._read_t, self._src_stages_t = [], [], 0
+        self._written, self._read = [], []
+        self._src_stages = 0
         self.n_barriers += 1
 
     def dispatch(self, kernel, buffers, groups=(1, 1, 1), push: bytes = b"", indirect=None) -> None:
@@ -124,7 +114,7 @@ class CommandSequence:
         if indirect is not None:
             # The group counts may have been written by any earlier command: make everything visible
             # to the indirect-command read (all earlier stages, to every stage).
-            self._src_stages_t |= COMPUTE | TRANSFER
+            self._src_stages |= COMPUTE | TRANSFER
             self.barrier(_STAGES)
         self._depend(reads, writes, COMPUTE)
         dset = kernel.descriptor_set(ranges)
