@@ -18,6 +18,7 @@ activation buffer. The buffers are freed with the device.
 from __future__ import annotations
 
 import math
+import os
 import struct
 
 import numpy as np
@@ -45,7 +46,11 @@ def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int) -> None:
 
 
 def choose_splits(kc, n_ctx: int, n_head_kv: int, n_row_blocks: int) -> int:
-    """Split-KV count: enough workgroups to fill the device, at most one per KV block of n_ctx."""
+    """Split-KV count: enough workgroups to fill the device, at most one per KV block of n_ctx.
+    LLAMAVK_ATTN_SPLITS overrides it (experiments)."""
+    forced = os.environ.get("LLAMAVK_ATTN_SPLITS")
+    if forced:
+        return max(1, min(int(forced), -(-n_ctx // ATTN_WG), MAX_SPLITS))
     target = 8 if kc.info.is_cpu else 512
     want = -(-target // max(1, n_head_kv * n_row_blocks))
     return max(1, min(want, -(-n_ctx // ATTN_WG), MAX_SPLITS))
