@@ -56,3 +56,27 @@ def test_prompt_and_file_together_is_usage_error(tmp_path, synthetic_model):
 
 def test_unknown_device_is_usage_error(synthetic_model):
     one_line_error(run("-m", str(synthetic_model("llama", "q4_0")), "-p", "x", "-dev", "Vulkan9"), 2)
+
+
+def test_ctrl_c_stops_cleanly_and_prints_timings(synthetic_model, monkeypatch):
+    """Ctrl-C during generation: the text so far stays on stdout, the timing summary still goes to
+    stderr, exit code 130, no traceback."""
+    from typer.testing import CliRunner
+
+    from llamavk.api import Model
+    from llamavk.cli import app
+
+    real_generate = Model.generate
+
+    def interrupted(self, *args, **kwargs):
+        for i, token in enumerate(real_generate(self, *args, **kwargs)):
+            if i == 3:
+                raise KeyboardInterrupt
+            yield token
+
+    monkeypatch.setattr(Model, "generate", interrupted)
+    r = CliRunner().invoke(app, ["run", "-m", str(synthetic_model("llama", "q4_0")), "-p", "hello", "-n", "50",
+                                 "--temp", "0", "-c", "64"])
+    assert r.exit_code == 130, r.output
+    assert r.stdout.startswith("hello") and "Traceback" not in r.output
+    assert "eval time" in r.stderr and "total time" in r.stderr
