@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -36,8 +36,6 @@ class Timings:
     eval_ms: float = 0.0
     eval_runs: int = 0
     sample_ms: float = 0.0
-    host_ms: float = 0.0     # Python time per decode step outside the GPU wait (measured)
-    extra: dict = field(default_factory=dict)
 
 
 class Model:
@@ -126,7 +124,7 @@ class Model:
         params = SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
         sampler = Sampler(params, history=tokens)
         tm = self.timings
-        tm.eval_ms = tm.sample_ms = tm.host_ms = 0.0
+        tm.eval_ms = tm.sample_ms = 0.0
         tm.eval_runs = 0
         t0 = time.perf_counter()
         logits = self._eval(tokens, 0, False)

@@ -93,7 +93,6 @@ class DeviceRuntime:
         self.kc = KernelCache(device)
         self.n_ctx = n_ctx
         self.n_ubatch = n_ubatch
-        self.graphs = graphs
         self.upload_seconds = 0.0
         t0 = time.perf_counter()
         self.weights: dict[str, object] = {}

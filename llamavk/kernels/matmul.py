@@ -24,7 +24,6 @@ from . import KernelCache, QWeight, View, groups_2d
 # Token counts up to this use the matrix-vector kernel (one pass over W, NT accumulators per row);
 # the tiled kernel needs enough tokens to fill its 64-token tiles before it pays off.
 MATVEC_MAX_TOKENS = 8
-MATVEC_ROWS_PER_SUBGROUP = 2   # NR in matvec.comp
 MATMUL_TILE_ROWS = 64       # BM in matmul.comp
 MATMUL_TILE_TOKENS = 64     # BN in matmul.comp
 GET_ROWS_WG = 64
