@@ -150,6 +150,22 @@ class Model:
             tm.eval_ms += (time.perf_counter() - te) * 1e3
             tm.eval_runs += 1
 
+    def perplexity(self, text: str, n_ctx: int | None = None, chunks: int = -1, on_chunk=None):
+        """llama-perplexity over `text` (see llamavk.perplexity): chunks of n_ctx tokens (default: the
+        model's context), second half of each scored. Returns a PerplexityResult."""
+        from .perplexity import perplexity
+
+        n_ctx = n_ctx or self.n_ctx
+        if n_ctx > self.n_ctx:
+            raise UsageError(f"perplexity context {n_ctx} exceeds the loaded context {self.n_ctx}")
+        tokens = self.tokenize(text)
+        bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
+        t0 = time.perf_counter()
+        result = perplexity(tokens, n_ctx, lambda chunk: self._eval(chunk, 0, True), bos, chunks, on_chunk)
+        self.timings.prompt_ms = (time.perf_counter() - t0) * 1e3
+        self.timings.prompt_tokens = result.n_chunks * n_ctx
+        return result
+
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:
         for d in getattr(self, "devices", []):

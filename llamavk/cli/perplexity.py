@@ -1,0 +1,71 @@
+"""`llamavk perplexity`: llama-perplexity's algorithm and output.
+
+Running values `[i]PPL,` go to stdout as chunks finish, then `Final estimate: PPL = X +/- Y`.
+Progress goes to stderr: a bar with ETA on a terminal, llama.cpp's "seconds per pass - ETA" line
+otherwise. KL-divergence modes arrive later (issue 7).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from ..errors import UsageError
+from .common import VERBOSE, eprint, user_errors
+
+
+def perplexity(
+    model: Path = typer.Option(None, "--model", "-m", help="GGUF model file (default: the bundled SmolLM2-135M)."),
+    file: Path = typer.Option(..., "--file", "-f", help="Text file to evaluate."),
+    ctx_size: int = typer.Option(512, "--ctx-size", "-c", help="Chunk size = context of each evaluation."),
+    batch_size: int = typer.Option(2048, "--batch-size", "-b", help="Logical batch size."),
+    ubatch_size: int = typer.Option(512, "--ubatch-size", "-ub", help="Micro-batch size."),
+    chunks: int = typer.Option(-1, "--chunks", help="Evaluate at most this many chunks (-1: all)."),
+    device: str = typer.Option(None, "--device", "-dev", help="Devices, e.g. Vulkan0 (see list-devices)."),
+    main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="Index (within the selected devices) of the device to use."),
+    verbose: bool = VERBOSE,
+) -> None:
+    """Perplexity of a model over a text file, as llama-perplexity computes it."""
+    from ..api import load
+    from ..perplexity import chunk_plan, read_text
+
+    with user_errors(verbose):
+        if ctx_size < 4:
+            raise UsageError("-c must be at least 4")
+        try:
+            text = read_text(file)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
+        t_start = time.perf_counter()
+        m = load(model, devices=device, main_gpu=main_gpu, n_ctx=ctx_size, n_batch=batch_size,
+                 n_ubatch=ubatch_size, verbose=verbose, warn=eprint)
+        with m:
+            n_tokens = len(m.tokenize(text))
+            n_chunks = chunk_plan(n_tokens, ctx_size, chunks)
+            eprint(f"perplexity: tokenized the input into {n_tokens} tokens")
+            eprint(f"perplexity: calculating perplexity over {n_chunks} chunks, n_ctx={ctx_size}, "
+                   f"batch_size={min(batch_size, ctx_size)}, n_seq=1")
+            bar = None
+            if sys.stderr.isatty():
+                from tqdm import tqdm
+                bar = tqdm(total=n_chunks, unit="chunk", file=sys.stderr, leave=False)
+            t0 = time.perf_counter()
+
+            def on_chunk(i: int, ppl: float) -> None:
+                if bar is not None:
+                    bar.update(1)
+                elif i == 0:
+                    per = time.perf_counter() - t0
+                    eprint(f"perplexity: {per:.2f} seconds per pass - ETA {per * n_chunks / 60:.2f} minutes")
+                sys.stdout.write(f"[{i + 1}]{ppl:.4f},")
+                sys.stdout.flush()
+
+            result = m.perplexity(text, ctx_size, chunks, on_chunk)
+            if bar is not None:
+                bar.close()
+            print()
+            print(f"Final estimate: PPL = {result.ppl:.4f} +/- {result.uncertainty:.5f}")
+            eprint(f"perplexity: {result.count} tokens scored, {time.perf_counter() - t_start:.2f} s in all")

@@ -1,0 +1,84 @@
+"""Perplexity the way llama-perplexity computes it (SPEC §6).
+
+The token stream is cut into chunks of n_ctx tokens (the tail that does not fill a chunk is dropped).
+Each chunk is evaluated from an empty KV cache, with BOS in its first slot when the model adds BOS;
+only the second half is scored: the logits at positions first = n_ctx/2 ... n_ctx - 2 predict the
+tokens after them, so the model always has at least n_ctx/2 tokens of context. The running value
+after chunk i is exp(mean NLL over all scored tokens so far); the final uncertainty is
+PPL * sqrt(var(NLL) / (count - 1)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .errors import UsageError
+
+
+@dataclass
+class PerplexityResult:
+    ppl: float
+    uncertainty: float          # +/- of the final estimate
+    n_ctx: int
+    n_chunks: int
+    count: int                  # scored tokens
+    running: list[float] = field(default_factory=list)   # PPL after each chunk
+
+
+def token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """-log softmax(logits[i])[targets[i]] per row, in float64."""
+    x = logits.astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    log_z = m[:, 0] + np.log(np.exp(x - m).sum(axis=1))
+    return log_z - x[np.arange(len(targets)), targets]
+
+
+def chunk_plan(n_tokens: int, n_ctx: int, chunks: int) -> int:
+    if n_ctx < 4:
+        raise UsageError(f"context {n_ctx} is too small for perplexity")
+    if n_tokens < 2 * n_ctx:
+        raise UsageError(f"you need at least {2 * n_ctx} tokens to evaluate perplexity with a context of "
+                         f"{n_ctx} (the text has {n_tokens})")
+    n_max = n_tokens // n_ctx
+    return n_max if chunks is None or chunks < 0 else min(chunks, n_max)
+
+
+def perplexity(tokens: list[int], n_ctx: int, eval_all_logits: Callable[[list[int]], np.ndarray],
+               bos_id: int | None, chunks: int = -1, on_chunk: Callable[[int, float], None] | None = None
+               ) -> PerplexityResult:
+    """`eval_all_logits(chunk_tokens)` returns one row of logits per token of a fresh sequence."""
+    n_chunks = chunk_plan(len(tokens), n_ctx, chunks)
+    first = n_ctx // 2
+    nll_sum = nll2_sum = 0.0
+    count = 0
+    running = []
+    for i in range(n_chunks):
+        chunk = list(tokens[i * n_ctx:(i + 1) * n_ctx])
+        if bos_id is not None:
+            chunk[0] = bos_id
+        logits = eval_all_logits(chunk)
+        # targets are the original tokens (only chunk[0] was replaced, and it is never a target)
+        targets = np.asarray(tokens[i * n_ctx + first + 1:(i + 1) * n_ctx], dtype=np.int64)
+        nll = token_nll(logits[first:n_ctx - 1], targets)
+        nll_sum += float(nll.sum())
+        nll2_sum += float((nll ** 2).sum())
+        count += len(nll)
+        running.append(math.exp(nll_sum / count))
+        if on_chunk:
+            on_chunk(i, running[-1])
+    mean = nll_sum / count
+    var = nll2_sum / count - mean * mean
+    ppl = math.exp(mean)
+    unc = ppl * math.sqrt(var / (count - 1)) if var > 0 and count > 1 else 0.0
+    return PerplexityResult(ppl, unc, n_ctx, n_chunks, count, running)
+
+
+def read_text(path) -> str:
+    """A text file for evaluation: UTF-8, BOM dropped, CRLF line ends as LF (SPEC §7 prepares
+    botchan.txt this way; llama.cpp's reference figures are for the prepared text)."""
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8-sig").replace("\r\n", "\n")
