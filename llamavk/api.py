@@ -150,18 +150,23 @@ class Model:
             tm.eval_ms += (time.perf_counter() - te) * 1e3
             tm.eval_runs += 1
 
-    def perplexity(self, text: str, n_ctx: int | None = None, chunks: int = -1, on_chunk=None):
+    def perplexity(self, text: str, n_ctx: int | None = None, chunks: int = -1, on_chunk=None, on_scored=None):
         """llama-perplexity over `text` (see llamavk.perplexity): chunks of n_ctx tokens (default: the
         model's context), second half of each scored. Returns a PerplexityResult."""
+        bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
+        return self.perplexity_tokens(self.tokenize(text), n_ctx, chunks, bos, on_chunk, on_scored)
+
+    def perplexity_tokens(self, tokens, n_ctx: int | None = None, chunks: int = -1, bos_id: int | None = None,
+                          on_chunk=None, on_scored=None, min_chunks: int = 2):
+        """As perplexity(), over tokens; `bos_id` replaces each chunk's first token (None: as is)."""
         from .perplexity import perplexity
 
         n_ctx = n_ctx or self.n_ctx
         if n_ctx > self.n_ctx:
             raise UsageError(f"perplexity context {n_ctx} exceeds the loaded context {self.n_ctx}")
-        tokens = self.tokenize(text)
-        bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
         t0 = time.perf_counter()
-        result = perplexity(tokens, n_ctx, lambda chunk: self._eval(chunk, 0, True), bos, chunks, on_chunk)
+        result = perplexity(list(tokens), n_ctx, lambda chunk: self._eval(chunk, 0, True), bos_id, chunks,
+                            on_chunk, on_scored, min_chunks)
         self.timings.prompt_ms = (time.perf_counter() - t0) * 1e3
         self.timings.prompt_tokens = result.n_chunks * n_ctx
         return result

@@ -37,10 +37,12 @@ def token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return log_z - x[np.arange(len(targets)), targets]
 
 
-def chunk_plan(n_tokens: int, n_ctx: int, chunks: int) -> int:
+def chunk_plan(n_tokens: int, n_ctx: int, chunks: int, min_chunks: int = 2) -> int:
+    """Chunks to evaluate. A text needs at least 2 chunks' worth of tokens (llama-perplexity's rule);
+    re-evaluating a KL-divergence base file needs its own chunks only (min_chunks=1)."""
     if n_ctx < 4:
         raise UsageError(f"context {n_ctx} is too small for perplexity")
-    if n_tokens < 2 * n_ctx:
+    if n_tokens < min_chunks * n_ctx:
         raise UsageError(f"you need at least {2 * n_ctx} tokens to evaluate perplexity with a context of "
                          f"{n_ctx} (the text has {n_tokens})")
     n_max = n_tokens // n_ctx
@@ -48,10 +50,12 @@ def chunk_plan(n_tokens: int, n_ctx: int, chunks: int) -> int:
 
 
 def perplexity(tokens: list[int], n_ctx: int, eval_all_logits: Callable[[list[int]], np.ndarray],
-               bos_id: int | None, chunks: int = -1, on_chunk: Callable[[int, float], None] | None = None
-               ) -> PerplexityResult:
-    """`eval_all_logits(chunk_tokens)` returns one row of logits per token of a fresh sequence."""
-    n_chunks = chunk_plan(len(tokens), n_ctx, chunks)
+               bos_id: int | None, chunks: int = -1, on_chunk: Callable[[int, float], None] | None = None,
+               on_scored: Callable[[np.ndarray, np.ndarray], None] | None = None,
+               min_chunks: int = 2) -> PerplexityResult:
+    """`eval_all_logits(chunk_tokens)` returns one row of logits per token of a fresh sequence.
+    `on_scored(logits, targets)` sees each chunk's scored rows (KL-divergence files and statistics)."""
+    n_chunks = chunk_plan(len(tokens), n_ctx, chunks, min_chunks)
     first = n_ctx // 2
     nll_sum = nll2_sum = 0.0
     count = 0
@@ -64,6 +68,8 @@ def perplexity(tokens: list[int], n_ctx: int, eval_all_logits: Callable[[list[in
         # targets are the original tokens (only chunk[0] was replaced, and it is never a target)
         targets = np.asarray(tokens[i * n_ctx + first + 1:(i + 1) * n_ctx], dtype=np.int64)
         nll = token_nll(logits[first:n_ctx - 1], targets)
+        if on_scored:
+            on_scored(logits[first:n_ctx - 1], targets)
         nll_sum += float(nll.sum())
         nll2_sum += float((nll ** 2).sum())
         count += len(nll)
@@ -75,6 +81,15 @@ def perplexity(tokens: list[int], n_ctx: int, eval_all_logits: Callable[[list[in
     ppl = math.exp(mean)
     unc = ppl * math.sqrt(var / (count - 1)) if var > 0 and count > 1 else 0.0
     return PerplexityResult(ppl, unc, n_ctx, n_chunks, count, running)
+
+
+def evaluated_tokens(tokens: list[int], n_ctx: int, n_chunks: int, bos_id: int | None) -> list[int]:
+    """The tokens the chunks actually evaluate: each chunk's first replaced by BOS where used."""
+    out = list(tokens[:n_chunks * n_ctx])
+    if bos_id is not None:
+        for i in range(n_chunks):
+            out[i * n_ctx] = bos_id
+    return out
 
 
 def read_text(path) -> str:

@@ -2,7 +2,9 @@
 
 Running values `[i]PPL,` go to stdout as chunks finish, then `Final estimate: PPL = X +/- Y`.
 Progress goes to stderr: a bar with ETA on a terminal, llama.cpp's "seconds per pass - ETA" line
-otherwise. KL-divergence modes arrive later (issue 7).
+otherwise. `--kl-divergence-base FILE` saves this run's token distributions (llamavk/kld.py documents
+the format); adding `--kl-divergence` evaluates the base file's tokens instead of a text and prints
+llama-perplexity's KL-divergence, Δp and same-top-token statistics against it.
 """
 
 from __future__ import annotations
@@ -19,32 +21,56 @@ from .common import VERBOSE, eprint, user_errors
 
 def perplexity(
     model: Path = typer.Option(None, "--model", "-m", help="GGUF model file (default: the bundled SmolLM2-135M)."),
-    file: Path = typer.Option(..., "--file", "-f", help="Text file to evaluate."),
+    file: Path = typer.Option(None, "--file", "-f", help="Text file to evaluate (not needed with --kl-divergence)."),
     ctx_size: int = typer.Option(512, "--ctx-size", "-c", help="Chunk size = context of each evaluation."),
     batch_size: int = typer.Option(2048, "--batch-size", "-b", help="Logical batch size."),
     ubatch_size: int = typer.Option(512, "--ubatch-size", "-ub", help="Micro-batch size."),
     chunks: int = typer.Option(-1, "--chunks", help="Evaluate at most this many chunks (-1: all)."),
     device: str = typer.Option(None, "--device", "-dev", help="Devices, e.g. Vulkan0 (see list-devices)."),
     main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="Index (within the selected devices) of the device to use."),
+    kld_base: Path = typer.Option(None, "--kl-divergence-base", help="Save log-probs here (or, with --kl-divergence, compare with them)."),
+    kld: bool = typer.Option(False, "--kl-divergence", help="Compare with the --kl-divergence-base file."),
     verbose: bool = VERBOSE,
 ) -> None:
     """Perplexity of a model over a text file, as llama-perplexity computes it."""
     from ..api import load
-    from ..perplexity import chunk_plan, read_text
+    from ..kld import KLDBaseWriter, KLDComparer
+    from ..perplexity import chunk_plan, evaluated_tokens, read_text
 
     with user_errors(verbose):
         if ctx_size < 4:
             raise UsageError("-c must be at least 4")
-        try:
-            text = read_text(file)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
+        if kld and kld_base is None:
+            raise UsageError("--kl-divergence needs --kl-divergence-base FILE (written by a base run)")
+        comparer = KLDComparer(kld_base) if kld else None
+        text = None
+        if comparer is not None:
+            ctx_size = comparer.n_ctx                  # the base run's chunks, evaluated again
+        elif file is None:
+            raise UsageError("give the text to evaluate with -f FILE")
+        else:
+            try:
+                text = read_text(file)
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"cannot read {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
         t_start = time.perf_counter()
         m = load(model, devices=device, main_gpu=main_gpu, n_ctx=ctx_size, n_batch=batch_size,
                  n_ubatch=ubatch_size, verbose=verbose, warn=eprint)
         with m:
-            n_tokens = len(m.tokenize(text))
-            n_chunks = chunk_plan(n_tokens, ctx_size, chunks)
+            if comparer is not None:
+                comparer.check_model(m.config.n_vocab)
+                tokens, bos = comparer.tokens, None
+                chunks = comparer.n_chunks if chunks < 0 else min(chunks, comparer.n_chunks)
+            else:
+                tokens = m.tokenize(text)
+                bos = m.tokenizer.bos_id if m.tokenizer.add_bos else None
+            n_tokens = len(tokens)
+            min_chunks = 1 if comparer is not None else 2
+            n_chunks = chunk_plan(n_tokens, ctx_size, chunks, min_chunks)
+            writer = None
+            if kld_base is not None and comparer is None:
+                writer = KLDBaseWriter(kld_base, ctx_size, m.config.n_vocab, n_chunks,
+                                       evaluated_tokens(tokens, ctx_size, n_chunks, bos))
             eprint(f"perplexity: tokenized the input into {n_tokens} tokens")
             eprint(f"perplexity: calculating perplexity over {n_chunks} chunks, n_ctx={ctx_size}, "
                    f"batch_size={min(batch_size, ctx_size)}, n_seq=1")
@@ -63,9 +89,19 @@ def perplexity(
                 sys.stdout.write(f"[{i + 1}]{ppl:.4f},")
                 sys.stdout.flush()
 
-            result = m.perplexity(text, ctx_size, chunks, on_chunk)
+            sink = comparer or writer
+            on_scored = (comparer.add if comparer else writer.add) if sink else None
+            result = m.perplexity_tokens(tokens, ctx_size, n_chunks, bos, on_chunk, on_scored, min_chunks)
             if bar is not None:
                 bar.close()
             print()
             print(f"Final estimate: PPL = {result.ppl:.4f} +/- {result.uncertainty:.5f}")
+            if comparer is not None:
+                print()
+                for line in comparer.report():
+                    print(line)
+                comparer.close()
+            if writer is not None:
+                writer.close()
+                eprint(f"perplexity: saved the base log-probs of {result.count} tokens to {kld_base}")
             eprint(f"perplexity: {result.count} tokens scored, {time.perf_counter() - t_start:.2f} s in all")
