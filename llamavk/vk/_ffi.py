@@ -31,13 +31,6 @@ def new_struct(ctype: str, stype: int, pnext=ffi.NULL, **fields):
     return ffi.new(ctype + "*", dict(sType=stype, pNext=pnext, **fields))
 
 
-def chain(*structs):
-    """Link struct pointers into a pNext chain (first -> ... -> last); returns the first."""
-    for a, b in zip(structs, structs[1:]):
-        a.pNext = b
-    return structs[0]
-
-
 def c_string(text: str):
     return ffi.new("char[]", text.encode())
 

@@ -99,7 +99,6 @@ class Device:
         check(lib.vkCreateDevice(self.physical, create, ffi.NULL, handle), f"vkCreateDevice({info.name})")
         self.features = {"fp16": bool(f12.shaderFloat16), "int8": bool(f12.shaderInt8),
                          "bda": bool(f12.bufferDeviceAddress),
-                         "int_dot": major_minor >= (1, 3) and bool(keep[2].shaderIntegerDotProduct),
                          "coopmat": "VK_KHR_cooperative_matrix" in self.extensions}
         del keep, ext_owners
         return handle[0]
