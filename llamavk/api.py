@@ -22,6 +22,7 @@ from .devices import open_devices, select
 from .errors import UsageError
 from .models import build_graph, load_model_file
 from .runtime import DeviceRuntime
+from .split import DEFAULT_MODE, SplitOptions, build_split_runtime, choose_devices
 from .sampling import Sampler, SamplingParams
 from .tokenizer import Tokenizer
 from .vk import get_instance
@@ -42,8 +43,10 @@ class Model:
     """A GGUF model loaded onto Vulkan devices. Use `llamavk.load(...)`."""
 
     def __init__(self, path: str | Path | None = None, *, devices: str | list[str] | None = None,
-                 main_gpu: int = 0, n_ctx: int | None = None, n_batch: int = 2048, n_ubatch: int = 512,
-                 verbose: bool = False, warn=None, profile: bool = False):
+                 split_mode: str = DEFAULT_MODE, tensor_split: list[float] | None = None, main_gpu: int = 0,
+                 max_gpu: int | None = None, reduce_type: str = "f16", n_ctx: int | None = None,
+                 n_batch: int = 2048, n_ubatch: int = 512, verbose: bool = False, warn=None,
+                 profile: bool = False):
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
@@ -57,16 +60,23 @@ class Model:
         entries, warnings = select(get_instance().devices, requested)
         for w in warnings:
             warn(w)
-        if not 0 <= main_gpu < len(entries):
-            raise UsageError(f"-mg {main_gpu} is out of range: {len(entries)} device(s) selected")
-        self.devices = open_devices([entries[main_gpu]])
+        opts = SplitOptions(split_mode, list(tensor_split) if tensor_split is not None else None, main_gpu,
+                            max_gpu, reduce_type)
+        chosen, shares = choose_devices(opts, entries)
+        self.devices = open_devices([entries[i] for i in chosen])
         if n_ctx is None or n_ctx <= 0:
             n_ctx = cfg.n_ctx_train if n_ctx == 0 else min(cfg.n_ctx_train, 4096)
         self.n_ctx = n_ctx
         self.n_batch = n_batch
+        self.split_mode = opts.mode if len(chosen) > 1 else "none"
         graphs = {"last": build_graph(cfg), "all": build_graph(cfg, all_logits=True)}
         try:
-            self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs, profile=profile)
+            if len(chosen) == 1:
+                self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs, profile=profile)
+            else:
+                opts.main_gpu = chosen.index(main_gpu) if main_gpu in chosen else 0
+                self.runtime = build_split_runtime(self.file, self.devices, shares, opts, graphs, n_ctx, n_ubatch,
+                                                   profile=profile)
         except BaseException:
             self.close()
             raise
@@ -83,16 +93,7 @@ class Model:
 
     # -- evaluation ----------------------------------------------------------------------------
     def _eval(self, tokens, n_past: int, all_logits: bool):
-        rt = self.runtime
-        key = "all" if all_logits else "last"
-        ub = rt.n_ubatch_all if all_logits else rt.n_ubatch
-        rows = []
-        for i in range(0, len(tokens), ub):
-            chunk = tokens[i:i + ub]
-            n = rt.run_batch(key, chunk, n_past + i)
-            if all_logits:
-                rows.append(rt.logits(n).copy())
-        return np.concatenate(rows) if all_logits else rt.logits(1)[0].copy()
+        return self.runtime.eval("all" if all_logits else "last", tokens, n_past)
 
     def logits(self, tokens, all: bool = False) -> np.ndarray:
         """Logits of a fresh context: the last token's row (vocab,), or one row per token."""
@@ -173,6 +174,9 @@ class Model:
 
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:
+        rt = getattr(self, "runtime", None)
+        if rt is not None and hasattr(rt, "shared"):
+            rt.close()
         for d in getattr(self, "devices", []):
             d.close()
         self.devices = []

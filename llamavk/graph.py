@@ -1,7 +1,8 @@
 """A tiny IR for the forward pass: tensors and ops, in execution order.
 
 Model modules build a `Graph` with readable calls (`g.rms_norm`, `g.matmul`, ...); the runtime turns
-it into recorded dispatches; split modes (later) place its ops and weights on devices. Activations
+it into recorded dispatches; split modes (llamavk/split/) rewrite it into one graph per device, with
+parts of weights and exchange ops (`put`, `sync`, `get`, `reduce`; see split/exchange.py). Activations
 are [n_tokens, width] float32; the batch size is not part of the graph, so one graph serves every
 step shape.
 """
@@ -19,6 +20,21 @@ class Tensor:
     rows: int = 0                    # weights: rows (output features)
     role: str | None = None          # weights: WeightSpec role
     layer: int | None = None
+    # weights cut by a split mode: the GGUF tensor this is part of, and which part:
+    # (axis, start, stop) with axis 0 = rows (output features), 1 = columns (input features).
+    source: str | None = None
+    part: tuple[int, int, int] | None = None
+
+    def sliced(self, axis: int, start: int, stop: int) -> "Tensor":
+        """A part of this weight (vectors, rows == 1, are cut along their only axis: pass axis 0)."""
+        if self.rows == 1:
+            return Tensor(f"{self.name}[{start}:{stop}]", stop - start, "weight", 1, self.role, self.layer,
+                          self.name, (0, start, stop))
+        if axis == 0:
+            return Tensor(f"{self.name}[r{start}:{stop}]", self.width, "weight", stop - start, self.role,
+                          self.layer, self.name, (0, start, stop))
+        return Tensor(f"{self.name}[c{start}:{stop}]", stop - start, "weight", self.rows, self.role,
+                      self.layer, self.name, (1, start, stop))
 
     def __repr__(self):
         return f"Tensor({self.name}, {self.kind}, width={self.width})"

@@ -16,14 +16,17 @@ import numpy as np
 from .errors import LlamavkError
 from .fusion import fuse_for_matvec, fuse_rope_kv
 from .graph import Graph, Tensor
-from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_WORDS, VIEW_ALIGN, KernelCache, QWeight, View,
-                      upload_qweight)
+from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SYNC_BASE, VIEW_ALIGN, KernelCache, QWeight,
+                      View, upload_qweight)
 from .kernels import attention as attn_k
 from .kernels import elementwise, matmul, norm, rope
+from .quant import quant_info
 from .vk import Buffer, CommandSequence
 
 
 SPIN_SECONDS = 0.02   # longest a decode step's wait polls before it blocks
+SLOTS = 2             # step-parameter / token-id / logits slots: a split pipelines two micro-batches
+LARGE_BATCH = 32      # batches above this use a graph's "@large" variant where a split mode gives one
 
 
 def _align(n: int) -> int:
@@ -85,15 +88,17 @@ class DeviceRuntime:
     """One model on one device."""
 
     def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph],
-                 profile: bool = False):
+                 profile: bool = False, comm=None):
+        """graphs: key -> graph ("last", "all"; a split mode may add "<key>@large" for batches above
+        LARGE_BATCH tokens). comm: this device's part of a split (split/comm.py), None alone."""
         self.model = model_file
         self.profile = profile
         self.cfg = model_file.config
         self.device = device
+        self.comm = comm
         self.kc = KernelCache(device)
         self.n_ctx = n_ctx
         self.n_ubatch = n_ubatch
-        self.upload_seconds = 0.0
         t0 = time.perf_counter()
         self.weights: dict[str, object] = {}
         for g in graphs.values():
@@ -104,36 +109,53 @@ class DeviceRuntime:
         if "rope_freqs.weight" in model_file.weights:
             self.freqs = self._upload_vector("rope_freqs.weight")
         self.upload_seconds = time.perf_counter() - t0
-        cfg = self.cfg
-        kv_width = cfg.n_head_kv * cfg.head_dim
-        self.kv = [(Buffer(device, n_ctx * kv_width * 2), Buffer(device, n_ctx * kv_width * 2))
-                   for _ in range(cfg.n_layer)]
-        self.step = Buffer(device, STEP_WORDS * 4, host_visible=True)
-        self.step_words = self.step.array(np.uint32)
-        self.ids = Buffer(device, n_ubatch * 4, host_visible=True)
-        self.ids_words = self.ids.array(np.uint32)
-        # All-logits batches may be smaller than n_ubatch: one logits view must fit maxStorageBufferRange.
+        # KV cache for the layers whose attention runs here, as wide as the KV heads it holds.
+        self.kv: dict[int, tuple[Buffer, Buffer]] = {}
+        for g in graphs.values():
+            for op in g.ops:
+                if op.kind == "attention" and op.layer not in self.kv:
+                    width = op.attrs.get("n_head_kv", self.cfg.n_head_kv) * self.cfg.head_dim
+                    self.kv[op.layer] = (Buffer(device, n_ctx * width * 2), Buffer(device, n_ctx * width * 2))
+        self.step = Buffer(device, SLOTS * VIEW_ALIGN, host_visible=True)
+        self.step_words = [self.step.array(np.uint32, 4, s * VIEW_ALIGN) for s in range(SLOTS)]
+        self.ids_stride = _align(n_ubatch * 4)
+        self.ids = Buffer(device, SLOTS * self.ids_stride, host_visible=True)
+        self.ids_words = [self.ids.array(np.uint32, n_ubatch, s * self.ids_stride) for s in range(SLOTS)]
+        # Logits: as wide as this device's part of the output (all of it when alone; none for a
+        # device of a split that holds no output rows). All-logits batches may be smaller than
+        # n_ubatch: one logits view must fit maxStorageBufferRange.
+        logits = graphs["last"].logits
+        self.n_logits = logits.width if logits is not None else 0
         max_range = device.info.max_storage_buffer_range or (1 << 31)
-        self.n_ubatch_all = max(1, min(n_ubatch, max_range // (cfg.n_vocab * 4)))
-        self.logits_buf = Buffer(device, self.n_ubatch_all * cfg.n_vocab * 4, host_visible=True)
-        self.rope = rope.RopeParams.from_config(cfg, View.whole(self.freqs) if self.freqs is not None else None)
+        self.n_ubatch_all = max(1, min(n_ubatch, max_range // (max(self.n_logits, 1) * 4)))
+        self.logits_stride = _align(self.n_ubatch_all * self.n_logits * 4)
+        self.logits_buf = Buffer(device, SLOTS * self.logits_stride, host_visible=True) if self.n_logits else None
+        self.rope = rope.RopeParams.from_config(self.cfg, View.whole(self.freqs) if self.freqs is not None else None)
         # Matrix-vector steps (decode, small batches) run the fused graph: fewer dispatches and barriers.
         self.batch_graphs = {key: fuse_rope_kv(g) for key, g in graphs.items()}
         self.fused = {key: fuse_for_matvec(g) for key, g in self.batch_graphs.items()}
         self.plans = {g: plan_activations(g, n_ubatch)
                       for g in list(self.batch_graphs.values()) + list(self.fused.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
-        self.recordings: dict[tuple[str, int], CommandSequence] = {}
+        self.recordings: dict[tuple[str, int, int], list[CommandSequence]] = {}
         self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
+
+    def graph_for(self, key: str, n_tokens: int) -> Graph:
+        if n_tokens > LARGE_BATCH and f"{key}@large" in self.batch_graphs:
+            return self.batch_graphs[f"{key}@large"]
+        return self.fused[key] if n_tokens <= matmul.MATVEC_MAX_TOKENS else self.batch_graphs[key]
 
     # -- weights -------------------------------------------------------------------------------
     def _upload(self, name: str, t: Tensor):
         if t.rows == 1:
-            return self._upload_vector(name)
-        return upload_qweight(self.device, self.model.raw(name), self.model.tensor_type(name), t.rows, t.width)
+            return self._upload_vector(t.source or name, t.part)
+        raw, qtype = weight_part(self.model, t.source or name, t.part)
+        return upload_qweight(self.device, raw, qtype, t.rows, t.width)
 
-    def _upload_vector(self, name: str) -> Buffer:
+    def _upload_vector(self, name: str, part=None) -> Buffer:
         data = np.ascontiguousarray(self.model.dequantize(name), dtype=np.float32).reshape(-1)
+        if part is not None:
+            data = np.ascontiguousarray(data[part[1]:part[2]])
         buf = Buffer(self.device, data.nbytes)
         buf.write(data)
         return buf
@@ -144,23 +166,35 @@ class DeviceRuntime:
             total += sum(c.buffer.size for c in w.chunks) if isinstance(w, QWeight) else w.size
         return total
 
+    def kv_bytes(self) -> int:
+        return sum(k.size + v.size for k, v in self.kv.values())
+
     # -- recording -----------------------------------------------------------------------------
     def _view(self, plan: ActivationPlan, t: Tensor, n_tokens: int) -> View:
         return View(self.arena, plan.offsets[t], plan.sizes[t])
 
-    def record(self, key: str, n_tokens: int) -> CommandSequence:
-        graph = self.fused[key] if n_tokens <= matmul.MATVEC_MAX_TOKENS else self.batch_graphs[key]
+    def record(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
+        """Record the step (graph `key`, n_tokens tokens, parameter slot) as command buffers: one,
+        or one per round between exchange points where a split synchronises through the host."""
+        graph = self.graph_for(key, n_tokens)
         plan = self.plans[graph]
         cfg, kc = self.cfg, self.kc
-        seq = CommandSequence(self.device, f"{key}[{n_tokens}]", profile=self.profile).begin()
-        step = View.whole(self.step)
+        name = f"{key}[{n_tokens}]#{slot}"
+        segments = [CommandSequence(self.device, name, profile=self.profile).begin()]
+        step = View(self.step, slot * VIEW_ALIGN, VIEW_ALIGN)
+        ids = View(self.ids, slot * self.ids_stride, self.ids_stride)
+        logits_view = View(self.logits_buf, slot * self.logits_stride, self.logits_stride) if self.n_logits else None
         act = lambda t: self._view(plan, t, n_tokens)  # noqa: E731
         vec = lambda t: View.whole(self.weights[t.name])  # noqa: E731
         rows_out = n_tokens
         for op in graph.ops:
             k = op.kind
-            if k == "embed":
-                matmul.get_rows(seq, kc, self.weights[op.inputs[0].name], View.whole(self.ids), act(op.out), n_tokens)
+            seq = segments[-1]
+            if k in EXCHANGE_OPS:
+                if self.comm.record(seq, op, n_tokens, act, step, slot):
+                    segments.append(CommandSequence(self.device, f"{name}/{len(segments)}", profile=self.profile).begin())
+            elif k == "embed":
+                matmul.get_rows(seq, kc, self.weights[op.inputs[0].name], ids, act(op.out), n_tokens)
             elif k == "rms_norm":
                 x = op.inputs[0]
                 weight = vec(op.inputs[1]) if len(op.inputs) > 1 else None
@@ -173,7 +207,7 @@ class DeviceRuntime:
             elif k == "matmul":
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
-                out = View(self.logits_buf, 0, self.logits_buf.size) if op.out is graph.logits else act(op.out)
+                out = logits_view if op.out is graph.logits else act(op.out)
                 norm_w, resid, glu = op.attrs.get("norm"), op.attrs.get("residual"), op.attrs.get("glu")
                 matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
                               norm=vec(norm_w) if norm_w is not None else None, eps=op.attrs.get("eps", 0.0),
@@ -187,14 +221,16 @@ class DeviceRuntime:
                 q, kt, vt = op.inputs
                 kcache, vcache = self.kv[op.layer]
                 width = kt.width
+                # a split mode may give this device some of the heads (tensor parallelism)
+                n_head, n_head_kv = op.attrs.get("n_head", cfg.n_head), op.attrs.get("n_head_kv", cfg.n_head_kv)
                 if op.attrs.get("rope"):
                     rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache), step,
-                                 n_tokens, cfg.n_head, cfg.n_head_kv, cfg.head_dim, self.rope, self.n_ctx)
+                                 n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope, self.n_ctx)
                 else:
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)
                 attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
-                                 n_tokens, cfg.n_head, cfg.n_head_kv, cfg.head_dim, self.n_ctx)
+                                 n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx)
             elif k == "swiglu":
                 gate, up = op.inputs
                 elementwise.swiglu(seq, kc, act(gate), act(up), act(op.out), rows_out * gate.width)
@@ -209,28 +245,39 @@ class DeviceRuntime:
                 rows_out = 1
             else:
                 raise LlamavkError(f"op {k} is not supported by the runtime")
-        return seq.end()
+        return [seq.end() for seq in segments]
 
-    def sequence(self, key: str, n_tokens: int) -> CommandSequence:
-        seq = self.recordings.get((key, n_tokens))
-        if seq is None:
-            seq = self.recordings[(key, n_tokens)] = self.record(key, n_tokens)
-        return seq
+    def sequence(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
+        segs = self.recordings.get((key, n_tokens, slot))
+        if segs is None:
+            segs = self.recordings[(key, n_tokens, slot)] = self.record(key, n_tokens, slot)
+        return segs
+
+    def prepare(self, key: str, tokens, n_past: int, slot: int = 0, sync_base: int = 0) -> list[CommandSequence]:
+        """Write a step's token ids and parameters into `slot`; returns its recorded segments."""
+        n = len(tokens)
+        segs = self.sequence(key, n, slot)
+        self.ids_words[slot][:n] = tokens
+        words = self.step_words[slot]
+        words[STEP_N_PAST] = n_past
+        words[STEP_N_TOKENS] = n
+        words[STEP_N_KV] = n_past + n
+        words[STEP_SYNC_BASE] = sync_base
+        return segs
 
     # -- execution -----------------------------------------------------------------------------
-    def run_batch(self, key: str, tokens, n_past: int) -> int:
-        """Evaluate up to n_ubatch tokens at positions n_past...; returns the number of logit rows."""
-        n = len(tokens)
+    def check_batch(self, key: str, n: int, n_past: int) -> None:
         if n > (self.n_ubatch_all if key == "all" else self.n_ubatch):
             raise ValueError("batch larger than the micro-batch size")
         if n_past + n > self.n_ctx:
             raise LlamavkError(f"context is full ({self.n_ctx} tokens); use a larger -c")
+
+    def run_batch(self, key: str, tokens, n_past: int) -> int:
+        """Evaluate up to n_ubatch tokens at positions n_past...; returns the number of logit rows."""
+        n = len(tokens)
+        self.check_batch(key, n, n_past)
         t0 = time.perf_counter()
-        seq = self.sequence(key, n)
-        self.ids_words[:n] = tokens
-        self.step_words[STEP_N_PAST] = n_past
-        self.step_words[STEP_N_TOKENS] = n
-        self.step_words[STEP_N_KV] = n_past + n
+        (seq,) = self.prepare(key, tokens, n_past)
         value = seq.submit()
         self.host_seconds += time.perf_counter() - t0
         # Matrix-vector steps take milliseconds: poll rather than sleep through the wake-up latency.
@@ -240,9 +287,44 @@ class DeviceRuntime:
             self.device.timeline.wait(value)
         return n if key == "all" else 1
 
-    def logits(self, rows: int) -> np.ndarray:
-        return self.logits_buf.array(np.float32, rows * self.cfg.n_vocab).reshape(rows, self.cfg.n_vocab)
+    def logits(self, rows: int, slot: int = 0) -> np.ndarray:
+        """The last step's logits in `slot` (a view: copy before the slot is used again)."""
+        n = self.n_logits
+        return self.logits_buf.array(np.float32, rows * n, slot * self.logits_stride).reshape(rows, n)
+
+    def eval(self, key: str, tokens, n_past: int) -> np.ndarray:
+        """Evaluate tokens at n_past... in micro-batches: every token's logits ("all"), or the last's."""
+        ub = self.n_ubatch_all if key == "all" else self.n_ubatch
+        rows = []
+        for i in range(0, len(tokens), ub):
+            n = self.run_batch(key, tokens[i:i + ub], n_past + i)
+            if key == "all":
+                rows.append(self.logits(n).copy())
+        return np.concatenate(rows) if key == "all" else self.logits(1)[0].copy()
 
     def close(self) -> None:
         # Buffers, kernels and recordings are released with the device.
         self.recordings.clear()
+
+
+EXCHANGE_OPS = frozenset({"put", "sync", "get", "copy_cols", "reduce"})   # recorded by split/comm.py
+
+
+def weight_part(model, name: str, part):
+    """Raw GGUF data and type of a weight, or of a part of it (rows or columns). A column cut that
+    does not fall on block boundaries cannot be expressed in the block format: that part is
+    dequantized to f32 (exact values; more memory)."""
+    import gguf
+
+    raw, qtype = model.raw(name), model.tensor_type(name)
+    if part is None:
+        return raw, qtype
+    axis, start, stop = part
+    rows, cols = model.weights[name].shape
+    info = quant_info(qtype, name)
+    data = np.asarray(raw).view(np.uint8).reshape(rows, info.row_bytes(cols))
+    if axis == 0:
+        return data[start:stop], qtype
+    if start % info.block_size == 0 and stop % info.block_size == 0:
+        return np.ascontiguousarray(data[:, info.row_bytes(start):info.row_bytes(stop)]), qtype
+    return np.ascontiguousarray(model.dequantize(name)[:, start:stop]), gguf.GGMLQuantizationType.F32

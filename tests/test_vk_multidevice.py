@@ -84,36 +84,49 @@ def test_timeline_ordered_exchange_with_host_relay(pair):
     shared.close()
 
 
-def test_gpu_spin_handshake_through_host_memory(pair):
-    """Each device writes its flag into shared host memory and spins until the peer's arrives.
-    Bounded: a missing peer ends in status 2 (timeout), never a hang.
+def test_exchange_point_spins_on_shared_host_memory(pair):
+    """The split modes' exchange point (kernels/collective.py): a device publishes its counter in
+    shared host memory and spins until its peer's arrives. Here the host plays the peer, late, so
+    the spin must really wait and really see a write from outside the device (on a GPU; llvmpipe
+    ends any shader's loops after ~65k iterations in all, about a millisecond, so there the peer's
+    counter is published before the dispatch). Bounded: a peer that never comes ends in status 2
+    (time-out) naming the exchange, never a hang.
 
-    Software devices only for now: on an H100 (two logical devices on one GPU) this handshake did not
-    complete within minutes, blocked inside the driver's wait. On-GPU cross-device synchronisation
-    (memory scopes, concurrency of two contexts) is part of the split-mode work (SPEC §5)."""
-    a, b = pair
+    (Two logical devices on one physical device are not used as the pair: they need not run
+    concurrently -- llvmpipe's logical devices share one pool of compute threads -- which is why the
+    split modes relay through the host there and spin only across physical devices.)"""
+    from llamavk.kernels import KernelCache, View, collective
+
+    a, _ = pair
+    shared = SharedHostMemory(4096, [a])
+    flags = shared.array(np.uint32)
+    flags[:] = 0
+    status = Buffer(a, 16, host_visible=True)
+    step = Buffer(a, 256, host_visible=True)
+    step.array(np.uint32)[:] = 0
+    step.array(np.uint32)[3] = 10                       # counter base: values are base + exchange + 1
+
+    def record(exchange, max_spins):
+        status.array(np.uint32)[:] = 0
+        seq = CommandSequence(a).begin()
+        collective.exchange_sync(seq, KernelCache(a), View.whole(shared.buffer(a)), View.whole(status),
+                                 View.whole(step), 0, exchange, True, 0b10, 3, max_spins)
+        return seq.end()
+
+    seq = record(2, 1 << 30)
+    peer = threading.Timer(0.0 if a.info.is_cpu else 0.2, lambda: flags.__setitem__(collective.FLAG_STRIDE, 13))
+    if a.info.is_cpu:
+        peer.run()
+    value = seq.submit()
     if not a.info.is_cpu:
-        pytest.skip("on-GPU cross-device spinning is validated with the split modes (see docstring)")
-    shared = SharedHostMemory(4096, [a, b])
-    shared.array(np.uint32)[:] = 0
-    status = [Buffer(d, 16, host_visible=True) for d in (a, b)]
-    seqs = []
-    for me, (dev, st) in enumerate(zip((a, b), status)):
-        k = Kernel(dev, "spin_flag", "ww", push_size=16)
-        seq = CommandSequence(dev).begin()
-        seq.dispatch(k, [shared.buffer(dev), st], (1,), struct.pack("<IIII", me, 1 - me, 1, 5_000_000))
-        seqs.append(seq.end())
-    values = [s.submit() for s in seqs]
-    a.timeline.wait(values[0])
-    b.timeline.wait(values[1])
-    assert [int(st.array(np.uint32)[0]) for st in status] == [1, 1]
-    assert list(shared.array(np.uint32, 2)) == [1, 1]
+        peer.start()
+    a.timeline.wait(value)
+    if not a.info.is_cpu:
+        peer.join()
+    assert int(status.array(np.uint32)[0]) == 0                        # waited, no time-out
+    assert int(flags[0]) == 13                                         # published 10 + 2 + 1
 
-    # Peer never comes: the spin gives up and reports it.
-    shared.array(np.uint32)[:] = 0
-    k = Kernel(a, "spin_flag", "ww", push_size=16)
-    lone = CommandSequence(a).begin()
-    lone.dispatch(k, [shared.buffer(a), status[0]], (1,), struct.pack("<IIII", 0, 1, 5, 10_000))
-    lone.end().run()
-    assert int(status[0].array(np.uint32)[0]) == 2
+    flags[:] = 0                                                       # peer never comes
+    record(4, 10_000).run()
+    assert list(status.array(np.uint32)[:2]) == [2, 4]
     shared.close()

@@ -22,6 +22,7 @@ VIEW_ALIGN = 256
 STEP_N_PAST = 0      # tokens already in the KV cache = position of the batch's first token
 STEP_N_TOKENS = 1    # tokens in this batch
 STEP_N_KV = 2        # n_past + n_tokens: KV entries attention reads
+STEP_SYNC_BASE = 3   # split modes: offset of this micro-batch's exchange counters (kernels/collective.py)
 STEP_WORDS = 4
 
 

@@ -61,6 +61,7 @@ class CommandSequence:
         self._read: list = []
         self._src_stages = 0          # stages of the commands recorded since the last barrier
         self.n_dispatches = 0
+        self.n_copies = 0
         self.n_barriers = 0
         self._barrier = new_struct("VkMemoryBarrier", vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                                    srcAccessMask=_ALL_ACCESS, dstAccessMask=_ALL_ACCESS)
@@ -77,7 +78,7 @@ class CommandSequence:
         check(lib.vkBeginCommandBuffer(self.cmd, info), "vkBeginCommandBuffer")
         self._written, self._read = [], []
         self._src_stages = 0
-        self.n_dispatches = self.n_barriers = 0
+        self.n_dispatches = self.n_copies = self.n_barriers = 0
         self.recording = True
         if self.profiler:
             self.profiler.begin(self.cmd)
@@ -142,11 +143,29 @@ class CommandSequence:
         self._depend([(src, src_offset, size)], [(dst, dst_offset, size)], TRANSFER)
         region = ffi.new("VkBufferCopy*", dict(srcOffset=src_offset, dstOffset=dst_offset, size=size))
         lib.vkCmdCopyBuffer(self.cmd, src.handle, dst.handle, 1, region)
+        self.n_copies += 1
+
+    def copy_regions(self, src, dst, regions) -> None:
+        """Several (src_offset, dst_offset, size) copies in one command (e.g. a column block of a
+        row-major matrix); dependencies are tracked on the regions' bounding ranges."""
+        lo_s = min(r[0] for r in regions)
+        lo_d = min(r[1] for r in regions)
+        hi_s = max(r[0] + r[2] for r in regions)
+        hi_d = max(r[1] + r[2] for r in regions)
+        self._depend([(src, lo_s, hi_s - lo_s)], [(dst, lo_d, hi_d - lo_d)], TRANSFER)
+        array = ffi.new("VkBufferCopy[]", [dict(srcOffset=s, dstOffset=d, size=n) for s, d, n in regions])
+        lib.vkCmdCopyBuffer(self.cmd, src.handle, dst.handle, len(regions), array)
+        self.n_copies += 1
 
     def fill(self, dst, value: int = 0, size: int | None = None, offset: int = 0) -> None:
         size = dst.size - offset if size is None else size
         self._depend([], [(dst, offset, size)], TRANSFER)
         lib.vkCmdFillBuffer(self.cmd, dst.handle, offset, size, value)
+        self.n_copies += 1
+
+    @property
+    def empty(self) -> bool:
+        return self.n_dispatches == 0 and self.n_copies == 0
 
     def end(self) -> "CommandSequence":
         # Device writes become visible to the host once the host has waited for this submission.

@@ -1,0 +1,52 @@
+"""Recorders for the split modes' cross-device work (shaders/exchange_sync.comp, reduce_sum.comp,
+convert.comp). The buffers they touch live in host memory imported into every device
+(vk.SharedHostMemory): that is the only thing devices of different vendors can share.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from . import View, groups_2d
+
+WG = 256
+FLAG_STRIDE = 16          # uint32 words between two devices' counters: one 64-byte cache line each
+PART_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+def exchange_sync(seq, kc, flags: View, status: View, step: View, me: int, exchange: int, signal: bool,
+                  wait_mask: int, base_word: int, max_spins: int) -> None:
+    """Record one exchange point: publish my counter (signal) and/or spin until every device in
+    wait_mask has published (bounded by max_spins; status[0] = 2 on time-out).
+
+    Barriers on both sides: everything this device wrote before is complete before the counter moves,
+    and nothing after it starts before the peers' counters arrived."""
+    kernel = kc.get("exchange_sync", "wwr", push_size=24, spec=(FLAG_STRIDE,))
+    seq.barrier()
+    seq.dispatch(kernel, [flags.range, status.range, step.range], (1, 1, 1),
+                 struct.pack("<6I", me, exchange, int(signal), wait_mask, max_spins, base_word))
+    seq.barrier()
+
+
+def reduce_sum(seq, kc, parts: View, part_dtype: str, part_mask: int, part_stride: int, out: View,
+               n_tokens: int, n_cols: int, in_stride: int, in_c0: int = 0, base: View | None = None,
+               base_stride: int = 0, base_c0: int = 0, out_stride: int | None = None, out_c0: int = 0) -> None:
+    """out[t, out_c0 + c] = base[t, base_c0 + c] + sum_{p in part_mask} part_p[t, in_c0 + c]
+    for t < n_tokens, c < n_cols (strides in elements; part p starts at element p * part_stride)."""
+    if n_tokens <= 0 or n_cols <= 0:
+        return
+    kernel = kc.get(f"reduce_sum_{part_dtype}", "rrw", push_size=44)
+    out_stride = n_cols if out_stride is None else out_stride
+    b = base if base is not None else out
+    push = struct.pack("<11I", n_tokens, n_cols, part_mask, part_stride, in_stride, in_c0, base_stride, base_c0,
+                       out_stride, out_c0, int(base is not None))
+    gy = groups_2d(n_tokens)
+    seq.dispatch(kernel, [parts.range, b.range, out.range], ((n_cols + WG - 1) // WG, gy[0], gy[1]), push)
+
+
+def convert(seq, kc, src: View, dst: View, dtype: str, n: int) -> None:
+    """dst[i] = dtype(src[i]) for i < n (f32 -> f16 / bf16)."""
+    if n <= 0:
+        return
+    kernel = kc.get(f"convert_{dtype}", "rw", push_size=4)
+    seq.dispatch(kernel, [src.range, dst.range], groups_2d((n + WG - 1) // WG), struct.pack("<I", n))

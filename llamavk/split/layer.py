@@ -1,0 +1,45 @@
+"""-sm layer: contiguous blocks of layers (and their KV cache) per device.
+
+The token embedding goes with the first block, the output norm and matrix with the last. The
+residual stream crosses once per device boundary; nothing else does. With the spin sync the
+prompt's micro-batches are pipelined (split/runtime.py), so every device works at once.
+"""
+
+from __future__ import annotations
+
+from .base import DeviceGraphs, partition
+from .exchange import transfer
+
+
+def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
+    cfg = graph.config
+    n = len(shares)
+    dg = DeviceGraphs(graph, n)
+    ranges = partition(cfg.n_layer, shares)
+    owner = {layer: d for d, (a, b) in enumerate(ranges) for layer in range(a, b)}
+    first, last = owner[0], owner[cfg.n_layer - 1]
+    home = {}                                   # model activation -> device that computed it
+    seen_layer = False
+    for op in graph.ops:
+        if op.layer is not None:
+            seen_layer = True
+            d = owner[op.layer]
+        else:
+            d = last if seen_layer else first
+        for t in op.reads():
+            if t.kind == "act" and not dg.has(d, t):
+                src = home[t]
+                dg.bind(d, t, transfer(dg, src, dg.tensor(src, t), [d], op.layer)[d])
+        dg.place(d, op)
+        if op.out is not None:
+            home[op.out] = d
+    dg.set_logits(last, dg.tensor(last, graph.logits))
+    dg.logits_parts = [(last, 0, cfg.n_vocab)]
+    for d, (a, b) in enumerate(ranges):
+        held = [f"layers {a}-{b - 1}" if b > a else "no layers"]
+        if d == first:
+            held.append("token embedding")
+        if d == last:
+            held.append("output")
+        dg.holds[d] = held
+    return dg

@@ -1,0 +1,112 @@
+"""Split modes on virtual devices (several logical devices on llvmpipe): every mode must give what
+-sm none gives, on 2, 3 and 4 devices, even and uneven -ts, for every architecture.
+
+Tolerance: a split changes only the order of float32 additions (a product's partial sums meet in a
+different order; an all-reduce adds the devices' partials), plus, in graph mode for batches above
+32 tokens, partial sums rounded to f16 (relative error 2^-11 on each partial, before the residual
+add). Measured: at most ~2e-5 of max|logit| for the f32 paths and ~1e-3 with f16 partials; the
+bound below is 5e-3 of max|logit|, and greedy tokens must be identical.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import llamavk
+from llamavk.errors import UsageError
+from llamavk.split.base import SplitOptions, partition, proportions
+
+MODES = ["layer", "row", "tensor", "graph"]
+LAYOUTS = [(2, None), (2, [2, 1]), (3, None), (4, [1, 2, 1, 1])]
+ARCH_TYPES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k")]
+REL_TOL = 5e-3
+
+
+def quiet(path, **kw):
+    return llamavk.load(path, warn=lambda m: None, **kw)
+
+
+@pytest.fixture(scope="module")
+def references(synthetic_model):
+    """-sm none: all-token logits of a 70-token prompt and 6 greedy tokens, per (arch, type)."""
+    out = {}
+    rng = np.random.default_rng(5)
+    for arch, qtype in ARCH_TYPES:
+        path = synthetic_model(arch, qtype)
+        prompt = [int(t) for t in rng.integers(0, 500, 70)]
+        with quiet(path, n_ctx=128, split_mode="none") as m:
+            out[(arch, qtype)] = (path, prompt, m.logits(prompt, all=True), list(m.generate(prompt, n=6, temp=0)))
+    return out
+
+
+@pytest.mark.parametrize("arch,qtype", ARCH_TYPES)
+@pytest.mark.parametrize("mode", MODES)
+def test_split_matches_none(references, arch, qtype, mode):
+    path, prompt, want, want_tokens = references[(arch, qtype)]
+    scale = np.abs(want).max()
+    for n_dev, ts in LAYOUTS:
+        # micro-batches of 48: several per prompt (layer pipelining), above graph mode's 32-token
+        # threshold (ring reduce with f16 partials); decode takes the one-token path
+        with quiet(path, n_ctx=128, devices=",".join(["Vulkan0"] * n_dev), split_mode=mode, tensor_split=ts,
+                   n_ubatch=48) as m:
+            assert m.split_mode == mode and len(m.devices) == n_dev
+            got = m.logits(prompt, all=True)
+            tokens = list(m.generate(prompt, n=6, temp=0))
+        err = np.abs(got - want).max() / scale
+        assert err < REL_TOL, f"{mode} on {n_dev} devices, -ts {ts}: max |dlogit| / max |logit| = {err:.2e}"
+        assert tokens == want_tokens, f"{mode} on {n_dev} devices, -ts {ts}"
+
+
+@pytest.mark.parametrize("mode,ts", [("layer", None), ("row", None), ("tensor", [1, 1]), ("tensor", [2, 1]),
+                                     ("graph", [2, 1])])
+def test_smollm2_paris_in_every_mode(smollm2_path, mode, ts):
+    """SmolLM2 has 3 KV heads: tensor parallelism over 2 devices splits them 2 + 1 either way."""
+    with quiet(smollm2_path, n_ctx=64, devices="Vulkan0,Vulkan0", split_mode=mode, tensor_split=ts) as m:
+        tokens = list(m.generate("The capital of France is", n=1, temp=0))
+    assert tokens == [7042]   # " Paris"
+
+
+def test_graph_mode_can_leave_devices_out(references):
+    path, prompt, want, _ = references[("llama", "q4_0")]
+    with quiet(path, n_ctx=128, devices="Vulkan0,Vulkan0,Vulkan0", split_mode="graph", tensor_split=[1, 0, 1]) as m:
+        assert len(m.devices) == 2
+        got = m.logits(prompt, all=True)
+    assert np.abs(got - want).max() < REL_TOL * np.abs(want).max()
+    with quiet(path, n_ctx=128, devices="Vulkan0,Vulkan0,Vulkan0", split_mode="graph", max_gpu=1) as m:
+        assert len(m.devices) == 1 and m.split_mode == "none"
+
+
+def test_verbose_description_names_devices_and_traffic(references):
+    path = references[("llama", "q4_0")][0]
+    with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0", split_mode="tensor") as m:
+        lines = m.runtime.describe()
+    assert "KV heads 0-0" in lines[0] and "KV heads 1-1" in lines[1]
+    assert "MiB" in lines[0] and "exchange points" in lines[-1]
+    # tiny llama: 2 layers x 2 all-reduces; each device writes its 64-float partial per reduce
+    assert "4 exchange points" in lines[-1] and "2.0 KiB written" in lines[-1]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(split_mode="diagonal"), "unknown split mode"),
+    (dict(split_mode="layer", tensor_split=[1, 1, 1]), "-ts has 3 values"),
+    (dict(split_mode="layer", tensor_split=[0, 0]), "not all zero"),
+    (dict(split_mode="row", main_gpu=2), "-mg 2 is out of range"),
+    (dict(split_mode="graph", reduce_type="f8"), "unknown reduce type"),
+    (dict(split_mode="graph", max_gpu=0), "--max-gpu"),
+])
+def test_bad_split_options_are_usage_errors(references, kwargs, message):
+    path = references[("llama", "q4_0")][0]
+    with pytest.raises(UsageError, match=message):
+        quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0", **kwargs)
+
+
+def test_partition_and_proportions():
+    assert partition(10, [0.5, 0.5]) == [(0, 5), (5, 10)]
+    assert partition(3, [2 / 3, 1 / 3]) == [(0, 2), (2, 3)]
+    assert partition(160, [1 / 3] * 3, 32) == [(0, 64), (64, 96), (96, 160)]
+    assert partition(4, [0.5, 0.0, 0.5]) == [(0, 2), (2, 2), (2, 4)]
+    assert proportions(SplitOptions(tensor_split=[3, 1]), [None, None]) == [0.75, 0.25]
+    assert proportions(SplitOptions(tensor_split=[1]), [None, None]) == [1.0, 0.0]
+    assert proportions(SplitOptions(), [30, 10]) == [0.75, 0.25]        # free memory
+    assert proportions(SplitOptions(), [None, 10]) == [0.5, 0.5]
