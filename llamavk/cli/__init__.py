@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import list_devices, perplexity, run
+from . import bench, list_devices, perplexity, run
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -12,6 +12,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 app.command("list-devices")(list_devices.list_devices)
 app.command("run")(run.run)
 app.command("perplexity")(perplexity.perplexity)
+app.command("bench")(bench.bench)
 
 
 @app.callback()
