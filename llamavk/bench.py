@@ -6,6 +6,7 @@ output, so flags, semantics and output follow llama.cpp's llama-bench:
   order (model outermost, then the load settings, then batch sizes, depth and the tests), so a model
   is loaded once for all the tests that share its load settings;
 - -p/-n/-d/-b/-ub also take ranges: FIRST-LAST, FIRST-LAST+STEP, FIRST-LAST*MULT;
+- graph mode's --max-gpu and --reduce-type are load settings like -sm, so they take lists too;
 - inside one -ts or -dev value, '/' separates devices ("3/1", "Vulkan0/Vulkan1"); ',' separates
   the alternatives to run;
 - a test is a prompt of n_prompt random tokens and/or n_gen single-token decodes, after n_depth
@@ -35,7 +36,8 @@ import numpy as np
 from .bench_format import PRINTERS, Result, devices_text, run_info
 from .errors import LlamavkError, UsageError
 
-SPLIT_MODES = ("none", "layer", "row", "tensor", "graph")
+SPLIT_MODES = ("none", "layer", "row", "tensor", "graph")     # llamavk.split.MODES (a test checks)
+REDUCE_TYPES = ("f32", "f16", "bf16")                         # llamavk.split.REDUCE_TYPES
 OUTPUTS = ("md", "csv", "json", "jsonl")
 SYNTHETIC_PREFIX = "synthetic:"
 
@@ -57,6 +59,8 @@ class BenchParams:
     main_gpu: list[int] = field(default_factory=lambda: [0])
     devices: list[tuple[str, ...] | None] = field(default_factory=lambda: [None])   # None: auto
     tensor_split: list[tuple[float, ...]] = field(default_factory=lambda: [()])     # (): auto
+    max_gpu: list[int] = field(default_factory=lambda: [0])                        # 0: no limit
+    reduce_type: list[str] = field(default_factory=lambda: ["f16"])
     flash_attn: list[bool] = field(default_factory=lambda: [True])
     repetitions: int = 5
     output: str = "md"
@@ -137,6 +141,14 @@ def _tensor_splits(values: list[str]) -> list[tuple[float, ...]]:
     return out
 
 
+def _reduce_types(values: list[str]) -> list[str]:
+    out = [s.lower() for s in _items(values)]
+    for s in out:
+        if s not in REDUCE_TYPES:
+            raise UsageError(f"--reduce-type: unknown type {s!r}; choose from {', '.join(REDUCE_TYPES)}")
+    return out
+
+
 def _device_lists(values: list[str]) -> list[tuple[str, ...] | None]:
     out = []
     for item in _items(values):
@@ -163,7 +175,8 @@ def _flash_attn(values: list[str]) -> list[bool]:
 
 
 def parse_params(*, model=(), n_prompt=(), n_gen=(), pg=(), n_depth=(), batch=(), ubatch=(),
-                 split_mode=(), tensor_split=(), main_gpu=(), device=(), flash_attn=(),
+                 split_mode=(), tensor_split=(), main_gpu=(), device=(), flash_attn=(), max_gpu=(),
+                 reduce_type=(),
                  repetitions: int = 5, output: str = "md", no_warmup: bool = False) -> BenchParams:
     """Command-line strings (each flag: a list of its occurrences; empty or None when not given, which
     keeps llama-bench's default) -> BenchParams. UsageError on bad input."""
@@ -182,6 +195,8 @@ def parse_params(*, model=(), n_prompt=(), n_gen=(), pg=(), n_depth=(), batch=()
         "split_mode": split_mode and _split_modes(list(split_mode)),
         "tensor_split": tensor_split and _tensor_splits(list(tensor_split)),
         "main_gpu": main_gpu and _ints(list(main_gpu), "-mg", 0),
+        "max_gpu": max_gpu and _ints(list(max_gpu), "--max-gpu", 0),
+        "reduce_type": reduce_type and _reduce_types(list(reduce_type)),
         "devices": device and _device_lists(list(device)),
         "flash_attn": flash_attn and _flash_attn(list(flash_attn)),
     }
@@ -208,6 +223,8 @@ class BenchTest:
     main_gpu: int
     devices: tuple[str, ...] | None
     tensor_split: tuple[float, ...]
+    max_gpu: int
+    reduce_type: str
     n_batch: int
     n_ubatch: int
     flash_attn: bool
@@ -229,8 +246,8 @@ class BenchTest:
     @property
     def load_key(self) -> tuple:
         """Settings fixed when a model is loaded: tests that share them share one load."""
-        return (self.model, self.split_mode, self.main_gpu, self.devices, self.tensor_split,
-                self.n_batch, self.n_ubatch)
+        return (self.model, self.split_mode, self.main_gpu, self.devices, self.tensor_split, self.max_gpu,
+                self.reduce_type, self.n_batch, self.n_ubatch)
 
     @property
     def n_ctx(self) -> int:
@@ -239,13 +256,13 @@ class BenchTest:
 
 def expand(p: BenchParams) -> list[BenchTest]:
     tests = []
-    for m, sm, mg, dev, ts, nb, nub, fa, nd in itertools.product(
-            p.models, p.split_mode, p.main_gpu, p.devices, p.tensor_split, p.n_batch, p.n_ubatch,
-            p.flash_attn, p.n_depth):
+    for m, sm, mg, dev, ts, mx, rt, nb, nub, fa, nd in itertools.product(
+            p.models, p.split_mode, p.main_gpu, p.devices, p.tensor_split, p.max_gpu, p.reduce_type, p.n_batch,
+            p.n_ubatch, p.flash_attn, p.n_depth):
         shapes = [(n, 0) for n in p.n_prompt] + [(0, n) for n in p.n_gen] + list(p.n_pg)
         for n_prompt, n_gen in shapes:
             if n_prompt or n_gen:     # llama-bench skips -p 0 / -n 0 / -pg 0,0
-                tests.append(BenchTest(m, sm, mg, dev, ts, nb, nub, fa, nd, n_prompt, n_gen))
+                tests.append(BenchTest(m, sm, mg, dev, ts, mx, rt, nb, nub, fa, nd, n_prompt, n_gen))
     return tests
 
 
@@ -369,17 +386,13 @@ class Progress:
 
 
 def _load(test: BenchTest, path: Path, n_ctx: int, verbose: bool = False, warn=None):
-    """Load a model for a test's load settings. split_mode/tensor_split are passed only when they
-    are not the defaults, so this also runs on an API that does not take them."""
+    """Load a model with a test's load settings, with room for `n_ctx` tokens."""
     from .api import load
 
-    kwargs = dict(devices=None if test.devices is None else ",".join(test.devices), main_gpu=test.main_gpu,
-                  n_ctx=n_ctx, n_batch=test.n_batch, n_ubatch=test.n_ubatch, verbose=verbose, warn=warn)
-    if test.split_mode != "layer":
-        kwargs["split_mode"] = test.split_mode
-    if test.tensor_split:
-        kwargs["tensor_split"] = list(test.tensor_split)
-    return load(path, **kwargs)
+    return load(path, devices=None if test.devices is None else ",".join(test.devices),
+                split_mode=test.split_mode, tensor_split=list(test.tensor_split) or None, main_gpu=test.main_gpu,
+                max_gpu=test.max_gpu or None, reduce_type=test.reduce_type, n_ctx=n_ctx, n_batch=test.n_batch,
+                n_ubatch=test.n_ubatch, verbose=verbose, warn=warn)
 
 
 def run_test(model, test: BenchTest, reps: int, warmup: bool, rng, say=lambda msg: None,

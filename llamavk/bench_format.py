@@ -100,7 +100,8 @@ class Result:
             "n_batch": t.n_batch, "n_ubatch": t.n_ubatch, "type_k": "f16", "type_v": "f16",
             "n_gpu_layers": N_GPU_LAYERS, "split_mode": t.split_mode, "main_gpu": t.main_gpu,
             "no_kv_offload": False, "flash_attn": t.flash_attn, "devices": devices_text(t.devices),
-            "tensor_split": tensor_split_text(t.tensor_split), "use_mmap": True, "embeddings": False,
+            "tensor_split": tensor_split_text(t.tensor_split), "max_gpu": t.max_gpu, "reduce_type": t.reduce_type,
+            "use_mmap": True, "embeddings": False,
             "n_prompt": t.n_prompt, "n_gen": t.n_gen, "n_depth": t.n_depth, "test_time": self.test_time,
             "avg_ns": int(statistics.mean(ns)), "stddev_ns": int(_stdev(ns)),
             "avg_ts": statistics.mean(ts), "stddev_ts": _stdev(ts),
@@ -128,11 +129,12 @@ MD_COLUMNS = {
     "model": ("model", -30), "size": ("size", 10), "params": ("params", 10), "backend": ("backend", -10),
     "n_gpu_layers": ("ngl", 3), "n_batch": ("n_batch", 7), "n_ubatch": ("n_ubatch", 8),
     "main_gpu": ("main_gpu", 10), "split_mode": ("sm", -10), "flash_attn": ("fa", 2),
-    "devices": ("dev", -12), "tensor_split": ("ts", -12), "test": ("test", 15), "t/s": ("t/s", 20),
+    "devices": ("dev", -12), "tensor_split": ("ts", -12), "max_gpu": ("max_gpu", 10),
+    "reduce_type": ("reduce_type", -11), "test": ("test", 15), "t/s": ("t/s", 20),
 }
 # shown only when set to something else than the default, before and after the sm column
 MD_BEFORE_SM = ("n_batch", "n_ubatch", "main_gpu")
-MD_AFTER_SM = ("flash_attn", "devices", "tensor_split")
+MD_AFTER_SM = ("flash_attn", "devices", "tensor_split", "max_gpu", "reduce_type")
 
 
 class Printer:

@@ -52,15 +52,30 @@ def test_lists_repeats_and_per_flag_syntax():
     p = parse_params(model=["a.gguf,b.gguf", "c.gguf"], n_prompt=["16-64*2", "100"], n_gen=["0"],
                      pg=["512,128", "8,4"], n_depth=["0,4096"], ubatch=["256-512*2"],
                      split_mode=["none,Layer", "graph"], tensor_split=["3/1,1;1", "0"], main_gpu=["0,1"],
-                     device=["Vulkan0/Vulkan0,auto"], flash_attn=["1"], repetitions=3, output="jsonl",
-                     no_warmup=True)
+                     device=["Vulkan0/Vulkan0,auto"], flash_attn=["1"], max_gpu=["0-2"], reduce_type=["F32,bf16"],
+                     repetitions=3, output="jsonl", no_warmup=True)
     assert p.models == ["a.gguf", "b.gguf", "c.gguf"]
     assert p.n_prompt == [16, 32, 64, 100] and p.n_gen == [0] and p.n_pg == [(512, 128), (8, 4)]
     assert p.n_depth == [0, 4096] and p.n_ubatch == [256, 512]
     assert p.split_mode == ["none", "layer", "graph"]
     assert p.tensor_split == [(3.0, 1.0), (1.0, 1.0), ()]
     assert p.main_gpu == [0, 1] and p.devices == [("Vulkan0", "Vulkan0"), None]
+    assert p.max_gpu == [0, 1, 2] and p.reduce_type == ["f32", "bf16"]
     assert p.repetitions == 3 and p.output == "jsonl" and not p.warmup
+
+
+def test_choices_and_defaults_are_the_engines():
+    import inspect
+
+    from llamavk import split
+    from llamavk.api import Model
+
+    assert bench.SPLIT_MODES == split.MODES and set(bench.REDUCE_TYPES) == set(split.REDUCE_TYPES)
+    defaults = BenchParams()
+    signature = inspect.signature(Model.__init__).parameters
+    assert defaults.split_mode == [signature["split_mode"].default]
+    assert defaults.reduce_type == [signature["reduce_type"].default]
+    assert (defaults.n_batch, defaults.n_ubatch) == ([signature["n_batch"].default], [signature["n_ubatch"].default])
 
 
 @pytest.mark.parametrize("kwargs,words", [
@@ -76,6 +91,7 @@ def test_lists_repeats_and_per_flag_syntax():
     (dict(device=["Vulkan0//Vulkan1"]), "empty device"),
     (dict(batch=["0"]), "minimum 1"),
     (dict(main_gpu=["x"]), "-mg"),
+    (dict(reduce_type=["f8"]), "--reduce-type"),
 ])
 def test_bad_options(kwargs, words):
     with pytest.raises(UsageError, match=words):
@@ -195,6 +211,10 @@ def test_markdown_shows_non_default_settings():
                        "test", "t/s"]
     assert [r[5:10] for r in rows[2:]] == [["256", "1", "tensor", "Vulkan0/Vulkan1", "3.00/1.00"],
                                           ["512", "1", "tensor", "Vulkan0/Vulkan1", "3.00/1.00"]]
+    rows = md_table(render(parse_params(n_prompt=["8"], n_gen=["0"], split_mode=["graph"], max_gpu=["2"],
+                                        reduce_type=["f16,f32"]))[0])
+    assert rows[0][5:8] == ["sm", "max_gpu", "reduce_type"]
+    assert [r[5:9] for r in rows[2:]] == [["graph", "2", "f16", "pp8"], ["graph", "2", "f32", "pp8"]]
 
 
 def test_csv_holds_every_field_and_row():
@@ -260,11 +280,16 @@ class FakeModel:
         pass
 
 
+def bench_test(**sizes) -> BenchTest:
+    return BenchTest(model="m", split_mode="layer", main_gpu=0, devices=None, tensor_split=(), max_gpu=0,
+                     reduce_type="f16", n_batch=2048, n_ubatch=512, flash_attn=True, **sizes)
+
+
 def test_repetition_fills_depth_then_times_prompt_and_decodes():
     import numpy as np
 
     m = FakeModel()
-    t = BenchTest("m", "layer", 0, None, (), 2048, 512, True, n_depth=16, n_prompt=8, n_gen=3)
+    t = bench_test(n_depth=16, n_prompt=8, n_gen=3)
     samples = run_test(m, t, reps=2, warmup=True, rng=np.random.default_rng(0))
     assert len(samples) == 2 and all(ns > 0 for ns in samples)
     shape = [(kind, n_past, len(x) if kind == "eval" else 1) for kind, n_past, x in m.calls]
@@ -280,7 +305,7 @@ def test_no_bos_when_the_model_adds_none_and_no_warmup():
     import numpy as np
 
     m = FakeModel(add_bos=False)
-    run_test(m, BenchTest("m", "layer", 0, None, (), 2048, 512, True, 0, 64, 0), reps=3, warmup=False,
+    run_test(m, bench_test(n_depth=0, n_prompt=64, n_gen=0), reps=3, warmup=False,
              rng=np.random.default_rng(0))
     assert [(kind, n_past) for kind, n_past, _ in m.calls] == [("eval", 0)] * 3
     assert any(c[2][0] != 1 for c in m.calls)
@@ -347,6 +372,24 @@ def test_real_run_markdown_with_two_micro_batch_sizes(synthetic_model):
     rows = md_table(r.stdout)
     assert rows[0][5] == "n_ubatch" and [(x[5], x[7]) for x in rows[2:]] == [("4", "pp16"), ("4", "tg2"),
                                                                              ("16", "pp16"), ("16", "tg2")]
+
+
+def test_real_run_of_every_split_mode_on_virtual_devices(synthetic_model):
+    r = cli("-m", str(synthetic_model("llama", "q4_0")), "-dev", "Vulkan0/Vulkan0", "-sm", "none,layer,row,tensor,graph",
+            "-ts", "3/1", "-p", "8", "-n", "2", "-r", "1", "-o", "jsonl")
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(x["split_mode"], x["n_prompt"], x["n_gen"]) for x in rows] == [
+        (sm, n_prompt, n_gen) for sm in ("none", "layer", "row", "tensor", "graph") for n_prompt, n_gen in ((8, 0), (0, 2))]
+    assert all(x["devices"] == "Vulkan0/Vulkan0" and x["tensor_split"] == "3.00/1.00" and x["avg_ts"] > 0 for x in rows)
+
+
+def test_real_run_of_graph_mode_settings(synthetic_model):
+    r = cli("-m", str(synthetic_model("llama", "q4_0")), "-dev", "Vulkan0/Vulkan0", "-sm", "graph", "--max-gpu", "0,1",
+            "--reduce-type", "f32,f16", "-p", "40", "-n", "0", "-r", "1", "-o", "csv")
+    assert r.exit_code == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [(x["max_gpu"], x["reduce_type"]) for x in rows] == [("0", "f32"), ("0", "f16"), ("1", "f32"), ("1", "f16")]
 
 
 def test_synthetic_preset_is_generated_once_and_reused(tmp_path, monkeypatch):

@@ -86,6 +86,8 @@ def bench(
     tensor_split: list[str] = typer.Option(None, "--tensor-split", "-ts", help="Share of each device, '/'-separated, e.g. 3/1 (default automatic)."),
     main_gpu: list[str] = typer.Option(None, "--main-gpu", "-mg", help="Index of the main device within the selected ones (default 0)."),
     device: list[str] = typer.Option(None, "--device", "-dev", help="Devices, '/'-separated, e.g. Vulkan0/Vulkan1 (default auto)."),
+    max_gpu: list[str] = typer.Option(None, "--max-gpu", help="graph mode: use at most this many devices (default 0: all)."),
+    reduce_type: list[str] = typer.Option(None, "--reduce-type", help="graph mode: type of partial sums sent between devices for batches > 32 tokens: f16, bf16, f32 (default f16)."),
     flash_attn: list[str] = typer.Option(None, "--flash-attn", "-fa", help="1: llamavk's attention is always a flash-attention kernel."),
     output: str = typer.Option("md", "--output", "-o", help="md, csv, json or jsonl."),
     progress: bool = typer.Option(False, "--progress", help="Progress on stderr (always shown live on a terminal)."),
@@ -100,7 +102,8 @@ def bench(
             return
         params = parse_params(model=model, n_prompt=n_prompt, n_gen=n_gen, pg=pg, n_depth=n_depth,
                               batch=batch_size, ubatch=ubatch_size, split_mode=split_mode,
-                              tensor_split=tensor_split, main_gpu=main_gpu, device=device, flash_attn=flash_attn,
+                              tensor_split=tensor_split, main_gpu=main_gpu, device=device, max_gpu=max_gpu,
+                              reduce_type=reduce_type, flash_attn=flash_attn,
                               repetitions=repetitions, output=output, no_warmup=no_warmup)
         shown = LiveProgress() if sys.stderr.isatty() else TextProgress() if progress else None
         write, warn = _write, eprint
