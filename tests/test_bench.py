@@ -434,3 +434,19 @@ def test_bad_input_is_one_line_error(args, code, synthetic_model):
 def test_list_devices():
     r = cli("--list-devices")
     assert r.exit_code == 0 and r.stdout.startswith("Available devices:") and "Vulkan0: " in r.stdout
+
+
+def test_ctrl_c_keeps_the_finished_rows_and_closes_the_json(synthetic_model, monkeypatch):
+    real_run_test = bench.run_test
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_run_test(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_test", interrupted)
+    r = cli("-m", str(synthetic_model("llama", "q4_0")), "-p", "8", "-n", "2", "-r", "1", "-o", "json")
+    assert r.exit_code == 130 and "Traceback" not in r.output
+    assert [(x["n_prompt"], x["n_gen"]) for x in json.loads(r.stdout)] == [(8, 0)]
