@@ -1,48 +1,52 @@
 #version 450
 // One exchange point between devices that share nothing but host memory (split modes, SPEC §5).
 //
-// flags: one counter per device in a host allocation imported into every device, FLAG_STRIDE words
-// apart (own cache line). Signal: after this device's data for the exchange is written (the recorder
-// puts a barrier before this dispatch), store value = base + exchange + 1 into my counter, with
-// release semantics. Wait: spin until every producer in wait_mask has reached value (acquire); the
-// recorder puts a barrier after this dispatch, so later reads of the peers' data see it.
-// The host zeroes the counters whenever every device is idle; `base` (from the step parameters)
-// keeps values increasing across the micro-batches in flight between two zeroings.
-// Bounded: after about max_spins polls status[0] = 2 and the kernel gives up; the host turns that into
-// an error, never a hang.
-#extension GL_KHR_memory_scope_semantics : require
-layout(local_size_x = 1) in;
-layout(constant_id = 0) const uint FLAG_STRIDE = 16;
+// A GPU's reads of host memory are cached for the rest of its submission (measured on H200: a
+// kernel polling one word never sees another device's or the host's later write, with atomic or
+// volatile loads alike), while its writes reach host memory at once. So every counter is written
+// to LINES separate cache lines and a waiting device reads each line at most once: poll i reads
+// line i, which it has never read in this submission, so it comes from host memory.
+//
+// flags: [exchange][device][line] counters, LINE_WORDS apart. value = base + 1, base from the step
+// parameters (the host increases it every step, so counters never need zeroing).
+// Signal (every invocation): write value into my LINES lines for this exchange; the recorder puts a
+// barrier before the dispatch, so this device's data for the exchange is in host memory first.
+// Wait (invocation 0): for each producer in wait_mask, read its lines one by one until one holds
+// >= value. Polls are spaced out more and more (a peer may be milliseconds behind in layer mode),
+// so LINES polls cover ~30 ms; then status[0] = 2 and the host reports an error.
+layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint LINES = 256;
+layout(constant_id = 1) const uint LINE_WORDS = 32;
 layout(std430, binding = 0) coherent volatile buffer Flags { uint flags[]; };
 layout(std430, binding = 1) buffer Status { uint status[]; };
 layout(std430, binding = 2) readonly buffer Step { uint step[]; };
-layout(push_constant) uniform Push { uint me; uint exchange; uint signal; uint wait_mask; uint max_spins;
+layout(push_constant) uniform Push { uint me; uint exchange; uint signal; uint wait_mask; uint n_devices;
                                      uint base_word; } p;
 
-uint load_flag(uint peer) {
-    return atomicLoad(flags[peer * FLAG_STRIDE], gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire);
+uint line(uint device, uint i) {
+    return ((p.exchange * p.n_devices + device) * LINES + i) * LINE_WORDS;
 }
 
 void main() {
     uint value = step[p.base_word] + p.exchange + 1u;
-    if (p.signal != 0u)
-        atomicStore(flags[p.me * FLAG_STRIDE], value, gl_ScopeDevice, gl_StorageSemanticsBuffer,
-                    gl_SemanticsRelease);
-    // Nested loops, and a final check rather than trusting the loop bound: llvmpipe silently ends
-    // any one loop after 65535 iterations.
+    uint i = gl_GlobalInvocationID.x;
+    if (p.signal != 0u && i < LINES)
+        flags[line(p.me, i)] = value;
+    if (i != 0u) return;
+    uint noise = value;
     for (uint peer = 0u; peer < 32u; ++peer) {
         if ((p.wait_mask & (1u << peer)) == 0u) continue;
         bool arrived = false;
-        for (uint outer = 0u; outer < (p.max_spins >> 20) + 1u && !arrived; ++outer) {
-            for (uint middle = 0u; middle < 1024u && !arrived; ++middle) {
-                uint inner = 0u;
-                while (inner < 1024u && load_flag(peer) < value) ++inner;
-                arrived = inner < 1024u;
-            }
+        for (uint k = 0u; k < LINES && !arrived; ++k) {
+            arrived = flags[line(peer, k)] >= value;
+            // back-off: back to back for the first 32 polls, then doubling gaps up to ~1 ms
+            uint gap = k < 32u ? 0u : min(64u << ((k - 32u) / 16u), 400000u);
+            for (uint j = 0u; j < gap && !arrived; ++j) noise = noise * 1664525u + 1013904223u;
         }
-        if (load_flag(peer) < value) {
+        if (!arrived) {
             status[0] = 2u;
             status[1] = p.exchange;
+            status[2] = noise;
             return;
         }
     }

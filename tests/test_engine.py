@@ -46,7 +46,7 @@ def test_greedy_decode_matches_reference_and_replays(synthetic_model, arch):
         again = list(m.generate(prompt, n=16, temp=0))
         # decode replays one recording ("last", 1 token) instead of recording per token
         assert set(m.runtime.recordings) == set(recordings)
-        assert m.runtime.recordings[("last", 1)] is recordings[("last", 1)]
+        assert m.runtime.recordings[("last", 1, 0)] is recordings[("last", 1, 0)]
     assert got == list(want)
     assert again == got
 

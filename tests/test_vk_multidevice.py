@@ -84,49 +84,49 @@ def test_timeline_ordered_exchange_with_host_relay(pair):
     shared.close()
 
 
-def test_exchange_point_spins_on_shared_host_memory(pair):
-    """The split modes' exchange point (kernels/collective.py): a device publishes its counter in
-    shared host memory and spins until its peer's arrives. Here the host plays the peer, late, so
-    the spin must really wait and really see a write from outside the device (on a GPU; llvmpipe
-    ends any shader's loops after ~65k iterations in all, about a millisecond, so there the peer's
-    counter is published before the dispatch). Bounded: a peer that never comes ends in status 2
-    (time-out) naming the exchange, never a hang.
-
-    (Two logical devices on one physical device are not used as the pair: they need not run
-    concurrently -- llvmpipe's logical devices share one pool of compute threads -- which is why the
-    split modes relay through the host there and spin only across physical devices.)"""
+def test_exchange_point_through_shared_host_memory(pair):
+    """The split modes' exchange point (kernels/collective.py, shaders/exchange_sync.comp): a device
+    publishes its counter into every one of its lines in shared host memory, and waits by reading a
+    peer's lines until one holds the step's value. Here the host plays the peer: late on a GPU (the
+    wait must really wait and see a write from outside the device), published before the dispatch
+    on llvmpipe (which ends any shader's loops after ~65k iterations in all, about a millisecond).
+    Bounded: a peer that never comes ends in status 2 naming the exchange, never a hang."""
     from llamavk.kernels import KernelCache, View, collective
 
     a, _ = pair
-    shared = SharedHostMemory(4096, [a])
+    n_dev, exchange = 2, 3
+    shared = SharedHostMemory(collective.flag_bytes(8, n_dev), [a])
     flags = shared.array(np.uint32)
     flags[:] = 0
     status = Buffer(a, 16, host_visible=True)
     step = Buffer(a, 256, host_visible=True)
     step.array(np.uint32)[:] = 0
     step.array(np.uint32)[3] = 10                       # counter base: values are base + exchange + 1
+    words = collective.FLAG_LINE_BYTES // 4
 
-    def record(exchange, max_spins):
+    def lines(device):
+        first = (exchange * n_dev + device) * collective.FLAG_LINES
+        return flags[first * words:(first + collective.FLAG_LINES) * words:words]
+
+    def record():
         status.array(np.uint32)[:] = 0
         seq = CommandSequence(a).begin()
         collective.exchange_sync(seq, KernelCache(a), View.whole(shared.buffer(a)), View.whole(status),
-                                 View.whole(step), 0, exchange, True, 0b10, 3, max_spins)
+                                 View.whole(step), 0, exchange, True, 0b10, n_dev, 3)
         return seq.end()
 
-    seq = record(2, 1 << 30)
-    peer = threading.Timer(0.0 if a.info.is_cpu else 0.2, lambda: flags.__setitem__(collective.FLAG_STRIDE, 13))
+    publish = lambda: lines(1).__setitem__(slice(None), 14)   # noqa: E731  the peer's counter: 10 + 3 + 1
+    seq = record()
     if a.info.is_cpu:
-        peer.run()
+        publish()
     value = seq.submit()
     if not a.info.is_cpu:
-        peer.start()
+        threading.Timer(0.002, publish).start()
     a.timeline.wait(value)
-    if not a.info.is_cpu:
-        peer.join()
     assert int(status.array(np.uint32)[0]) == 0                        # waited, no time-out
-    assert int(flags[0]) == 13                                         # published 10 + 2 + 1
+    assert (lines(0) == 14).all()                                      # published on every line
 
     flags[:] = 0                                                       # peer never comes
-    record(4, 10_000).run()
-    assert list(status.array(np.uint32)[:2]) == [2, 4]
+    record().run()
+    assert list(status.array(np.uint32)[:2]) == [2, exchange]
     shared.close()

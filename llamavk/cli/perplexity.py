@@ -16,7 +16,8 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import VERBOSE, eprint, user_errors
+from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
+                     eprint, split_kwargs, user_errors)
 
 
 def perplexity(
@@ -26,8 +27,12 @@ def perplexity(
     batch_size: int = typer.Option(2048, "--batch-size", "-b", help="Logical batch size."),
     ubatch_size: int = typer.Option(512, "--ubatch-size", "-ub", help="Micro-batch size."),
     chunks: int = typer.Option(-1, "--chunks", help="Evaluate at most this many chunks (-1: all)."),
-    device: str = typer.Option(None, "--device", "-dev", help="Devices, e.g. Vulkan0 (see list-devices)."),
-    main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="Index (within the selected devices) of the device to use."),
+    device: str = DEVICE,
+    split_mode: str = SPLIT_MODE,
+    tensor_split: str = TENSOR_SPLIT,
+    main_gpu: int = MAIN_GPU,
+    max_gpu: int = MAX_GPU,
+    reduce_type: str = REDUCE_TYPE,
     kld_base: Path = typer.Option(None, "--kl-divergence-base", help="Save log-probs here (or, with --kl-divergence, compare with them)."),
     kld: bool = typer.Option(False, "--kl-divergence", help="Compare with the --kl-divergence-base file."),
     verbose: bool = VERBOSE,
@@ -54,9 +59,13 @@ def perplexity(
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"cannot read {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
         t_start = time.perf_counter()
-        m = load(model, devices=device, main_gpu=main_gpu, n_ctx=ctx_size, n_batch=batch_size,
-                 n_ubatch=ubatch_size, verbose=verbose, warn=eprint)
+        m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
+                 n_ubatch=ubatch_size, verbose=verbose, warn=eprint,
+                 **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
+            if verbose:
+                for line in describe_model(m):
+                    eprint(line)
             if comparer is not None:
                 comparer.check_model(m.config.n_vocab)
                 tokens, bos = comparer.tokens, None

@@ -13,7 +13,8 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import VERBOSE, eprint, user_errors
+from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
+                     eprint, split_kwargs, user_errors)
 
 PERF = "llamavk_perf"
 
@@ -49,8 +50,12 @@ def run(
     min_p: float = typer.Option(0.05, "--min-p", help="Min-p sampling (0.0: off)."),
     repeat_penalty: float = typer.Option(1.0, "--repeat-penalty", help="Penalty for repeated tokens (1.0: off)."),
     repeat_last_n: int = typer.Option(64, "--repeat-last-n", help="Tokens considered for the repeat penalty."),
-    device: str = typer.Option(None, "--device", "-dev", help="Devices, e.g. Vulkan0 (see list-devices)."),
-    main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="Index (within the selected devices) of the device to use."),
+    device: str = DEVICE,
+    split_mode: str = SPLIT_MODE,
+    tensor_split: str = TENSOR_SPLIT,
+    main_gpu: int = MAIN_GPU,
+    max_gpu: int = MAX_GPU,
+    reduce_type: str = REDUCE_TYPE,
     verbose: bool = VERBOSE,
 ) -> None:
     """Generate a completion of a prompt."""
@@ -66,14 +71,13 @@ def run(
                 raise UsageError(f"cannot read prompt file {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
         prompt = prompt or ""
         t_start = time.perf_counter()
-        m = load(model, devices=device, main_gpu=main_gpu, n_ctx=ctx_size, n_batch=batch_size,
-                 n_ubatch=ubatch_size, verbose=verbose, warn=eprint)
+        m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
+                 n_ubatch=ubatch_size, verbose=verbose, warn=eprint,
+                 **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
             if verbose:
-                rt = m.runtime
-                eprint(f"{m.path.name}: {m.config.arch}, {m.config.n_layer} layers, on {rt.device.name} "
-                       f"({rt.device.info.name}); weights {rt.weight_bytes() / 2**20:.1f} MiB, "
-                       f"context {m.n_ctx}, upload {rt.upload_seconds:.2f} s")
+                for line in describe_model(m):
+                    eprint(line)
             tokens = m.tokenize(prompt)
             if not tokens:
                 raise UsageError("the prompt is empty and the model adds no BOS token: nothing to continue")

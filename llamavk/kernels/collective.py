@@ -10,21 +10,28 @@ import struct
 from . import View, groups_2d
 
 WG = 256
-FLAG_STRIDE = 16          # uint32 words between two devices' counters: one 64-byte cache line each
+FLAG_LINES = 256          # cache lines each counter is written to (shaders/exchange_sync.comp)
+FLAG_LINE_BYTES = 128     # one GPU L2 line
 PART_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 
 
+def flag_bytes(n_exchanges: int, n_devices: int) -> int:
+    """Size of the counter area for n_exchanges exchange points of one step."""
+    return n_exchanges * n_devices * FLAG_LINES * FLAG_LINE_BYTES
+
+
 def exchange_sync(seq, kc, flags: View, status: View, step: View, me: int, exchange: int, signal: bool,
-                  wait_mask: int, base_word: int, max_spins: int) -> None:
-    """Record one exchange point: publish my counter (signal) and/or spin until every device in
-    wait_mask has published (bounded by max_spins; status[0] = 2 on time-out).
+                  wait_mask: int, n_devices: int, base_word: int) -> None:
+    """Record one exchange point: publish my counter (signal) and/or wait until every device in
+    wait_mask has published it (bounded; status[0] = 2 on time-out, status[1] = exchange).
 
     Barriers on both sides: everything this device wrote before is complete before the counter moves,
     and nothing after it starts before the peers' counters arrived."""
-    kernel = kc.get("exchange_sync", "wwr", push_size=24, spec=(FLAG_STRIDE,))
+    kernel = kc.get("exchange_sync", "wwr", push_size=24, spec=(FLAG_LINES, FLAG_LINE_BYTES // 4))
     seq.barrier()
-    seq.dispatch(kernel, [flags.range, status.range, step.range], (1, 1, 1),
-                 struct.pack("<6I", me, exchange, int(signal), wait_mask, max_spins, base_word))
+    groups = (FLAG_LINES + 63) // 64 if signal else 1
+    seq.dispatch(kernel, [flags.range, status.range, step.range], (groups, 1, 1),
+                 struct.pack("<6I", me, exchange, int(signal), wait_mask, n_devices, base_word))
     seq.barrier()
 
 

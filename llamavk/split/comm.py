@@ -7,10 +7,10 @@ alternate, so a device can fill the next exchange while a slow peer still reads 
 the two micro-batches in flight (pipelining) never share a region. A second allocation holds one counter per device.
 
 Two ways to order the devices around an exchange point (`Sync`):
-- "spin": the producer's command buffer publishes its counter, the consumer's spins on it (a
-  one-thread kernel, bounded; kernels/collective.py). One command buffer per device and step;
-  a few microseconds per exchange. Needs every device to run concurrently and to spin for as long
-  as a peer may take: separate physical GPUs (any vendors, drivers).
+- "spin" (decode steps): the producer's command buffer publishes its counter, the consumer's
+  spins on it (kernels/collective.py, shaders/exchange_sync.comp, bounded). One command buffer per
+  device and step; microseconds per exchange. Needs every device to run concurrently: separate
+  physical GPUs (any vendors, drivers).
 - "relay": the step is cut at every exchange point into rounds of command buffers; the host waits
   for round r on every device before it submits round r + 1. Works everywhere (also two logical
   devices sharing one GPU, which need not run concurrently), tens of microseconds per exchange.
@@ -27,9 +27,7 @@ from ..vk import Buffer, SharedHostMemory
 
 SYNC_MODES = ("spin", "relay")
 ENV_SYNC = "LLAMAVK_SPLIT_SYNC"
-# Polls before a spinning exchange gives up (then: a clear error). A GPU poll of host memory takes
-# about a microsecond, so this is minutes: longer than any honest wait for a peer's prompt work.
-MAX_SPINS = int(os.environ.get("LLAMAVK_SPIN_LIMIT", str(1 << 28)))
+SPIN_MAX_TOKENS = 1       # decode steps spin; prompt batches (long waits, big slots) relay
 
 
 def _align(n: int) -> int:
@@ -51,33 +49,57 @@ def choose_sync(devices) -> str:
 
 
 class SharedExchangeMemory:
-    """The host memory of a split: exchange slots, counters, and a status word per device."""
+    """The host memory of a split: exchange slots, counters, and a status word per device.
 
-    def __init__(self, devices, slot_bytes: int, sync: str):
+    Relay steps: four regions of one slot per device, reused (each round is its own submission,
+    and a new submission reads host memory afresh). Spin steps: one region per exchange point, never
+    reused within the step, since a GPU does not re-read host memory it has read in a submission."""
+
+    def __init__(self, devices, slot_bytes: int, spin_slot_bytes: int, n_exchanges: int, sync: str):
         self.devices = devices
         self.n = len(devices)
         self.sync = sync
+        self.n_exchanges = n_exchanges
         self.slot_bytes = _align(max(slot_bytes, 4))
-        self.data = SharedHostMemory(4 * self.n * self.slot_bytes, devices)
-        self.flags = SharedHostMemory(self.n * collective.FLAG_STRIDE * 4, devices)
-        self.flag_words = self.flags.array(np.uint32)
+        self.spin_slot_bytes = _align(max(spin_slot_bytes, 4))
+        size = 4 * self.n * self.slot_bytes
+        self.spin_base = size
+        if sync == "spin":
+            size += n_exchanges * self.n * self.spin_slot_bytes
+        self.data = SharedHostMemory(size, devices)
+        self.flags = SharedHostMemory(collective.flag_bytes(max(n_exchanges, 1), self.n) if sync == "spin" else 4096,
+                                      devices)
+        self.flags.array(np.uint32)[:] = 0
         self.status = [Buffer(d, 16, host_visible=True) for d in devices]
         self.status_words = [s.array(np.uint32) for s in self.status]
+        self.counter = 0
         self.reset()
 
+    def next_base(self) -> int:
+        """Counter base of the next step: exchange e publishes base + e + 1 (always increasing)."""
+        self.counter += self.n_exchanges + 1
+        if self.counter + self.n_exchanges + 1 >= 1 << 32:        # after billions of exchanges
+            self.flags.array(np.uint32)[:] = 0                     # (every device is idle here)
+            self.counter = self.n_exchanges + 1
+        return self.counter
+
     def reset(self) -> None:
-        """Zero the counters and status words; only while every device is idle."""
-        self.flag_words[:] = 0
+        """Clear the status words; only while every device is idle."""
         for w in self.status_words:
             w[:] = 0
 
     def timed_out(self) -> list[tuple[int, int]]:
-        """(device index, exchange) of every device whose spin gave up."""
+        """(device index, exchange) of every device whose wait gave up."""
         return [(i, int(w[1])) for i, w in enumerate(self.status_words) if w[0] == 2]
 
-    def region(self, device_index: int, exchange: int, slot: int) -> View:
+    def region(self, device_index: int, exchange: int, slot: int, spin: bool) -> tuple[View, int]:
+        """The region of one exchange as seen by a device, and its per-device slot size."""
         buf = self.data.buffer(self.devices[device_index])
-        return View(buf, (2 * slot + exchange % 2) * self.n * self.slot_bytes, self.n * self.slot_bytes)
+        if spin:
+            size = self.spin_slot_bytes
+            return View(buf, self.spin_base + exchange * self.n * size, self.n * size), size
+        size = self.slot_bytes
+        return View(buf, (2 * slot + exchange % 2) * self.n * size, self.n * size), size
 
     def close(self) -> None:
         self.data.close()
@@ -93,23 +115,25 @@ class DeviceComm:
         self.device = shared.devices[index]
         self.kc = kc
         self.slot = 0
+        self.spin = False
 
     def _slot(self, exchange: int, owner: int) -> tuple[Buffer, int]:
-        region = self.shared.region(self.me, exchange, self.slot)
-        return region.buffer, region.offset + owner * self.shared.slot_bytes
+        region, size = self.shared.region(self.me, exchange, self.slot, self.spin)
+        return region.buffer, region.offset + owner * size
 
     def record(self, seq, op, n_tokens: int, act, step: View, slot: int) -> bool:
         """Record one exchange op; True when the command buffer must end here (relay cut)."""
         k, a = op.kind, op.attrs
         self.slot = slot
+        self.spin = self.shared.sync == "spin" and n_tokens <= SPIN_MAX_TOKENS
         if k == "sync":
-            if self.shared.sync == "relay":
+            if not self.spin:
                 return True
             if a["signal"] or a["wait_mask"]:
                 flags = View.whole(self.shared.flags.buffer(self.device))
                 collective.exchange_sync(seq, self.kc, flags, View.whole(self.shared.status[self.me]), step,
-                                         self.me, a["exchange"], a["signal"], a["wait_mask"], STEP_SYNC_BASE,
-                                         MAX_SPINS)
+                                         self.me, a["exchange"], a["signal"], a["wait_mask"], self.shared.n,
+                                         STEP_SYNC_BASE)
             return False
         if k == "put":
             x = act(op.inputs[0])
@@ -146,14 +170,14 @@ class DeviceComm:
         base = op.inputs[0]
         width = base.width
         dtype = a["dtype"]
-        parts = self.shared.region(self.me, a["exchange"], self.slot)
-        part_stride = self.shared.slot_bytes // collective.PART_BYTES[dtype]
+        parts, slot_bytes = self.shared.region(self.me, a["exchange"], self.slot, self.spin)
+        part_stride = slot_bytes // collective.PART_BYTES[dtype]
         if a["to_exchange"] is None:
             collective.reduce_sum(seq, self.kc, parts, dtype, a["mask"], part_stride, act(op.out), n_tokens, width,
                                   in_stride=width, base=act(base), base_stride=width)
         else:       # ring: my column chunk, summed, into my slot of the next exchange
             c0, c1 = a["cols"]
             buf, off = self._slot(a["to_exchange"], self.me)
-            out = View(buf, off, self.shared.slot_bytes)
+            out = View(buf, off, self.shared.region(self.me, a["to_exchange"], self.slot, self.spin)[1])
             collective.reduce_sum(seq, self.kc, parts, dtype, a["mask"], part_stride, out, n_tokens, c1 - c0,
                                   in_stride=width, in_c0=c0, base=act(base), base_stride=width, base_c0=c0)

@@ -2,10 +2,10 @@
 
 Each device runs its own DeviceRuntime over its graph from the split plan (weights, KV cache,
 recordings, replay); exchange ops in those graphs meet in shared host memory (split/comm.py). Per
-step the host writes every device's parameters, submits every device's recording and waits; with
-the "relay" sync it submits round by round instead. With the "spin" sync, micro-batches of a
-prompt are pipelined: micro-batch u + 1 is queued on every device before u has finished, so in
-layer mode device 0 works on u + 1 while device 1 still works on u.
+step the host writes every device's parameters, submits every device's recording and waits (decode
+steps with the "spin" sync), or submits round by round between exchange points (host relay). In
+layer mode a prompt's micro-batches are pipelined across the rounds: device 0 works on micro-batch
+u + 1 while device 1 works on u.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import LlamavkError
 from ..kernels import matmul
 from ..runtime import SLOTS, SPIN_SECONDS, DeviceRuntime
-from .comm import DeviceComm, SharedExchangeMemory
+from .comm import SPIN_MAX_TOKENS, DeviceComm, SharedExchangeMemory
 from .exchange import PART_BYTES
 
 
@@ -29,8 +29,10 @@ class SplitRuntime:
         self.plans = plans
         self.sync = sync
         self.cfg = model_file.config
-        slot_bytes = max(dg.put_bytes_per_token for dg in plans.values()) * n_ubatch
-        self.shared = SharedExchangeMemory(devices, slot_bytes, sync)
+        per_token = max(dg.put_bytes_per_token for dg in plans.values())
+        n_exchanges = max(len(dg.exchanges) for dg in plans.values())
+        self.shared = SharedExchangeMemory(devices, per_token * n_ubatch, per_token * SPIN_MAX_TOKENS, n_exchanges,
+                                           sync)
         self.runtimes: list[DeviceRuntime] = []
         t0 = time.perf_counter()
         for i, dev in enumerate(devices):
@@ -42,18 +44,16 @@ class SplitRuntime:
         self.n_ctx, self.n_ubatch = n_ctx, n_ubatch
         self.n_ubatch_all = min(rt.n_ubatch_all for rt in self.runtimes)
         self.logits_parts = plans["last"].logits_parts
-        # exchange counters of micro-batch u start at u * stride (kernels compare >=)
-        self.counter_stride = max(len(dg.exchanges) for dg in plans.values()) + 1
         self.host_seconds = 0.0
         self.device = devices[0]
 
     # -- execution -----------------------------------------------------------------------------
-    def _submit(self, key: str, tokens, n_past: int, slot: int, base: int) -> list:
-        """Queue one micro-batch on every device; returns [(runtime, timeline value)] to wait for."""
+    def _submit(self, key: str, tokens, n_past: int, slot: int = 0) -> list:
+        """Run one micro-batch on every device; returns [(runtime, timeline value)] still to wait for.
+        One command buffer per device (spin): all queued at once. Several (relay): round r on every
+        device, wait for all of it, then round r + 1."""
+        base = self.shared.next_base()
         segs = [rt.prepare(key, tokens, n_past, slot, base) for rt in self.runtimes]
-        if self.sync == "spin":
-            return [(rt, s[0].submit()) for rt, s in zip(self.runtimes, segs)]
-        # relay: round r on every device, wait for all of it, then round r + 1
         for r in range(len(segs[0])):
             pending = [(rt, s[r].submit()) for rt, s in zip(self.runtimes, segs) if not s[r].empty]
             if r + 1 < len(segs[0]):
@@ -68,6 +68,7 @@ class SplitRuntime:
                 rt.device.timeline.wait(value)
         stuck = self.shared.timed_out()
         if stuck:
+            self.shared.reset()
             i, e = stuck[0]
             raise LlamavkError(f"{self.devices[i].name}: gave up waiting for its peers at exchange {e} "
                                f"(a device stopped responding, or the devices cannot run concurrently: "
@@ -77,38 +78,57 @@ class SplitRuntime:
         n = len(tokens)
         self.runtimes[0].check_batch(key, n, n_past)
         t0 = time.perf_counter()
-        self.shared.reset()
-        pending = self._submit(key, tokens, n_past, 0, 0)
+        pending = self._submit(key, tokens, n_past)
         self.host_seconds += time.perf_counter() - t0
         self._wait(pending, n)
         return n if key == "all" else 1
 
     def eval(self, key: str, tokens, n_past: int) -> np.ndarray:
         ub = self.n_ubatch_all if key == "all" else self.n_ubatch
-        batches = [(i, tokens[i:i + ub]) for i in range(0, len(tokens), ub)]
-        self.runtimes[0].check_batch(key, len(batches[-1][1]), n_past + batches[-1][0])
-        rows: list[np.ndarray] = []
-        if self.sync != "spin" or len(batches) == 1:
-            for i, chunk in batches:
-                self.run_batch(key, chunk, n_past + i)
+        batches = [(n_past + i, tokens[i:i + ub]) for i in range(0, len(tokens), ub)]
+        self.runtimes[0].check_batch(key, len(batches[-1][1]), batches[-1][0])
+        if len(batches) > 1 and self._pipelined(key, batches):
+            rows = self._eval_pipelined(key, batches)
+        else:
+            rows = []
+            for pos, chunk in batches:
+                self.run_batch(key, chunk, pos)
                 if key == "all":
                     rows.append(self.logits(len(chunk)))
-            return np.concatenate(rows) if key == "all" else self.logits(1)[0]
-        self.shared.reset()
-        inflight: list = []                         # (slot, n, pending) per micro-batch, in order
-        for u, (i, chunk) in enumerate(batches):
-            if len(inflight) == SLOTS:              # both slots busy: retire the oldest
-                slot, n, pending = inflight.pop(0)
-                self._wait(pending, n)
-                if key == "all":
-                    rows.append(self.logits(n, slot))
-            slot = u % SLOTS
-            inflight.append((slot, len(chunk), self._submit(key, chunk, n_past + i, slot, u * self.counter_stride)))
-        for slot, n, pending in inflight:
-            self._wait(pending, n)
-            if key == "all":
-                rows.append(self.logits(n, slot))
-        return np.concatenate(rows) if key == "all" else self.logits(1, inflight[-1][0])[0]
+            rows = rows or [self.logits(1)]
+        return np.concatenate(rows) if key == "all" else rows[-1][-1]
+
+    def _pipelined(self, key: str, batches) -> bool:
+        """Micro-batches can overlap when each device works in one round only (layer mode): then
+        device d runs micro-batch u + 1 while device d + 1 runs u."""
+        for pos, chunk in batches:
+            for rt in self.runtimes:
+                segs = rt.sequence(key, len(chunk), 0)
+                if sum(not s.empty for s in segs) > 1 or len(segs) == 1:
+                    return False
+        return True
+
+    def _eval_pipelined(self, key: str, batches) -> list[np.ndarray]:
+        """Round t: every device d runs the micro-batch u whose round on d is t (u = t - round of
+        d). Two slots of parameters, exchange regions and logits alternate between micro-batches."""
+        rounds = [next((r for r, s in enumerate(rt.sequence(key, len(batches[0][1]), 0)) if not s.empty), None)
+                  for rt in self.runtimes]          # None: a device with nothing to do (no layers)
+        holder = self.logits_parts[0][0]
+        out: dict[int, np.ndarray] = {}
+        base = self.shared.next_base()
+        for t in range(len(batches) + max(r for r in rounds if r is not None)):
+            pending = []
+            for rt, r in zip(self.runtimes, rounds):
+                u = t - r if r is not None else -1
+                if 0 <= u < len(batches):
+                    pos, chunk = batches[u]
+                    segs = rt.prepare(key, chunk, pos, u % SLOTS, base)
+                    pending.append((rt, segs[r].submit()))
+            self._wait(pending, len(batches[0][1]))
+            u = t - rounds[holder]
+            if 0 <= u < len(batches) and (key == "all" or u == len(batches) - 1):
+                out[u] = self.logits(len(batches[u][1]) if key == "all" else 1, u % SLOTS)
+        return [out[u] for u in sorted(out)]
 
     def logits(self, rows: int, slot: int = 0) -> np.ndarray:
         """Logits assembled from the devices that hold parts of the output (a copy)."""
