@@ -27,10 +27,12 @@ class SplitRuntime:
         """plans: graph key -> DeviceGraphs (split/base.py), all over the same devices."""
         self.devices = devices
         self.plans = plans
-        self.sync = sync
         self.cfg = model_file.config
         per_token = max(dg.put_bytes_per_token for dg in plans.values())
         n_exchanges = max(len(dg.exchanges) for dg in plans.values())
+        if sync == "spin" and not all(dg.spin_decode for dg in plans.values()):
+            sync = "relay"
+        self.sync = sync
         self.shared = SharedExchangeMemory(devices, per_token * n_ubatch, per_token * SPIN_MAX_TOKENS, n_exchanges,
                                            sync)
         self.runtimes: list[DeviceRuntime] = []
