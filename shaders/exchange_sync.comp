@@ -12,11 +12,13 @@
 // Signal (every invocation): write value into my LINES lines for this exchange; the recorder puts a
 // barrier before the dispatch, so this device's data for the exchange is in host memory first.
 // Wait (invocation 0): for each producer in wait_mask, read its lines one by one until one holds
-// >= value. Polls are spaced out more and more (a peer may be milliseconds behind in layer mode),
-// so LINES polls cover ~30 ms; then status[0] = 2 and the host reports an error.
+// >= value. Polls are spaced out more and more, up to MAX_GAP, so LINES polls cover a peer that is
+// milliseconds behind (layer mode: a whole block of layers; the recorder gives it more lines);
+// then status[0] = 2 and the host reports an error.
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint LINES = 256;
 layout(constant_id = 1) const uint LINE_WORDS = 32;
+layout(constant_id = 2) const uint MAX_GAP = 20000;     // iterations of the back-off loop (~45 us)
 layout(std430, binding = 0) coherent volatile buffer Flags { uint flags[]; };
 layout(std430, binding = 1) buffer Status { uint status[]; };
 layout(std430, binding = 2) readonly buffer Step { uint step[]; };
@@ -39,8 +41,8 @@ void main() {
         bool arrived = false;
         for (uint k = 0u; k < LINES && !arrived; ++k) {
             arrived = flags[line(peer, k)] >= value;
-            // back-off: back to back for the first 32 polls, then doubling gaps up to ~1 ms
-            uint gap = k < 32u ? 0u : min(64u << ((k - 32u) / 16u), 400000u);
+            // back-off: back to back for the first 32 polls, then doubling gaps up to MAX_GAP
+            uint gap = k < 32u ? 0u : min(64u << min((k - 32u) / 16u, 20u), MAX_GAP);
             for (uint j = 0u; j < gap && !arrived; ++j) noise = noise * 1664525u + 1013904223u;
         }
         if (!arrived) {

@@ -84,18 +84,20 @@ def test_timeline_ordered_exchange_with_host_relay(pair):
     shared.close()
 
 
-def test_exchange_point_through_shared_host_memory(pair):
+@pytest.mark.parametrize("n_lines", [256, 2048])
+def test_exchange_point_through_shared_host_memory(pair, n_lines):
     """The split modes' exchange point (kernels/collective.py, shaders/exchange_sync.comp): a device
     publishes its counter into every one of its lines in shared host memory, and waits by reading a
     peer's lines until one holds the step's value. Here the host plays the peer: late on a GPU (the
     wait must really wait and see a write from outside the device), published before the dispatch
     on llvmpipe (which ends any shader's loops after ~65k iterations in all, about a millisecond).
-    Bounded: a peer that never comes ends in status 2 naming the exchange, never a hang."""
+    Bounded: a peer that never comes ends in status 2 naming the exchange, never a hang. Both line
+    counts the split modes use (layer mode's long waits get more lines)."""
     from llamavk.kernels import KernelCache, View, collective
 
     a, _ = pair
     n_dev, exchange = 2, 3
-    shared = SharedHostMemory(collective.flag_bytes(8, n_dev), [a])
+    shared = SharedHostMemory(collective.flag_bytes(8, n_dev, n_lines), [a])
     flags = shared.array(np.uint32)
     flags[:] = 0
     status = Buffer(a, 16, host_visible=True)
@@ -105,14 +107,14 @@ def test_exchange_point_through_shared_host_memory(pair):
     words = collective.FLAG_LINE_BYTES // 4
 
     def lines(device):
-        first = (exchange * n_dev + device) * collective.FLAG_LINES
-        return flags[first * words:(first + collective.FLAG_LINES) * words:words]
+        first = (exchange * n_dev + device) * n_lines
+        return flags[first * words:(first + n_lines) * words:words]
 
     def record():
         status.array(np.uint32)[:] = 0
         seq = CommandSequence(a).begin()
         collective.exchange_sync(seq, KernelCache(a), View.whole(shared.buffer(a)), View.whole(status),
-                                 View.whole(step), 0, exchange, True, 0b10, n_dev, 3)
+                                 View.whole(step), 0, exchange, True, 0b10, n_dev, 3, n_lines)
         return seq.end()
 
     publish = lambda: lines(1).__setitem__(slice(None), 14)   # noqa: E731  the peer's counter: 10 + 3 + 1

@@ -10,26 +10,27 @@ import struct
 from . import View, groups_2d
 
 WG = 256
-FLAG_LINES = 256          # cache lines each counter is written to (shaders/exchange_sync.comp)
+FLAG_LINES = 256          # cache lines each counter is written to (shaders/exchange_sync.comp): ~5 ms
+FLAG_LINES_LONG = 2048    # for waits of a whole block of layers (layer mode): ~90 ms
 FLAG_LINE_BYTES = 128     # one GPU L2 line
 PART_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 
 
-def flag_bytes(n_exchanges: int, n_devices: int) -> int:
+def flag_bytes(n_exchanges: int, n_devices: int, lines: int = FLAG_LINES) -> int:
     """Size of the counter area for n_exchanges exchange points of one step."""
-    return n_exchanges * n_devices * FLAG_LINES * FLAG_LINE_BYTES
+    return n_exchanges * n_devices * lines * FLAG_LINE_BYTES
 
 
 def exchange_sync(seq, kc, flags: View, status: View, step: View, me: int, exchange: int, signal: bool,
-                  wait_mask: int, n_devices: int, base_word: int) -> None:
+                  wait_mask: int, n_devices: int, base_word: int, lines: int = FLAG_LINES) -> None:
     """Record one exchange point: publish my counter (signal) and/or wait until every device in
     wait_mask has published it (bounded; status[0] = 2 on time-out, status[1] = exchange).
 
     Barriers on both sides: everything this device wrote before is complete before the counter moves,
     and nothing after it starts before the peers' counters arrived."""
-    kernel = kc.get("exchange_sync", "wwr", push_size=24, spec=(FLAG_LINES, FLAG_LINE_BYTES // 4))
+    kernel = kc.get("exchange_sync", "wwr", push_size=24, spec=(lines, FLAG_LINE_BYTES // 4))
     seq.barrier()
-    groups = (FLAG_LINES + 63) // 64 if signal else 1
+    groups = (lines + 63) // 64 if signal else 1
     seq.dispatch(kernel, [flags.range, status.range, step.range], (groups, 1, 1),
                  struct.pack("<6I", me, exchange, int(signal), wait_mask, n_devices, base_word))
     seq.barrier()

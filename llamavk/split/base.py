@@ -93,10 +93,10 @@ class DeviceGraphs:
         self.put_bytes_per_token = 0                 # largest slot a device fills in one exchange
         self.logits_parts: list[tuple[int, int, int]] = []   # (device, first vocab column, end)
         self.holds: list[list[str]] = [[] for _ in range(n_devices)]  # for -v
-        # Decode steps spin on the GPUs where exchanges are many and short (row/tensor/graph). Layer
-        # mode's few hops each wait for a whole block of layers: the host relay costs less there
-        # than a waiting GPU polling host memory with growing gaps (measured, docs/PERFORMANCE.md).
-        self.spin_decode = True
+        # Layer mode's hops each wait for a whole block of layers: its exchange points get more
+        # lines to poll (split/comm.py). (Relaying them through the host instead measured slower
+        # and erratic on 4 H200s: GPUs idle between their turns and lose their clocks.)
+        self.long_waits = False
 
     # -- ops -----------------------------------------------------------------------------------
     def tensor(self, d: int, t: Tensor) -> Tensor:

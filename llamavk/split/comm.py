@@ -55,7 +55,8 @@ class SharedExchangeMemory:
     and a new submission reads host memory afresh). Spin steps: one region per exchange point, never
     reused within the step, since a GPU does not re-read host memory it has read in a submission."""
 
-    def __init__(self, devices, slot_bytes: int, spin_slot_bytes: int, n_exchanges: int, sync: str):
+    def __init__(self, devices, slot_bytes: int, spin_slot_bytes: int, n_exchanges: int, sync: str,
+                 long_waits: bool = False):
         self.devices = devices
         self.n = len(devices)
         self.sync = sync
@@ -67,8 +68,9 @@ class SharedExchangeMemory:
         if sync == "spin":
             size += n_exchanges * self.n * self.spin_slot_bytes
         self.data = SharedHostMemory(size, devices)
-        self.flags = SharedHostMemory(collective.flag_bytes(max(n_exchanges, 1), self.n) if sync == "spin" else 4096,
-                                      devices)
+        self.lines = collective.FLAG_LINES_LONG if long_waits else collective.FLAG_LINES
+        self.flags = SharedHostMemory(collective.flag_bytes(max(n_exchanges, 1), self.n, self.lines)
+                                      if sync == "spin" else 4096, devices)
         self.flags.array(np.uint32)[:] = 0
         self.status = [Buffer(d, 16, host_visible=True) for d in devices]
         self.status_words = [s.array(np.uint32) for s in self.status]
@@ -133,7 +135,7 @@ class DeviceComm:
                 flags = View.whole(self.shared.flags.buffer(self.device))
                 collective.exchange_sync(seq, self.kc, flags, View.whole(self.shared.status[self.me]), step,
                                          self.me, a["exchange"], a["signal"], a["wait_mask"], self.shared.n,
-                                         STEP_SYNC_BASE)
+                                         STEP_SYNC_BASE, self.shared.lines)
             return False
         if k == "put":
             x = act(op.inputs[0])

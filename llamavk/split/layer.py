@@ -2,7 +2,7 @@
 
 The token embedding goes with the first block, the output norm and matrix with the last. The
 residual stream crosses once per device boundary; nothing else does. The prompt's micro-batches
-are pipelined (split/runtime.py), so every device works at once; the hops are host-relayed.
+are pipelined (split/runtime.py), so every device works at once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
     cfg = graph.config
     n = len(shares)
     dg = DeviceGraphs(graph, n)
-    dg.spin_decode = False
+    dg.long_waits = True
     ranges = partition(cfg.n_layer, shares)
     owner = {layer: d for d, (a, b) in enumerate(ranges) for layer in range(a, b)}
     first, last = owner[0], owner[cfg.n_layer - 1]

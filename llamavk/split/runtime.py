@@ -30,11 +30,9 @@ class SplitRuntime:
         self.cfg = model_file.config
         per_token = max(dg.put_bytes_per_token for dg in plans.values())
         n_exchanges = max(len(dg.exchanges) for dg in plans.values())
-        if sync == "spin" and not all(dg.spin_decode for dg in plans.values()):
-            sync = "relay"
         self.sync = sync
         self.shared = SharedExchangeMemory(devices, per_token * n_ubatch, per_token * SPIN_MAX_TOKENS, n_exchanges,
-                                           sync)
+                                           sync, long_waits=any(dg.long_waits for dg in plans.values()))
         self.runtimes: list[DeviceRuntime] = []
         t0 = time.perf_counter()
         for i, dev in enumerate(devices):
