@@ -29,11 +29,12 @@ def quiet(path, **kw):
 
 @pytest.fixture(scope="module")
 def references(synthetic_model):
-    """-sm none: all-token logits of a 70-token prompt and 6 greedy tokens, per (arch, type)."""
+    """-sm none: all-token logits of a 70-token prompt and 6 greedy tokens, per (arch, type).
+    4 layers (tiny has 2), so that layer mode puts layers on up to 4 devices."""
     out = {}
     rng = np.random.default_rng(5)
     for arch, qtype in ARCH_TYPES:
-        path = synthetic_model(arch, qtype)
+        path = synthetic_model(arch, qtype, n_layer=4)
         prompt = [int(t) for t in rng.integers(0, 500, 70)]
         with quiet(path, n_ctx=128, split_mode="none") as m:
             out[(arch, qtype)] = (path, prompt, m.logits(prompt, all=True), list(m.generate(prompt, n=6, temp=0)))
@@ -83,8 +84,9 @@ def test_verbose_description_names_devices_and_traffic(references):
         lines = m.runtime.describe()
     assert "KV heads 0-0" in lines[0] and "KV heads 1-1" in lines[1]
     assert "MiB" in lines[0] and "exchange points" in lines[-1]
-    # tiny llama: 2 layers x 2 all-reduces; each device writes its 64-float partial per reduce
-    assert "4 exchange points" in lines[-1] and "2.0 KiB written" in lines[-1]
+    # 4 layers x 2 all-reduces; each of 2 devices writes its 64-float partial per reduce (8 x 2 x 256 B)
+    # and reads both partials (8 x 2 x 2 x 256 B)
+    assert "8 exchange points, 4.0 KiB written to and 8.0 KiB read" in lines[-1]
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -110,3 +112,18 @@ def test_partition_and_proportions():
     assert proportions(SplitOptions(tensor_split=[1]), [None, None]) == [1.0, 0.0]
     assert proportions(SplitOptions(), [30, 10]) == [0.75, 0.25]        # free memory
     assert proportions(SplitOptions(), [None, 10]) == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("mode", ["layer", "tensor", "graph", "row"])
+def test_staging_copies_where_devices_cannot_import_host_memory(references, monkeypatch, mode):
+    """Devices without VK_EXT_external_memory_host: a host-visible buffer each, and the host copies
+    every exchange's slots between them (forced here on devices that could import)."""
+    monkeypatch.setenv("LLAMAVK_HOST_IMPORT", "0")
+    path, prompt, want, want_tokens = references[("llama", "q4_0")]
+    with quiet(path, n_ctx=128, devices="Vulkan0,Vulkan0,Vulkan0", split_mode=mode, tensor_split=[1, 1, 1],
+               n_ubatch=48) as m:
+        assert m.runtime.shared.staged and m.runtime.sync == "relay"
+        got = m.logits(prompt, all=True)
+        tokens = list(m.generate(prompt, n=6, temp=0))
+    assert np.abs(got - want).max() < REL_TOL * np.abs(want).max()
+    assert tokens == want_tokens

@@ -6,6 +6,9 @@ slot per device in each: region = 2 * (micro-batch slot) + (exchange parity). Co
 alternate, so a device can fill the next exchange while a slow peer still reads the previous one;
 the two micro-batches in flight (pipelining) never share a region. A second allocation holds one counter per device.
 
+Devices without VK_EXT_external_memory_host get staging copies instead (HostMirrors): a host-
+visible buffer each, kept in step by the host relay.
+
 Two ways to order the devices around an exchange point (`Sync`):
 - "spin" (decode steps): the producer's command buffer publishes its counter, the consumer's
   spins on it (kernels/collective.py, shaders/exchange_sync.comp, bounded). One command buffer per
@@ -27,6 +30,7 @@ from ..vk import Buffer, SharedHostMemory
 
 SYNC_MODES = ("spin", "relay")
 ENV_SYNC = "LLAMAVK_SPLIT_SYNC"
+ENV_HOST_IMPORT = "LLAMAVK_HOST_IMPORT"     # =0: use staging copies even where import works (tests)
 SPIN_MAX_TOKENS = 1       # decode steps spin; prompt batches (long waits, big slots) relay
 
 
@@ -40,12 +44,43 @@ def choose_sync(devices) -> str:
 
     Not on software devices: llvmpipe ends a shader's loops after ~65k iterations in all (about a
     millisecond of spinning), and its logical devices share one pool of compute threads."""
+    if not can_share_host_memory(devices):
+        return "relay"
     forced = os.environ.get(ENV_SYNC)
     if forced in SYNC_MODES:
         return forced
     uuids = [d.info.uuid for d in devices]
     distinct = len(set(uuids)) == len(uuids) and all(int(u, 16) != 0 for u in uuids)
     return "spin" if distinct and not any(d.info.is_cpu for d in devices) else "relay"
+
+
+def can_share_host_memory(devices) -> bool:
+    return os.environ.get(ENV_HOST_IMPORT) != "0" and all(d.info.external_memory_host for d in devices)
+
+
+class HostMirrors:
+    """Staging fallback for devices that cannot import host memory: each device gets its own
+    host-visible buffer, and the host copies an exchange's slots from its producers' buffers into
+    every other device's after the producers' round (relay sync only)."""
+
+    def __init__(self, size: int, devices):
+        self.size = size
+        self._buffers = {id(d): Buffer(d, size, host_visible=True) for d in devices}
+        self._arrays = {k: b.array(np.uint8) for k, b in self._buffers.items()}
+
+    def buffer(self, device) -> Buffer:
+        return self._buffers[id(device)]
+
+    def copy(self, src_device, offset: int, nbytes: int) -> None:
+        """src_device's bytes [offset, offset + nbytes) into every other device's buffer."""
+        src = self._arrays[id(src_device)][offset:offset + nbytes]
+        for key, arr in self._arrays.items():
+            if key != id(src_device):
+                arr[offset:offset + nbytes] = src
+
+    def close(self) -> None:
+        for b in self._buffers.values():
+            b.close()
 
 
 class SharedExchangeMemory:
@@ -67,7 +102,8 @@ class SharedExchangeMemory:
         self.spin_base = size
         if sync == "spin":
             size += n_exchanges * self.n * self.spin_slot_bytes
-        self.data = SharedHostMemory(size, devices)
+        self.staged = not can_share_host_memory(devices)
+        self.data = HostMirrors(size, devices) if self.staged else SharedHostMemory(size, devices)
         self.lines = collective.FLAG_LINES_LONG if long_waits else collective.FLAG_LINES
         self.flags = SharedHostMemory(collective.flag_bytes(max(n_exchanges, 1), self.n, self.lines)
                                       if sync == "spin" else 4096, devices)
@@ -84,6 +120,15 @@ class SharedExchangeMemory:
             self.flags.array(np.uint32)[:] = 0                     # (every device is idle here)
             self.counter = self.n_exchanges + 1
         return self.counter
+
+    def publish(self, exchange: int, slot: int, producers, nbytes: int) -> None:
+        """Staging only: after the producers' round, copy their slots of this exchange (the first
+        nbytes of each) to every other device. Shared host memory needs nothing."""
+        if not self.staged:
+            return
+        region, size = self.region(0, exchange, slot, False)
+        for p in producers:
+            self.data.copy(self.devices[p], region.offset + p * size, min(nbytes, size))
 
     def reset(self) -> None:
         """Clear the status words; only while every device is idle."""

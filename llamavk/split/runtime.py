@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import LlamavkError
 from ..kernels import matmul
-from ..runtime import SLOTS, SPIN_SECONDS, DeviceRuntime
+from ..runtime import LARGE_BATCH, SLOTS, SPIN_SECONDS, DeviceRuntime
 from .comm import SPIN_MAX_TOKENS, DeviceComm, SharedExchangeMemory
 from .exchange import PART_BYTES
 
@@ -28,7 +28,7 @@ class SplitRuntime:
         self.devices = devices
         self.plans = plans
         self.cfg = model_file.config
-        per_token = max(dg.put_bytes_per_token for dg in plans.values())
+        per_token = self.put_bytes_per_token = max(dg.put_bytes_per_token for dg in plans.values())
         n_exchanges = max(len(dg.exchanges) for dg in plans.values())
         self.sync = sync
         self.shared = SharedExchangeMemory(devices, per_token * n_ubatch, per_token * SPIN_MAX_TOKENS, n_exchanges,
@@ -54,11 +54,18 @@ class SplitRuntime:
         device, wait for all of it, then round r + 1."""
         base = self.shared.next_base()
         segs = [rt.prepare(key, tokens, n_past, slot, base) for rt in self.runtimes]
+        exchanges = self._exchanges(key, len(tokens))
         for r in range(len(segs[0])):
             pending = [(rt, s[r].submit()) for rt, s in zip(self.runtimes, segs) if not s[r].empty]
             if r + 1 < len(segs[0]):
                 self._wait(pending, len(tokens))
+                self.shared.publish(r, slot, exchanges[r].producers, len(tokens) * self.put_bytes_per_token)
         return pending
+
+    def _exchanges(self, key: str, n_tokens: int):
+        """The exchange points of the graph variant a step of n_tokens runs (runtime.graph_for)."""
+        large = f"{key}@large"
+        return self.plans[large if n_tokens > LARGE_BATCH and large in self.plans else key].exchanges
 
     def _wait(self, pending, n_tokens: int) -> None:
         for rt, value in pending:
@@ -116,6 +123,7 @@ class SplitRuntime:
         holder = self.logits_parts[0][0]
         out: dict[int, np.ndarray] = {}
         base = self.shared.next_base()
+        exchanges = self._exchanges(key, len(batches[0][1]))
         for t in range(len(batches) + max(r for r in rounds if r is not None)):
             pending = []
             for rt, r in zip(self.runtimes, rounds):
@@ -125,6 +133,11 @@ class SplitRuntime:
                     segs = rt.prepare(key, chunk, pos, u % SLOTS, base)
                     pending.append((rt, segs[r].submit()))
             self._wait(pending, len(batches[0][1]))
+            for d, r in enumerate(rounds):          # staging: hand this round's outputs on
+                u = t - r if r is not None else -1
+                if 0 <= u < len(batches) and r < len(exchanges):
+                    self.shared.publish(r, u % SLOTS, exchanges[r].producers,
+                                        len(batches[u][1]) * self.put_bytes_per_token)
             u = t - rounds[holder]
             if 0 <= u < len(batches) and (key == "all" or u == len(batches) - 1):
                 out[u] = self.logits(len(batches[u][1]) if key == "all" else 1, u % SLOTS)
