@@ -23,7 +23,6 @@ STEP_N_PAST = 0      # tokens already in the KV cache = position of the batch's 
 STEP_N_TOKENS = 1    # tokens in this batch
 STEP_N_KV = 2        # n_past + n_tokens: KV entries attention reads
 STEP_SYNC_BASE = 3   # split modes: offset of this micro-batch's exchange counters (kernels/collective.py)
-STEP_WORDS = 4
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ role, the vocabulary every architecture module already uses.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
@@ -156,10 +155,3 @@ class DeviceGraphs:
     def note_put(self, width: int, bytes_per_value: int = 4) -> None:
         self.put_bytes_per_token = max(self.put_bytes_per_token, width * bytes_per_value)
 
-
-def copy_graph(g: Graph) -> Graph:
-    out = Graph(g.config)
-    out.ops = [copy.copy(op) for op in g.ops]
-    out.weights = dict(g.weights)
-    out.logits = g.logits
-    return out

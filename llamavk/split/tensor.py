@@ -16,8 +16,8 @@ from __future__ import annotations
 from .base import DeviceGraphs, partition
 from .exchange import all_reduce
 
-COLUMN_PARALLEL = {"q", "k", "v", "gate", "up"}        # split by output rows
-ROW_PARALLEL = {"o", "down"}                           # split by input columns: partial sums
+# q, k, v, gate, up are split by output rows; these by input columns, giving partial sums:
+ROW_PARALLEL = {"o", "down"}
 
 
 def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
