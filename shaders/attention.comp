@@ -7,7 +7,9 @@
 // Query row "r" of KV head g = (token t, query head h = g * n_gqa + j), rows ordered t-major, so a
 // block of BR rows shares every K/V row it loads between its GQA heads and tokens.
 // Token t attends to positions 0 .. n_past + t; n_past and n_kv come from the step buffer at
-// execution time (the recording is replayed as they grow).
+// execution time (the recording is replayed as they grow). With seq_len = step[4] > 0 the batch
+// holds whole sequences back to back (several perplexity chunks at once): the token at row
+// p = n_past + t attends to rows (p / seq_len) * seq_len .. p only, those of its own sequence.
 //
 // Grid: (ceil(n_tokens * n_gqa / BR), n_head_kv, n_splits). Split z handles the KV chunk
 // [z * chunk, (z + 1) * chunk), chunk = roundup(ceil(n_kv / n_splits), WG), computed at execution
@@ -35,7 +37,7 @@ const float NEG = -1.0e30;
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
 layout(std430, binding = 1) readonly buffer K { f16vec4 kc[]; };
 layout(std430, binding = 2) readonly buffer V { f16vec4 vc[]; };
-layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, 0]
+layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
 layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
 #ifdef SPLIT
 // Written by one workgroup, read by another of the same dispatch: coherent + memoryBarrierBuffer.
@@ -60,6 +62,7 @@ void main() {
     const uint rows_here = min(BR, p.n_tokens * n_gqa - row0);
     const uint n_past = step[0];
     const uint n_kv = step[2];
+    const uint seq_len = step[4];
 
     uint chunk = (n_kv + p.n_splits - 1) / p.n_splits;
     chunk = (chunk + WG - 1) / WG * WG;
@@ -67,13 +70,17 @@ void main() {
     if (kv_begin >= n_kv) return;                  // inactive split: the combine skips it too
     const uint t_last = (row0 + rows_here - 1) / n_gqa;
     const uint kv_end = min(min(kv_begin + chunk, n_kv), n_past + t_last + 1);
+    // first position any row of the block may see: its first row's sequence start
+    const uint kv_first = seq_len > 0 ? (n_past + row0 / n_gqa) / seq_len * seq_len : 0;
 
     uint lim[BR];                                  // last position row r may see
+    uint lo[BR];                                   // first position row r may see
     uint orow[BR];                                 // row of q/out: t * n_head + h
     [[unroll]] for (uint r = 0; r < BR; ++r) {
         const uint row = row0 + min(r, rows_here - 1);
         const uint t = row / n_gqa;
         lim[r] = n_past + t;
+        lo[r] = seq_len > 0 ? lim[r] / seq_len * seq_len : 0;
         orow[r] = t * p.n_head + kvh * n_gqa + (row - t * n_gqa);
     }
     for (uint idx = tid; idx < BR * HD4; idx += WG) {
@@ -98,7 +105,7 @@ void main() {
     const uint d4 = tid % HD4;
     const uint g = tid / HD4;
 
-    for (uint c0 = kv_begin; c0 < kv_end; c0 += WG) {
+    for (uint c0 = max(kv_begin, kv_first); c0 < kv_end; c0 += WG) {
         const uint pos = c0 + tid;
         float s[BR];
         [[unroll]] for (uint r = 0; r < BR; ++r) s[r] = 0.0;
@@ -122,7 +129,7 @@ void main() {
         }
         [[unroll]] for (uint r = 0; r < BR; ++r) {
             if (r < rows_here) {
-                const bool ok = pos < kv_end && pos <= lim[r];
+                const bool ok = pos < kv_end && pos <= lim[r] && pos >= lo[r];
                 s[r] = ok ? s[r] : NEG;
                 const float mx = subgroupMax(s[r]);
                 if (subgroupElect()) red_max[r * WG + gl_SubgroupID] = mx;

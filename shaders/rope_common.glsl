@@ -7,7 +7,15 @@
 // Include after the kernel's push block `p`, whose first fields are (llamavk/kernels/rope.py packs them):
 //   uint n_tokens, n_heads, head_dim, rope_dim, neox;
 //   float log2_theta_scale, freq_scale, ext_factor, attn_factor, corr_low, corr_high;
-// and, with HAS_FREQS, after the freqs[] buffer.
+// and, with HAS_FREQS, after the freqs[] buffer, and after the step-parameter buffer `step`.
+
+// RoPE position of KV row `row` (= n_past + t). With seq_len = step[4] > 0 the batch holds whole
+// sequences back to back (several perplexity chunks at once): row belongs to sequence row / seq_len
+// at position row % seq_len. seq_len 0: one sequence, position = row.
+uint rope_position(uint row) {
+    const uint seq_len = step[4];
+    return seq_len > 0 ? row % seq_len : row;
+}
 
 // (cos, sin) * mscale of pair i at position pos
 vec2 rope_cos_sin(uint i, float pos) {

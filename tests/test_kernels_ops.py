@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from llamavk.kernels import KernelCache, View
+from llamavk.kernels import STEP_WORDS, KernelCache, View
 from llamavk.kernels.attention import attention, kv_store
 from llamavk.kernels.elementwise import add, add_bias, swiglu
 from llamavk.kernels.norm import rms_norm
@@ -48,12 +48,12 @@ def poisoned(dev, shape, dtype=np.float32):
 
 
 def step_buffer(dev):
-    view, mem = host(dev, np.zeros(4, dtype=np.uint32))
+    view, mem = host(dev, np.zeros(STEP_WORDS, dtype=np.uint32))
     return view, mem
 
 
-def set_step(mem, n_past, n_tokens):
-    mem[:] = [n_past, n_tokens, n_past + n_tokens, 0]
+def set_step(mem, n_past, n_tokens, seq_len=0):
+    mem[:] = [n_past, n_tokens, n_past + n_tokens, 0, seq_len]
 
 
 def record(dev, fn) -> CommandSequence:
@@ -223,6 +223,27 @@ def test_rope(dev, kc, case, n_tokens, n_past):
     np.testing.assert_allclose(mem, ref2, rtol=0, atol=tol * 4)
 
 
+@pytest.mark.parametrize("case", ["llama", "partial-neox", "freqs"])
+@pytest.mark.parametrize("n_tokens,n_past,seq_len", [(70, 0, 32), (17, 40, 16), (5, 3, 4), (9, 0, 9)])
+def test_rope_several_sequences(dev, kc, case, n_tokens, n_past, seq_len):
+    """seq_len > 0: row n_past + t turns by its position in its own sequence, (n_past + t) % seq_len."""
+    c = dict(ROPE_CASES[case])
+    use_freqs = c.pop("freqs", False)
+    hd, nh = c["head_dim"], c["n_heads"]
+    rng = np.random.default_rng(n_tokens * 5 + seq_len)
+    freqs = rng.uniform(1.0, 8.0, c["rope_dim"] // 2).astype(np.float32) if use_freqs else None
+    params = RopeParams.from_config(make_cfg(hd, nh, c["rope_dim"], c["base"], c["neox"]),
+                                    upload(dev, freqs) if use_freqs else None)
+    x = rng.standard_normal((n_tokens, nh * hd)).astype(np.float32)
+    xv, mem = host(dev, x)
+    step, smem = step_buffer(dev)
+    set_step(smem, n_past, n_tokens, seq_len)
+    run(dev, lambda s: rope(s, kc, xv, step, n_tokens, nh, hd, params))
+    positions = np.arange(n_past, n_past + n_tokens) % seq_len
+    ref = ref_rope(x, positions, hd, c["rope_dim"], c["base"], c["neox"], freqs=freqs)
+    np.testing.assert_allclose(mem, ref, rtol=0, atol=1e-4)
+
+
 def test_rope_replay_reads_n_past_at_run_time(dev, kc):
     hd, nh, n_tokens = 64, 9, 5
     cfg = make_cfg(hd, nh, hd, 10000.0, False)
@@ -260,14 +281,18 @@ def test_kv_store(dev, kc, n_tokens, n_past):
 
 # -- attention -----------------------------------------------------------------------------------
 
-def ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd):
-    """Causal GQA softmax attention in float64 over the (already f16) cache rows 0..n_past+n_tokens."""
+def ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, seq_len=0):
+    """Causal GQA softmax attention in float64 over the (already f16) cache rows 0..n_past+n_tokens.
+    seq_len > 0: row p sees only rows p // seq_len * seq_len .. p (its own sequence)."""
     n_tok = q.shape[0]
     n_kv = n_past + n_tok
     qh = q.reshape(n_tok, n_head, hd).astype(np.float64)
     kh = k_cache[:n_kv].astype(np.float64).reshape(n_kv, n_head_kv, hd)
     vh = v_cache[:n_kv].astype(np.float64).reshape(n_kv, n_head_kv, hd)
-    future = np.arange(n_kv)[None, :] > (n_past + np.arange(n_tok))[:, None]
+    rows = n_past + np.arange(n_tok)
+    first = rows // seq_len * seq_len if seq_len else np.zeros_like(rows)
+    cols = np.arange(n_kv)[None, :]
+    future = (cols > rows[:, None]) | (cols < first[:, None])
     out = np.empty((n_tok, n_head, hd))
     for h in range(n_head):
         g = h // (n_head // n_head_kv)
@@ -319,6 +344,37 @@ def test_attention(dev, kc, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_sp
                                  n_ctx, n_splits=n_splits))
     ref = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd)
     np.testing.assert_allclose(mem, ref, rtol=1e-4, atol=5e-5)
+
+
+SEQ_CASES = [
+    # n_tokens, n_past, seq_len, n_head, n_head_kv, head_dim, n_ctx, n_splits
+    (20, 0, 5, 9, 3, 64, 128, 1),      # BR 8 rows = 2.67 tokens: boundaries inside row blocks
+    (24, 0, 5, 4, 4, 64, 128, 1),      # n_gqa 1: a block is 8 tokens, boundaries at 5, 10, 15, 20
+    (24, 0, 5, 4, 4, 64, 128, 2),      # the same through the split-KV path
+    (300, 0, 100, 8, 2, 64, 384, None),   # sequences start inside 128-position KV blocks
+    (64, 64, 48, 8, 2, 64, 256, None),  # a later micro-batch: sequences started before n_past
+    (64, 64, 48, 8, 2, 64, 256, 3),
+    (1, 200, 150, 8, 2, 128, 512, 4),   # split 0 lies wholly before the sequence: nothing to add
+    (6, 250, 64, 4, 2, 64, 384, 3),
+    (7, 0, 7, 9, 3, 64, 128, None),     # one whole sequence: the same as seq_len 0
+]
+
+
+@pytest.mark.parametrize("n_tokens,n_past,seq_len,n_head,n_head_kv,hd,n_ctx,n_splits", SEQ_CASES)
+def test_attention_several_sequences(dev, kc, n_tokens, n_past, seq_len, n_head, n_head_kv, hd, n_ctx, n_splits):
+    n_kv = n_past + n_tokens
+    k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 7 + seq_len)
+    q = (rng.standard_normal((n_tokens, n_head * hd)) * 3).astype(np.float32)
+    kv, vv = upload(dev, k_cache), upload(dev, v_cache)
+    out, mem = poisoned(dev, q.shape)
+    step, smem = step_buffer(dev)
+    set_step(smem, n_past, n_tokens, seq_len)
+    run(dev, lambda s: attention(s, kc, upload(dev, q), kv, vv, out, step, n_tokens, n_head, n_head_kv, hd,
+                                 n_ctx, n_splits=n_splits))
+    ref = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, seq_len)
+    np.testing.assert_allclose(mem, ref, rtol=1e-4, atol=5e-5)
+    if seq_len < n_kv:   # and it differs from attention over everything before each row
+        assert not np.allclose(mem, ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd), atol=1e-3)
 
 
 @pytest.mark.parametrize("n_splits", [None, 1, 5])

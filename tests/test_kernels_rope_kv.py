@@ -18,8 +18,9 @@ def host(dev, a):
 
 @pytest.mark.parametrize("neox,rope_dim,freqs", [(False, 64, False), (True, 64, False), (False, 32, False),
                                                   (True, 48, True)])
-@pytest.mark.parametrize("n_tokens,n_past", [(1, 7), (5, 0), (3, 60)])
-def test_rope_kv_equals_separate_ops(dev, neox, rope_dim, freqs, n_tokens, n_past):
+@pytest.mark.parametrize("n_tokens,n_past,seq_len", [(1, 7, 0), (5, 0, 0), (3, 60, 0), (7, 0, 3), (5, 30, 16)])
+def test_rope_kv_equals_separate_ops(dev, neox, rope_dim, freqs, n_tokens, n_past, seq_len):
+    """seq_len > 0 (several sequences in one batch): angles by position in the sequence, rows as ever."""
     n_heads, n_kv, hd, n_ctx = 6, 2, 64, 64
     rng = np.random.default_rng(n_tokens * 100 + n_past + rope_dim)
     q = rng.standard_normal((n_tokens, n_heads * hd)).astype(np.float32)
@@ -28,7 +29,7 @@ def test_rope_kv_equals_separate_ops(dev, neox, rope_dim, freqs, n_tokens, n_pas
     fr = host(dev, rng.uniform(1, 4, rope_dim // 2).astype(np.float32)) if freqs else None
     params = RopeParams(dim=rope_dim, base=10000.0, neox=neox, freqs=View.whole(fr) if fr else None)
     kc = KernelCache(dev)
-    step = host(dev, np.array([n_past, n_tokens, n_past + n_tokens, 0], np.uint32))
+    step = host(dev, np.array([n_past, n_tokens, n_past + n_tokens, 0, seq_len], np.uint32))
     outs = []
     for fused in (True, False):
         Q, K, V = host(dev, q), host(dev, k), host(dev, v)

@@ -23,6 +23,10 @@ STEP_N_PAST = 0      # tokens already in the KV cache = position of the batch's 
 STEP_N_TOKENS = 1    # tokens in this batch
 STEP_N_KV = 2        # n_past + n_tokens: KV entries attention reads
 STEP_SYNC_BASE = 3   # split modes: offset of this micro-batch's exchange counters (kernels/collective.py)
+STEP_SEQ_LEN = 4     # 0: one sequence. L > 0: the batch holds whole sequences of L tokens back to back
+                     # (KV row p = sequence p // L, position p % L): RoPE turns by p % L and attention
+                     # sees only rows of the query's own sequence (perplexity's parallel chunks)
+STEP_WORDS = 5
 
 
 @dataclass(frozen=True)

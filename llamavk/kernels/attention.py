@@ -80,7 +80,8 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     """out = softmax(q k^T / sqrt(head_dim), causal) v, per query head h over KV head h // (n_head/n_head_kv).
 
     q, out: [n_tokens][n_head * head_dim] f32; k_cache, v_cache: [n_ctx][n_head_kv * head_dim] f16.
-    Token t attends to cache positions 0 .. n_past + t (n_past, n_kv from the step buffer at run time).
+    Token t attends to cache positions 0 .. n_past + t (n_past, n_kv from the step buffer at run time);
+    with a step seq_len L > 0 (STEP_SEQ_LEN), row p = n_past + t attends to rows p // L * L .. p only.
     `n_splits` overrides the split-KV count (tests, tuning); 1 = single dispatch.
     """
     if n_tokens <= 0:

@@ -63,7 +63,8 @@ class RopeParams:
 
 def rope(seq, kc, x, step, n_tokens: int, n_heads: int, head_dim: int, rope: RopeParams) -> None:
     """Rotate x = [n_tokens][n_heads * head_dim] in place; token t sits at position n_past + t,
-    n_past read from the step buffer when the sequence runs (record once, replay at any n_past)."""
+    n_past read from the step buffer when the sequence runs (record once, replay at any n_past);
+    with a step seq_len L > 0 (STEP_SEQ_LEN), at position (n_past + t) % L."""
     if n_tokens <= 0:
         return
     if rope.dim % 2 or not 0 < rope.dim <= head_dim:
@@ -85,7 +86,8 @@ def rope(seq, kc, x, step, n_tokens: int, n_heads: int, head_dim: int, rope: Rop
 def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: int, n_heads_kv: int,
             head_dim: int, rope: RopeParams, n_ctx: int) -> None:
     """One dispatch: rotate q in place, write rotate(k) and v (f16) into the caches at row n_past + t
-    (shaders/rope_kv.comp). Equivalent to rope(q), rope(k), kv_store(k), kv_store(v)."""
+    (shaders/rope_kv.comp; the angle of row p is that of position p % L with a step seq_len L > 0).
+    Equivalent to rope(q), rope(k), kv_store(k), kv_store(v)."""
     if n_tokens <= 0:
         return
     if rope.dim % 2 or not 0 < rope.dim <= head_dim:
