@@ -1,7 +1,7 @@
 """Runs a model's graph on one device: weights, KV cache, activations, recordings, replay.
 
 A forward pass is recorded once per (graph, batch size) and replayed: per step the host writes the
-token ids and the step parameters (n_past, n_tokens, n_kv) into small host-visible buffers, submits
+token ids and the step parameters (n_past, n_tokens, n_kv, seq_len) into small host-visible buffers, submits
 the prebuilt command buffer and waits. Activations are planned once per graph by a linear scan that
 reuses memory of tensors no later op reads.
 """
@@ -16,8 +16,8 @@ import numpy as np
 from .errors import LlamavkError
 from .fusion import fuse_for_matvec, fuse_rope_kv
 from .graph import Graph, Tensor
-from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SYNC_BASE, VIEW_ALIGN, KernelCache, QWeight,
-                      View, upload_qweight)
+from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_SYNC_BASE, STEP_WORDS, VIEW_ALIGN,
+                      KernelCache, QWeight, View, upload_qweight)
 from .kernels import attention as attn_k
 from .kernels import elementwise, matmul, norm, rope
 from .quant import quant_info
@@ -117,7 +117,7 @@ class DeviceRuntime:
                     width = op.attrs.get("n_head_kv", self.cfg.n_head_kv) * self.cfg.head_dim
                     self.kv[op.layer] = (Buffer(device, n_ctx * width * 2), Buffer(device, n_ctx * width * 2))
         self.step = Buffer(device, SLOTS * VIEW_ALIGN, host_visible=True)
-        self.step_words = [self.step.array(np.uint32, 4, s * VIEW_ALIGN) for s in range(SLOTS)]
+        self.step_words = [self.step.array(np.uint32, STEP_WORDS, s * VIEW_ALIGN) for s in range(SLOTS)]
         self.ids_stride = _align(n_ubatch * 4)
         self.ids = Buffer(device, SLOTS * self.ids_stride, host_visible=True)
         self.ids_words = [self.ids.array(np.uint32, n_ubatch, s * self.ids_stride) for s in range(SLOTS)]
@@ -253,8 +253,11 @@ class DeviceRuntime:
             segs = self.recordings[(key, n_tokens, slot)] = self.record(key, n_tokens, slot)
         return segs
 
-    def prepare(self, key: str, tokens, n_past: int, slot: int = 0, sync_base: int = 0) -> list[CommandSequence]:
-        """Write a step's token ids and parameters into `slot`; returns its recorded segments."""
+    def prepare(self, key: str, tokens, n_past: int, slot: int = 0, sync_base: int = 0,
+                seq_len: int = 0) -> list[CommandSequence]:
+        """Write a step's token ids and parameters into `slot`; returns its recorded segments.
+        seq_len > 0: the KV cache holds whole sequences of seq_len tokens back to back, row p being
+        position p % seq_len of sequence p // seq_len (several perplexity chunks in one batch)."""
         n = len(tokens)
         segs = self.sequence(key, n, slot)
         self.ids_words[slot][:n] = tokens
@@ -263,6 +266,7 @@ class DeviceRuntime:
         words[STEP_N_TOKENS] = n
         words[STEP_N_KV] = n_past + n
         words[STEP_SYNC_BASE] = sync_base
+        words[STEP_SEQ_LEN] = seq_len
         return segs
 
     # -- execution -----------------------------------------------------------------------------
@@ -272,12 +276,13 @@ class DeviceRuntime:
         if n_past + n > self.n_ctx:
             raise LlamavkError(f"context is full ({self.n_ctx} tokens); use a larger -c")
 
-    def run_batch(self, key: str, tokens, n_past: int) -> int:
-        """Evaluate up to n_ubatch tokens at positions n_past...; returns the number of logit rows."""
+    def run_batch(self, key: str, tokens, n_past: int, seq_len: int = 0) -> int:
+        """Evaluate up to n_ubatch tokens at KV rows n_past...; returns the number of logit rows.
+        seq_len: as in prepare()."""
         n = len(tokens)
         self.check_batch(key, n, n_past)
         t0 = time.perf_counter()
-        (seq,) = self.prepare(key, tokens, n_past)
+        (seq,) = self.prepare(key, tokens, n_past, seq_len=seq_len)
         value = seq.submit()
         self.host_seconds += time.perf_counter() - t0
         # Matrix-vector steps take milliseconds: poll rather than sleep through the wake-up latency.
@@ -292,12 +297,13 @@ class DeviceRuntime:
         n = self.n_logits
         return self.logits_buf.array(np.float32, rows * n, slot * self.logits_stride).reshape(rows, n)
 
-    def eval(self, key: str, tokens, n_past: int) -> np.ndarray:
-        """Evaluate tokens at n_past... in micro-batches: every token's logits ("all"), or the last's."""
+    def eval(self, key: str, tokens, n_past: int, seq_len: int = 0) -> np.ndarray:
+        """Evaluate tokens at n_past... in micro-batches: every token's logits ("all"), or the last's.
+        seq_len > 0: the tokens are whole sequences of seq_len tokens back to back (prepare())."""
         ub = self.n_ubatch_all if key == "all" else self.n_ubatch
         rows = []
         for i in range(0, len(tokens), ub):
-            n = self.run_batch(key, tokens[i:i + ub], n_past + i)
+            n = self.run_batch(key, tokens[i:i + ub], n_past + i, seq_len)
             if key == "all":
                 rows.append(self.logits(n).copy())
         return np.concatenate(rows) if key == "all" else self.logits(1)[0].copy()

@@ -48,12 +48,12 @@ class SplitRuntime:
         self.device = devices[0]
 
     # -- execution -----------------------------------------------------------------------------
-    def _submit(self, key: str, tokens, n_past: int, slot: int = 0) -> list:
+    def _submit(self, key: str, tokens, n_past: int, slot: int = 0, seq_len: int = 0) -> list:
         """Run one micro-batch on every device; returns [(runtime, timeline value)] still to wait for.
         One command buffer per device (spin): all queued at once. Several (relay): round r on every
         device, wait for all of it, then round r + 1."""
         base = self.shared.next_base()
-        segs = [rt.prepare(key, tokens, n_past, slot, base) for rt in self.runtimes]
+        segs = [rt.prepare(key, tokens, n_past, slot, base, seq_len) for rt in self.runtimes]
         exchanges = self._exchanges(key, len(tokens))
         for r in range(len(segs[0])):
             pending = [(rt, s[r].submit()) for rt, s in zip(self.runtimes, segs) if not s[r].empty]
@@ -81,25 +81,25 @@ class SplitRuntime:
                                f"(a device stopped responding, or the devices cannot run concurrently: "
                                f"try LLAMAVK_SPLIT_SYNC=relay)")
 
-    def run_batch(self, key: str, tokens, n_past: int) -> int:
+    def run_batch(self, key: str, tokens, n_past: int, seq_len: int = 0) -> int:
         n = len(tokens)
         self.runtimes[0].check_batch(key, n, n_past)
         t0 = time.perf_counter()
-        pending = self._submit(key, tokens, n_past)
+        pending = self._submit(key, tokens, n_past, seq_len=seq_len)
         self.host_seconds += time.perf_counter() - t0
         self._wait(pending, n)
         return n if key == "all" else 1
 
-    def eval(self, key: str, tokens, n_past: int) -> np.ndarray:
+    def eval(self, key: str, tokens, n_past: int, seq_len: int = 0) -> np.ndarray:
         ub = self.n_ubatch_all if key == "all" else self.n_ubatch
         batches = [(n_past + i, tokens[i:i + ub]) for i in range(0, len(tokens), ub)]
         self.runtimes[0].check_batch(key, len(batches[-1][1]), batches[-1][0])
         if len(batches) > 1 and self._pipelined(key, batches):
-            rows = self._eval_pipelined(key, batches)
+            rows = self._eval_pipelined(key, batches, seq_len)
         else:
             rows = []
             for pos, chunk in batches:
-                self.run_batch(key, chunk, pos)
+                self.run_batch(key, chunk, pos, seq_len)
                 if key == "all":
                     rows.append(self.logits(len(chunk)))
             rows = rows or [self.logits(1)]
@@ -115,7 +115,7 @@ class SplitRuntime:
                     return False
         return True
 
-    def _eval_pipelined(self, key: str, batches) -> list[np.ndarray]:
+    def _eval_pipelined(self, key: str, batches, seq_len: int = 0) -> list[np.ndarray]:
         """Round t: every device d runs the micro-batch u whose round on d is t (u = t - round of
         d). Two slots of parameters, exchange regions and logits alternate between micro-batches."""
         rounds = [next((r for r, s in enumerate(rt.sequence(key, len(batches[0][1]), 0)) if not s.empty), None)
@@ -130,7 +130,7 @@ class SplitRuntime:
                 u = t - r if r is not None else -1
                 if 0 <= u < len(batches):
                     pos, chunk = batches[u]
-                    segs = rt.prepare(key, chunk, pos, u % SLOTS, base)
+                    segs = rt.prepare(key, chunk, pos, u % SLOTS, base, seq_len)
                     pending.append((rt, segs[r].submit()))
             self._wait(pending, len(batches[0][1]))
             for d, r in enumerate(rounds):          # staging: hand this round's outputs on
