@@ -151,23 +151,37 @@ class Model:
             tm.eval_ms += (time.perf_counter() - te) * 1e3
             tm.eval_runs += 1
 
-    def perplexity(self, text: str, n_ctx: int | None = None, chunks: int = -1, on_chunk=None, on_scored=None):
+    def perplexity(self, text: str, n_ctx: int | None = None, chunks: int = -1, on_chunk=None, on_scored=None,
+                   n_seq: int | None = None):
         """llama-perplexity over `text` (see llamavk.perplexity): chunks of n_ctx tokens (default: the
         model's context), second half of each scored. Returns a PerplexityResult."""
         bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
-        return self.perplexity_tokens(self.tokenize(text), n_ctx, chunks, bos, on_chunk, on_scored)
+        return self.perplexity_tokens(self.tokenize(text), n_ctx, chunks, bos, on_chunk, on_scored, n_seq=n_seq)
+
+    def perplexity_n_seq(self, n_ctx: int) -> int:
+        """Chunks of n_ctx tokens one batch can evaluate as parallel sequences: n_batch / n_ctx (as
+        llama-perplexity), as far as the loaded context holds them."""
+        return max(1, min(self.n_batch, self.n_ctx) // n_ctx)
 
     def perplexity_tokens(self, tokens, n_ctx: int | None = None, chunks: int = -1, bos_id: int | None = None,
-                          on_chunk=None, on_scored=None, min_chunks: int = 2):
-        """As perplexity(), over tokens; `bos_id` replaces each chunk's first token (None: as is)."""
+                          on_chunk=None, on_scored=None, min_chunks: int = 2, n_seq: int | None = None):
+        """As perplexity(), over tokens; `bos_id` replaces each chunk's first token (None: as is).
+        `n_seq` chunks are evaluated at once as parallel sequences (default perplexity_n_seq(n_ctx)); the
+        loaded context must hold n_seq * n_ctx tokens."""
         from .perplexity import perplexity
 
         n_ctx = n_ctx or self.n_ctx
         if n_ctx > self.n_ctx:
             raise UsageError(f"perplexity context {n_ctx} exceeds the loaded context {self.n_ctx}")
+        n_seq = self.perplexity_n_seq(n_ctx) if n_seq is None else n_seq
+        if n_seq < 1 or n_seq * n_ctx > self.n_ctx:
+            raise UsageError(f"{n_seq} sequences of {n_ctx} tokens do not fit the loaded context {self.n_ctx}")
+
+        def eval_all(batch):   # whole chunks back to back: one sequence each
+            return self.runtime.eval("all", batch, 0, seq_len=n_ctx if len(batch) > n_ctx else 0)
+
         t0 = time.perf_counter()
-        result = perplexity(list(tokens), n_ctx, lambda chunk: self._eval(chunk, 0, True), bos_id, chunks,
-                            on_chunk, on_scored, min_chunks)
+        result = perplexity(list(tokens), n_ctx, eval_all, bos_id, chunks, on_chunk, on_scored, min_chunks, n_seq)
         self.timings.prompt_ms = (time.perf_counter() - t0) * 1e3
         self.timings.prompt_tokens = result.n_chunks * n_ctx
         return result

@@ -6,6 +6,10 @@ only the second half is scored: the logits at positions first = n_ctx/2 ... n_ct
 tokens after them, so the model always has at least n_ctx/2 tokens of context. The running value
 after chunk i is exp(mean NLL over all scored tokens so far); the final uncertainty is
 PPL * sqrt(var(NLL) / (count - 1)).
+
+Like llama-perplexity, several chunks may be evaluated in one batch as parallel sequences (n_seq of
+them, n_batch / n_ctx there): each is still its own sequence from position 0, so the scores are
+those of one chunk at a time up to float rounding.
 """
 
 from __future__ import annotations
@@ -52,30 +56,32 @@ def chunk_plan(n_tokens: int, n_ctx: int, chunks: int, min_chunks: int = 2) -> i
 def perplexity(tokens: list[int], n_ctx: int, eval_all_logits: Callable[[list[int]], np.ndarray],
                bos_id: int | None, chunks: int = -1, on_chunk: Callable[[int, float], None] | None = None,
                on_scored: Callable[[np.ndarray, np.ndarray], None] | None = None,
-               min_chunks: int = 2) -> PerplexityResult:
-    """`eval_all_logits(chunk_tokens)` returns one row of logits per token of a fresh sequence.
+               min_chunks: int = 2, n_seq: int = 1) -> PerplexityResult:
+    """`eval_all_logits(batch_tokens)` returns one row of logits per token of `batch_tokens`: up to
+    `n_seq` whole chunks back to back, each a fresh sequence of n_ctx tokens (one chunk with n_seq 1).
     `on_scored(logits, targets)` sees each chunk's scored rows (KL-divergence files and statistics)."""
     n_chunks = chunk_plan(len(tokens), n_ctx, chunks, min_chunks)
     first = n_ctx // 2
     nll_sum = nll2_sum = 0.0
     count = 0
     running = []
-    for i in range(n_chunks):
-        chunk = list(tokens[i * n_ctx:(i + 1) * n_ctx])
-        if bos_id is not None:
-            chunk[0] = bos_id
-        logits = eval_all_logits(chunk)
-        # targets are the original tokens (only chunk[0] was replaced, and it is never a target)
-        targets = np.asarray(tokens[i * n_ctx + first + 1:(i + 1) * n_ctx], dtype=np.int64)
-        nll = token_nll(logits[first:n_ctx - 1], targets)
-        if on_scored:
-            on_scored(logits[first:n_ctx - 1], targets)
-        nll_sum += float(nll.sum())
-        nll2_sum += float((nll ** 2).sum())
-        count += len(nll)
-        running.append(math.exp(nll_sum / count))
-        if on_chunk:
-            on_chunk(i, running[-1])
+    for start in range(0, n_chunks, max(1, n_seq)):
+        n = min(max(1, n_seq), n_chunks - start)
+        logits = eval_all_logits(evaluated_tokens(tokens[start * n_ctx:(start + n) * n_ctx], n_ctx, n, bos_id))
+        for j in range(n):
+            i = start + j
+            scored = logits[j * n_ctx + first:(j + 1) * n_ctx - 1]
+            # targets are the original tokens (only a chunk's first was replaced, and it is never a target)
+            targets = np.asarray(tokens[i * n_ctx + first + 1:(i + 1) * n_ctx], dtype=np.int64)
+            nll = token_nll(scored, targets)
+            if on_scored:
+                on_scored(scored, targets)
+            nll_sum += float(nll.sum())
+            nll2_sum += float((nll ** 2).sum())
+            count += len(nll)
+            running.append(math.exp(nll_sum / count))
+            if on_chunk:
+                on_chunk(i, running[-1])
     mean = nll_sum / count
     var = nll2_sum / count - mean * mean
     ppl = math.exp(mean)

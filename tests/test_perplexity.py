@@ -44,6 +44,63 @@ def test_matches_reference_with_bos_in_each_chunk(synthetic_model, arch):
     assert got.uncertainty == pytest.approx(want.uncertainty, rel=1e-2)
 
 
+def chunk_nlls(m, tokens, n_ctx, n_seq, bos_id=1):
+    """Per-chunk NLL arrays (and the result) of perplexity_tokens with n_seq chunks per batch."""
+    nlls = []
+    result = m.perplexity_tokens(tokens, n_ctx, -1, bos_id, on_scored=lambda lg, tg: nlls.append(token_nll(lg, tg)),
+                                 n_seq=n_seq)
+    return nlls, result
+
+
+@pytest.mark.parametrize("arch,qtype", [("llama", "q8_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k")])
+def test_parallel_sequences_equal_one_chunk_at_a_time(synthetic_model, arch, qtype):
+    """n_seq chunks per batch (one sequence each, BOS first in each) score every chunk as n_seq = 1 does.
+    Chunks of 30 tokens: sequence starts fall inside attention's 8-row blocks (4 tokens of 2 GQA heads);
+    micro-batches of 48: sequences continue across micro-batches; 5 chunks: batches of 4 and 1."""
+    path = synthetic_model(arch, qtype)
+    tokens = [int(t) for t in np.random.default_rng(3).integers(3, 500, 5 * 30 + 7)]
+    with llamavk.load(path, n_ctx=4 * 30, n_ubatch=48, warn=lambda m: None) as m:
+        assert m.perplexity_n_seq(30) == 4
+        one, r1 = chunk_nlls(m, tokens, 30, 1)
+        par, r4 = chunk_nlls(m, tokens, 30, 4)
+        # a batch of 3 chunks whose first starts at a KV row that is not a multiple of 128: none here,
+        # so also n_seq 3 (batches of 3 and 2)
+        three, r3 = chunk_nlls(m, tokens, 30, 3)
+    assert len(one) == len(par) == len(three) == 5
+    for i in range(5):
+        np.testing.assert_allclose(par[i], one[i], rtol=1e-5, atol=1e-5, err_msg=f"chunk {i}")
+        np.testing.assert_allclose(three[i], one[i], rtol=1e-5, atol=1e-5, err_msg=f"chunk {i}")
+    np.testing.assert_allclose(r4.running, r1.running, rtol=1e-6)
+    assert r4.count == r1.count == 5 * 14 and r4.uncertainty == pytest.approx(r1.uncertainty, rel=1e-4)
+
+
+def test_parallel_sequences_need_the_context(synthetic_model):
+    tokens = list(range(3, 3 + 4 * 32))
+    with llamavk.load(synthetic_model("llama", "q4_0"), n_ctx=64, n_batch=512, warn=lambda m: None) as m:
+        assert m.perplexity_n_seq(32) == 2          # the loaded context holds two, -b would allow 16
+        assert m.perplexity_n_seq(64) == 1
+        with pytest.raises(UsageError, match="do not fit the loaded context 64"):
+            m.perplexity_tokens(tokens, 32, n_seq=3)
+    with llamavk.load(synthetic_model("llama", "q4_0"), n_ctx=256, n_batch=64, warn=lambda m: None) as m:
+        assert m.perplexity_n_seq(32) == 2          # -b 64 allows two
+
+
+@pytest.mark.parametrize("mode", ["tensor", "layer"])
+def test_parallel_sequences_with_split_modes(synthetic_model, mode):
+    """The same on two virtual devices (layer mode pipelines the micro-batches of a batch)."""
+    path = synthetic_model("qwen2", "q8_0", n_layer=4)
+    tokens = [int(t) for t in np.random.default_rng(4).integers(3, 500, 4 * 32)]
+    with llamavk.load(path, n_ctx=3 * 32, n_ubatch=40, warn=lambda m: None) as m:
+        want, _ = chunk_nlls(m, tokens, 32, 1)
+    with llamavk.load(path, n_ctx=3 * 32, n_ubatch=40, devices="Vulkan0,Vulkan0", split_mode=mode,
+                      warn=lambda m: None) as m:
+        assert m.split_mode == mode
+        got, _ = chunk_nlls(m, tokens, 32, 3)
+    assert len(got) == 4
+    for i in range(4):
+        np.testing.assert_allclose(got[i], want[i], rtol=1e-4, atol=1e-4, err_msg=f"chunk {i}")
+
+
 LLAMA_CPP_C128_4 = 24.86   # SPEC §7: llama.cpp CPU, -c 128 --chunks 4 (Vulkan: 24.77)
 
 
@@ -94,6 +151,27 @@ def words(tmp_path):
     path = tmp_path / "words.txt"
     path.write_text(text)
     return path
+
+
+def test_cli_parallel_sequences(synthetic_model, words):
+    """-c 32 -b 128: four chunks per batch (llama-perplexity's n_seq = n_batch / n_ctx), the same
+    running values as one chunk per batch (-b 32)."""
+    path = synthetic_model("llama", "q8_0")
+    par = kld_cli("-m", path, "-f", words, "-c", "32", "-b", "128")
+    one = kld_cli("-m", path, "-f", words, "-c", "32", "-b", "32")
+    assert par.returncode == 0 and one.returncode == 0, par.stderr + one.stderr
+    assert "n_ctx=32, batch_size=128, n_seq=4" in par.stderr
+    assert "n_ctx=32, batch_size=32, n_seq=1" in one.stderr
+    assert "seconds per pass - ETA" in par.stderr
+    n_chunks = int(par.stderr.split("calculating perplexity over ")[1].split()[0])
+    assert n_chunks > 4      # a last, shorter batch too
+    runs = [[float(v.split("]")[1]) for v in r.stdout.splitlines()[0].rstrip(",").split(",")] for r in (par, one)]
+    assert len(runs[0]) == n_chunks
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5)
+    finals = [r.stdout.splitlines()[-1].split("=")[1].split("+/-") for r in (par, one)]   # Final estimate
+    np.testing.assert_allclose([float(v) for v in finals[0]], [float(v) for v in finals[1]], rtol=1e-4)
+    short = kld_cli("-m", path, "-f", words, "-c", "32", "-b", "128", "--chunks", "2")
+    assert short.returncode == 0 and "batch_size=64, n_seq=2" in short.stderr
 
 
 def kld_stats(stdout):

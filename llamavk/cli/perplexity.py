@@ -5,6 +5,10 @@ Progress goes to stderr: a bar with ETA on a terminal, llama.cpp's "seconds per 
 otherwise. `--kl-divergence-base FILE` saves this run's token distributions (llamavk/kld.py documents
 the format); adding `--kl-divergence` evaluates the base file's tokens instead of a text and prints
 llama-perplexity's KL-divergence, Δp and same-top-token statistics against it.
+
+As llama-perplexity, n_seq = min(n_batch / n_ctx, chunks) chunks are evaluated per batch as parallel
+sequences, so the model is loaded with a context of n_seq * n_ctx tokens (before the text is
+tokenized, the chunk count is only bounded by --chunks or the KL-divergence base file).
 """
 
 from __future__ import annotations
@@ -58,8 +62,13 @@ def perplexity(
                 text = read_text(file)
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"cannot read {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
+        n_seq = max(1, batch_size // ctx_size)          # llama-perplexity's n_batch / n_ctx
+        if comparer is not None:
+            n_seq = min(n_seq, max(1, comparer.n_chunks if chunks < 0 else min(chunks, comparer.n_chunks)))
+        elif chunks >= 0:
+            n_seq = min(n_seq, max(1, chunks))
         t_start = time.perf_counter()
-        m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
+        m = load(model, devices=device, n_ctx=ctx_size * n_seq, n_batch=batch_size,
                  n_ubatch=ubatch_size, verbose=verbose, warn=eprint,
                  **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
@@ -76,13 +85,14 @@ def perplexity(
             n_tokens = len(tokens)
             min_chunks = 1 if comparer is not None else 2
             n_chunks = chunk_plan(n_tokens, ctx_size, chunks, min_chunks)
+            n_seq = max(1, min(n_seq, n_chunks))
             writer = None
             if kld_base is not None and comparer is None:
                 writer = KLDBaseWriter(kld_base, ctx_size, m.config.n_vocab, n_chunks,
                                        evaluated_tokens(tokens, ctx_size, n_chunks, bos))
             eprint(f"perplexity: tokenized the input into {n_tokens} tokens")
             eprint(f"perplexity: calculating perplexity over {n_chunks} chunks, n_ctx={ctx_size}, "
-                   f"batch_size={min(batch_size, ctx_size)}, n_seq=1")
+                   f"batch_size={min(batch_size, ctx_size * n_seq)}, n_seq={n_seq}")
             bar = None
             if sys.stderr.isatty():
                 from tqdm import tqdm
@@ -94,13 +104,14 @@ def perplexity(
                     bar.update(1)
                 elif i == 0:
                     per = time.perf_counter() - t0
-                    eprint(f"perplexity: {per:.2f} seconds per pass - ETA {per * n_chunks / 60:.2f} minutes")
+                    passes = -(-n_chunks // n_seq)
+                    eprint(f"perplexity: {per:.2f} seconds per pass - ETA {per * passes / 60:.2f} minutes")
                 sys.stdout.write(f"[{i + 1}]{ppl:.4f},")
                 sys.stdout.flush()
 
             sink = comparer or writer
             on_scored = (comparer.add if comparer else writer.add) if sink else None
-            result = m.perplexity_tokens(tokens, ctx_size, n_chunks, bos, on_chunk, on_scored, min_chunks)
+            result = m.perplexity_tokens(tokens, ctx_size, n_chunks, bos, on_chunk, on_scored, min_chunks, n_seq)
             if bar is not None:
                 bar.close()
             print()
