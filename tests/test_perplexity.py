@@ -63,8 +63,7 @@ def test_parallel_sequences_equal_one_chunk_at_a_time(synthetic_model, arch, qty
         assert m.perplexity_n_seq(30) == 4
         one, r1 = chunk_nlls(m, tokens, 30, 1)
         par, r4 = chunk_nlls(m, tokens, 30, 4)
-        # a batch of 3 chunks whose first starts at a KV row that is not a multiple of 128: none here,
-        # so also n_seq 3 (batches of 3 and 2)
+        # and n_seq 3: batches of 3 and 2 chunks
         three, r3 = chunk_nlls(m, tokens, 30, 3)
     assert len(one) == len(par) == len(three) == 5
     for i in range(5):
