@@ -1,15 +1,18 @@
 """The memory devices of a split share, and how exchange ops are recorded on each device.
 
 Devices of different vendors share nothing but host RAM (SPEC §5). One host allocation, imported
-into every device (VK_EXT_external_memory_host), holds every exchange's data in four regions, one
-slot per device in each: region = 2 * (micro-batch slot) + (exchange parity). Consecutive exchanges
-alternate, so a device can fill the next exchange while a slow peer still reads the previous one;
-the two micro-batches in flight (pipelining) never share a region. A second allocation holds one counter per device.
+into every device (VK_EXT_external_memory_host), holds every exchange's data:
+- relay steps: four regions, one slot per device in each: region = 2 * (micro-batch slot) +
+  (exchange parity). Consecutive exchanges alternate, so a device can fill the next exchange while
+  a slow peer still reads the previous one; two micro-batches in flight never share a region.
+- spin steps (decode): one region per exchange point, never reused within the step, because a GPU
+  does not re-read host memory it has read during a submission (docs/KERNELS.md).
+A second allocation holds the exchange points' counters, each written to many cache lines.
 
 Devices without VK_EXT_external_memory_host get staging copies instead (HostMirrors): a host-
 visible buffer each, kept in step by the host relay.
 
-Two ways to order the devices around an exchange point (`Sync`):
+Two ways to order the devices around an exchange point:
 - "spin" (decode steps): the producer's command buffer publishes its counter, the consumer's
   spins on it (kernels/collective.py, shaders/exchange_sync.comp, bounded). One command buffer per
   device and step; microseconds per exchange. Needs every device to run concurrently: separate
