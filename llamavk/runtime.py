@@ -88,14 +88,14 @@ class DeviceRuntime:
     """One model on one device."""
 
     def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph],
-                 profile: bool = False, comm=None):
+                 profile: bool = False):
         """graphs: key -> graph ("last", "all"; a split mode may add "<key>@large" for batches above
-        LARGE_BATCH tokens). comm: this device's part of a split (split/comm.py), None alone."""
+        LARGE_BATCH tokens)."""
         self.model = model_file
         self.profile = profile
         self.cfg = model_file.config
         self.device = device
-        self.comm = comm
+        self.comm = None     # a split's SplitRuntime sets this device's DeviceComm (split/comm.py)
         self.kc = KernelCache(device)
         self.n_ctx = n_ctx
         self.n_ubatch = n_ubatch
