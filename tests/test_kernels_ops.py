@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llamavk.kernels import STEP_WORDS, KernelCache, View
-from llamavk.kernels.attention import attention, kv_store
+from llamavk.kernels.attention import ATTN_WG, MAX_SPLITS, attention, kv_store, split_plan
 from llamavk.kernels.elementwise import add, add_bias, swiglu
 from llamavk.kernels.norm import rms_norm
 from llamavk.kernels.rope import RopeParams, rope
@@ -328,6 +328,10 @@ ATTN_CASES = [
     (70, 0, 9, 3, 64, 128, None),
     (70, 30, 8, 2, 64, 256, 1),
     (5, 200, 4, 2, 256, 256, None),
+    # the decode kernel (<= 4 rows per KV head, head_dim % 32 == 0 up to 128) and its fallback
+    (2, 37, 4, 2, 96, 256, 2),     # 2 tokens x 2 GQA heads; head_dim 96: some V lanes idle
+    (1, 150, 2, 1, 32, 256, 3),    # head_dim 32: one K load per lane and row
+    (1, 60, 4, 2, 80, 128, None),  # head_dim 80: generic BR 4 kernel
 ]
 
 
@@ -439,3 +443,88 @@ def test_attention_replay_prefill(dev, kc):
         for _, m in outs:
             np.testing.assert_allclose(m, ref, rtol=1e-4, atol=5e-5, err_msg=f"n_past={n_past}")
     seq.close()
+
+
+def test_split_plan(monkeypatch):
+    """Grid from n_ctx (~TARGET_WORKGROUPS), min_chunk positions per active split; env overrides."""
+    monkeypatch.delenv("LLAMAVK_ATTN_SPLITS", raising=False)
+    monkeypatch.delenv("LLAMAVK_ATTN_MIN_CHUNK", raising=False)
+
+    class Info:
+        is_cpu = False
+
+    class KC:
+        info = Info()
+
+    gpu = KC()
+    assert split_plan(gpu, 4224, 8, 1) == (17, 256)          # 7.2B decode: up to 17 splits of 256
+    assert split_plan(gpu, 65536, 8, 1) == (64, 256)         # 512 workgroups
+    assert split_plan(gpu, 65536, 2, 1) == (MAX_SPLITS, 256)
+    assert split_plan(gpu, 200, 8, 1) == (1, 256)
+    assert split_plan(gpu, 4224, 8, 64) == (1, 256)          # prefill: enough row blocks
+    monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "1000")
+    assert split_plan(gpu, 4224, 8, 1) == (5, 1024)          # rounded up to a multiple of ATTN_WG
+    monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "1")
+    monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", "40")
+    assert split_plan(gpu, 4224, 8, 1) == (33, ATTN_WG)      # no more splits than n_ctx can use
+    Info.is_cpu = True
+    monkeypatch.delenv("LLAMAVK_ATTN_SPLITS")
+    monkeypatch.delenv("LLAMAVK_ATTN_MIN_CHUNK")
+    assert split_plan(gpu, 4224, 2, 1) == (4, 1024)
+
+
+def replay_decode(dev, kc, n_head, n_head_kv, hd, n_ctx, n_pasts, seed, active=None, **kw):
+    """One decode recording (attention only, caches filled up front), replayed at each n_past.
+    active(n_kv): the number of splits expected to write partial results (checked in the scratch)."""
+    k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_ctx, seed=seed)
+    kv, vv = upload(dev, k_cache), upload(dev, v_cache)
+    q_view, q_mem = host(dev, np.zeros((1, n_head * hd), np.float32))
+    out, omem = poisoned(dev, (1, n_head * hd))
+    step, smem = step_buffer(dev)
+    seq = record(dev, lambda s: attention(s, kc, q_view, kv, vv, out, step, 1, n_head, n_head_kv, hd, n_ctx, **kw))
+    for n_past in n_pasts:
+        q = (rng.standard_normal((1, n_head * hd)) * 2).astype(np.float32)
+        q_mem[...] = q
+        omem[...] = np.nan
+        set_step(smem, n_past, 1)
+        if active:
+            ml = kc._attention_scratch[(kw["n_splits"], n_head, hd, n_head_kv)][1]
+            ml.write(np.full(kw["n_splits"] * n_head * 2, np.nan, np.float32))
+        seq.run()
+        ref = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd)
+        np.testing.assert_allclose(omem, ref, rtol=1e-4, atol=5e-5, err_msg=f"n_past={n_past} {kw}")
+        if active:
+            written = ~np.isnan(np.frombuffer(ml.read(), np.float32).reshape(kw["n_splits"], -1)).all(axis=1)
+            n = active(n_past + 1)
+            assert written.tolist() == [n > 1 and sp < n for sp in range(kw["n_splits"])], f"n_past={n_past}"
+    seq.close()
+
+
+@pytest.mark.parametrize("mode", ["1", "late", "0"])
+def test_attention_min_chunk(dev, kc, monkeypatch, mode):
+    """8 splits recorded, at least 256 positions each: 1 active split up to n_kv 256 (written
+    directly), then 2, 3, ... 8 (merged), back to 1: the counters stay consistent. Every decode
+    kernel: LLAMAVK_ATTN_DECODE 1 (K and V loads together), late (V after the scores), 0 (generic)."""
+    monkeypatch.setenv("LLAMAVK_ATTN_DECODE", mode)
+
+    def active(n_kv):
+        chunk = max(math.ceil(math.ceil(n_kv / 8) / 128) * 128, 256)
+        return math.ceil(n_kv / chunk)
+
+    replay_decode(dev, kc, 8, 2, 128, 2048, (0, 5, 255, 256, 300, 511, 513, 1000, 2047, 100, 1500),
+                  seed=21, active=active, n_splits=8, min_chunk=256)
+
+
+def test_attention_many_splits(dev, kc):
+    """n_kv ~4096 over 33 splits of 128 positions (the merge's 8-wide loads and its remainder), odd
+    n_kv included, and MAX_SPLITS (= ATTN_WG) active splits: one thread per split in the merge."""
+    replay_decode(dev, kc, 8, 2, 128, 4224, (4000, 4095, 4223), seed=22, n_splits=33)
+    replay_decode(dev, kc, 4, 1, 64, MAX_SPLITS * ATTN_WG, (MAX_SPLITS * ATTN_WG - 1, 5000), seed=23,
+                  n_splits=MAX_SPLITS)
+
+
+def test_attention_default_plan_long(dev, kc, monkeypatch):
+    """The recorder's own plan at a long context, with a GPU-like minimum chunk."""
+    monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "256")
+    monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", "16")
+    replay_decode(dev, kc, 8, 2, 128, 4224, (3, 700, 4001), seed=24)

@@ -2,10 +2,12 @@
 
 Attention is always one dispatch. When the grid (row blocks x KV heads) already has enough
 workgroups (prefill) each workgroup covers the whole causal KV range; else (decode) the KV range is
-split over a fixed number of workgroups and the last one of each (row block, KV head) to finish merges
-the partial results. The split count is fixed at record time (from n_ctx, the head counts and the
-device); each split's KV chunk is computed by the shader from n_kv at execution time, so the
-recording stays valid as the cache grows.
+split over up to a fixed number of workgroups and the last one of each (row block, KV head) to finish
+merges the partial results. The split count is fixed at record time (from n_ctx, the head counts and
+the device: `split_plan`); each split's KV chunk, and so how many splits are active, is computed by
+the shader from n_kv at execution time, so the recording stays valid as the cache grows. Decode (at
+most 4 query rows per KV head) uses a variant of the kernel that keeps a whole block's K and V loads
+in flight (attention_dec_*).
 
 Scratch for the split path (partial outputs, their softmax max/sum, and one completion counter per
 (row block, KV head), zeroed at allocation and reset by the kernel after each use) is allocated on
@@ -28,7 +30,7 @@ from .norm import _range
 
 KV_WG = 256
 ATTN_WG = 128          # workgroup size = KV positions per block
-MAX_SPLITS = 64       # <= ATTN_WG: the merging workgroup gives one thread to each split
+MAX_SPLITS = 128      # <= ATTN_WG: the merging workgroup gives one thread to each split
 
 
 def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int) -> None:
@@ -45,20 +47,59 @@ def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int) -> None:
                  struct.pack("<III", width, n_tokens, n_ctx))
 
 
-# Each split gets at least this many KV blocks of the context: merging partial results costs more
-# than a few sequential blocks (H100, 7.2B decode at n_kv ~600: 1 split 263 t/s, 6 splits 253).
-MIN_BLOCKS_PER_SPLIT = 8
+# Split policy (GPU numbers: H100, 7.2B decode, 8 KV heads). The recording is replayed while n_kv grows,
+# so the grid (n_splits workgroups per row block and KV head) is fixed at record time from n_ctx and
+# the shader picks the active splits at run time: chunk = max(roundup(n_kv / n_splits, WG), min_chunk).
+# - Short contexts want few splits: merging partial results costs a few us, more than a few
+#   sequential blocks (n_kv ~600: 1 split 263 t/s, 6 splits 253), hence min_chunk.
+# - Long contexts want many: each workgroup's KV blocks are latency bound, and 5 splits x 8 KV heads
+#   = 40 workgroups left most of a 132-SM GPU idle at n_kv 4096; n_splits is sized for
+#   ~TARGET_WORKGROUPS (several per SM; Vulkan does not tell the SM count), the chunk shrinks to
+#   min_chunk as n_kv grows (4096 positions: 16 splits of 256 -> 128 workgroups).
+# Workgroups of inactive splits exit at once; a single active split writes the output directly.
+TARGET_WORKGROUPS = 512
+MIN_CHUNK = 256              # positions (a multiple of ATTN_WG)
+CPU_TARGET_WORKGROUPS = 8    # software devices: a few cores
+CPU_MIN_CHUNK = 1024
 
 
-def choose_splits(kc, n_ctx: int, n_head_kv: int, n_row_blocks: int) -> int:
-    """Split-KV count: enough workgroups to fill the device, but at least MIN_BLOCKS_PER_SPLIT KV
-    blocks of the context per split. LLAMAVK_ATTN_SPLITS overrides it (experiments)."""
-    forced = os.environ.get("LLAMAVK_ATTN_SPLITS")
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+def _round_chunk(positions: int) -> int:
+    return max(ATTN_WG, -(-int(positions) // ATTN_WG) * ATTN_WG)
+
+
+def split_plan(kc, n_ctx: int, n_head_kv: int, n_row_blocks: int) -> tuple[int, int]:
+    """(n_splits, min_chunk): the split-KV grid size recorded for n_ctx and the minimum KV positions
+    per active split (policy above). Overrides for experiments: LLAMAVK_ATTN_SPLITS=N (grid size,
+    capped at MAX_SPLITS and at the splits n_ctx can use), LLAMAVK_ATTN_MIN_CHUNK=P (positions,
+    rounded up to a multiple of ATTN_WG; 128 = the plain ceil(n_kv / n_splits) chunks)."""
+    cpu = kc.info.is_cpu
+    forced_chunk = _env_int("LLAMAVK_ATTN_MIN_CHUNK")
+    min_chunk = _round_chunk(forced_chunk if forced_chunk else (CPU_MIN_CHUNK if cpu else MIN_CHUNK))
+    forced = _env_int("LLAMAVK_ATTN_SPLITS")
     if forced:
-        return max(1, min(int(forced), -(-n_ctx // ATTN_WG), MAX_SPLITS))
-    target = 8 if kc.info.is_cpu else 512
-    want = -(-target // max(1, n_head_kv * n_row_blocks))
-    return max(1, min(want, -(-n_ctx // (ATTN_WG * MIN_BLOCKS_PER_SPLIT)), MAX_SPLITS))
+        want = forced
+    else:
+        target = CPU_TARGET_WORKGROUPS if cpu else TARGET_WORKGROUPS
+        want = -(-target // max(1, n_head_kv * n_row_blocks))
+    return max(1, min(want, -(-n_ctx // min_chunk), MAX_SPLITS)), min_chunk
+
+
+def _decode_variant(kc, br: int, head_dim: int) -> str | None:
+    """Name stem of the decode kernel (all of a block's K and V loads in flight) when it applies:
+    BR 4 (at most 4 query rows per KV head), head_dim a multiple of 32 up to 128, subgroups of at
+    least 4 lanes (its K rows are shared by 4 lanes of a subgroup). LLAMAVK_ATTN_DECODE=0 falls back
+    to the generic kernel, =late loads V after the scores (fewer registers)."""
+    mode = os.environ.get("LLAMAVK_ATTN_DECODE", "1")
+    if mode == "0" or br != 4 or head_dim % 32 or head_dim > 128:
+        return None
+    if (kc.info.subgroup_min or kc.info.subgroup_size or 0) < 4:
+        return None
+    return "attention_dec_vlate" if mode == "late" else "attention_dec"
 
 
 def _scratch(kc, n_splits: int, n_rows: int, head_dim: int, n_counters: int):
@@ -76,13 +117,15 @@ def _scratch(kc, n_splits: int, n_rows: int, head_dim: int, n_counters: int):
 
 
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
-              head_dim: int, n_ctx: int, n_splits: int | None = None) -> None:
+              head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None) -> None:
     """out = softmax(q k^T / sqrt(head_dim), causal) v, per query head h over KV head h // (n_head/n_head_kv).
 
     q, out: [n_tokens][n_head * head_dim] f32; k_cache, v_cache: [n_ctx][n_head_kv * head_dim] f16.
     Token t attends to cache positions 0 .. n_past + t (n_past, n_kv from the step buffer at run time);
     with a step seq_len L > 0 (STEP_SEQ_LEN), row p = n_past + t attends to rows p // L * L .. p only.
-    `n_splits` overrides the split-KV count (tests, tuning); 1 = single dispatch.
+    `n_splits` overrides the split-KV count (tests, tuning; 1 = single dispatch) and `min_chunk` the
+    minimum KV positions per active split (rounded up to a multiple of ATTN_WG); with `n_splits` given
+    and no `min_chunk`, every split is used (chunks of ceil(n_kv / n_splits) rounded to ATTN_WG).
     """
     if n_tokens <= 0:
         return
@@ -97,17 +140,21 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     if n_rb > 65535:
         raise ValueError("attention: too many query rows for one call")
     if n_splits is None:
-        n_splits = choose_splits(kc, n_ctx, n_head_kv, n_rb)
-    n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // ATTN_WG)))
+        n_splits, plan_chunk = split_plan(kc, n_ctx, n_head_kv, n_rb)
+        min_chunk = plan_chunk if min_chunk is None else min_chunk
+    min_chunk = _round_chunk(min_chunk or ATTN_WG)
+    n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // min_chunk)))
     scale = 1.0 / math.sqrt(head_dim)
-    push = struct.pack("<4If", n_tokens, n_head, n_head_kv, n_splits, scale)
+    push = struct.pack("<5If", n_tokens, n_head, n_head_kv, n_splits, min_chunk, scale)
     spec = (ATTN_WG, head_dim)
     grid = (n_rb, n_head_kv, n_splits)
     ins = [_range(q), _range(k_cache), _range(v_cache), _range(step)]
+    dec = _decode_variant(kc, br, head_dim)
     if n_splits == 1:
-        kernel = kc.get(f"attention_f16_br{br}", "rrrrw", push_size=20, spec=spec)
+        kernel = kc.get(f"{dec}_f16" if dec else f"attention_f16_br{br}", "rrrrw", push_size=24, spec=spec)
         seq.dispatch(kernel, ins + [_range(out)], grid, push)
         return
     scratch = _scratch(kc, n_splits, n_tokens * n_head, head_dim, n_rb * n_head_kv)
-    kernel = kc.get(f"attention_split_f16_br{br}", "rrrrwwww", push_size=20, spec=spec)
+    kernel = kc.get(f"{dec}_split_f16" if dec else f"attention_split_f16_br{br}", "rrrrwwww", push_size=24,
+                    spec=spec)
     seq.dispatch(kernel, ins + [_range(out)] + scratch, grid, push)
