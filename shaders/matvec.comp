@@ -15,6 +15,7 @@
 // subgroup's loads are coalesced), U quarters per lane per step (loads issued together: more bytes in
 // flight). Partial sums: subgroupAdd, then (KS > 1) shared memory. A workgroup covers rows_per_wg rows
 // with however many subgroups it has.
+// READ_ONLY (planar types; benchmark only): the same loads, the words only xor-ed (no x, no dequant).
 // Specialization: 0 workgroup size, 1 NT, 2 NORM, 3 RESID, 4 NR, 5 KS, 6 U, 7 GLU.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NT = 1;
@@ -93,6 +94,11 @@ void main() {
             }
         }
 #elif defined(QPLANAR)
+#if defined(QTYPE_Q4_0)
+#define NQW 4u
+#else
+#define NQW 8u
+#endif
         // Planar Q4_0 / Q8_0: the quants of a quarter are one (Q4_0) or two (Q8_0) aligned words; the
         // block scale multiplies the quarter's dot product once instead of each weight.
         uint n_parts = p.cols / 8, nbr = p.cols / QK;
@@ -111,7 +117,12 @@ void main() {
                     [[unroll]] for (uint r = 0; r < NR; ++r) {
                         uint b = rb[r] + u;
                         float d = block_scale(b);
-#if defined(QTYPE_Q4_0)
+#if defined(READ_ONLY)
+                        // benchmark only (examples/bench_matvec.py): this access pattern's ceiling
+                        uint wx = floatBitsToUint(d) ^ wu32[NQW * b + i];
+                        if (NQW == 8) wx ^= wu32[NQW * b + 4 + i];
+                        acc[r][0] += uintBitsToFloat((wx & 0x007FFFFFu) | 0x3F800000u);
+#elif defined(QTYPE_Q4_0)
                         uint wq = wu32[4 * b + i];
                         vec4 a = nibbles_lo(wq), c = nibbles_hi(wq);
                         [[unroll]] for (uint t = 0; t < NT; ++t) acc[r][t] += d * (dot(a, xa[t]) + dot(c, xc[t]));

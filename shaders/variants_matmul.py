@@ -8,3 +8,13 @@ for _t in _TYPES:
     VARIANTS[f"mul_mm_{_t}"] = ("matmul.comp", dict(_d))
     VARIANTS[f"get_rows_{_t}"] = ("get_rows.comp", dict(_d))
 
+
+# Matrix-vector alternatives (llamavk/kernels/matmul.py MATVEC_KERNELS): the "wide" work split
+# (matvec_wide.comp) and, for examples/bench_matvec.py only, pure-read kernels with the loads of the
+# base ("read") and wide ("wide_read") kernels.
+for _t in ["q4_0", "q8_0", "q4_k"]:
+    _d = {f"QTYPE_{_t.upper()}": "1"}
+    VARIANTS[f"mul_mv_wide_{_t}"] = ("matvec_wide.comp", dict(_d))
+    VARIANTS[f"mul_mv_wide_read_{_t}"] = ("matvec_wide.comp", dict(_d, READ_ONLY="1"))
+for _t in ["q4_0", "q8_0"]:
+    VARIANTS[f"mul_mv_read_{_t}"] = ("matvec.comp", {f"QTYPE_{_t.upper()}": "1", "READ_ONLY": "1"})

@@ -67,3 +67,99 @@ def test_glu_input_fused(dev, qtype, cols):
     got = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows)
     assert np.isfinite(got).all()
     assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+
+
+# --- matrix-vector kernel variants (llamavk/kernels/matmul.py MATVEC_KERNELS), forced through the
+# LLAMAVK_MATVEC override: every fused input, 1..8 tokens, rows not a multiple of a workgroup's rows,
+# units per row not a multiple of a step's, chunked weights.
+from llamavk.kernels import matmul as mm  # noqa: E402
+from llamavk.kernels.matmul import MatvecConfig, matvec_config, parse_matvec_env  # noqa: E402
+
+# name -> (config, token counts): every count through the smallest unrolling; llvmpipe compiles the
+# larger ones (NR x U x NT unrolled) slowly, so those take a few.
+# xs: x staged in shared memory (not for Q4_K at 5 tokens: over MATVEC_XS_BYTES) or read directly.
+VARIANTS = {
+    "wide-dq0": (MatvecConfig(64, 2, 1, 1, "wide", 0, 1), range(1, 9)),
+    "wide-dq1-ks2": (MatvecConfig(64, 3, 2, 2, "wide", 1, 0), (1, 2)),   # llvmpipe: 8 subgroups, 4 row groups
+    "wide-dq1-ks2-xs": (MatvecConfig(64, 3, 2, 2, "wide", 1, 1), (1, 2)),
+    "wide-dq2-u3": (MatvecConfig(32, 2, 1, 3, "wide", 2, 1), (1, 5)),
+}
+# cols: units per row not a multiple of S * U (13 Q4_0/Q8_0 blocks, 12 Q4_K quarters)
+VARIANT_TYPES = [(T.Q4_0, 416), (T.Q8_0, 416), (T.Q4_K, 768)]
+
+
+def run_fused(dev, kc, qtype, rows, cols, n_tokens, seed, chunked=False, bias=False, norm=False, resid=False,
+              glu=False):
+    eps = 1e-5
+    rng = np.random.default_rng(seed)
+    raw, w = make_weight(qtype, rows, cols, seed=seed)
+    x = (rng.standard_normal((n_tokens, cols)) * 3).astype(np.float32)
+    xd = x.astype(np.float64)
+    qw = upload_qweight(dev, raw, qtype, rows, cols, max_chunk_bytes=raw.shape[1] * 5 if chunked else None)
+    assert (len(qw.chunks) > 1) == chunked
+    X = f32(dev, x)
+    Y = f32(dev, np.full((n_tokens, rows), np.nan, np.float32))
+    kw, want = {}, np.zeros((n_tokens, rows))
+    if norm:
+        nw = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+        xd = xd / np.sqrt((xd ** 2).mean(axis=1, keepdims=True) + eps) * nw
+        kw.update(norm=View.whole(f32(dev, nw)), eps=eps)
+    if glu:
+        x[0, :2] = [-200.0, -1e4]
+        up = rng.standard_normal((n_tokens, cols)).astype(np.float32)
+        X = f32(dev, x)
+        g64 = x.astype(np.float64)
+        xd = g64 / (1.0 + np.exp(np.minimum(-g64, 700))) * up
+        kw.update(glu=View.whole(f32(dev, up)))
+    if resid:
+        res = rng.standard_normal((n_tokens, rows)).astype(np.float32)
+        want = want + res
+        kw.update(residual=View.whole(f32(dev, res)))
+    if bias:
+        b = rng.standard_normal(rows).astype(np.float32)
+        want = want + b
+        kw.update(bias=View.whole(f32(dev, b)))
+    want = want + xd @ w.T
+    seq = CommandSequence(dev).begin()
+    matmul(seq, kc, qw, View.whole(X), View.whole(Y), n_tokens, **kw)
+    seq.end().run()
+    got = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows)
+    assert np.isfinite(got).all(), "some outputs were not written"
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err <= 1e-3, f"{qtype.name} {rows}x{cols} nt={n_tokens}: relative error {err:.2e}"
+
+
+@pytest.fixture(scope="module")
+def kc_variants(dev):
+    return KernelCache(dev)
+
+
+@pytest.mark.parametrize("qtype,cols", VARIANT_TYPES, ids=lambda v: getattr(v, "name", str(v)))
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_matvec_variant(dev, kc_variants, monkeypatch, qtype, cols, variant):
+    cfg, token_counts = VARIANTS[variant]
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    assert matvec_config(kc_variants, qtype, 37, cols).kernel == cfg.kernel
+    if qtype == T.Q4_K:   # the slowest to compile; its dequantisation does not depend on DQ
+        token_counts = [nt for nt in token_counts if nt in (1, 8)]
+    for nt in token_counts:   # plain products, bias and chunks on alternate token counts
+        run_fused(dev, kc_variants, qtype, 37 if nt % 2 else 1, cols, nt, seed=nt, chunked=nt % 2 == 1,
+                  bias=nt % 4 == 1)
+    run_fused(dev, kc_variants, qtype, 37, cols, 3, seed=11, chunked=True, bias=True, norm=True, resid=True)
+    run_fused(dev, kc_variants, qtype, 21, cols, 2, seed=12, resid=True, glu=True)
+
+
+def test_matvec_env_and_fallback(dev, monkeypatch):
+    env = parse_matvec_env("q4_0=wide:128,4,1,2 ; q8_0=wide:128,2,1,2,0,0 256,4,2,2")
+    assert env["q4_0"] == MatvecConfig(128, 4, 1, 2, "wide", 1, 1)
+    assert env["q8_0"] == MatvecConfig(128, 2, 1, 2, "wide", 0, 0)
+    assert env["*"] == MatvecConfig(256, 4, 2, 2, "base")
+    assert parse_matvec_env(MatvecConfig(64, 2, 1, 1, "wide", 2, 0).spec())["*"] == MatvecConfig(64, 2, 1, 1, "wide", 2, 0)
+    with pytest.raises(Exception):
+        parse_matvec_env("bogus:1,2,3,4")
+    kc = KernelCache(dev)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", parse_matvec_env("wide:64,2,1,1"))
+    assert matvec_config(kc, T.Q4_0, 8, 64).kernel == "wide"
+    base = matvec_config(kc, T.Q6_K, 8, 256)   # no wide Q6_K: the table's config
+    kind = "cpu" if kc.info.is_cpu else "gpu"
+    assert base.kernel == "base" and base.nr == mm.MATVEC_CONFIGS[(kind, "*")].nr

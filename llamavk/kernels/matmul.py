@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import LlamavkError
 from ..quant import quant_info
@@ -38,28 +38,83 @@ class MatvecConfig:
     wg: int   # threads per workgroup
     nr: int   # rows per row group (NR <= 8)
     ks: int   # subgroups sharing one row group (split of the columns)
-    u: int    # blocks per lane per loop step
+    u: int    # units (base: 8-weight quarters; wide: blocks) per lane per loop step
+    kernel: str = "base"   # a MATVEC_KERNELS key
+    dq: int = 1            # wide kernel's dequantisation (matvec_wide.comp DQ: 0 magic - sub, 1 magic fma,
+                           # 2 unpack8 + block x sum)
+    xs: int = 1            # wide kernel: stage x in shared memory (where it fits: MATVEC_XS_BYTES)
+
+    def spec(self) -> str:
+        """The LLAMAVK_MATVEC spelling of this config."""
+        tail = f",{self.dq},{self.xs}" if self.kernel == "wide" else ""
+        return f"{self.kernel}:{self.wg},{self.nr},{self.ks},{self.u}{tail}"
 
 
-# Override for experiments: LLAMAVK_MATVEC="wg,nr,ks,u".
-_MATVEC_ENV = os.environ.get("LLAMAVK_MATVEC")
+# Matrix-vector kernels: name -> (shader variant prefix, types it exists for; None: every type).
+#   base       matvec.comp: each lane takes 8-weight quarters (32-bit loads), every type
+#   wide       matvec_wide.comp: each lane takes whole blocks (Q4_0/Q8_0) or 64-weight quarters of a
+#              super-block (Q4_K) with 16-byte loads
+#   read, wide_read   benchmark only (examples/bench_matvec.py): the loads of base / wide, no arithmetic
+# Every kernel supports every fused input (norm, residual, glu, bias), NT <= 8 and chunked weights.
+MATVEC_KERNELS = {
+    "base": ("mul_mv", None),
+    "wide": ("mul_mv_wide", {"q4_0", "q8_0", "q4_k"}),
+    "read": ("mul_mv_read", {"q4_0", "q8_0"}),
+    "wide_read": ("mul_mv_wide_read", {"q4_0", "q8_0", "q4_k"}),
+}
+# matvec_wide.comp: weights per unit (a lane's share of a row per step); x staging limit (the kernel
+# has 18 KiB of other shared memory; 48 KiB is the portable minimum of maxComputeSharedMemorySize).
+MATVEC_WIDE_UNIT = {"q4_0": 32, "q8_0": 32, "q4_k": 64}
+MATVEC_XS_BYTES = 24576
 
 
-# Work split per kind of device: measured with examples/bench_matvec.py (docs/PERFORMANCE.md). GPUs:
-# 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step.
-# Software devices: the smallest unrolling, since pipeline compilation there costs more than it saves.
+def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
+    types = MATVEC_KERNELS[kernel][1]
+    return types is None or type_name in types
+
+
+# Kernel and work split per (kind of device, weight type); "*" is every type without its own entry.
+# Measured with examples/bench_matvec.py (docs/PERFORMANCE.md). GPUs: 8 rows per 256-thread workgroup
+# (4 rows per pair of subgroups), 2 quarters per lane per step. Software devices: the smallest
+# unrolling, since pipeline compilation there costs more than it saves.
 MATVEC_CONFIGS = {
-    "gpu": MatvecConfig(wg=256, nr=4, ks=2, u=2),
-    "cpu": MatvecConfig(wg=128, nr=2, ks=1, u=1),
+    ("gpu", "*"): MatvecConfig(wg=256, nr=4, ks=2, u=2),
+    ("cpu", "*"): MatvecConfig(wg=128, nr=2, ks=1, u=1),
 }
 
 
+def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
+    """LLAMAVK_MATVEC (experiments, sweeps): entries separated by spaces or ';', each
+    `[TYPE=][KERNEL:]wg,nr,ks,u[,dq[,xs]]` (KERNEL default base; no TYPE: every type), e.g.
+    "wide:256,4,1,2,1,1" or "q4_0=wide:128,4,1,2 q8_0=wide:128,2,1,2,0,0 q4_k=base:256,4,2,2" or the old
+    "256,4,2,2". A kernel that lacks the type falls back to MATVEC_CONFIGS. -> {type or "*": config}."""
+    out: dict[str, MatvecConfig] = {}
+    for entry in (text or "").replace(";", " ").split():
+        tname, _, rest = entry.rpartition("=")
+        kernel, _, nums = rest.rpartition(":")
+        kernel = kernel or "base"
+        if kernel not in MATVEC_KERNELS:
+            raise LlamavkError(f"LLAMAVK_MATVEC: unknown kernel {kernel!r} (known: {', '.join(MATVEC_KERNELS)})")
+        vals = [int(v) for v in nums.split(",")]
+        if not 4 <= len(vals) <= 6:
+            raise LlamavkError(f"LLAMAVK_MATVEC: {entry!r} needs wg,nr,ks,u[,dq[,xs]]")
+        out[tname.lower() or "*"] = MatvecConfig(*vals[:4], kernel, *vals[4:])
+    return out
+
+
+# Override for experiments (see parse_matvec_env).
+_MATVEC_ENV = parse_matvec_env(os.environ.get("LLAMAVK_MATVEC"))
+
+
 def matvec_config(kc: KernelCache, qtype, rows: int, cols: int) -> MatvecConfig:
-    """Matrix-vector work split for a device and weight (the one place it is chosen)."""
-    if _MATVEC_ENV:
-        return MatvecConfig(*(int(v) for v in _MATVEC_ENV.split(",")))
-    cfg = MATVEC_CONFIGS["cpu" if kc.info.is_cpu else "gpu"]
-    return MatvecConfig(max(cfg.wg, kc.info.subgroup_size or 32), cfg.nr, cfg.ks, cfg.u)
+    """Matrix-vector kernel and work split for a device and weight (the one place it is chosen)."""
+    tname = type_suffix(qtype)
+    kind = "cpu" if kc.info.is_cpu else "gpu"
+    table = MATVEC_CONFIGS.get((kind, tname)) or MATVEC_CONFIGS[(kind, "*")]
+    cfg = _MATVEC_ENV.get(tname) or _MATVEC_ENV.get("*") or table
+    if not matvec_kernel_supports(cfg.kernel, tname):
+        cfg = table
+    return replace(cfg, wg=max(cfg.wg, kc.info.subgroup_size or 32))
 
 
 def _check_view(view: View, nbytes: int, what: str) -> None:
@@ -90,9 +145,12 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         rows_per_wg = cfg.nr * max(1, n_subgroups // cfg.ks)
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
-        kernel = kc.get(f"mul_mv_{name}", "rrrwrrr", push_size=28,
-                        spec=(cfg.wg, n_tokens, norm is not None, residual is not None, cfg.nr, cfg.ks, cfg.u,
-                              glu is not None))
+        spec = (cfg.wg, n_tokens, norm is not None, residual is not None, cfg.nr, cfg.ks, cfg.u, glu is not None)
+        if cfg.kernel.startswith("wide"):
+            ch4 = cfg.ks * (kc.info.subgroup_size or 32) * cfg.u * MATVEC_WIDE_UNIT[name] // 4
+            xs = cfg.xs and cfg.kernel == "wide" and 16 * n_tokens * ch4 <= MATVEC_XS_BYTES
+            spec += (cfg.dq, n_tokens * ch4 if xs else 0)
+        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrr", push_size=28, spec=spec)
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         for ch in w.chunks:
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
