@@ -9,8 +9,8 @@ pure-read references read / wide_read, which load the same words as base / wide 
 the ceiling of that access pattern). A variant without the type prints "-".
 
 Each measurement records 40 dispatches (barrier-separated, rotating over enough weight copies that
-the L2 cache never holds the matrix read next), runs them 3 times and reports bytes of weights /
-median GPU time per dispatch (timestamps). --fused adds a second value per cell: the same product with
+the L2 cache never holds the matrix read next), replays them for --warmup seconds (clocks up), then 5
+more times, and reports bytes of weights / median GPU time per dispatch (timestamps). --fused adds a second value per cell: the same product with
 the RMS norm folded in (plain/fused).
 """
 
@@ -53,8 +53,10 @@ def gbs(nbytes, seconds):
     return f"{v:.0f}" if v >= 10 else f"{v:.2f}"
 
 
-def time_config(dev, kc, weights, x, y, norm, cfg, reps=40):
-    """Median GPU time (s) of one dispatch, from timestamps, after warm-up runs."""
+def time_config(dev, kc, weights, x, y, norm, cfg, reps=40, warmup=0.15, runs=5):
+    """Median GPU time (s) of one dispatch, from timestamps, over `runs` runs after `warmup` seconds
+    of replays (the GPU's clocks drop while the host prepares the next matrix: without the warm-up the
+    first variants of a row measured up to 5x slow on an H100)."""
     mm.matvec_config = lambda *a, **k: cfg
     seq = CommandSequence(dev, profile=True).begin()
     for i in range(reps):
@@ -62,9 +64,13 @@ def time_config(dev, kc, weights, x, y, norm, cfg, reps=40):
         mm.matmul(seq, kc, w, x, y, 1, norm=norm, eps=1e-5)
         seq.barrier()
     seq.end()
-    for _ in range(3):
+    t0 = time.time()
+    while time.time() - t0 < warmup:
         seq.run()
-    times = [us for _, us in seq.profile_results()]
+    times = []
+    for _ in range(runs):
+        seq.run()
+        times += [us for _, us in seq.profile_results()]
     seq.close()
     return float(np.median(times)) * 1e-6
 
@@ -76,6 +82,7 @@ def main():
     ap.add_argument("--configs", default=None, help="old spelling: wg,nr,ks,u of the base kernel")
     ap.add_argument("--shapes", default=SHAPES, help="ROWSxCOLS separated by spaces")
     ap.add_argument("--fused", action="store_true", help="also time the product with the RMS norm fused")
+    ap.add_argument("--warmup", type=float, default=0.15, help="seconds of replays before each measurement")
     a = ap.parse_args()
     t_start = time.time()
     dev = open_devices(select(get_instance().devices)[0][:1])[0]
@@ -110,11 +117,11 @@ def main():
                     continue
                 cfg = dataclasses.replace(cfg, wg=max(cfg.wg, sg))
                 plain = time_config(dev, kc, weights, View.whole(x), View.whole(y), None, cfg,
-                                    reps=max(40, n_copies))
+                                    reps=max(40, n_copies), warmup=a.warmup)
                 cell = gbs(nbytes, plain)
                 if a.fused and "read" not in cfg.kernel:
                     fused = time_config(dev, kc, weights, View.whole(x), View.whole(y), View.whole(nw), cfg,
-                                        reps=max(40, n_copies))
+                                        reps=max(40, n_copies), warmup=a.warmup)
                     cell += "/" + gbs(nbytes, fused)
                 cells.append(cell)
             print(f"{tname:5s} {f'{rows}x{cols}':11s} " + "".join(c.rjust(width) for c in cells), flush=True)

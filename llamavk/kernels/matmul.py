@@ -79,6 +79,9 @@ def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
 # unrolling, since pipeline compilation there costs more than it saves.
 MATVEC_CONFIGS = {
     ("gpu", "*"): MatvecConfig(wg=256, nr=4, ks=2, u=2),
+    # H100, bench_matvec.py: 1.6-2.3x the base kernel on every shape (4096x14336: 555 -> 1290 GB/s;
+    # fused norm 545 -> 845), which loses to its 8-bit scale loads
+    ("gpu", "q4_k"): MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide"),
     ("cpu", "*"): MatvecConfig(wg=128, nr=2, ks=1, u=1),
 }
 
