@@ -28,9 +28,9 @@ from llamavk.quant import qtype_from_name, quant_info
 from llamavk.vk import Buffer, CommandSequence, get_instance
 
 SHAPES = "4096x4096 14336x4096 4096x14336 32000x4096 2048x2048"
-VARIANTS = ("base:256,4,2,2 read:256,4,2,2 "
-            "wide:256,4,1,2,0 wide:256,4,1,2,1 wide:256,4,1,2,2 wide:256,2,1,4,1 wide:256,1,1,4,1 "
-            "wide:128,8,1,1,1 wide:256,4,2,1,1 wide_read:256,4,1,2 wide_read:256,2,1,4")
+VARIANTS = ("base:256,4,2,2 read:256,4,2,2 wide_read:256,4,1,2 wide_read:256,2,1,4 "
+            "wide:256,4,1,2,1,0 wide:256,4,1,2,1,1 wide:256,4,1,2,0,1 wide:256,4,1,2,2,1 wide:256,4,1,1,1,1 "
+            "wide:256,8,1,1,1,1 wide:256,4,2,1,1,1 wide:256,2,1,1,1,1 wide:128,4,1,1,1,1")
 L2_DEFEAT_BYTES = 160e6   # more than 3x an H100's / H200's 50 MB L2 between two reads of one copy
 
 
