@@ -6,8 +6,12 @@ for _t in _TYPES:
     _d = {f"QTYPE_{_t.upper()}": "1"}
     VARIANTS[f"mul_mv_{_t}"] = ("matvec.comp", dict(_d))
     VARIANTS[f"mul_mm_{_t}"] = ("matmul.comp", dict(_d))
+    VARIANTS[f"mul_mm_coop_{_t}"] = ("matmul_coop.comp", dict(_d))   # cooperative matrices (KHR)
+    VARIANTS[f"mul_mm_coop_big_{_t}"] = ("matmul_coop.comp", dict(_d, WARPS_M="4"))   # 256 x 128 tiles
     VARIANTS[f"get_rows_{_t}"] = ("get_rows.comp", dict(_d))
-
+# phases of the cooperative-matrix kernel, for examples/bench_matmul.py only: 1 multiplies only, 2 loads only
+for _ph in (1, 2):
+    VARIANTS[f"mul_mm_coopP{_ph}_q4_0"] = ("matmul_coop.comp", {"QTYPE_Q4_0": "1", "PHASE": str(_ph)})
 
 # Matrix-vector alternatives (llamavk/kernels/matmul.py MATVEC_KERNELS): the "wide" work split
 # (matvec_wide.comp) and, for examples/bench_matvec.py only, pure-read kernels with the loads of the

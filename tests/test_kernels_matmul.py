@@ -11,6 +11,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import quants
 
 from llamavk.kernels import KernelCache, View, upload_qweight
+from llamavk.kernels import matmul as matmul_module
 from llamavk.kernels.matmul import MATVEC_MAX_TOKENS, get_rows, matmul
 from llamavk.quant import quant_info
 from llamavk.vk import Buffer, CommandSequence
@@ -58,8 +59,15 @@ def big_cols(qtype):
     return 333 if bs == 1 else 24 * bs if bs == 32 else 3 * bs
 
 
-def tol(qtype):
-    return 1e-4 if qtype == T.F32 else 1e-3
+def tol(qtype, coopmat=False):
+    # cooperative matrices multiply f16-rounded weights and activations (2^-11 relative each)
+    return 3e-3 if coopmat else 1e-4 if qtype == T.F32 else 1e-3
+
+
+@pytest.fixture
+def portable(monkeypatch):
+    """Batches > MATVEC_MAX_TOKENS take the portable tiled kernel even where cooperative matrices exist."""
+    monkeypatch.setattr(matmul_module, "_SKIP", {"mul_mm_coop"})
 
 
 def host_f32(dev, n, poison=True):
@@ -69,7 +77,7 @@ def host_f32(dev, n, poison=True):
     return buf
 
 
-def run_matmul(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, with_bias=False):
+def run_matmul(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, with_bias=False, coopmat=False):
     raw, wref = make_weight(qtype, rows, cols, seed)
     rng = np.random.default_rng(seed + 1)
     x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
@@ -91,7 +99,7 @@ def run_matmul(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None,
     out = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows).astype(np.float64)
     assert np.isfinite(out).all(), "some outputs were not written"
     err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
-    assert err < tol(qtype), f"{qtype.name} {rows}x{cols} n_tokens={n_tokens}: relative error {err:.2e}"
+    assert err < tol(qtype, coopmat), f"{qtype.name} {rows}x{cols} n_tokens={n_tokens}: relative error {err:.2e}"
     return w
 
 
@@ -103,21 +111,49 @@ def test_matvec(dev, kc, qtype):
 
 
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
-def test_matmul_tiled(dev, kc, qtype):
+def test_matmul_tiled(dev, kc, qtype, portable):
     run_matmul(dev, kc, qtype, 37, big_cols(qtype), 17, seed=3)
     run_matmul(dev, kc, qtype, 300, small_cols(qtype), 130, seed=4)
 
 
+# The cooperative-matrix kernel (GPUs with VK_KHR_cooperative_matrix 16x8x16 f16->f32); tiles of
+# 128 rows x 128 tokens, so: partial tiles in both directions, several tiles, chunks and bias.
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_matmul_coopmat(dev, kc, qtype):
+    if not matmul_module._has_coopmat(kc):
+        pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {matmul_module.COOPMAT_SHAPE}")
+    cols = big_cols(qtype) if quant_info(qtype).block_size > 1 else 320   # a multiple of 32
+    assert matmul_module.product_kernel(kc, 70, 300, cols) == "mul_mm_coop"
+    run_matmul(dev, kc, qtype, 37, cols, 9, seed=3, coopmat=True)
+    run_matmul(dev, kc, qtype, 300, cols, 130, seed=4, coopmat=True, with_bias=True)
+    rows = 260
+    run_matmul(dev, kc, qtype, rows, cols, 64, seed=5, coopmat=True, with_bias=True,
+               max_chunk_bytes=70 * quant_info(qtype).row_bytes(cols))
+
+
+# The 256 x 128-tile form, chosen for large weights and batches (forced here on a small one).
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16], ids=lambda t: t.name)
+def test_matmul_coopmat_big_tiles(dev, kc, qtype, monkeypatch):
+    if not matmul_module._has_coopmat(kc):
+        pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {matmul_module.COOPMAT_SHAPE}")
+    assert matmul_module.product_kernel(kc, 512, 8192, 4096) == "mul_mm_coop_big"
+    monkeypatch.setattr(matmul_module, "product_kernel", lambda *a: "mul_mm_coop_big")
+    cols = big_cols(qtype) if quant_info(qtype).block_size > 1 else 320
+    run_matmul(dev, kc, qtype, 300, cols, 130, seed=6, coopmat=True, with_bias=True)
+    run_matmul(dev, kc, qtype, 520, cols, 256, seed=7, coopmat=True,
+               max_chunk_bytes=270 * quant_info(qtype).row_bytes(cols))
+
+
 @pytest.mark.parametrize("qtype,n_tokens", [(T.Q4_0, 2), (T.Q6_K, 64), (T.F16, 8), (T.Q4_K, 9)],
                          ids=lambda v: getattr(v, "name", str(v)))
-def test_single_row_and_thresholds(dev, kc, qtype, n_tokens):
+def test_single_row_and_thresholds(dev, kc, qtype, n_tokens, portable):
     run_matmul(dev, kc, qtype, 1, big_cols(qtype), n_tokens, seed=5)
     run_matmul(dev, kc, qtype, 65, small_cols(qtype), n_tokens, seed=6)
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q5_K, T.BF16], ids=lambda t: t.name)
 @pytest.mark.parametrize("n_tokens", [3, 70])
-def test_chunked_with_bias(dev, kc, qtype, n_tokens):
+def test_chunked_with_bias(dev, kc, qtype, n_tokens, portable):
     cols = small_cols(qtype)
     # about 7 rows per chunk: 300 rows in 43 buffers, 37 rows in 6
     max_chunk = 7 * quant_info(qtype).row_bytes(cols)
@@ -128,7 +164,7 @@ def test_chunked_with_bias(dev, kc, qtype, n_tokens):
 
 
 @pytest.mark.parametrize("qtype", [T.F32, T.Q8_0], ids=lambda t: t.name)
-def test_bias_unchunked(dev, kc, qtype):
+def test_bias_unchunked(dev, kc, qtype, portable):
     run_matmul(dev, kc, qtype, 37, small_cols(qtype), 1, seed=7, with_bias=True)
     run_matmul(dev, kc, qtype, 37, small_cols(qtype), 20, seed=8, with_bias=True)
 

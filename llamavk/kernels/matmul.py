@@ -1,9 +1,10 @@
 """Weight matrix products and embedding lookups over GGUF-typed weights (shaders/matvec.comp,
 matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
 
-- `matmul`: y[t, r] = sum_c W[r, c] x[t, c] (+ bias[r]). Up to MATVEC_MAX_TOKENS tokens use the
-  matrix-vector kernel (reads W once for all tokens: decode and small batches); more use the tiled
-  matrix-matrix kernel (64 rows x 64 tokens per workgroup).
+- `matmul`: y[t, r] = sum_c W[r, c] x[t, c] (+ bias[r]). PRODUCT_KERNELS picks the kernel: up to
+  MATVEC_MAX_TOKENS tokens the matrix-vector kernel (reads W once for all tokens: decode and small
+  batches); more use cooperative matrices where the device has them (matmul_coop.comp, f16 inputs,
+  f32 sums), else the portable tiled kernel (matmul.comp, f32).
 - `get_rows`: out[t, :] = dequant(W[ids[t], :]).
 
 Each weight chunk (its own buffer, rows [row_start, row_start + n_rows)) is one dispatch; the kernel
@@ -24,8 +25,10 @@ from . import KernelCache, QWeight, View, groups_2d
 # Token counts up to this use the matrix-vector kernel (one pass over W, NT accumulators per row);
 # the tiled kernel needs enough tokens to fill its 64-token tiles before it pays off.
 MATVEC_MAX_TOKENS = 8
-MATMUL_TILE_ROWS = 64       # BM in matmul.comp
-MATMUL_TILE_TOKENS = 64     # BN in matmul.comp
+# Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
+MATMUL_TILES = {"mul_mm": (64, 64), "mul_mm_coop": (128, 128), "mul_mm_coop_big": (256, 128)}
+# What the cooperative-matrix kernel needs (shaders/matmul_coop.comp).
+COOPMAT_SHAPE = "16x8x16 f16->f32"
 GET_ROWS_WG = 64
 
 
@@ -120,6 +123,34 @@ def matvec_config(kc: KernelCache, qtype, rows: int, cols: int) -> MatvecConfig:
     return replace(cfg, wg=max(cfg.wg, kc.info.subgroup_size or 32))
 
 
+def _has_coopmat(kc: KernelCache) -> bool:
+    return (kc.device.features.get("coopmat", False) and COOPMAT_SHAPE in kc.info.coopmat
+            and kc.info.subgroup_size == 32)
+
+
+# Which kernel computes a weight product, per batch size, weight shape and device: the first row that
+# applies wins. (The matrix-vector row's kernel and work split per weight type: MATVEC_CONFIGS.)
+PRODUCT_KERNELS = (
+    # name              applies when (kc, n_tokens, rows, cols)                why
+    ("mul_mv",          lambda kc, n, rows, cols: n <= MATVEC_MAX_TOKENS),    # one pass over W for all tokens
+    ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
+    #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
+    ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
+    ("mul_mm",          lambda kc, n, rows, cols: True),                     # portable f32 tiles
+)
+# LLAMAVK_MATMUL=mul_mm skips the cooperative-matrix rows (comparisons on one device).
+_SKIP = {"mul_mm": {"mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
+
+
+def _coopmat_ok(kc: KernelCache, cols: int) -> bool:
+    return _has_coopmat(kc) and cols % 32 == 0
+
+
+def product_kernel(kc: KernelCache, n_tokens: int, rows: int, cols: int) -> str:
+    """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight on kc's device."""
+    return next(name for name, applies in PRODUCT_KERNELS if name not in _SKIP and applies(kc, n_tokens, rows, cols))
+
+
 def _check_view(view: View, nbytes: int, what: str) -> None:
     if view.nbytes < nbytes:
         raise LlamavkError(f"{what}: view is {view.nbytes} bytes, needs {nbytes}")
@@ -142,7 +173,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         _check_view(bias, 4 * w.rows, "matmul bias")
     b = bias if bias is not None else x  # an unused binding still needs a buffer
     has_bias = 1 if bias is not None else 0
-    if n_tokens <= MATVEC_MAX_TOKENS:
+    family = product_kernel(kc, n_tokens, w.rows, w.cols)
+    if family == "mul_mv":
         cfg = matvec_config(kc, w.qtype, w.rows, w.cols)
         n_subgroups = max(1, cfg.wg // (kc.info.subgroup_size or 32))
         rows_per_wg = cfg.nr * max(1, n_subgroups // cfg.ks)
@@ -162,10 +194,11 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     else:
         if norm is not None or residual is not None or glu is not None:
             raise LlamavkError("fused norm/residual/glu matmul is only available for matrix-vector batches")
-        kernel = kc.get(f"mul_mm_{name}", "rrrw", push_size=24)
-        gy = (n_tokens + MATMUL_TILE_TOKENS - 1) // MATMUL_TILE_TOKENS
+        tile_rows, tile_tokens = MATMUL_TILES[family]
+        kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
+        gy = (n_tokens + tile_tokens - 1) // tile_tokens
         for ch in w.chunks:
-            gx = (ch.n_rows + MATMUL_TILE_ROWS - 1) // MATMUL_TILE_ROWS
+            gx = (ch.n_rows + tile_rows - 1) // tile_rows
             if gx > 65535 or gy > 65535:
                 raise LlamavkError(f"matmul: grid {gx} x {gy} is too large")
             push = struct.pack("<6I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens)

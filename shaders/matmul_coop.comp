@@ -1,0 +1,175 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+// y[t, y_off + r] = sum_c W[r, c] * x[t, c] (+ bias[y_off + r]) for a batch of tokens (prompt), on
+// cooperative matrices (tensor cores). Written against GL_NV_cooperative_matrix; shaders/build.py
+// rewrites the SPIR-V to SPV_KHR_cooperative_matrix (shaders/coopmat_khr.py), so it runs wherever
+// VK_KHR_cooperative_matrix offers M x N x K = 16 x 8 x 16, f16 inputs, f32 accumulators, with
+// 32-lane subgroups (llamavk/kernels/matmul.py selects it only then).
+//
+// As a GEMM: Y^T (rows x tokens) = W (rows x cols) . X^T (cols x tokens). A workgroup of WARPS_M x
+// WARPS_N subgroups computes BM = 64 WARPS_M rows x BN = 32 WARPS_N tokens, stepping along K by BK = 32
+// columns (one dequant unit):
+//   1. all threads store the step's tiles, already f16 in registers, to shared memory: the BM x 32
+//      tile of W (8-weight pieces, quants.glsl dequant_part) and the BN x 32 tile of x;
+//   2. they load and convert the next step's tiles into registers (load_tile) -- those loads are in
+//      flight while
+//   3. each subgroup multiplies its 64 x 32 part of the output: 4 x 4 accumulator tiles of 16 x 8,
+//      two K steps of 16 per tile of W.
+// Shared rows are padded by 8 halves so the rows of a 16 x 16 load fall in different banks.
+// The accumulators go through a small per-subgroup shared tile to the output (bias, bounds).
+#ifndef PHASE
+#define PHASE 0
+#endif
+#ifndef WARPS_M
+#define WARPS_M 2
+#endif
+#ifndef WARPS_N
+#define WARPS_N 4
+#endif
+#define NTHREADS (32 * WARPS_M * WARPS_N)
+layout(local_size_x = NTHREADS) in;
+#define BM (64 * WARPS_M)
+#define BN (32 * WARPS_N)
+#define BK 32
+#define TM 16
+#define TN 8
+#define TK 16
+#define WM 64           // rows per subgroup
+#define WN 32           // tokens per subgroup
+#define MT (WM / TM)    // 4 tiles down
+#define NT (WN / TN)    // 4 tiles across
+#define LD ((BK + 8) / 4)   // shared row stride in uvec2 units (4 halves)
+
+#include "quants.glsl"
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform Push {
+    uint n_rows;    // rows of this chunk
+    uint cols;      // a multiple of 32
+    uint y_stride;  // floats between two tokens' outputs (rows of the whole matrix)
+    uint y_off;     // first row of this chunk in the whole matrix
+    uint has_bias;
+    uint n_tokens;
+} p;
+
+// f16 tiles, 4 halves per uvec2 (the widest element type the NV GLSL loads accept from shared memory)
+shared uvec2 wa[BM * LD];       // wa[r * LD + k/4] = f16 W[row0 + r, k0 + k .. k0 + k + 3]
+shared uvec2 xb[BN * LD];       // xb[t * LD + k/4] = f16 x[tok0 + t, k0 + k .. k0 + k + 3]
+shared float stage[WARPS_M * WARPS_N * TM * TN]; // one output tile per subgroup, column-major (row m, token n at n*TM+m)
+
+uvec2 pack4(vec4 v) { return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }
+
+// One thread's share of the tiles of step u, as f16: W pieces (row r, quarter i: 8 weights) and x
+// vec4s. No branches (rows and tokens past the end are clamped, then zeroed), so the loads of step
+// u + 1 can be issued in the same basic block as the multiplications of step u and overlap them.
+#define WPIECES (BM * 4 / NTHREADS)
+#define XPIECES (BN * 8 / NTHREADS)
+struct Tile { uvec2 w[2 * WPIECES]; uvec2 x[XPIECES]; };
+
+Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
+    Tile tl;
+    [[unroll]] for (uint s = 0; s < WPIECES; ++s) {
+        // neighbouring threads take neighbouring quarters of a row (coalesced block reads)
+        const uint piece = tid + NTHREADS * s;
+        const uint r = piece / 4, i = piece % 4;
+        const uint row = min(row0 + r, p.n_rows - 1);
+        vec4 a, c;
+#ifdef QFLOAT
+        const uint base = row * p.cols + 32 * u;
+        a = vec4(wfloat(base + 4 * i), wfloat(base + 4 * i + 1), wfloat(base + 4 * i + 2), wfloat(base + 4 * i + 3));
+        c = vec4(wfloat(base + 4 * i + 16), wfloat(base + 4 * i + 17), wfloat(base + 4 * i + 18), wfloat(base + 4 * i + 19));
+#else
+        dequant_part(row, u, i, p.cols, a, c);
+#endif
+        const bool live = row0 + r < p.n_rows;
+        tl.w[2 * s] = live ? pack4(a) : uvec2(0);
+        tl.w[2 * s + 1] = live ? pack4(c) : uvec2(0);
+    }
+    [[unroll]] for (uint s = 0; s < XPIECES; ++s) {
+        const uint idx = tid + NTHREADS * s;
+        const uint t = idx / 8, k4 = idx % 8;
+        const vec4 v = x4[(min(tok0 + t, p.n_tokens - 1) * p.cols + 32 * u) / 4 + k4];
+        tl.x[s] = tok0 + t < p.n_tokens ? pack4(v) : uvec2(0);
+    }
+    return tl;
+}
+
+void store_tile(Tile tl, uint tid) {
+    [[unroll]] for (uint s = 0; s < WPIECES; ++s) {
+        const uint piece = tid + NTHREADS * s;
+        const uint r = piece / 4, i = piece % 4;
+        wa[r * LD + i] = tl.w[2 * s];          // weights 4i .. 4i+3
+        wa[r * LD + i + 4] = tl.w[2 * s + 1];  // weights 16+4i .. 16+4i+3
+    }
+    [[unroll]] for (uint s = 0; s < XPIECES; ++s) {
+        const uint idx = tid + NTHREADS * s;
+        xb[(idx / 8) * LD + idx % 8] = tl.x[s];
+    }
+}
+
+void main() {
+    q_chunk_blocks = p.n_rows * (p.cols / QK);
+    const uint tid = gl_LocalInvocationID.x;
+    const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    const uint row0 = gl_WorkGroupID.x * BM;
+    const uint tok0 = gl_WorkGroupID.y * BN;
+    const uint wm = (sg % WARPS_M) * WM, wn = (sg / WARPS_M) * WN;
+
+    fcoopmatNV<32, gl_ScopeSubgroup, TM, TN> acc[MT][NT];
+    [[unroll]] for (uint i = 0; i < MT; ++i)
+        [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, TM, TN>(0.0);
+
+    const uint n_units = p.cols / 32;
+    Tile next = load_tile(0, tid, row0, tok0);
+    for (uint u = 0; u < n_units; ++u) {
+        barrier();                       // the previous step's multiplications are done with the tiles
+#if PHASE != 1
+        store_tile(next, tid);
+#else   // benchmark only: multiply the first tile over and over (no loads after it)
+        if (u == 0) store_tile(next, tid);
+#endif
+        barrier();
+#if PHASE != 1
+        next = load_tile(min(u + 1, n_units - 1), tid, row0, tok0);   // in flight during the products
+#endif
+#if PHASE == 2   // benchmark only: loads and conversions, no multiplications
+        if (u + 1 == n_units)
+#endif
+        [[unroll]] for (uint kk = 0; kk < BK; kk += TK) {
+            fcoopmatNV<16, gl_ScopeSubgroup, TM, TK> fa[MT];
+            fcoopmatNV<16, gl_ScopeSubgroup, TK, TN> fb[NT];
+            [[unroll]] for (uint i = 0; i < MT; ++i)
+                coopMatLoadNV(fa[i], wa, (wm + i * TM) * LD + kk / 4, LD, false);
+            [[unroll]] for (uint j = 0; j < NT; ++j)
+                coopMatLoadNV(fb[j], xb, (wn + j * TN) * LD + kk / 4, LD, true);
+            [[unroll]] for (uint i = 0; i < MT; ++i)
+                [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);
+        }
+    }
+
+    // Epilogue: each tile through the subgroup's shared stage, 4 outputs per lane, bias, bounds.
+    // Every loop here must unroll completely: one run-time index into acc[] moves the whole array of
+    // accumulators to local memory (measured: 20x slower on an H100).
+    [[unroll]] for (uint i = 0; i < MT; ++i) {
+        [[unroll]] for (uint j = 0; j < NT; ++j) {
+            coopMatStoreNV(acc[i][j], stage, sg * TM * TN, TM, true);
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            [[unroll]] for (uint q = 0; q < TM * TN / 32; ++q) {   // a constant trip count: see below
+                const uint e = lane + 32 * q;
+                const uint m = e % TM, n = e / TM;
+                const uint r = row0 + wm + i * TM + m, t = tok0 + wn + j * TN + n;
+                if (r < p.n_rows && t < p.n_tokens) {
+                    float v = stage[sg * TM * TN + e];
+                    if (p.has_bias != 0) v += bias[p.y_off + r];
+                    y[t * p.y_stride + p.y_off + r] = v;
+                }
+            }
+            subgroupBarrier();
+        }
+    }
+}
