@@ -457,11 +457,11 @@ def test_split_plan(monkeypatch):
         info = Info()
 
     gpu = KC()
-    assert split_plan(gpu, 4224, 8, 1) == (17, 256)          # 7.2B decode: up to 17 splits of 256
-    assert split_plan(gpu, 65536, 8, 1) == (64, 256)         # 512 workgroups
-    assert split_plan(gpu, 65536, 2, 1) == (MAX_SPLITS, 256)
-    assert split_plan(gpu, 200, 8, 1) == (1, 256)
-    assert split_plan(gpu, 4224, 8, 64) == (1, 256)          # prefill: enough row blocks
+    assert split_plan(gpu, 4224, 8, 1) == (33, 128)          # 7.2B decode: up to 33 splits of 128
+    assert split_plan(gpu, 65536, 8, 1) == (64, 128)         # 512 workgroups
+    assert split_plan(gpu, 65536, 2, 1) == (MAX_SPLITS, 128)
+    assert split_plan(gpu, 200, 8, 1) == (2, 128)
+    assert split_plan(gpu, 4224, 8, 64) == (1, 128)          # prefill: enough row blocks
     monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "1000")
     assert split_plan(gpu, 4224, 8, 1) == (5, 1024)          # rounded up to a multiple of ATTN_WG
     monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "1")

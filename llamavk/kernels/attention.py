@@ -50,15 +50,17 @@ def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int) -> None:
 # Split policy (GPU numbers: H100, 7.2B decode, 8 KV heads). The recording is replayed while n_kv grows,
 # so the grid (n_splits workgroups per row block and KV head) is fixed at record time from n_ctx and
 # the shader picks the active splits at run time: chunk = max(roundup(n_kv / n_splits, WG), min_chunk).
-# - Short contexts want few splits: merging partial results costs a few us, more than a few
-#   sequential blocks (n_kv ~600: 1 split 263 t/s, 6 splits 253), hence min_chunk.
+# - Short contexts wanted few splits with the first kernel (merging partial results cost a few us:
+#   n_kv ~600, 1 split 263 t/s, 6 splits 253), hence min_chunk; with the decode kernel (a block's K and
+#   V loads in flight together) one block per split measured best on the H100: n_kv 600 256.7 t/s
+#   (min_chunk 256: 247.2, 1024: 225.1), n_kv 4096 249.4 (256: 240.8), so GPUs use min_chunk = WG.
 # - Long contexts want many: each workgroup's KV blocks are latency bound, and 5 splits x 8 KV heads
 #   = 40 workgroups left most of a 132-SM GPU idle at n_kv 4096; n_splits is sized for
 #   ~TARGET_WORKGROUPS (several per SM; Vulkan does not tell the SM count), the chunk shrinks to
-#   min_chunk as n_kv grows (4096 positions: 16 splits of 256 -> 128 workgroups).
+#   min_chunk as n_kv grows (4096 positions: 32 splits of 128 -> 256 workgroups).
 # Workgroups of inactive splits exit at once; a single active split writes the output directly.
 TARGET_WORKGROUPS = 512
-MIN_CHUNK = 256              # positions (a multiple of ATTN_WG)
+MIN_CHUNK = 128              # positions (a multiple of ATTN_WG)
 CPU_TARGET_WORKGROUPS = 8    # software devices: a few cores
 CPU_MIN_CHUNK = 1024
 
