@@ -2,9 +2,10 @@
 """Prompt-batch weight products (matmul.comp / matmul_coop.comp) on the first device: TFLOP/s.
 
     python3 examples/bench_matmul.py [--types q4_0,q8_0] [--tokens 512] [--shapes "4096x4096 14336x4096"]
-Every matrix-matrix row of llamavk.kernels.matmul.PRODUCT_KERNELS the device can run is timed: 20
-dispatches (barrier-separated, rotating over 2 weight copies), run 3 times, median GPU time per
-dispatch from timestamps; 2 * rows * cols * tokens / time.
+Every matrix-matrix row of llamavk.kernels.matmul.PRODUCT_KERNELS the device can run is timed (forced,
+whatever the table would choose): 20 products (barrier-separated, rotating over 2 weight copies),
+replayed for 0.3 s first (an idle GPU's clocks measure several times
+slower), mean GPU time per product from timestamps; 2 * rows * cols * tokens / time.
 """
 
 import argparse
@@ -45,7 +46,7 @@ def time_family(dev, kc, family, weights, x, y, n_tokens, reps=20):
         while time.perf_counter() - t0 < 0.3:    # clocks up: an idle GPU measures several times slower
             seq.run()
         seq.run()
-        times = [us for _, us in seq.profile_results()]
+        times = [sum(us for _, us in seq.profile_results()) / reps]
         seq.close()
     finally:
         mm.product_kernel = chosen
