@@ -2,7 +2,7 @@
 """Prompt-batch weight products (matmul.comp / matmul_coop.comp) on the first device: TFLOP/s.
 
     python3 examples/bench_matmul.py [--types q4_0,q8_0] [--tokens 512] [--shapes "4096x4096 14336x4096"]
-Every matrix-matrix row of llamavk.kernels.matmul.PRODUCT_KERNELS the device can run is timed (forced,
+Every matrix-matrix row of llamavk.kernels.selection.PRODUCT_KERNELS the device can run is timed (forced,
 whatever the table would choose): 20 products (barrier-separated, rotating over 2 weight copies),
 replayed for 0.3 s first (an idle GPU's clocks measure several times
 slower), mean GPU time per product from timestamps; 2 * rows * cols * tokens / time.
@@ -64,7 +64,7 @@ def main():
     kc = KernelCache(dev)
     rng = np.random.default_rng(0)
     shapes = SHAPES if a.shapes is None else [tuple(map(int, s.split("x"))) for s in a.shapes.split()]
-    families = ["mul_mm"] + (["mul_mm_coop", "mul_mm_coop_big"] if mm._has_coopmat(kc) else [])
+    families = ["mul_mm"] + (["mul_mm_coop", "mul_mm_coop_big"] if mm.has_coopmat(kc) else [])
     families += [f for f in a.extra.split(",") if f]
     n = a.tokens
     print(f"{dev.info.name}; {n} tokens; TFLOP/s (2 * rows * cols * tokens / GPU time)")

@@ -12,6 +12,7 @@ from gguf import quants
 
 from llamavk.kernels import KernelCache, View, upload_qweight
 from llamavk.kernels import matmul as matmul_module
+from llamavk.kernels import selection
 from llamavk.kernels.matmul import MATVEC_MAX_TOKENS, get_rows, matmul
 from llamavk.quant import quant_info
 from llamavk.vk import Buffer, CommandSequence
@@ -67,7 +68,7 @@ def tol(qtype, coopmat=False):
 @pytest.fixture
 def portable(monkeypatch):
     """Batches > MATVEC_MAX_TOKENS take the portable tiled kernel even where cooperative matrices exist."""
-    monkeypatch.setattr(matmul_module, "_SKIP", {"mul_mm_coop"})
+    monkeypatch.setattr(selection, "_SKIP", {"mul_mm_coop", "mul_mm_coop_big"})
 
 
 def host_f32(dev, n, poison=True):
@@ -120,10 +121,10 @@ def test_matmul_tiled(dev, kc, qtype, portable):
 # 128 rows x 128 tokens, so: partial tiles in both directions, several tiles, chunks and bias.
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
 def test_matmul_coopmat(dev, kc, qtype):
-    if not matmul_module._has_coopmat(kc):
-        pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {matmul_module.COOPMAT_SHAPE}")
+    if not selection.has_coopmat(kc):
+        pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {selection.COOPMAT_SHAPE}")
     cols = big_cols(qtype) if quant_info(qtype).block_size > 1 else 320   # a multiple of 32
-    assert matmul_module.product_kernel(kc, 70, 300, cols) == "mul_mm_coop"
+    assert selection.product_kernel(kc, 70, 300, cols) == "mul_mm_coop"
     run_matmul(dev, kc, qtype, 37, cols, 9, seed=3, coopmat=True)
     run_matmul(dev, kc, qtype, 300, cols, 130, seed=4, coopmat=True, with_bias=True)
     rows = 260
@@ -134,9 +135,9 @@ def test_matmul_coopmat(dev, kc, qtype):
 # The 256 x 128-tile form, chosen for large weights and batches (forced here on a small one).
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16], ids=lambda t: t.name)
 def test_matmul_coopmat_big_tiles(dev, kc, qtype, monkeypatch):
-    if not matmul_module._has_coopmat(kc):
-        pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {matmul_module.COOPMAT_SHAPE}")
-    assert matmul_module.product_kernel(kc, 512, 8192, 4096) == "mul_mm_coop_big"
+    if not selection.has_coopmat(kc):
+        pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {selection.COOPMAT_SHAPE}")
+    assert selection.product_kernel(kc, 512, 8192, 4096) == "mul_mm_coop_big"
     monkeypatch.setattr(matmul_module, "product_kernel", lambda *a: "mul_mm_coop_big")
     cols = big_cols(qtype) if quant_info(qtype).block_size > 1 else 320
     run_matmul(dev, kc, qtype, 300, cols, 130, seed=6, coopmat=True, with_bias=True)

@@ -446,7 +446,7 @@ def test_attention_replay_prefill(dev, kc):
 
 
 def test_split_plan(monkeypatch):
-    """Grid from n_ctx (~TARGET_WORKGROUPS), min_chunk positions per active split; env overrides."""
+    """Grid from n_ctx (~ the target workgroup count), min_chunk positions per active split; env overrides."""
     monkeypatch.delenv("LLAMAVK_ATTN_SPLITS", raising=False)
     monkeypatch.delenv("LLAMAVK_ATTN_MIN_CHUNK", raising=False)
 

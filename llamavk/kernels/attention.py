@@ -27,6 +27,7 @@ import numpy as np
 
 from ..vk import Buffer
 from .norm import _range
+from .selection import ATTENTION_SPLITS, device_kind
 
 KV_WG = 256
 ATTN_WG = 128          # workgroup size = KV positions per block
@@ -56,13 +57,10 @@ def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int) -> None:
 #   (min_chunk 256: 247.2, 1024: 225.1), n_kv 4096 249.4 (256: 240.8), so GPUs use min_chunk = WG.
 # - Long contexts want many: each workgroup's KV blocks are latency bound, and 5 splits x 8 KV heads
 #   = 40 workgroups left most of a 132-SM GPU idle at n_kv 4096; n_splits is sized for
-#   ~TARGET_WORKGROUPS (several per SM; Vulkan does not tell the SM count), the chunk shrinks to
+#   the target workgroup count (several per SM; Vulkan does not tell the SM count), the chunk shrinks to
 #   min_chunk as n_kv grows (4096 positions: 32 splits of 128 -> 256 workgroups).
 # Workgroups of inactive splits exit at once; a single active split writes the output directly.
-TARGET_WORKGROUPS = 512
-MIN_CHUNK = 128              # positions (a multiple of ATTN_WG)
-CPU_TARGET_WORKGROUPS = 8    # software devices: a few cores
-CPU_MIN_CHUNK = 1024
+# The numbers per kind of device: selection.ATTENTION_SPLITS.
 
 
 def _env_int(name: str) -> int | None:
@@ -79,15 +77,9 @@ def split_plan(kc, n_ctx: int, n_head_kv: int, n_row_blocks: int) -> tuple[int, 
     per active split (policy above). Overrides for experiments: LLAMAVK_ATTN_SPLITS=N (grid size,
     capped at MAX_SPLITS and at the splits n_ctx can use), LLAMAVK_ATTN_MIN_CHUNK=P (positions,
     rounded up to a multiple of ATTN_WG; 128 = the plain ceil(n_kv / n_splits) chunks)."""
-    cpu = kc.info.is_cpu
-    forced_chunk = _env_int("LLAMAVK_ATTN_MIN_CHUNK")
-    min_chunk = _round_chunk(forced_chunk if forced_chunk else (CPU_MIN_CHUNK if cpu else MIN_CHUNK))
-    forced = _env_int("LLAMAVK_ATTN_SPLITS")
-    if forced:
-        want = forced
-    else:
-        target = CPU_TARGET_WORKGROUPS if cpu else TARGET_WORKGROUPS
-        want = -(-target // max(1, n_head_kv * n_row_blocks))
+    target, default_chunk = ATTENTION_SPLITS[device_kind(kc)]
+    min_chunk = _round_chunk(_env_int("LLAMAVK_ATTN_MIN_CHUNK") or default_chunk)
+    want = _env_int("LLAMAVK_ATTN_SPLITS") or -(-target // max(1, n_head_kv * n_row_blocks))
     return max(1, min(want, -(-n_ctx // min_chunk), MAX_SPLITS)), min_chunk
 
 

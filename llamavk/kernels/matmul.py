@@ -1,7 +1,7 @@
 """Weight matrix products and embedding lookups over GGUF-typed weights (shaders/matvec.comp,
 matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
 
-- `matmul`: y[t, r] = sum_c W[r, c] x[t, c] (+ bias[r]). PRODUCT_KERNELS picks the kernel: up to
+- `matmul`: y[t, r] = sum_c W[r, c] x[t, c] (+ bias[r]). selection.PRODUCT_KERNELS picks the kernel: up to
   MATVEC_MAX_TOKENS tokens the matrix-vector kernel (reads W once for all tokens: decode and small
   batches); more use cooperative matrices where the device has them (matmul_coop.comp, f16 inputs,
   f32 sums), else the portable tiled kernel (matmul.comp, f32).
@@ -16,41 +16,21 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..errors import LlamavkError
 from ..quant import quant_info
 from . import KernelCache, QWeight, View, groups_2d
+from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
+                        has_coopmat, product_kernel)
 
-# Token counts up to this use the matrix-vector kernel (one pass over W, NT accumulators per row);
-# the tiled kernel needs enough tokens to fill its 64-token tiles before it pays off.
-MATVEC_MAX_TOKENS = 8
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
 MATMUL_TILES = {"mul_mm": (64, 64), "mul_mm_coop": (128, 128), "mul_mm_coop_big": (256, 128)}
-# What the cooperative-matrix kernel needs (shaders/matmul_coop.comp).
-COOPMAT_SHAPE = "16x8x16 f16->f32"
 GET_ROWS_WG = 64
 
 
 def type_suffix(qtype) -> str:
     return quant_info(qtype).name.lower()
-
-
-@dataclass(frozen=True)
-class MatvecConfig:
-    wg: int   # threads per workgroup
-    nr: int   # rows per row group (NR <= 8)
-    ks: int   # subgroups sharing one row group (split of the columns)
-    u: int    # units (base: 8-weight quarters; wide: blocks) per lane per loop step
-    kernel: str = "base"   # a MATVEC_KERNELS key
-    dq: int = 1            # wide kernel's dequantisation (matvec_wide.comp DQ: 0 magic - sub, 1 magic fma,
-                           # 2 unpack8 + block x sum)
-    xs: int = 1            # wide kernel: stage x in shared memory (where it fits: MATVEC_XS_BYTES)
-
-    def spec(self) -> str:
-        """The LLAMAVK_MATVEC spelling of this config."""
-        tail = f",{self.dq},{self.xs}" if self.kernel == "wide" else ""
-        return f"{self.kernel}:{self.wg},{self.nr},{self.ks},{self.u}{tail}"
 
 
 # Matrix-vector kernels: name -> (shader variant prefix, types it exists for; None: every type).
@@ -74,19 +54,6 @@ MATVEC_XS_BYTES = 24576
 def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
     types = MATVEC_KERNELS[kernel][1]
     return types is None or type_name in types
-
-
-# Kernel and work split per (kind of device, weight type); "*" is every type without its own entry.
-# Measured with examples/bench_matvec.py (docs/PERFORMANCE.md). GPUs: 8 rows per 256-thread workgroup
-# (4 rows per pair of subgroups), 2 quarters per lane per step. Software devices: the smallest
-# unrolling, since pipeline compilation there costs more than it saves.
-MATVEC_CONFIGS = {
-    ("gpu", "*"): MatvecConfig(wg=256, nr=4, ks=2, u=2),
-    # H100, bench_matvec.py: 1.6-2.3x the base kernel on every shape (4096x14336: 555 -> 1290 GB/s;
-    # fused norm 545 -> 845), which loses to its 8-bit scale loads
-    ("gpu", "q4_k"): MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide"),
-    ("cpu", "*"): MatvecConfig(wg=128, nr=2, ks=1, u=1),
-}
 
 
 def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
@@ -115,40 +82,12 @@ _MATVEC_ENV = parse_matvec_env(os.environ.get("LLAMAVK_MATVEC"))
 def matvec_config(kc: KernelCache, qtype, rows: int, cols: int) -> MatvecConfig:
     """Matrix-vector kernel and work split for a device and weight (the one place it is chosen)."""
     tname = type_suffix(qtype)
-    kind = "cpu" if kc.info.is_cpu else "gpu"
+    kind = device_kind(kc)
     table = MATVEC_CONFIGS.get((kind, tname)) or MATVEC_CONFIGS[(kind, "*")]
     cfg = _MATVEC_ENV.get(tname) or _MATVEC_ENV.get("*") or table
     if not matvec_kernel_supports(cfg.kernel, tname):
         cfg = table
     return replace(cfg, wg=max(cfg.wg, kc.info.subgroup_size or 32))
-
-
-def _has_coopmat(kc: KernelCache) -> bool:
-    return (kc.device.features.get("coopmat", False) and COOPMAT_SHAPE in kc.info.coopmat
-            and kc.info.subgroup_size == 32)
-
-
-# Which kernel computes a weight product, per batch size, weight shape and device: the first row that
-# applies wins. (The matrix-vector row's kernel and work split per weight type: MATVEC_CONFIGS.)
-PRODUCT_KERNELS = (
-    # name              applies when (kc, n_tokens, rows, cols)                why
-    ("mul_mv",          lambda kc, n, rows, cols: n <= MATVEC_MAX_TOKENS),    # one pass over W for all tokens
-    ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
-    #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
-    ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
-    ("mul_mm",          lambda kc, n, rows, cols: True),                     # portable f32 tiles
-)
-# LLAMAVK_MATMUL=mul_mm skips the cooperative-matrix rows (comparisons on one device).
-_SKIP = {"mul_mm": {"mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
-
-
-def _coopmat_ok(kc: KernelCache, cols: int) -> bool:
-    return _has_coopmat(kc) and cols % 32 == 0
-
-
-def product_kernel(kc: KernelCache, n_tokens: int, rows: int, cols: int) -> str:
-    """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight on kc's device."""
-    return next(name for name, applies in PRODUCT_KERNELS if name not in _SKIP and applies(kc, n_tokens, rows, cols))
 
 
 def _check_view(view: View, nbytes: int, what: str) -> None:

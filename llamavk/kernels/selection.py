@@ -1,0 +1,94 @@
+"""Which kernel runs where: every per-device kernel choice of the engine, in one place.
+
+The recorders (matmul.py, attention.py) ask these tables; nothing else in the engine branches on the
+kind of device. Every entry was measured (docs/PERFORMANCE.md says with what); environment variables
+named next to each table override them for experiments.
+
+1. PRODUCT_KERNELS: the kernel family of a weight product, by batch size, weight shape and device.
+2. MATVEC_CONFIGS: the matrix-vector kernel and work split, by kind of device and weight type.
+3. ATTENTION_SPLITS: the split-KV grid of decode attention, by kind of device (attention.split_plan).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# Token counts up to this use the matrix-vector kernel (one pass over W, NT accumulators per row);
+# the tiled kernel needs enough tokens to fill its 64-token tiles before it pays off.
+MATVEC_MAX_TOKENS = 8
+# What the cooperative-matrix kernel needs (shaders/matmul_coop.comp).
+COOPMAT_SHAPE = "16x8x16 f16->f32"
+
+
+def has_coopmat(kc) -> bool:
+    """The device runs shaders/matmul_coop.comp: VK_KHR_cooperative_matrix enabled with its shape,
+    32-lane subgroups (the kernel's tile layout)."""
+    return (kc.device.features.get("coopmat", False) and COOPMAT_SHAPE in kc.info.coopmat
+            and kc.info.subgroup_size == 32)
+
+
+def _coopmat_ok(kc, cols: int) -> bool:
+    return has_coopmat(kc) and cols % 32 == 0
+
+
+# 1. Weight products: the first row that applies wins.
+PRODUCT_KERNELS = (
+    # name              applies when (kc, n_tokens, rows, cols)                why
+    ("mul_mv",          lambda kc, n, rows, cols: n <= MATVEC_MAX_TOKENS),    # one pass over W for all tokens
+    ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
+    #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
+    ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
+    ("mul_mm",          lambda kc, n, rows, cols: True),                     # portable f32 tiles
+)
+# LLAMAVK_MATMUL=mul_mm skips the cooperative-matrix rows (comparisons on one device).
+_SKIP = {"mul_mm": {"mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
+
+
+def product_kernel(kc, n_tokens: int, rows: int, cols: int) -> str:
+    """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight on kc's device."""
+    return next(name for name, applies in PRODUCT_KERNELS if name not in _SKIP and applies(kc, n_tokens, rows, cols))
+
+
+# 2. Matrix-vector kernels.
+@dataclass(frozen=True)
+class MatvecConfig:
+    wg: int   # threads per workgroup
+    nr: int   # rows per row group (NR <= 8)
+    ks: int   # subgroups sharing one row group (split of the columns)
+    u: int    # units (base: 8-weight quarters; wide: blocks) per lane per loop step
+    kernel: str = "base"   # a MATVEC_KERNELS key
+    dq: int = 1            # wide kernel's dequantisation (matvec_wide.comp DQ: 0 magic - sub, 1 magic fma,
+                           # 2 unpack8 + block x sum)
+    xs: int = 1            # wide kernel: stage x in shared memory (where it fits: MATVEC_XS_BYTES)
+
+    def spec(self) -> str:
+        """The LLAMAVK_MATVEC spelling of this config."""
+        tail = f",{self.dq},{self.xs}" if self.kernel == "wide" else ""
+        return f"{self.kernel}:{self.wg},{self.nr},{self.ks},{self.u}{tail}"
+
+
+# Kernel and work split per (kind of device, weight type); "*" is every type without its own entry.
+# Measured with examples/bench_matvec.py (docs/PERFORMANCE.md). GPUs: 8 rows per 256-thread workgroup
+# (4 rows per pair of subgroups), 2 quarters per lane per step. Software devices: the smallest
+# unrolling, since pipeline compilation there costs more than it saves.
+MATVEC_CONFIGS = {
+    ("gpu", "*"): MatvecConfig(wg=256, nr=4, ks=2, u=2),
+    # H100, bench_matvec.py: 1.6-2.3x the base kernel on every shape (4096x14336: 555 -> 1290 GB/s;
+    # fused norm 545 -> 845), which loses to its 8-bit scale loads
+    ("gpu", "q4_k"): MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide"),
+    ("cpu", "*"): MatvecConfig(wg=128, nr=2, ks=1, u=1),
+}
+
+
+# 3. Decode attention, split-KV (policy and measurements: attention.py split_plan). Per kind of device:
+#    (workgroups the recorded grid aims at, minimum KV positions per active split).
+#    LLAMAVK_ATTN_SPLITS / LLAMAVK_ATTN_MIN_CHUNK override them.
+ATTENTION_SPLITS = {
+    "gpu": (512, 128),    # several workgroups per SM (Vulkan does not tell the SM count); one block each
+    "cpu": (8, 1024),     # software devices: a few cores
+}
+
+
+def device_kind(kc) -> str:
+    return "cpu" if kc.info.is_cpu else "gpu"
