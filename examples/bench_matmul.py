@@ -6,6 +6,8 @@ Every matrix-matrix row of llamavk.kernels.selection.PRODUCT_KERNELS the device 
 whatever the table would choose): 20 products (barrier-separated, rotating over 2 weight copies),
 replayed for 0.3 s first (an idle GPU's clocks measure several times
 slower), mean GPU time per product from timestamps; 2 * rows * cols * tokens / time.
+`--extra mul_mm_coopP1,mul_mm_coopP2` adds the cooperative-matrix kernel's phases alone (Q4_0 only:
+multiplications without loads, loads without multiplications) to see which one bounds it.
 """
 
 import argparse
