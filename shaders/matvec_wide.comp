@@ -104,27 +104,6 @@ vec4 xget(uint t, uint u, uint v, uint k, uint ch4, inout float ss) {
     return xin(t, u * (UNIT / 4) + k, ss);
 }
 
-// Positional magic (DQ 1): the field of w selected by mask m (at bit p, p + width <= 23) minus off.
-float fld(uint w, uint m, float inv_scale, float off) {
-    return fma(uintBitsToFloat((w & m) | MAGIC), inv_scale, -off);
-}
-// Nibbles of bytes 0..3 of w minus off: lo = low nibbles, hi = high nibbles (DQ 1).
-void nib_fma(uint w, float off, out vec4 lo, out vec4 hi) {
-    uint h = w >> 12;   // bits 20..31 -> 8..19
-    lo = vec4(fld(w, 0xFu, 1.0, 8388608.0 + off), fld(w, 0xF00u, 1.0 / 256.0, 32768.0 + off),
-              fld(w, 0xF0000u, 1.0 / 65536.0, 128.0 + off), fld(h, 0xF000u, 1.0 / 4096.0, 2048.0 + off));
-    hi = vec4(fld(w, 0xF0u, 1.0 / 16.0, 524288.0 + off), fld(w, 0xF000u, 1.0 / 4096.0, 2048.0 + off),
-              fld(h, 0xF00u, 1.0 / 256.0, 32768.0 + off), fld(h, 0xF0000u, 1.0 / 65536.0, 128.0 + off));
-}
-// Signed bytes 0..3 of w (DQ 1): (b ^ 0x80) - 128, the xor folded into the and|or.
-vec4 sbytes_fma(uint w) {
-    uint h = w >> 16;
-    return vec4(uintBitsToFloat((w & 0xFFu) ^ (MAGIC | 0x80u)) - 8388736.0,
-                fma(uintBitsToFloat((w & 0xFF00u) ^ (MAGIC | 0x8000u)), 1.0 / 256.0, -32896.0),
-                uintBitsToFloat((h & 0xFFu) ^ (MAGIC | 0x80u)) - 8388736.0,
-                fma(uintBitsToFloat((h & 0xFF00u) ^ (MAGIC | 0x8000u)), 1.0 / 256.0, -32896.0));
-}
-
 void main() {
     q_chunk_blocks = p.n_rows * (p.cols / QK);
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;

@@ -65,6 +65,28 @@ vec4 sbytes_fast(uint q) {  // bytes 0..3 as signed int8
                 uintBitsToFloat(MAGIC | ((q >> 16) & 0xFFu)), uintBitsToFloat(MAGIC | (q >> 24))) - 8388736.0;
 }
 
+// Positional magic (matvec_wide.comp DQ 1, matvec_stream.comp): the field of w selected by mask m (at
+// bit p, p + width <= 23) minus off: (w & m) | 2^23 as float is 2^23 + q * 2^p, one fma gives q - off.
+float fld(uint w, uint m, float inv_scale, float off) {
+    return fma(uintBitsToFloat((w & m) | MAGIC), inv_scale, -off);
+}
+// Nibbles of bytes 0..3 of w minus off: lo = low nibbles, hi = high nibbles (DQ 1).
+void nib_fma(uint w, float off, out vec4 lo, out vec4 hi) {
+    uint h = w >> 12;   // bits 20..31 -> 8..19
+    lo = vec4(fld(w, 0xFu, 1.0, 8388608.0 + off), fld(w, 0xF00u, 1.0 / 256.0, 32768.0 + off),
+              fld(w, 0xF0000u, 1.0 / 65536.0, 128.0 + off), fld(h, 0xF000u, 1.0 / 4096.0, 2048.0 + off));
+    hi = vec4(fld(w, 0xF0u, 1.0 / 16.0, 524288.0 + off), fld(w, 0xF000u, 1.0 / 4096.0, 2048.0 + off),
+              fld(h, 0xF00u, 1.0 / 256.0, 32768.0 + off), fld(h, 0xF0000u, 1.0 / 65536.0, 128.0 + off));
+}
+// Signed bytes 0..3 of w (DQ 1): (b ^ 0x80) - 128, the xor folded into the and|or.
+vec4 sbytes_fma(uint w) {
+    uint h = w >> 16;
+    return vec4(uintBitsToFloat((w & 0xFFu) ^ (MAGIC | 0x80u)) - 8388736.0,
+                fma(uintBitsToFloat((w & 0xFF00u) ^ (MAGIC | 0x8000u)), 1.0 / 256.0, -32896.0),
+                uintBitsToFloat((h & 0xFFu) ^ (MAGIC | 0x80u)) - 8388736.0,
+                fma(uintBitsToFloat((h & 0xFF00u) ^ (MAGIC | 0x8000u)), 1.0 / 256.0, -32896.0));
+}
+
 float half_bits(uint h) { return unpackHalf2x16(h).x; }
 // Two 16-bit words (little endian) as one 32-bit word.
 uint u32_at16(uint i) { return uint(wu16[i]) | (uint(wu16[i + 1]) << 16); }

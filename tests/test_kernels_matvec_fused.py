@@ -89,7 +89,7 @@ VARIANT_TYPES = [(T.Q4_0, 416), (T.Q8_0, 416), (T.Q4_K, 768)]
 
 
 def run_fused(dev, kc, qtype, rows, cols, n_tokens, seed, chunked=False, bias=False, norm=False, resid=False,
-              glu=False):
+              glu=False, tol=1e-3):
     eps = 1e-5
     rng = np.random.default_rng(seed)
     raw, w = make_weight(qtype, rows, cols, seed=seed)
@@ -126,7 +126,7 @@ def run_fused(dev, kc, qtype, rows, cols, n_tokens, seed, chunked=False, bias=Fa
     got = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows)
     assert np.isfinite(got).all(), "some outputs were not written"
     err = np.abs(got - want).max() / np.abs(want).max()
-    assert err <= 1e-3, f"{qtype.name} {rows}x{cols} nt={n_tokens}: relative error {err:.2e}"
+    assert err <= tol, f"{qtype.name} {rows}x{cols} nt={n_tokens}: relative error {err:.2e}"
 
 
 @pytest.fixture(scope="module")
@@ -162,4 +162,50 @@ def test_matvec_env_and_fallback(dev, monkeypatch):
     assert matvec_config(kc, T.Q4_0, 8, 64).kernel == "wide"
     base = matvec_config(kc, T.Q6_K, 8, 256)   # no wide Q6_K: the table's config
     kind = "cpu" if kc.info.is_cpu else "gpu"
-    assert base.kernel == "base" and base.nr == mm.MATVEC_CONFIGS[(kind, "*")].nr
+    table = next(cfg for k, types, _, cfg in mm.MATVEC_CONFIGS if k == kind and types == "*")
+    assert base.kernel == "base" and base.nr == table.nr
+
+
+# The one-token stream kernel (matvec_stream.comp): lanes per row from the row's units (13 Q4_0/Q8_0
+# blocks, 12 Q4_K quarters: idle lanes; 100 blocks at 64 threads: two x chunks, the second partial),
+# rows per lane shrunk until the loads fit, every fused input.
+STREAM_CASES = [(T.Q4_0, 416, 4), (T.Q4_0, 3200, 4), (T.Q8_0, 416, 2), (T.Q8_0, 3200, 8), (T.Q4_K, 768, 2),
+                (T.Q4_K, 4608, 4)]
+
+
+@pytest.mark.parametrize("qtype,cols,rj", STREAM_CASES, ids=lambda v: getattr(v, "name", str(v)))
+@pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
+def test_matvec_stream(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):
+    if kernel == "stream_dp" and not kc_variants.info.int_dot:
+        pytest.skip("no integer dot products")
+    cfg = MatvecConfig(64, rj, 1, 1, kernel)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    assert matvec_config(kc_variants, qtype, 37, cols).kernel == kernel
+    assert not matvec_config(kc_variants, qtype, 37, cols, n_tokens=2).kernel.startswith("stream")   # one token
+    sg = kc_variants.info.subgroup_size or 32
+    tpr, c, rj_used = mm.stream_split(64, sg, mm.type_suffix(qtype), cols, rj, kc_variants.info.max_shared_memory)
+    assert tpr * (c - 1) < cols // mm.MATVEC_WIDE_UNIT[mm.type_suffix(qtype)] <= tpr * c
+    assert c * rj_used * mm.MATVEC_STREAM_NQ[mm.type_suffix(qtype)] <= mm.MATVEC_STREAM_MAX_LOADS
+    # f32 sums: as exact as the other kernels; two int8 levels: x within 1/64516 of its block's largest
+    # value (measured 4e-6 .. 3e-5 of the largest output here; one level alone gives ~1e-2)
+    tol = 1e-4 if kernel == "stream_dp" else 1e-5
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=1, chunked=True, bias=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=11, bias=True, norm=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 21, cols, 1, seed=12, resid=True, glu=True, tol=tol)
+
+
+def test_matvec_table_by_shape():
+    """MATVEC_CONFIGS rows by device, type, tokens and shape (a stand-in GPU with fast integer dots)."""
+    from types import SimpleNamespace
+    gpu = SimpleNamespace(info=SimpleNamespace(is_cpu=False, subgroup_size=32, int_dot=True, int_dot_fast=True,
+                                               max_shared_memory=49152))
+    pick = lambda qtype, rows, cols, n=1: matvec_config(gpu, qtype, rows, cols, n).kernel   # noqa: E731
+    assert pick(T.Q4_0, 4096, 4096) == "stream_dp"
+    assert pick(T.Q4_K, 1024, 4096) == "stream_dp"
+    assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
+    assert pick(T.Q4_0, 4096, 14336) == "base"           # long rows
+    assert pick(T.Q4_K, 4096, 14336) == "wide"
+    assert pick(T.Q6_K, 4096, 4096) == "base"
+    gpu.info.int_dot_fast = False
+    assert pick(T.Q4_0, 4096, 4096) == "base"

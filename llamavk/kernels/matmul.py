@@ -21,7 +21,7 @@ from dataclasses import replace
 from ..errors import LlamavkError
 from ..quant import quant_info
 from . import KernelCache, QWeight, View, groups_2d
-from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
+from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
                         has_coopmat, product_kernel)
 
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
@@ -37,11 +37,18 @@ def type_suffix(qtype) -> str:
 #   base       matvec.comp: each lane takes 8-weight quarters (32-bit loads), every type
 #   wide       matvec_wide.comp: each lane takes whole blocks (Q4_0/Q8_0) or 64-weight quarters of a
 #              super-block (Q4_K) with 16-byte loads
+#   stream     matvec_stream.comp: one token; every weight load of a lane first (16-byte loads, whole
+#              units), x staged once per 32 KiB chunk; nr = rows per lane (RJ)
+#   stream_dp  the same with x staged as two int8 levels and 4-wide integer dot products (devices
+#              with VK_KHR_shader_integer_dot_product)
 #   read, wide_read   benchmark only (examples/bench_matvec.py): the loads of base / wide, no arithmetic
-# Every kernel supports every fused input (norm, residual, glu, bias), NT <= 8 and chunked weights.
+# Every kernel supports every fused input (norm, residual, glu, bias) and chunked weights; all but
+# stream NT <= 8 tokens (stream: one).
 MATVEC_KERNELS = {
     "base": ("mul_mv", None),
     "wide": ("mul_mv_wide", {"q4_0", "q8_0", "q4_k"}),
+    "stream": ("mul_mv_stream", {"q4_0", "q8_0", "q4_k"}),
+    "stream_dp": ("mul_mv_stream_dp", {"q4_0", "q8_0", "q4_k"}),
     "read": ("mul_mv_read", {"q4_0", "q8_0"}),
     "wide_read": ("mul_mv_wide_read", {"q4_0", "q8_0", "q4_k"}),
 }
@@ -49,6 +56,38 @@ MATVEC_KERNELS = {
 # has 18 KiB of other shared memory; 48 KiB is the portable minimum of maxComputeSharedMemorySize).
 MATVEC_WIDE_UNIT = {"q4_0": 32, "q8_0": 32, "q4_k": 64}
 MATVEC_XS_BYTES = 24576
+# matvec_stream.comp: uvec4 loads per unit; x staged per chunk of at most this many bytes; at most
+# this many uvec4 weight loads held by one lane.
+MATVEC_STREAM_NQ = {"q4_0": 1, "q8_0": 2, "q4_k": 3}
+MATVEC_STREAM_XS_BYTES = 32768
+MATVEC_STREAM_MAX_LOADS = 24
+
+
+def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
+                 shared_bytes: int = 49152) -> tuple[int, int, int] | None:
+    """matvec_stream.comp's (TPR lanes per row, C units per lane along the row, RJ rows per lane) for a
+    row of `cols` weights, or None where the kernel does not fit (the caller takes another kernel).
+    TPR: the largest power of two <= the row's units (at least a subgroup, at most the workgroup and
+    the x chunk, which leaves the device's shared memory 4 KiB for the reduction), so that lanes cover
+    a row with few idle; RJ shrinks until the loads fit registers."""
+    unit = MATVEC_WIDE_UNIT[type_name]
+    n_units = cols // unit
+    if n_units == 0 or cols % unit:
+        return None
+    tpr = 1 << (n_units.bit_length() - 1)
+    xs_bytes = min(MATVEC_STREAM_XS_BYTES, shared_bytes - 4096)
+    tpr = max(subgroup, min(tpr, wg, 1 << ((xs_bytes // (4 * unit)).bit_length() - 1)))
+    if 4 * unit * tpr > xs_bytes:
+        return None
+    if wg % tpr or tpr % subgroup:
+        return None
+    c = -(-n_units // tpr)
+    nq = MATVEC_STREAM_NQ[type_name]
+    while rj > 1 and c * rj * nq > MATVEC_STREAM_MAX_LOADS:
+        rj //= 2
+    if c * rj * nq > MATVEC_STREAM_MAX_LOADS:
+        return None
+    return tpr, c, rj
 
 
 def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
@@ -60,7 +99,7 @@ def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
     """LLAMAVK_MATVEC (experiments, sweeps): entries separated by spaces or ';', each
     `[TYPE=][KERNEL:]wg,nr,ks,u[,dq[,xs]]` (KERNEL default base; no TYPE: every type), e.g.
     "wide:256,4,1,2,1,1" or "q4_0=wide:128,4,1,2 q8_0=wide:128,2,1,2,0,0 q4_k=base:256,4,2,2" or the old
-    "256,4,2,2". A kernel that lacks the type falls back to MATVEC_CONFIGS. -> {type or "*": config}."""
+    "256,4,2,2". A kernel that lacks the type (or does not fit) falls back to MATVEC_CONFIGS. -> {type or "*": config}."""
     out: dict[str, MatvecConfig] = {}
     for entry in (text or "").replace(";", " ").split():
         tname, _, rest = entry.rpartition("=")
@@ -79,14 +118,22 @@ def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
 _MATVEC_ENV = parse_matvec_env(os.environ.get("LLAMAVK_MATVEC"))
 
 
-def matvec_config(kc: KernelCache, qtype, rows: int, cols: int) -> MatvecConfig:
-    """Matrix-vector kernel and work split for a device and weight (the one place it is chosen)."""
-    tname = type_suffix(qtype)
-    kind = device_kind(kc)
-    table = MATVEC_CONFIGS.get((kind, tname)) or MATVEC_CONFIGS[(kind, "*")]
-    cfg = _MATVEC_ENV.get(tname) or _MATVEC_ENV.get("*") or table
+def _fits(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, n_tokens: int) -> bool:
     if not matvec_kernel_supports(cfg.kernel, tname):
-        cfg = table
+        return False
+    if cfg.kernel.startswith("stream"):
+        sg = kc.info.subgroup_size or 32
+        return n_tokens == 1 and (cfg.kernel == "stream" or kc.info.int_dot) and stream_split(
+            max(cfg.wg, sg), sg, tname, cols, cfg.nr, kc.info.max_shared_memory) is not None
+    return True
+
+
+def matvec_config(kc: KernelCache, qtype, rows: int, cols: int, n_tokens: int = 1) -> MatvecConfig:
+    """Matrix-vector kernel and work split for a device and weight (the one place it is chosen): the
+    LLAMAVK_MATVEC override where its kernel fits, else the first MATVEC_CONFIGS row that fits."""
+    tname = type_suffix(qtype)
+    choices = [_MATVEC_ENV.get(tname) or _MATVEC_ENV.get("*")] + matvec_configs(kc, tname, n_tokens, rows, cols)
+    cfg = next(c for c in choices if c is not None and _fits(kc, c, tname, cols, n_tokens))
     return replace(cfg, wg=max(cfg.wg, kc.info.subgroup_size or 32))
 
 
@@ -114,13 +161,18 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     has_bias = 1 if bias is not None else 0
     family = product_kernel(kc, n_tokens, w.rows, w.cols)
     if family == "mul_mv":
-        cfg = matvec_config(kc, w.qtype, w.rows, w.cols)
-        n_subgroups = max(1, cfg.wg // (kc.info.subgroup_size or 32))
+        cfg = matvec_config(kc, w.qtype, w.rows, w.cols, n_tokens)
+        sg = kc.info.subgroup_size or 32
+        n_subgroups = max(1, cfg.wg // sg)
         rows_per_wg = cfg.nr * max(1, n_subgroups // cfg.ks)
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
         spec = (cfg.wg, n_tokens, norm is not None, residual is not None, cfg.nr, cfg.ks, cfg.u, glu is not None)
-        if cfg.kernel.startswith("wide"):
+        if cfg.kernel.startswith("stream"):
+            tpr, c, rj = stream_split(cfg.wg, sg, name, w.cols, cfg.nr, kc.info.max_shared_memory)
+            rows_per_wg = cfg.wg // tpr * rj
+            spec = (cfg.wg, norm is not None, residual is not None, glu is not None, tpr, c, rj)
+        elif cfg.kernel.startswith("wide"):
             ch4 = cfg.ks * (kc.info.subgroup_size or 32) * cfg.u * MATVEC_WIDE_UNIT[name] // 4
             xs = cfg.xs and cfg.kernel == "wide" and 16 * n_tokens * ch4 <= MATVEC_XS_BYTES
             spec += (cfg.dq, n_tokens * ch4 if xs else 0)

@@ -5,7 +5,8 @@ kind of device. Every entry was measured (docs/PERFORMANCE.md says with what); e
 named next to each table override them for experiments.
 
 1. PRODUCT_KERNELS: the kernel family of a weight product, by batch size, weight shape and device.
-2. MATVEC_CONFIGS: the matrix-vector kernel and work split, by kind of device and weight type.
+2. MATVEC_CONFIGS: the matrix-vector kernel and work split, by kind of device, weight type, tokens
+   and weight shape.
 3. ATTENTION_SPLITS: the split-KV grid of decode attention, by kind of device (attention.split_plan).
 """
 
@@ -68,17 +69,30 @@ class MatvecConfig:
         return f"{self.kernel}:{self.wg},{self.nr},{self.ks},{self.u}{tail}"
 
 
-# Kernel and work split per (kind of device, weight type); "*" is every type without its own entry.
-# Measured with examples/bench_matvec.py (docs/PERFORMANCE.md). GPUs: 8 rows per 256-thread workgroup
-# (4 rows per pair of subgroups), 2 quarters per lane per step. Software devices: the smallest
-# unrolling, since pipeline compilation there costs more than it saves.
-MATVEC_CONFIGS = {
-    ("gpu", "*"): MatvecConfig(wg=256, nr=4, ks=2, u=2),
-    # H100, bench_matvec.py: 1.6-2.3x the base kernel on every shape (4096x14336: 555 -> 1290 GB/s;
-    # fused norm 545 -> 845), which loses to its 8-bit scale loads
-    ("gpu", "q4_k"): MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide"),
-    ("cpu", "*"): MatvecConfig(wg=128, nr=2, ks=1, u=1),
-}
+# Kernel and work split: the first row whose kind of device, weight type and condition (on the device,
+# tokens, weight rows and columns) apply, and whose kernel fits the product (matmul.matvec_config),
+# wins. Measured with examples/bench_matvec.py (docs/PERFORMANCE.md).
+_ANY = lambda kc, n, rows, cols: True   # noqa: E731
+MATVEC_CONFIGS = (
+    # kind   types                    applies when                                  kernel and work split
+    # H100: one token through rows of <= 8192 weights: 1.15-1.3x the base kernel (Q4_0), 1.25-1.5x
+    # the wide one (Q4_K); longer rows stage too much x per workgroup and lose
+    ("gpu", ("q4_0", "q8_0", "q4_k"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
+     MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
+    # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
+    ("gpu", ("q4_k",), _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide")),
+    # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step
+    ("gpu", "*", _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=2)),
+    # software devices: the smallest unrolling (pipeline compilation there costs more than it saves)
+    ("cpu", "*", _ANY, MatvecConfig(wg=128, nr=2, ks=1, u=1)),
+)
+
+
+def matvec_configs(kc, type_name: str, n_tokens: int, rows: int, cols: int) -> list:
+    """The MATVEC_CONFIGS rows that apply, in order."""
+    kind = device_kind(kc)
+    return [cfg for k, types, applies, cfg in MATVEC_CONFIGS
+            if k == kind and (types == "*" or type_name in types) and applies(kc, n_tokens, rows, cols)]
 
 
 # 3. Decode attention, split-KV (policy and measurements: attention.py split_plan). Per kind of device:

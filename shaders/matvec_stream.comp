@@ -1,0 +1,292 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+// Decode matrix-vector product for one token, shaped like a pure streaming read of W:
+//
+//   y[y_off + r] = resid[y_off + r] + bias[y_off + r] + s * sum_c W[r, c] * x'[c]
+//
+// with the fused inputs of matvec.comp (read its header): x' = x * nw and s = 1/rms(x) when NORM,
+// x' = silu(x) * up when GLU, RESID adds the residual.
+//
+// Why another matrix-vector kernel: on an H100 a dependent chain of pure reads (one 16-byte load per
+// lane per step, every load of a workgroup issued at once, barrier between dispatches) moves a 9.4 MB
+// matrix in 7.0 us and a 33 MB one in 14.9 us; matvec.comp takes 11.9 and 23.8, matvec_wide.comp
+// (which stages x step by step, between barriers) is no better. So this kernel keeps exactly the read
+// shape: every lane issues ALL its weight loads first (C x RJ units, 16-byte loads, neighbouring lanes
+// on neighbouring units of one row: a subgroup's load instruction reads 512 contiguous bytes), and
+// only then stages x into shared memory -- while those loads are in flight -- and does the arithmetic
+// from registers.
+//
+// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K a quarter of a super-block, 64 weights):
+//   TPR lanes per row (a power of two dividing the workgroup), G = WG / TPR row groups;
+//   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
+//   consecutive rows. All of a lane's rows share its units' x (loaded once from shared memory per i).
+// x staging: for i < C, the x of units [TPR i, TPR (i + 1)) goes to shared memory (TPR * UNIT floats,
+// at most 32 KiB), coalesced, with NORM / GLU applied; a lane's vec4 k of unit v sits at slot
+// k ^ (v & 7) so that 8 neighbouring lanes reading the same k hit different banks. The NORM sum of
+// squares comes from the staging threads and is summed over the workgroup.
+// Reduction: subgroupAdd, then across the TPR / subgroup-size subgroups of a row group.
+//
+// DOT8 (variant *_dp; devices with fast 4x8-bit integer dot products): the arithmetic per weight is
+// what bounds the f32 form once the loads stream (an H100 spends as long multiplying a Q4_0 matrix
+// as reading it), so x is staged as integers instead: per 32 values, s = max|x| / 127,
+// xh = round(x / s) and xl = round((x - s xh) / (s / 254)), both int8; then
+// sum q x = s sum q xh + (s / 254) sum q xl, each sum 4 products per OpSDot instruction. The two levels
+// keep x to 1 / 64516 of its block's largest value (one int8 level alone loses ~1% of the result).
+// Offsets and mins use the exact f32 block sums of x. Word w of a unit's xh / xl holds elements 4w..4w+3.
+// Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ.
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const bool NORM = false;
+layout(constant_id = 2) const bool RESID = false;
+layout(constant_id = 3) const bool GLU = false;
+layout(constant_id = 4) const uint TPR = 128;
+layout(constant_id = 5) const uint C = 1;
+layout(constant_id = 6) const uint RJ = 4;
+
+#include "quants.glsl"
+#ifdef DOT8
+// Integer dot products (SPV_KHR_integer_dot_product, through GL_EXT_spirv_intrinsics since the
+// GLSL compiler at hand lacks GL_EXT_integer_dot_product): 4 int8 products summed per instruction.
+#extension GL_EXT_spirv_intrinsics : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int dot_ss(uint a, uint b, spirv_literal int packed4x8);   // OpSDotKHR: signed x signed
+#endif
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, binding = 4) readonly buffer NormW4 { vec4 nw4[]; };
+layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
+layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
+layout(push_constant) uniform Push {
+    uint n_rows;       // rows of this chunk
+    uint cols;
+    uint y_stride;     // (one token: unused)
+    uint y_off;        // first row of this chunk in the whole matrix
+    uint has_bias;
+    uint rows_per_wg;  // G * RJ
+    float eps;
+} p;
+
+#if defined(QTYPE_Q4_0)
+#define UNIT 32     // weights per unit
+#define NQ 1        // uvec4 loads per unit
+#elif defined(QTYPE_Q8_0)
+#define UNIT 32
+#define NQ 2
+#elif defined(QTYPE_Q4_K)
+#define UNIT 64
+#define NQ 3
+#else
+#error "matvec_stream.comp: Q4_0, Q8_0 or Q4_K"
+#endif
+#define V4 (UNIT / 4)   // x vec4s per unit
+
+#ifdef DOT8
+// word w of unit v at [w * TPR + v]: neighbouring lanes read neighbouring words
+const uint XQ_LEN = V4 * TPR;
+shared uint xqh[XQ_LEN];
+shared uint xql[XQ_LEN];
+shared vec2 xsd[(UNIT / 32) * TPR];   // per 32 values: (s, sum of x)
+#else
+const uint XS_LEN = TPR * V4;
+shared vec4 xs[XS_LEN];
+#endif
+#define MAX_SUBGROUPS 64
+shared float red[MAX_SUBGROUPS][8];
+shared float red_ss[MAX_SUBGROUPS];
+
+void main() {
+    uint n_units = p.cols / UNIT;
+    q_chunk_blocks = p.n_rows * (p.cols / QK);
+    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint tid = gl_LocalInvocationIndex, G = gl_WorkGroupSize.x / TPR;
+    uint g = tid / TPR, c = tid % TPR;
+    uint row0 = wg * p.rows_per_wg;
+
+    // 1. Every weight load of this lane, before anything else (rows past the end read the last row).
+    uvec4 wq[C][RJ][NQ];
+#if !defined(QTYPE_Q4_K)
+    float wd[C][RJ];
+#endif
+    [[unroll]] for (uint i = 0; i < C; ++i) {
+        uint u = c + TPR * i;
+        if (u < n_units) {
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint row = min(row0 + g + G * j, p.n_rows - 1);
+#if defined(QTYPE_Q4_K)
+                uint ib = row * (n_units / 4) + u / 4;
+                wq[i][j][0] = wu4[9 * ib];
+                wq[i][j][1] = wu4[9 * ib + 1 + 2 * (u % 4)];
+                wq[i][j][2] = wu4[9 * ib + 2 + 2 * (u % 4)];
+#else
+                uint b = row * n_units + u;
+                [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = wu4[NQ * b + k];
+                wd[i][j] = block_scale(b);
+#endif
+            }
+        }
+    }
+
+    // 2. Per x chunk: stage it (the loads above are in flight meanwhile), then multiply from registers.
+    float acc[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = 0.0;
+    float ss = 0.0;
+    [[unroll]] for (uint i = 0; i < C; ++i) {
+        if (i > 0) barrier();
+        uint k0 = TPR * i * V4, n4 = min(TPR * V4, n_units * V4 - k0);
+        for (uint k = tid; k < n4; k += gl_WorkGroupSize.x) {
+            vec4 v = x4[k0 + k];
+            if (NORM) { ss += dot(v, v); v *= nw4[k0 + k]; }
+            if (GLU) v = v / (1.0 + exp(-v)) * up4[k0 + k];   // silu(gate) * up; exp(-v) -> inf gives -0
+            uint unit = k / V4, e = k % V4;
+#ifdef DOT8
+            // the 8 vec4s of a 32-value block are in 8 neighbouring lanes: max and sum by xor-shuffles
+            float amax = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
+            float bsum = (v.x + v.y) + (v.z + v.w);
+            [[unroll]] for (uint m = 1; m < 8; m *= 2) {
+                amax = max(amax, subgroupShuffleXor(amax, m));
+                bsum += subgroupShuffleXor(bsum, m);
+            }
+            float sc = amax / 127.0, inv = amax > 0.0 ? 127.0 / amax : 0.0;
+            vec4 h = round(v * inv);
+            vec4 l = clamp(round((v - h * sc) * (254.0 * inv)), -127.0, 127.0);
+            xqh[e * TPR + unit] = pack32(i8vec4(h));
+            xql[e * TPR + unit] = pack32(i8vec4(l));
+            if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec2(sc, bsum);
+#else
+            xs[unit * V4 + (e ^ (unit & 7u))] = v;
+#endif
+        }
+        barrier();
+        uint u = c + TPR * i;
+        if (u < n_units) {
+#ifdef DOT8
+            uint xh[V4], xl[V4];
+            [[unroll]] for (uint w = 0; w < V4; ++w) { xh[w] = xqh[w * TPR + c]; xl[w] = xql[w * TPR + c]; }
+            vec2 sd0 = xsd[c];
+#if defined(QTYPE_Q4_K)
+            vec2 sd1 = xsd[TPR + c];
+            uint q = u % 4;
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                int h0 = 0, l0 = 0, h1 = 0, l1 = 0;
+                [[unroll]] for (uint w = 0; w < 8; ++w) {
+                    uint qw = wq[i][j][1 + w / 4][w % 4];
+                    uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;
+                    h0 += dot_ss(lo, xh[w], 0); l0 += dot_ss(lo, xl[w], 0);
+                    h1 += dot_ss(hi, xh[8 + w], 0); l1 += dot_ss(hi, xl[8 + w], 0);
+                }
+                uvec4 hd = wq[i][j][0];
+                vec2 dm = unpackHalf2x16(hd.x);
+                uint sh = 16 * (q & 1u);   // byte 2q mod 4 of the scale words
+                uint a = hd.y >> sh, bz = hd.z >> sh, cw = hd.w >> sh;
+                uint sc16 = q < 2 ? a & 0x3F3Fu : (cw & 0x0F0Fu) | ((a >> 2) & 0x3030u);
+                uint mn16 = q < 2 ? bz & 0x3F3Fu : ((cw >> 4) & 0x0F0Fu) | ((bz >> 2) & 0x3030u);
+                vec2 dl = dm.x * vec2(sc16 & 0xFFu, sc16 >> 8), ml = dm.y * vec2(mn16 & 0xFFu, mn16 >> 8);
+                float t0 = sd0.x * (float(h0) + float(l0) * (1.0 / 254.0));
+                float t1 = sd1.x * (float(h1) + float(l1) * (1.0 / 254.0));
+                acc[j] += (dl.x * t0 - ml.x * sd0.y) + (dl.y * t1 - ml.y * sd1.y);
+            }
+#else
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                int hs = 0, ls = 0;
+                [[unroll]] for (uint w = 0; w < 4; ++w) {
+#if defined(QTYPE_Q4_0)
+                    uint qw = wq[i][j][0][w];
+                    uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;   // elements 4w.., 16+4w..
+#else
+                    uint lo = wq[i][j][0][w], hi = wq[i][j][1][w];             // elements 4w.., 16+4w..
+#endif
+                    hs += dot_ss(lo, xh[w], 0) + dot_ss(hi, xh[4 + w], 0);
+                    ls += dot_ss(lo, xl[w], 0) + dot_ss(hi, xl[4 + w], 0);
+                }
+                float t = sd0.x * (float(hs) + float(ls) * (1.0 / 254.0));
+#if defined(QTYPE_Q4_0)
+                t -= 8.0 * sd0.y;
+#endif
+                acc[j] += wd[i][j] * t;
+            }
+#endif
+#else
+            uint sw = c & 7u;
+#if defined(QTYPE_Q4_K)
+            // sub-blocks 2q (low nibbles) and 2q + 1 (high nibbles) of quarter q = u % 4; x vec4s w, 8 + w
+            uint q = u % 4;
+            float t0[RJ], t1[RJ], sx0 = 0.0, sx1 = 0.0;
+            [[unroll]] for (uint j = 0; j < RJ; ++j) { t0[j] = 0.0; t1[j] = 0.0; }
+            [[unroll]] for (uint w = 0; w < 8; ++w) {
+                vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((8 + w) ^ sw)];
+                sx0 += (xa.x + xa.y) + (xa.z + xa.w);
+                sx1 += (xc.x + xc.y) + (xc.z + xc.w);
+                [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                    vec4 a, cc;
+                    nib_fma(wq[i][j][1 + w / 4][w % 4], 0.0, a, cc);
+                    t0[j] += dot(a, xa);
+                    t1[j] += dot(cc, xc);
+                }
+            }
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uvec4 hd = wq[i][j][0];
+                vec2 dm = unpackHalf2x16(hd.x);
+                uint sh = 16 * (q & 1u);   // byte 2q mod 4 of the scale words
+                uint a = hd.y >> sh, bz = hd.z >> sh, cw = hd.w >> sh;
+                uint sc16 = q < 2 ? a & 0x3F3Fu : (cw & 0x0F0Fu) | ((a >> 2) & 0x3030u);
+                uint mn16 = q < 2 ? bz & 0x3F3Fu : ((cw >> 4) & 0x0F0Fu) | ((bz >> 2) & 0x3030u);
+                vec2 dl = dm.x * vec2(sc16 & 0xFFu, sc16 >> 8), ml = dm.y * vec2(mn16 & 0xFFu, mn16 >> 8);
+                acc[j] += (dl.x * t0[j] - ml.x * sx0) + (dl.y * t1[j] - ml.y * sx1);
+            }
+#else
+            // block u: quants of elements 4w..4w+3 and 16+4w..16+4w+3 in word w (Q4_0: low and high
+            // nibbles; Q8_0: words w and 4 + w); x vec4s w and 4 + w
+            float tq[RJ];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) tq[j] = 0.0;
+            [[unroll]] for (uint w = 0; w < 4; ++w) {
+                vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((4 + w) ^ sw)];
+                [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                    vec4 a, cc;
+#if defined(QTYPE_Q4_0)
+                    nib_fma(wq[i][j][0][w], 8.0, a, cc);
+#else
+                    a = sbytes_fma(wq[i][j][0][w]);
+                    cc = sbytes_fma(wq[i][j][1][w]);
+#endif
+                    tq[j] += dot(a, xa) + dot(cc, xc);
+                }
+            }
+            [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * tq[j];
+#endif
+#endif
+        }
+    }
+
+    // 3. Reduce: within the subgroup, then over the TPR / S subgroups of a row group (the sum of
+    //    squares over the whole workgroup).
+    uint S = gl_SubgroupSize, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = subgroupAdd(acc[j]);
+    if (NORM) ss = subgroupAdd(ss);
+    uint per_row = max(TPR / S, 1u);   // subgroups per row group (TPR >= S: the host guarantees it)
+    if (lane == 0) {
+        [[unroll]] for (uint j = 0; j < RJ; ++j) red[sg][j] = acc[j];
+        if (NORM) red_ss[sg] = ss;
+    }
+    barrier();
+    if (tid < G * RJ) {
+        uint gg = tid % G, j = tid / G;   // row row0 + gg + G * j
+        uint row = gg + G * j;
+        float v = 0.0;
+        for (uint k = 0; k < per_row; ++k) v += red[gg * per_row + k][j];
+        float scale = 1.0;
+        if (NORM) {
+            float s2 = 0.0;
+            for (uint k = 0; k < gl_NumSubgroups; ++k) s2 += red_ss[k];
+            scale = inversesqrt(s2 / float(p.cols) + p.eps);
+        }
+        if (row0 + row < p.n_rows) {
+            uint out_row = p.y_off + row0 + row;
+            v *= scale;
+            if (p.has_bias != 0) v += bias[out_row];
+            if (RESID) v += resid[out_row];
+            y[out_row] = v;
+        }
+    }
+}
