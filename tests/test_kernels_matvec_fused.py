@@ -199,13 +199,17 @@ def test_matvec_table_by_shape():
     """MATVEC_CONFIGS rows by device, type, tokens and shape (a stand-in GPU with fast integer dots)."""
     from types import SimpleNamespace
     gpu = SimpleNamespace(info=SimpleNamespace(is_cpu=False, subgroup_size=32, int_dot=True, int_dot_fast=True,
-                                               max_shared_memory=49152))
+                                               max_shared_memory=49152, max_workgroup_invocations=1024))
     pick = lambda qtype, rows, cols, n=1: matvec_config(gpu, qtype, rows, cols, n).kernel   # noqa: E731
     assert pick(T.Q4_0, 4096, 4096) == "stream_dp"
     assert pick(T.Q4_K, 1024, 4096) == "stream_dp"
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
     assert pick(T.Q4_0, 4096, 14336) == "base"           # long rows
-    assert pick(T.Q4_K, 4096, 14336) == "wide"
+    assert pick(T.Q4_K, 4096, 14336) == "stream_dp"      # its own row (1024 threads)
+    assert matvec_config(gpu, T.Q4_K, 4096, 14336).wg == 1024
+    assert pick(T.Q4_K, 4096, 14336, n=3) == "wide"
     assert pick(T.Q6_K, 4096, 4096) == "base"
+    gpu.info.max_workgroup_invocations = 512
+    assert pick(T.Q4_K, 4096, 14336) == "wide"           # the next row
     gpu.info.int_dot_fast = False
     assert pick(T.Q4_0, 4096, 4096) == "base"

@@ -119,7 +119,7 @@ _MATVEC_ENV = parse_matvec_env(os.environ.get("LLAMAVK_MATVEC"))
 
 
 def _fits(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, n_tokens: int) -> bool:
-    if not matvec_kernel_supports(cfg.kernel, tname):
+    if not matvec_kernel_supports(cfg.kernel, tname) or cfg.wg > (kc.info.max_workgroup_invocations or 1024):
         return False
     if cfg.kernel.startswith("stream"):
         sg = kc.info.subgroup_size or 32

@@ -79,6 +79,9 @@ MATVEC_CONFIGS = (
     # the wide one (Q4_K); longer rows stage too much x per workgroup and lose
     ("gpu", ("q4_0", "q8_0", "q4_k"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
+    # H100, Q4_K rows longer than 8192 (the FFN down product): 1.07x the wide kernel
+    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
+     MatvecConfig(wg=1024, nr=2, ks=1, u=1, kernel="stream_dp")),
     # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
     ("gpu", ("q4_k",), _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide")),
     # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step

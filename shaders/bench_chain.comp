@@ -1,0 +1,46 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+// Benchmark only (examples/bench_chain.py): one stage of a chain of dependent dispatches that each
+// stream a weight-sized buffer, the way a decode step's products follow each other. Every lane issues
+// its U 16-byte loads at once (neighbouring lanes on neighbouring addresses), combines them with the
+// previous stage's output and writes one word per workgroup: the fastest a product of that size can
+// be between two barriers.
+// MODE 0: the recorder puts a barrier between stages. MODE 1 / 2: no barriers; a stage's workgroups
+// wait for a counter that every workgroup of the previous stage increments (loads issued before /
+// after the wait). The wait gives up after 2^24 polls and counts that in flags[1023].
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint U = 4;
+layout(constant_id = 1) const uint MODE = 0;
+layout(std430, binding = 0) readonly buffer W { uvec4 w[]; };
+layout(std430, binding = 1) coherent buffer IO { uint io[]; };              // [stage][workgroup]
+layout(std430, binding = 2) coherent volatile buffer F { uint flags[]; };   // [stage] counters
+layout(push_constant) uniform P { uint stage; uint prev_groups; uint in_off; uint out_off; } p;
+shared uint s_in;
+
+void main() {
+    uint t = gl_LocalInvocationID.x, g = gl_WorkGroupID.x;
+    uvec4 r[U];
+    uint base = g * 256u * U + t;
+    if (MODE != 2u) { [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[base + j * 256u]; }
+    if (MODE != 0u && p.stage > 0u) {
+        if (t == 0u) {
+            uint n = 0u;
+            while (flags[p.stage - 1u] < p.prev_groups && n < (1u << 24)) ++n;
+            if (n == (1u << 24)) atomicAdd(flags[1023], 1u);
+        }
+        barrier();
+    }
+    if (t == 0u) s_in = io[p.in_off + (g % p.prev_groups)];
+    barrier();
+    if (MODE == 2u) { [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[base + j * 256u]; }
+    uvec4 a = uvec4(s_in);
+    [[unroll]] for (uint j = 0; j < U; ++j) a ^= r[j];
+    uint v = subgroupXor(a.x ^ a.y ^ a.z ^ a.w);
+    if (gl_SubgroupInvocationID == 0u) atomicXor(io[p.out_off + g], v);
+    if (MODE != 0u) {
+        memoryBarrierBuffer();
+        barrier();
+        if (t == 0u) atomicAdd(flags[p.stage], 1u);
+    }
+}
