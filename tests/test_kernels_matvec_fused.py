@@ -176,7 +176,7 @@ STREAM_CASES = [(T.Q4_0, 416, 4), (T.Q4_0, 3200, 4), (T.Q8_0, 416, 2), (T.Q8_0, 
 @pytest.mark.parametrize("qtype,cols,rj", STREAM_CASES, ids=lambda v: getattr(v, "name", str(v)))
 @pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
 def test_matvec_stream(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):
-    if kernel == "stream_dp" and not kc_variants.info.int_dot:
+    if kernel == "stream_dp" and not kc_variants.device.features.get("int_dot"):
         pytest.skip("no integer dot products")
     cfg = MatvecConfig(64, rj, 1, 1, kernel)
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
@@ -198,7 +198,7 @@ def test_matvec_stream(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):
 def test_matvec_table_by_shape():
     """MATVEC_CONFIGS rows by device, type, tokens and shape (a stand-in GPU with fast integer dots)."""
     from types import SimpleNamespace
-    gpu = SimpleNamespace(info=SimpleNamespace(is_cpu=False, subgroup_size=32, int_dot=True, int_dot_fast=True,
+    gpu = SimpleNamespace(device=SimpleNamespace(features={"int_dot": True}), info=SimpleNamespace(is_cpu=False, subgroup_size=32, int_dot=True, int_dot_fast=True,
                                                max_shared_memory=49152, max_workgroup_invocations=1024))
     pick = lambda qtype, rows, cols, n=1: matvec_config(gpu, qtype, rows, cols, n).kernel   # noqa: E731
     assert pick(T.Q4_0, 4096, 4096) == "stream_dp"

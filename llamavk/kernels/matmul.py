@@ -122,8 +122,10 @@ def _fits(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, n_tokens: i
     if not matvec_kernel_supports(cfg.kernel, tname) or cfg.wg > (kc.info.max_workgroup_invocations or 1024):
         return False
     if cfg.kernel.startswith("stream"):
+        # one token; subgroups of >= 8 lanes (the _dp staging shuffles within 8), <= 64 per workgroup
         sg = kc.info.subgroup_size or 32
-        return n_tokens == 1 and (cfg.kernel == "stream" or kc.info.int_dot) and stream_split(
+        dp_ok = cfg.kernel == "stream" or (kc.device.features.get("int_dot", False) and sg >= 8)
+        return n_tokens == 1 and dp_ok and max(cfg.wg, sg) // sg <= 64 and stream_split(
             max(cfg.wg, sg), sg, tname, cols, cfg.nr, kc.info.max_shared_memory) is not None
     return True
 

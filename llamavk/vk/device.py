@@ -99,7 +99,9 @@ class Device:
         check(lib.vkCreateDevice(self.physical, create, ffi.NULL, handle), f"vkCreateDevice({info.name})")
         self.features = {"fp16": bool(f12.shaderFloat16), "int8": bool(f12.shaderInt8),
                          "bda": bool(f12.bufferDeviceAddress),
-                         "coopmat": "VK_KHR_cooperative_matrix" in self.extensions}
+                         "coopmat": "VK_KHR_cooperative_matrix" in self.extensions,
+                         # 4x8-bit integer dot products (matvec_stream.comp's _dp variants): a 1.3 feature
+                         "int_dot": bool(major_minor >= (1, 3) and keep[2].shaderIntegerDotProduct)}
         del keep, ext_owners
         return handle[0]
 
