@@ -176,13 +176,8 @@ void main() {
                     h0 += dot_ss(lo, xh[w], 0); l0 += dot_ss(lo, xl[w], 0);
                     h1 += dot_ss(hi, xh[8 + w], 0); l1 += dot_ss(hi, xl[8 + w], 0);
                 }
-                uvec4 hd = wq[i][j][0];
-                vec2 dm = unpackHalf2x16(hd.x);
-                uint sh = 16 * (q & 1u);   // byte 2q mod 4 of the scale words
-                uint a = hd.y >> sh, bz = hd.z >> sh, cw = hd.w >> sh;
-                uint sc16 = q < 2 ? a & 0x3F3Fu : (cw & 0x0F0Fu) | ((a >> 2) & 0x3030u);
-                uint mn16 = q < 2 ? bz & 0x3F3Fu : ((cw >> 4) & 0x0F0Fu) | ((bz >> 2) & 0x3030u);
-                vec2 dl = dm.x * vec2(sc16 & 0xFFu, sc16 >> 8), ml = dm.y * vec2(mn16 & 0xFFu, mn16 >> 8);
+                vec2 dl, ml;
+                q4k_quarter_scales(wq[i][j][0], q, dl, ml);
                 float t0 = sd0.x * (float(h0) + float(l0) * (1.0 / 254.0));
                 float t1 = sd1.x * (float(h1) + float(l1) * (1.0 / 254.0));
                 acc[j] += (dl.x * t0 - ml.x * sd0.y) + (dl.y * t1 - ml.y * sd1.y);
@@ -226,13 +221,8 @@ void main() {
                 }
             }
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                uvec4 hd = wq[i][j][0];
-                vec2 dm = unpackHalf2x16(hd.x);
-                uint sh = 16 * (q & 1u);   // byte 2q mod 4 of the scale words
-                uint a = hd.y >> sh, bz = hd.z >> sh, cw = hd.w >> sh;
-                uint sc16 = q < 2 ? a & 0x3F3Fu : (cw & 0x0F0Fu) | ((a >> 2) & 0x3030u);
-                uint mn16 = q < 2 ? bz & 0x3F3Fu : ((cw >> 4) & 0x0F0Fu) | ((bz >> 2) & 0x3030u);
-                vec2 dl = dm.x * vec2(sc16 & 0xFFu, sc16 >> 8), ml = dm.y * vec2(mn16 & 0xFFu, mn16 >> 8);
+                vec2 dl, ml;
+                q4k_quarter_scales(wq[i][j][0], q, dl, ml);
                 acc[j] += (dl.x * t0[j] - ml.x * sx0) + (dl.y * t1[j] - ml.y * sx1);
             }
 #else

@@ -205,13 +205,8 @@ void main() {
                         }
                     }
                     [[unroll]] for (uint r = 0; r < NR; ++r) {
-                        uvec4 hd = wq[j][r][0];
-                        vec2 dm = unpackHalf2x16(hd.x);
-                        uint sh = 16 * (g & 1u);   // byte 2g mod 4 of the scale words
-                        uint a = hd.y >> sh, bz = hd.z >> sh, cw = hd.w >> sh;
-                        uint sc16 = g < 2 ? a & 0x3F3Fu : (cw & 0x0F0Fu) | ((a >> 2) & 0x3030u);
-                        uint mn16 = g < 2 ? bz & 0x3F3Fu : ((cw >> 4) & 0x0F0Fu) | ((bz >> 2) & 0x3030u);
-                        vec2 dl = dm.x * vec2(sc16 & 0xFFu, sc16 >> 8), ml = dm.y * vec2(mn16 & 0xFFu, mn16 >> 8);
+                        vec2 dl, ml;
+                        q4k_quarter_scales(wq[j][r][0], g, dl, ml);
                         [[unroll]] for (uint t = 0; t < NT; ++t)
                             acc[r][t] += (dl.x * t0[r][t] - ml.x * sx0[t]) + (dl.y * t1[r][t] - ml.y * sx1[t]);
                     }

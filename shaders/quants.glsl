@@ -87,6 +87,18 @@ vec4 sbytes_fma(uint w) {
                 fma(uintBitsToFloat((h & 0xFF00u) ^ (MAGIC | 0x8000u)), 1.0 / 256.0, -32896.0));
 }
 
+// Q4_K super-block head hd (its first uvec4: d, dmin, the 12 scale bytes) -> the scales (dl) and mins
+// (ml) of sub-blocks 2q and 2q + 1, quarter q of the block (6-bit fields decoded from registers).
+void q4k_quarter_scales(uvec4 hd, uint q, out vec2 dl, out vec2 ml) {
+    vec2 dm = unpackHalf2x16(hd.x);
+    uint sh = 16 * (q & 1u);   // byte 2q mod 4 of the scale words
+    uint a = hd.y >> sh, bz = hd.z >> sh, cw = hd.w >> sh;
+    uint sc16 = q < 2 ? a & 0x3F3Fu : (cw & 0x0F0Fu) | ((a >> 2) & 0x3030u);
+    uint mn16 = q < 2 ? bz & 0x3F3Fu : ((cw >> 4) & 0x0F0Fu) | ((bz >> 2) & 0x3030u);
+    dl = dm.x * vec2(sc16 & 0xFFu, sc16 >> 8);
+    ml = dm.y * vec2(mn16 & 0xFFu, mn16 >> 8);
+}
+
 float half_bits(uint h) { return unpackHalf2x16(h).x; }
 // Two 16-bit words (little endian) as one 32-bit word.
 uint u32_at16(uint i) { return uint(wu16[i]) | (uint(wu16[i + 1]) << 16); }
