@@ -144,6 +144,21 @@ def _check_view(view: View, nbytes: int, what: str) -> None:
         raise LlamavkError(f"{what}: view is {view.nbytes} bytes, needs {nbytes}")
 
 
+def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
+                 resid: bool, glu: bool) -> tuple[tuple, int]:
+    """Specialization constants of cfg's kernel (its shader header lists them) and rows per workgroup."""
+    sg = kc.info.subgroup_size or 32
+    if cfg.kernel.startswith("stream"):
+        tpr, c, rj = stream_split(cfg.wg, sg, name, cols, cfg.nr, kc.info.max_shared_memory)
+        return (cfg.wg, norm, resid, glu, tpr, c, rj), cfg.wg // tpr * rj
+    spec = (cfg.wg, n_tokens, norm, resid, cfg.nr, cfg.ks, cfg.u, glu)
+    if cfg.kernel.startswith("wide"):
+        ch4 = cfg.ks * sg * cfg.u * MATVEC_WIDE_UNIT[name] // 4
+        xs = cfg.xs and cfg.kernel == "wide" and 16 * n_tokens * ch4 <= MATVEC_XS_BYTES
+        spec += (cfg.dq, n_tokens * ch4 if xs else 0)
+    return spec, cfg.nr * max(1, max(1, cfg.wg // sg) // cfg.ks)
+
+
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
            norm: View | None = None, eps: float = 0.0, residual: View | None = None, glu: View | None = None) -> None:
     """Record y[t, r] = residual[t, r] + bias[r] + sum_c W[r, c] * x'[t, c] for t < n_tokens.
@@ -163,21 +178,11 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     has_bias = 1 if bias is not None else 0
     family = product_kernel(kc, n_tokens, w.rows, w.cols)
     if family == "mul_mv":
-        cfg = matvec_config(kc, w.qtype, w.rows, w.cols, n_tokens)
-        sg = kc.info.subgroup_size or 32
-        n_subgroups = max(1, cfg.wg // sg)
-        rows_per_wg = cfg.nr * max(1, n_subgroups // cfg.ks)
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
-        spec = (cfg.wg, n_tokens, norm is not None, residual is not None, cfg.nr, cfg.ks, cfg.u, glu is not None)
-        if cfg.kernel.startswith("stream"):
-            tpr, c, rj = stream_split(cfg.wg, sg, name, w.cols, cfg.nr, kc.info.max_shared_memory)
-            rows_per_wg = cfg.wg // tpr * rj
-            spec = (cfg.wg, norm is not None, residual is not None, glu is not None, tpr, c, rj)
-        elif cfg.kernel.startswith("wide"):
-            ch4 = cfg.ks * (kc.info.subgroup_size or 32) * cfg.u * MATVEC_WIDE_UNIT[name] // 4
-            xs = cfg.xs and cfg.kernel == "wide" and 16 * n_tokens * ch4 <= MATVEC_XS_BYTES
-            spec += (cfg.dq, n_tokens * ch4 if xs else 0)
+        cfg = matvec_config(kc, w.qtype, w.rows, w.cols, n_tokens)
+        spec, rows_per_wg = _matvec_spec(kc, cfg, name, w.cols, n_tokens, norm is not None, residual is not None,
+                                         glu is not None)
         kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrr", push_size=28, spec=spec)
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         for ch in w.chunks:
