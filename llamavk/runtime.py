@@ -190,6 +190,8 @@ class DeviceRuntime:
         for op in graph.ops:
             k = op.kind
             seq = segments[-1]
+            if self.profile:
+                seq.label = f"{k}:{op.inputs[0].role}" if k == "matmul" else k
             if k in EXCHANGE_OPS:
                 if self.comm.record(seq, op, n_tokens, act, step, slot):
                     segments.append(CommandSequence(self.device, f"{name}/{len(segments)}", profile=self.profile).begin())

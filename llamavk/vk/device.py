@@ -6,6 +6,8 @@ split modes are tested on one GPU or on llvmpipe.
 
 from __future__ import annotations
 
+import os
+
 import vulkan as vk
 
 from ..errors import LlamavkError
@@ -23,6 +25,10 @@ OPTIONAL_EXTENSIONS = (
     "VK_KHR_shader_bfloat16",
 )
 
+# Diagnostics: LLAMAVK_PIPELINE_STATS=1 asks the driver for every pipeline's statistics (on NVIDIA:
+# registers per thread, shared memory, ...), read by Kernel.statistics() (examples/kernel_stats.py).
+PIPELINE_STATS_EXTENSION = "VK_KHR_pipeline_executable_properties"
+
 HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
 DEVICE_LOCAL = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
 
@@ -36,6 +42,8 @@ class Device:
         self.name = name or f"Vulkan{info.index}"
         self.physical = self.instance.physical_handles[info.index]
         self.extensions = [e for e in OPTIONAL_EXTENSIONS if e in info.extensions]
+        if os.environ.get("LLAMAVK_PIPELINE_STATS") == "1" and PIPELINE_STATS_EXTENSION in info.extensions:
+            self.extensions.append(PIPELINE_STATS_EXTENSION)
         self.queue_family = self._pick_queue_family()
         self.handle = self._create_device()
         self.queue = vk.vkGetDeviceQueue(self.handle, self.queue_family, 0)
@@ -80,6 +88,11 @@ class Device:
                             vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR, head)
             head = cm
             keep.append(cm)
+        stats = None
+        if PIPELINE_STATS_EXTENSION in self.extensions:
+            stats = new_struct("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
+                               vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR, head)
+            head = stats
         feats2 = new_struct("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, head)
         lib.vkGetPhysicalDeviceFeatures2(self.physical, feats2)
         feats2.features.robustBufferAccess = 0
@@ -101,8 +114,9 @@ class Device:
                          "bda": bool(f12.bufferDeviceAddress),
                          "coopmat": "VK_KHR_cooperative_matrix" in self.extensions,
                          # 4x8-bit integer dot products (matvec_stream.comp's _dp variants): a 1.3 feature
-                         "int_dot": bool(major_minor >= (1, 3) and keep[2].shaderIntegerDotProduct)}
-        del keep, ext_owners
+                         "int_dot": bool(major_minor >= (1, 3) and keep[2].shaderIntegerDotProduct),
+                         "pipeline_stats": bool(stats is not None and stats.pipelineExecutableInfo)}
+        del keep, ext_owners, stats
         return handle[0]
 
     def proc(self, name: str):

@@ -100,8 +100,9 @@ class Kernel:
         stage = new_struct("VkPipelineShaderStageCreateInfo", vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                            stage_next, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=self.module, pName=entry,
                            pSpecializationInfo=spec_info)
+        flags = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if device.features.get("pipeline_stats") else 0
         pipe_info = new_struct("VkComputePipelineCreateInfo", vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-                               stage=stage[0], layout=self.layout)
+                               flags=flags, stage=stage[0], layout=self.layout)
         out_pipe = ffi.new("VkPipeline*")
         check(lib.vkCreateComputePipelines(dev, ffi.NULL, 1, pipe_info, ffi.NULL, out_pipe),
               f"vkCreateComputePipelines({self.name})")
@@ -109,6 +110,27 @@ class Kernel:
         del code, spec_entries, spec_buf, spec_info, entry, stage, subgroup_info
         self._sets: dict = {}
         device.register(self)
+
+    def statistics(self) -> dict[str, float]:
+        """The driver's statistics of this pipeline (name -> value; NVIDIA reports registers per thread
+        among others), where the device was opened with LLAMAVK_PIPELINE_STATS=1; else {}."""
+        if not self.device.features.get("pipeline_stats"):
+            return {}
+        name = b"vkGetPipelineExecutableStatisticsKHR"
+        get = ffi.cast("PFN_vkGetPipelineExecutableStatisticsKHR", lib.vkGetDeviceProcAddr(self.device.handle, name))
+        info = new_struct("VkPipelineExecutableInfoKHR", vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
+                          pipeline=self.pipeline, executableIndex=0)
+        count = ffi.new("uint32_t*")
+        check(get(self.device.handle, info, count, ffi.NULL), "vkGetPipelineExecutableStatisticsKHR")
+        stats = ffi.new("VkPipelineExecutableStatisticKHR[]", count[0])
+        for st in stats:
+            st.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR
+        check(get(self.device.handle, info, count, stats), "vkGetPipelineExecutableStatisticsKHR")
+        field = {vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: "b32",
+                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: "i64",
+                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: "u64",
+                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: "f64"}
+        return {ffi.string(st.name).decode(): getattr(st.value, field[st.format]) for st in stats[0:count[0]]}
 
     def descriptor_set(self, ranges):
         """A descriptor set binding `ranges` [(buffer, offset, size)...]; identical ones are reused."""

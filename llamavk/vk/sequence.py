@@ -54,6 +54,7 @@ class CommandSequence:
         self.name = name
         # profile: a GPU timestamp after every dispatch, for per-kernel timings (profile_results()).
         self.profiler = _Profiler(device) if profile and device.info.timestamp_period else None
+        self.label = ""               # what the caller is recording now (profile entries: "kernel label")
         alloc = vk.VkCommandBufferAllocateInfo(commandPool=device.command_pool,
                                                level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1)
         self.cmd = vk.vkAllocateCommandBuffers(device.handle, alloc)[0]
@@ -137,7 +138,7 @@ class CommandSequence:
                 lib.vkCmdDispatch(self.cmd, gx, gy, gz)
         self.n_dispatches += 1
         if self.profiler:
-            self.profiler.mark(self.cmd, kernel.name)
+            self.profiler.mark(self.cmd, f"{kernel.name} {self.label}".rstrip())
 
     def copy(self, src, dst, size: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         self._depend([(src, src_offset, size)], [(dst, dst_offset, size)], TRANSFER)
