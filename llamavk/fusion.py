@@ -15,6 +15,11 @@ microseconds, as much as reading megabytes. This pass folds into the matrix-vect
 
 The result is a new Graph with the same weights and logits; the original is untouched (prompt
 batches use the tiled matrix-matrix kernel, which takes the unfused graph).
+
+`fuse_glu_pairs` (one-token steps, before `fuse_for_matvec`, where the device's one-token kernel can):
+`swiglu(matmul(Wg, h), matmul(Wu, h))` becomes one matmul of Wg with attr pair=Wu that writes
+silu(Wg h) * (Wu h) itself: one dispatch for gate and up, and the down product then reads one plain
+vector instead of computing silu(gate) * up from two.
 """
 
 from __future__ import annotations
@@ -51,6 +56,29 @@ def fuse_rope_kv(graph: Graph) -> Graph:
         if len(ropes) == 2 and {r.inputs[0] for r in ropes} == {q, k}:
             dropped.update(id(r) for r in ropes)
             op.attrs["rope"] = True
+    return _graph_like(graph, [op for op in ops if id(op) not in dropped])
+
+
+def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
+    """can_pair(gate_weight, up_weight) -> bool: whether the device runs this pair as one product."""
+    ops = _copy_ops(graph)
+    consumers = defaultdict(list)
+    for op in ops:
+        for t in op.reads():
+            consumers[t].append(op)
+    producer = {op.out: op for op in ops if op.out is not None}
+    dropped: set[int] = set()
+    for op in ops:
+        if op.kind != "swiglu":
+            continue
+        g, u = (producer.get(t) for t in op.inputs)
+        if g is None or u is None or g.kind != "matmul" or u.kind != "matmul" or g is u:
+            continue
+        plain = all(len(m.inputs) == 2 and not m.attrs and consumers[m.out] == [op] for m in (g, u))
+        if plain and g.inputs[1] is u.inputs[1] and can_pair(g.inputs[0], u.inputs[0]):
+            g.attrs["pair"] = u.inputs[0]
+            g.out = op.out
+            dropped.update((id(u), id(op)))
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import LlamavkError
-from .fusion import fuse_for_matvec, fuse_rope_kv
+from .fusion import fuse_for_matvec, fuse_glu_pairs, fuse_rope_kv
 from .graph import Graph, Tensor
 from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_SYNC_BASE, STEP_WORDS, VIEW_ALIGN,
                       KernelCache, QWeight, View, upload_qweight)
@@ -134,8 +134,14 @@ class DeviceRuntime:
         # Matrix-vector steps (decode, small batches) run the fused graph: fewer dispatches and barriers.
         self.batch_graphs = {key: fuse_rope_kv(g) for key, g in graphs.items()}
         self.fused = {key: fuse_for_matvec(g) for key, g in self.batch_graphs.items()}
-        self.plans = {g: plan_activations(g, n_ubatch)
-                      for g in list(self.batch_graphs.values()) + list(self.fused.values())}
+        # One-token steps also take gate and up as one product where this device's kernel can.
+        can_pair = lambda g, u: matmul.matvec_pairs(self.kc, self.weights[g.name], self.weights[u.name])  # noqa: E731
+        self.fused_one = {}
+        for key, g in self.batch_graphs.items():
+            paired = fuse_glu_pairs(g, can_pair)
+            self.fused_one[key] = fuse_for_matvec(paired) if len(paired.ops) < len(g.ops) else self.fused[key]
+        self.plans = {g: plan_activations(g, n_ubatch) for g in
+                      list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
         self.recordings: dict[tuple[str, int, int], list[CommandSequence]] = {}
         self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
@@ -143,6 +149,8 @@ class DeviceRuntime:
     def graph_for(self, key: str, n_tokens: int) -> Graph:
         if n_tokens > LARGE_BATCH and f"{key}@large" in self.batch_graphs:
             return self.batch_graphs[f"{key}@large"]
+        if n_tokens == 1:
+            return self.fused_one[key]
         return self.fused[key] if n_tokens <= matmul.MATVEC_MAX_TOKENS else self.batch_graphs[key]
 
     # -- weights -------------------------------------------------------------------------------
@@ -211,10 +219,12 @@ class DeviceRuntime:
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
                 out = logits_view if op.out is graph.logits else act(op.out)
                 norm_w, resid, glu = op.attrs.get("norm"), op.attrs.get("residual"), op.attrs.get("glu")
+                pair = op.attrs.get("pair")
                 matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
                               norm=vec(norm_w) if norm_w is not None else None, eps=op.attrs.get("eps", 0.0),
                               residual=act(resid) if resid is not None else None,
-                              glu=act(glu) if glu is not None else None)
+                              glu=act(glu) if glu is not None else None,
+                              pair=self.weights[pair.name] if pair is not None else None)
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]

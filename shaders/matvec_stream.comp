@@ -34,7 +34,20 @@
 // sum q x = s sum q xh + (s / 254) sum q xl, each sum 4 products per OpSDot instruction. The two levels
 // keep x to 1 / 64516 of its block's largest value (one int8 level alone loses ~1% of the result).
 // Offsets and mins use the exact f32 block sums of x. Word w of a unit's xh / xl holds elements 4w..4w+3.
-// Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ.
+//
+// PAIR (the FFN's gate and up products as one dispatch): binding 7 holds a second matrix P of W's type
+// and shape (up), and y[r] = silu(s W[r] . x') * (s P[r] . x'). A lane's first RJ / 2 rows come from
+// W, the other RJ / 2 are the same rows of P, so a workgroup writes G * RJ / 2 rows. The down product
+// then reads one plain vector instead of staging silu(gate) * up from two.
+//
+// KSPLIT > 1 (long rows, the FFN down product): the row's units are cut into KSPLIT equal parts, one
+// workgroup per (row block, part), so that each stages and reads only its part of x -- a 14336-wide
+// row then behaves like the well-streaming 4096-wide ones instead of a few large workgroups per SM.
+// Each writes its partial sums to binding 8 ([KSPLIT][rows], PAIR: then P's) and counts itself done
+// on its row block's counter (binding 9, 0 between runs); the last to finish adds the parts in order
+// (the result does not depend on which finished last), applies PAIR's silu, adds bias and residual,
+// writes y and resets the counter. NORM: every part sums the squares of the whole row.
+// Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const bool NORM = false;
 layout(constant_id = 2) const bool RESID = false;
@@ -42,6 +55,9 @@ layout(constant_id = 3) const bool GLU = false;
 layout(constant_id = 4) const uint TPR = 128;
 layout(constant_id = 5) const uint C = 1;
 layout(constant_id = 6) const uint RJ = 4;
+layout(constant_id = 7) const bool PAIR = false;
+layout(constant_id = 8) const uint KSPLIT = 1;
+const uint RO = PAIR ? RJ / 2 : RJ;   // rows written per lane's row group
 
 #include "quants.glsl"
 #ifdef DOT8
@@ -58,10 +74,15 @@ layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(std430, binding = 4) readonly buffer NormW4 { vec4 nw4[]; };
 layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
 layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
+layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };      // PAIR: the up matrix
+layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
+// KSPLIT: written by one workgroup, read by another of the same dispatch: coherent + memoryBarrierBuffer
+layout(std430, binding = 8) coherent buffer Part { float part[]; };      // [PAIR + 1][KSPLIT][y_stride]
+layout(std430, binding = 9) coherent buffer Count { uint counter[]; };   // per row block, at its first row
 layout(push_constant) uniform Push {
     uint n_rows;       // rows of this chunk
     uint cols;
-    uint y_stride;     // (one token: unused)
+    uint y_stride;     // rows of the whole matrix
     uint y_off;        // first row of this chunk in the whole matrix
     uint has_bias;
     uint rows_per_wg;  // G * RJ
@@ -95,16 +116,22 @@ shared vec4 xs[XS_LEN];
 #define MAX_SUBGROUPS 64
 shared float red[MAX_SUBGROUPS][8];
 shared float red_ss[MAX_SUBGROUPS];
+shared bool is_last;
 
 void main() {
-    uint n_units = p.cols / UNIT;
+    uint row_units = p.cols / UNIT;
+    uint n_units = row_units / KSPLIT;   // units of this workgroup's part of the row
     q_chunk_blocks = p.n_rows * (p.cols / QK);
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint ks = wg % KSPLIT;
+    wg /= KSPLIT;
+    uint u0 = ks * n_units;              // first unit of the part
     uint tid = gl_LocalInvocationIndex, G = gl_WorkGroupSize.x / TPR;
     uint g = tid / TPR, c = tid % TPR;
     uint row0 = wg * p.rows_per_wg;
 
-    // 1. Every weight load of this lane, before anything else (rows past the end read the last row).
+    // 1. Every weight load of this lane, before anything else (rows past the end read the last row);
+    //    with PAIR, loads j >= RO are row j - RO of P.
     uvec4 wq[C][RJ][NQ];
 #if !defined(QTYPE_Q4_K)
     float wd[C][RJ];
@@ -113,16 +140,22 @@ void main() {
         uint u = c + TPR * i;
         if (u < n_units) {
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                uint row = min(row0 + g + G * j, p.n_rows - 1);
+                uint row = min(row0 + g + G * (j % RO), p.n_rows - 1);
+                bool second = j >= RO;   // a constant once the loop is unrolled
 #if defined(QTYPE_Q4_K)
-                uint ib = row * (n_units / 4) + u / 4;
-                wq[i][j][0] = wu4[9 * ib];
-                wq[i][j][1] = wu4[9 * ib + 1 + 2 * (u % 4)];
-                wq[i][j][2] = wu4[9 * ib + 2 + 2 * (u % 4)];
+                uint ib = row * (row_units / 4) + (u0 + u) / 4;
+                uint o0 = 9 * ib, o1 = 9 * ib + 1 + 2 * ((u0 + u) % 4);
+                if (second) { wq[i][j][0] = pu4[o0]; wq[i][j][1] = pu4[o1]; wq[i][j][2] = pu4[o1 + 1]; }
+                else { wq[i][j][0] = wu4[o0]; wq[i][j][1] = wu4[o1]; wq[i][j][2] = wu4[o1 + 1]; }
 #else
-                uint b = row * n_units + u;
-                [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = wu4[NQ * b + k];
-                wd[i][j] = block_scale(b);
+                uint b = row * row_units + u0 + u;
+                if (second) {
+                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = pu4[NQ * b + k];
+                    wd[i][j] = float(pf16[QD_PLANE * q_chunk_blocks + b]);
+                } else {
+                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = wu4[NQ * b + k];
+                    wd[i][j] = block_scale(b);
+                }
 #endif
             }
         }
@@ -132,13 +165,15 @@ void main() {
     float acc[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = 0.0;
     float ss = 0.0;
+    if (NORM && KSPLIT > 1)   // the sum of squares is over the whole row, not just this part
+        for (uint k = tid; k < row_units * V4; k += gl_WorkGroupSize.x) ss += dot(x4[k], x4[k]);
     [[unroll]] for (uint i = 0; i < C; ++i) {
         if (i > 0) barrier();
-        uint k0 = TPR * i * V4, n4 = min(TPR * V4, n_units * V4 - k0);
+        uint k0 = TPR * i * V4, n4 = min(TPR * V4, n_units * V4 - k0), kx = u0 * V4 + k0;
         for (uint k = tid; k < n4; k += gl_WorkGroupSize.x) {
-            vec4 v = x4[k0 + k];
-            if (NORM) { ss += dot(v, v); v *= nw4[k0 + k]; }
-            if (GLU) v = v / (1.0 + exp(-v)) * up4[k0 + k];   // silu(gate) * up; exp(-v) -> inf gives -0
+            vec4 v = x4[kx + k];
+            if (NORM) { if (KSPLIT == 1) ss += dot(v, v); v *= nw4[kx + k]; }
+            if (GLU) v = v / (1.0 + exp(-v)) * up4[kx + k];   // silu(gate) * up; exp(-v) -> inf gives -0
             uint unit = k / V4, e = k % V4;
 #ifdef DOT8
             // the 8 vec4s of a 32-value block are in 8 neighbouring lanes: max and sum by xor-shuffles
@@ -167,7 +202,7 @@ void main() {
             vec2 sd0 = xsd[c];
 #if defined(QTYPE_Q4_K)
             vec2 sd1 = xsd[TPR + c];
-            uint q = u % 4;
+            uint q = (u0 + u) % 4;
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 int h0 = 0, l0 = 0, h1 = 0, l1 = 0;
                 [[unroll]] for (uint w = 0; w < 8; ++w) {
@@ -206,7 +241,7 @@ void main() {
             uint sw = c & 7u;
 #if defined(QTYPE_Q4_K)
             // sub-blocks 2q (low nibbles) and 2q + 1 (high nibbles) of quarter q = u % 4; x vec4s w, 8 + w
-            uint q = u % 4;
+            uint q = (u0 + u) % 4;
             float t0[RJ], t1[RJ], sx0 = 0.0, sx1 = 0.0;
             [[unroll]] for (uint j = 0; j < RJ; ++j) { t0[j] = 0.0; t1[j] = 0.0; }
             [[unroll]] for (uint w = 0; w < 8; ++w) {
@@ -260,23 +295,52 @@ void main() {
         if (NORM) red_ss[sg] = ss;
     }
     barrier();
-    if (tid < G * RJ) {
-        uint gg = tid % G, j = tid / G;   // row row0 + gg + G * j
-        uint row = gg + G * j;
-        float v = 0.0;
+    uint gg = tid % G, j = tid / G;   // row row0 + gg + G * j
+    uint out_row = p.y_off + row0 + gg + G * j;
+    bool mine = tid < G * RO && row0 + gg + G * j < p.n_rows;
+    float v = 0.0, v2 = 0.0;
+    if (tid < G * RO) {
         for (uint k = 0; k < per_row; ++k) v += red[gg * per_row + k][j];
-        float scale = 1.0;
+        if (PAIR) for (uint k = 0; k < per_row; ++k) v2 += red[gg * per_row + k][RO + j];
         if (NORM) {
             float s2 = 0.0;
             for (uint k = 0; k < gl_NumSubgroups; ++k) s2 += red_ss[k];
-            scale = inversesqrt(s2 / float(p.cols) + p.eps);
-        }
-        if (row0 + row < p.n_rows) {
-            uint out_row = p.y_off + row0 + row;
+            float scale = inversesqrt(s2 / float(p.cols) + p.eps);
             v *= scale;
-            if (p.has_bias != 0) v += bias[out_row];
-            if (RESID) v += resid[out_row];
-            y[out_row] = v;
+            v2 *= scale;
         }
+    }
+    if (KSPLIT > 1) {
+        // Publish this part's sums, then count the part done; the last part of the row block adds them.
+        uint pair_off = KSPLIT * p.y_stride;   // PAIR: P's sums after W's
+        if (mine) {
+            part[ks * p.y_stride + out_row] = v;
+            if (PAIR) part[pair_off + ks * p.y_stride + out_row] = v2;
+        }
+        memoryBarrierBuffer();
+        barrier();
+        uint cidx = p.y_off + row0;
+        if (tid == 0) {
+            uint done = atomicAdd(counter[cidx], 1u);
+            is_last = done == KSPLIT - 1;
+            if (is_last) counter[cidx] = 0u;   // every part has counted: ready for the next replay
+        }
+        barrier();
+        if (!is_last) return;
+        memoryBarrierBuffer();
+        if (mine) {
+            v = 0.0;
+            v2 = 0.0;
+            for (uint k = 0; k < KSPLIT; ++k) {
+                v += part[k * p.y_stride + out_row];
+                if (PAIR) v2 += part[pair_off + k * p.y_stride + out_row];
+            }
+        }
+    }
+    if (mine) {
+        if (PAIR) v = v / (1.0 + exp(-v)) * v2;   // silu(gate) * up
+        if (p.has_bias != 0) v += bias[out_row];
+        if (RESID) v += resid[out_row];
+        y[out_row] = v;
     }
 }

@@ -141,8 +141,9 @@ void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
 #elif defined(QTYPE_Q8_0)
 #define QK 32
 #define QPLANAR 1
-// planar: qs plane 32 bytes per block, then the d plane (f16)
-float block_scale(uint b) { return float(wf16[16 * q_chunk_blocks + b]); }
+// planar: qs plane 32 bytes per block, then the d plane (f16), which starts at f16 index QD_PLANE * blocks
+#define QD_PLANE 16
+float block_scale(uint b) { return float(wf16[QD_PLANE * q_chunk_blocks + b]); }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
     float d = block_scale(b);
@@ -153,8 +154,9 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 #elif defined(QTYPE_Q4_0)
 #define QK 32
 #define QPLANAR 1
-// planar: qs plane 16 bytes per block (one uvec4), then the d plane (f16)
-float block_scale(uint b) { return float(wf16[8 * q_chunk_blocks + b]); }
+// planar: qs plane 16 bytes per block (one uvec4), then the d plane (f16), at f16 index QD_PLANE * blocks
+#define QD_PLANE 8
+float block_scale(uint b) { return float(wf16[QD_PLANE * q_chunk_blocks + b]); }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
     float d = block_scale(b);

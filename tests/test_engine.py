@@ -51,6 +51,23 @@ def test_greedy_decode_matches_reference_and_replays(synthetic_model, arch):
     assert again == got
 
 
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_k"])
+def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, monkeypatch, qtype):
+    """The GPUs' decode path (stream kernel, gate and up as one product), forced on this device with
+    its f32 form: greedy decoding matches the reference."""
+    from llamavk.kernels import matmul as mm
+
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream")})
+    path = synthetic_model("llama", qtype)
+    prompt = [int(t) for t in np.random.default_rng(5).integers(0, 500, 6)]
+    want = ReferenceModel(load_model_file(path)).generate_greedy(prompt, 8)
+    with quiet_load(path, n_ctx=64) as m:
+        got = list(m.generate(prompt, n=8, temp=0))
+        one = m.runtime.fused_one["last"]
+        assert sum("pair" in op.attrs for op in one.ops) == m.runtime.cfg.n_layer
+    assert got == list(want)
+
+
 def test_generation_is_deterministic_for_a_seed(synthetic_model):
     path = synthetic_model("llama", "q4_0")
     with quiet_load(path, n_ctx=64) as m:

@@ -1,6 +1,6 @@
 """The decode fusion pass: what it folds, and that it leaves the original graph alone."""
 
-from llamavk.fusion import fuse_for_matvec, fuse_rope_kv
+from llamavk.fusion import fuse_for_matvec, fuse_glu_pairs, fuse_rope_kv
 from llamavk.models import build_graph
 from llamavk.models.base import ModelConfig
 
@@ -50,3 +50,18 @@ def test_qk_norm_and_biases_survive():
     assert kinds(f).count("head_norm") == 2 * 3
     q = next(op for op in f.ops if op.kind == "matmul" and op.inputs[0].role == "q")
     assert len(q.inputs) == 3 and q.inputs[2].role == "q_bias" and "norm" in q.attrs
+
+
+def test_gate_and_up_pair_where_the_device_can():
+    g = fuse_rope_kv(build_graph(cfg()))
+    asked = []
+    f = fuse_for_matvec(fuse_glu_pairs(g, lambda a, b: asked.append((a.role, b.role)) or True))
+    assert set(asked) == {("gate", "up")} and len(asked) == 3
+    per_layer = [op for op in f.ops if op.layer == 1]
+    assert [op.kind for op in per_layer] == ["matmul"] * 3 + ["attention"] + ["matmul"] * 3
+    pair, down = per_layer[5], per_layer[6]
+    assert pair.inputs[0].role == "gate" and pair.attrs["pair"].role == "up"
+    assert pair.attrs["norm"].role == "ffn_norm"
+    assert down.inputs[1] is pair.out and "glu" not in down.attrs and down.attrs["residual"] is not None
+    # a device that cannot: the graph is the plain decode fusion
+    assert kinds(fuse_for_matvec(fuse_glu_pairs(g, lambda a, b: False))) == kinds(fuse_for_matvec(g))

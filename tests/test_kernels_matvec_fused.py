@@ -89,7 +89,7 @@ VARIANT_TYPES = [(T.Q4_0, 416), (T.Q8_0, 416), (T.Q4_K, 768)]
 
 
 def run_fused(dev, kc, qtype, rows, cols, n_tokens, seed, chunked=False, bias=False, norm=False, resid=False,
-              glu=False, tol=1e-3):
+              glu=False, pair=False, tol=1e-3):
     eps = 1e-5
     rng = np.random.default_rng(seed)
     raw, w = make_weight(qtype, rows, cols, seed=seed)
@@ -120,12 +120,19 @@ def run_fused(dev, kc, qtype, rows, cols, n_tokens, seed, chunked=False, bias=Fa
         want = want + b
         kw.update(bias=View.whole(f32(dev, b)))
     want = want + xd @ w.T
+    scale = np.abs(want).max()
+    if pair:   # y = silu(W x') * (P x'), P of W's type, shape and chunking; errors of both products
+        raw_p, wp = make_weight(qtype, rows, cols, seed=seed + 100)
+        kw.update(pair=upload_qweight(dev, raw_p, qtype, rows, cols,
+                                      max_chunk_bytes=raw.shape[1] * 5 if chunked else None))
+        silu, up = want / (1.0 + np.exp(np.minimum(-want, 700))), xd @ wp.T
+        want, scale = silu * up, np.abs(silu).max() * np.abs(up).max()
     seq = CommandSequence(dev).begin()
     matmul(seq, kc, qw, View.whole(X), View.whole(Y), n_tokens, **kw)
     seq.end().run()
     got = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows)
     assert np.isfinite(got).all(), "some outputs were not written"
-    err = np.abs(got - want).max() / np.abs(want).max()
+    err = np.abs(got - want).max() / scale
     assert err <= tol, f"{qtype.name} {rows}x{cols} nt={n_tokens}: relative error {err:.2e}"
 
 
@@ -183,7 +190,8 @@ def test_matvec_stream(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):
     assert matvec_config(kc_variants, qtype, 37, cols).kernel == kernel
     assert not matvec_config(kc_variants, qtype, 37, cols, n_tokens=2).kernel.startswith("stream")   # one token
     sg = kc_variants.info.subgroup_size or 32
-    tpr, c, rj_used = mm.stream_split(64, sg, mm.type_suffix(qtype), cols, rj, kc_variants.info.max_shared_memory)
+    tpr, c, rj_used = mm.stream_split(64, sg, mm.type_suffix(qtype), cols, rj, kc_variants.info.max_shared_memory,
+                                      dp=kernel == "stream_dp")
     assert tpr * (c - 1) < cols // mm.MATVEC_WIDE_UNIT[mm.type_suffix(qtype)] <= tpr * c
     assert c * rj_used * mm.MATVEC_STREAM_NQ[mm.type_suffix(qtype)] <= mm.MATVEC_STREAM_MAX_LOADS
     # f32 sums: as exact as the other kernels; two int8 levels: x within 1/64516 of its block's largest
@@ -193,6 +201,34 @@ def test_matvec_stream(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):
     run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=tol)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=11, bias=True, norm=True, resid=True, tol=tol)
     run_fused(dev, kc_variants, qtype, 21, cols, 1, seed=12, resid=True, glu=True, tol=tol)
+    # gate and up as one product (the FFN's first half), with and without the norm, chunked weights
+    assert mm.matvec_pairs(kc_variants, *(upload_qweight(dev, make_weight(qtype, 37, cols, seed=s)[0], qtype, 37, cols)
+                                          for s in (1, 2)))
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=13, chunked=True, norm=True, pair=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 5, cols, 1, seed=14, pair=True, tol=tol)
+
+
+@pytest.mark.parametrize("qtype,cols,parts", [(T.Q4_0, 4096, 4), (T.Q8_0, 4096, 4), (T.Q4_K, 4608, 9)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+@pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
+def test_matvec_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, parts, kernel):
+    """KSPLIT: parts of up to 32 units, one workgroup each per row block; the last to finish adds the
+    parts. The counters must be back at 0 after every dispatch (the later products reuse them),
+    chunked weights count per chunk; the norm's sum of squares spans the whole row; pairs add both
+    matrices' parts before the silu."""
+    if kernel == "stream_dp" and not kc_variants.device.features.get("int_dot"):
+        pytest.skip("no integer dot products")
+    cfg = MatvecConfig(64, 2, 32, 1, kernel)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    name = mm.type_suffix(qtype)
+    assert mm._matvec_spec(kc_variants, cfg, name, cols, 1, False, True, False)[2] == parts
+    assert mm._matvec_spec(kc_variants, cfg, name, cols + mm.MATVEC_WIDE_UNIT[name], 1, False, True, False)[2] == 1
+    tol = 1e-4 if kernel == "stream_dp" else 1e-5
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=21, chunked=True, bias=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=22, chunked=True, glu=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=23, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=24, norm=True, bias=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=25, chunked=True, norm=True, pair=True, tol=tol)
 
 
 def test_matvec_table_by_shape():
@@ -204,12 +240,12 @@ def test_matvec_table_by_shape():
     assert pick(T.Q4_0, 4096, 4096) == "stream_dp"
     assert pick(T.Q4_K, 1024, 4096) == "stream_dp"
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
-    assert pick(T.Q4_0, 4096, 14336) == "base"           # long rows
-    assert pick(T.Q4_K, 4096, 14336) == "stream_dp"      # its own row (1024 threads)
-    assert matvec_config(gpu, T.Q4_K, 4096, 14336).wg == 1024
+    long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 64 units
+    assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 7
+    assert mm._stream_parts(matvec_config(gpu, T.Q4_K, 4096, 14336), "q4_k", 14336) == 7   # 7 x 32
     assert pick(T.Q4_K, 4096, 14336, n=3) == "wide"
     assert pick(T.Q6_K, 4096, 4096) == "base"
-    gpu.info.max_workgroup_invocations = 512
+    gpu.info.max_workgroup_invocations = 256
     assert pick(T.Q4_K, 4096, 14336) == "wide"           # the next row
     gpu.info.int_dot_fast = False
     assert pick(T.Q4_0, 4096, 4096) == "base"

@@ -14,12 +14,16 @@ into the right columns of y.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from dataclasses import replace
 
+import numpy as np
+
 from ..errors import LlamavkError
 from ..quant import quant_info
+from ..vk import Buffer
 from . import KernelCache, QWeight, View, groups_2d
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
                         has_coopmat, product_kernel)
@@ -59,28 +63,31 @@ MATVEC_XS_BYTES = 24576
 # matvec_stream.comp: uvec4 loads per unit; x staged per chunk of at most this many bytes; at most
 # this many uvec4 weight loads held by one lane.
 MATVEC_STREAM_NQ = {"q4_0": 1, "q8_0": 2, "q4_k": 3}
-MATVEC_STREAM_XS_BYTES = 32768
 MATVEC_STREAM_MAX_LOADS = 24
 
 
 def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
-                 shared_bytes: int = 49152) -> tuple[int, int, int] | None:
+                 shared_bytes: int = 49152, dp: bool = False) -> tuple[int, int, int] | None:
     """matvec_stream.comp's (TPR lanes per row, C units per lane along the row, RJ rows per lane) for a
     row of `cols` weights, or None where the kernel does not fit (the caller takes another kernel).
-    TPR: the largest power of two <= the row's units (at least a subgroup, at most the workgroup and
-    the x chunk, which leaves the device's shared memory 4 KiB for the reduction), so that lanes cover
-    a row with few idle; RJ shrinks until the loads fit registers."""
+    TPR: a power of two from a subgroup to the workgroup, whose x chunk (TPR units) fits shared memory
+    less 4 KiB for the reduction (a unit of x takes 4 bytes per value as floats, 2 bytes per value + 8
+    per 32 as the _dp form's int8 levels): the largest <= the row's units, so that lanes cover a row
+    with few idle, or twice that where it leaves no more lanes idle (448 units: 512 x 1, not 256 x 2:
+    one x chunk, one barrier less). RJ shrinks until the loads fit registers."""
     unit = MATVEC_WIDE_UNIT[type_name]
     n_units = cols // unit
     if n_units == 0 or cols % unit:
         return None
-    tpr = 1 << (n_units.bit_length() - 1)
-    xs_bytes = min(MATVEC_STREAM_XS_BYTES, shared_bytes - 4096)
-    tpr = max(subgroup, min(tpr, wg, 1 << ((xs_bytes // (4 * unit)).bit_length() - 1)))
-    if 4 * unit * tpr > xs_bytes:
+    unit_bytes = 2 * unit + unit // 4 if dp else 4 * unit
+    xs_bytes = shared_bytes - 4096
+    tprs = [1 << k for k in range(subgroup.bit_length() - 1, wg.bit_length())
+            if subgroup <= 1 << k <= wg and (1 << k) * unit_bytes <= xs_bytes and wg % (1 << k) == 0]
+    if not tprs:
         return None
-    if wg % tpr or tpr % subgroup:
-        return None
+    tpr = max([t for t in tprs if t <= n_units] or tprs[:1])
+    if 2 * tpr in tprs and 2 * tpr * -(-n_units // (2 * tpr)) <= tpr * -(-n_units // tpr):
+        tpr *= 2
     c = -(-n_units // tpr)
     nq = MATVEC_STREAM_NQ[type_name]
     while rj > 1 and c * rj * nq > MATVEC_STREAM_MAX_LOADS:
@@ -88,6 +95,11 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
     if c * rj * nq > MATVEC_STREAM_MAX_LOADS:
         return None
     return tpr, c, rj
+
+
+def _stream_split(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, rj: int):
+    return stream_split(cfg.wg, kc.info.subgroup_size or 32, tname, cols, rj, kc.info.max_shared_memory,
+                        dp=cfg.kernel == "stream_dp")
 
 
 def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
@@ -125,8 +137,9 @@ def _fits(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, n_tokens: i
         # one token; subgroups of >= 8 lanes (the _dp staging shuffles within 8), <= 64 per workgroup
         sg = kc.info.subgroup_size or 32
         dp_ok = cfg.kernel == "stream" or (kc.device.features.get("int_dot", False) and sg >= 8)
-        return n_tokens == 1 and dp_ok and max(cfg.wg, sg) // sg <= 64 and stream_split(
-            max(cfg.wg, sg), sg, tname, cols, cfg.nr, kc.info.max_shared_memory) is not None
+        cfg = replace(cfg, wg=max(cfg.wg, sg))
+        return n_tokens == 1 and dp_ok and cfg.wg // sg <= 64 and _stream_split(
+            kc, cfg, tname, cols // _stream_parts(cfg, tname, cols), cfg.nr) is not None
     return True
 
 
@@ -144,29 +157,78 @@ def _check_view(view: View, nbytes: int, what: str) -> None:
         raise LlamavkError(f"{what}: view is {view.nbytes} bytes, needs {nbytes}")
 
 
+def _stream_rj(cfg: MatvecConfig, pair: bool) -> int:
+    """Rows per lane asked of stream_split: a pair product's lane takes as many rows, half from each
+    matrix (doubling them measured slower: Q4_K 259 against 273 t/s on the 7.2B, H100)."""
+    return max(2, cfg.nr - cfg.nr % 2) if pair else cfg.nr
+
+
+def matvec_pairs(kc: KernelCache, w: QWeight, p: QWeight) -> bool:
+    """Whether the one-token product can take w and p as a gate/up pair (y = silu(W x) * (P x), one
+    dispatch): same type, shape and row chunks, and the stream kernel serving them."""
+    if (w.qtype, w.rows, w.cols) != (p.qtype, p.rows, p.cols) or \
+            [c.n_rows for c in w.chunks] != [c.n_rows for c in p.chunks]:
+        return False
+    cfg = matvec_config(kc, w.qtype, w.rows, w.cols, 1)
+    name = type_suffix(w.qtype)
+    split = cfg.kernel.startswith("stream") and _stream_split(
+        kc, cfg, name, w.cols // _stream_parts(cfg, name, w.cols), _stream_rj(cfg, True))
+    return bool(split) and split[2] >= 2
+
+
+def _stream_parts(cfg: MatvecConfig, name: str, cols: int) -> int:
+    """The stream kernel's column parts (KSPLIT workgroups per row block, each over an equal part of
+    the row): parts of gcd(units, cfg.ks) units, the largest power of two up to cfg.ks dividing the
+    row (448 units, ks 64: 7 parts of 64); whole rows where that leaves parts under 8 units."""
+    n_units = cols // MATVEC_WIDE_UNIT[name]
+    size = math.gcd(n_units, cfg.ks) if cfg.kernel.startswith("stream") and cfg.ks > 1 else n_units
+    return n_units // size if size >= 8 else 1
+
+
 def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
-                 resid: bool, glu: bool) -> tuple[tuple, int]:
-    """Specialization constants of cfg's kernel (its shader header lists them) and rows per workgroup."""
+                 resid: bool, glu: bool, pair: bool = False) -> tuple[tuple, int, int]:
+    """Specialization constants of cfg's kernel (its shader header lists them), rows per workgroup
+    and workgroups per row block."""
     sg = kc.info.subgroup_size or 32
     if cfg.kernel.startswith("stream"):
-        tpr, c, rj = stream_split(cfg.wg, sg, name, cols, cfg.nr, kc.info.max_shared_memory)
-        return (cfg.wg, norm, resid, glu, tpr, c, rj), cfg.wg // tpr * rj
+        parts = _stream_parts(cfg, name, cols)
+        tpr, c, rj = _stream_split(kc, cfg, name, cols // parts, _stream_rj(cfg, pair))
+        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts)
+        return spec, cfg.wg // tpr * (rj // 2 if pair else rj), parts
+    if pair:
+        raise LlamavkError(f"matmul: the {cfg.kernel} matrix-vector kernel has no gate/up pair form")
     spec = (cfg.wg, n_tokens, norm, resid, cfg.nr, cfg.ks, cfg.u, glu)
     if cfg.kernel.startswith("wide"):
         ch4 = cfg.ks * sg * cfg.u * MATVEC_WIDE_UNIT[name] // 4
         xs = cfg.xs and cfg.kernel == "wide" and 16 * n_tokens * ch4 <= MATVEC_XS_BYTES
         spec += (cfg.dq, n_tokens * ch4 if xs else 0)
-    return spec, cfg.nr * max(1, max(1, cfg.wg // sg) // cfg.ks)
+    return spec, cfg.nr * max(1, max(1, cfg.wg // sg) // cfg.ks), 1
+
+
+def _parts_scratch(kc: KernelCache, rows: int, parts: int) -> list:
+    """The stream kernel's KSPLIT buffers for a matrix of `rows` rows: partial sums [2][parts][rows]
+    (a pair's second matrix after the first) and one counter per row block (at its first row), zero
+    between dispatches. Shared by every product of that shape on the device: the recorder orders two
+    users (both write them)."""
+    cache = kc.__dict__.setdefault("_parts_scratch", {})
+    bufs = cache.get((rows, parts))
+    if bufs is None:
+        counters = Buffer(kc.device, 4 * rows)
+        counters.write(np.zeros(rows, dtype=np.uint32))
+        bufs = cache[(rows, parts)] = (Buffer(kc.device, 8 * rows * parts), counters)
+    return [(bufs[0], 0, 8 * rows * parts), (bufs[1], 0, 4 * rows)]
 
 
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
-           norm: View | None = None, eps: float = 0.0, residual: View | None = None, glu: View | None = None) -> None:
+           norm: View | None = None, eps: float = 0.0, residual: View | None = None, glu: View | None = None,
+           pair: QWeight | None = None) -> None:
     """Record y[t, r] = residual[t, r] + bias[r] + sum_c W[r, c] * x'[t, c] for t < n_tokens.
 
     x: float32 [n_tokens][w.cols]; y, residual: float32 [n_tokens][w.rows]; bias: float32 [w.rows].
     x' = x; or rms_norm(x[t]) * norm (norm: float32 [w.cols], epsilon eps); or silu(x) * glu (glu:
     float32 [n_tokens][w.cols]) -- the fused forms exist for matrix-vector batches
-    (n_tokens <= MATVEC_MAX_TOKENS) only."""
+    (n_tokens <= MATVEC_MAX_TOKENS) only. pair (one token, where matvec_pairs allows it): a second
+    matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual)."""
     if n_tokens <= 0:
         return
     name = type_suffix(w.qtype)
@@ -177,18 +239,26 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     b = bias if bias is not None else x  # an unused binding still needs a buffer
     has_bias = 1 if bias is not None else 0
     family = product_kernel(kc, n_tokens, w.rows, w.cols)
+    if pair is not None and (n_tokens != 1 or bias is not None or residual is not None or glu is not None
+                             or not matvec_pairs(kc, w, pair)):
+        raise LlamavkError("matmul: a gate/up pair takes one token, no bias, residual or glu, and the stream kernel")
     if family == "mul_mv":
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
         cfg = matvec_config(kc, w.qtype, w.rows, w.cols, n_tokens)
-        spec, rows_per_wg = _matvec_spec(kc, cfg, name, w.cols, n_tokens, norm is not None, residual is not None,
-                                         glu is not None)
-        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrr", push_size=28, spec=spec)
+        spec, rows_per_wg, parts = _matvec_spec(kc, cfg, name, w.cols, n_tokens, norm is not None,
+                                                residual is not None, glu is not None, pair is not None)
+        stream = cfg.kernel.startswith("stream")
+        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrww" if stream else "rrrwrrr",
+                        push_size=28, spec=spec)
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
-        for ch in w.chunks:
+        scratch = (_parts_scratch(kc, w.rows, parts) if parts > 1 else [y.range, y.range]) if stream else []
+        pair_chunks = pair.chunks if pair is not None else w.chunks
+        for ch, pch in zip(w.chunks, pair_chunks):
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
-            groups = groups_2d((ch.n_rows + rows_per_wg - 1) // rows_per_wg)
-            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra, groups, push)
+            groups = groups_2d(parts * ((ch.n_rows + rows_per_wg - 1) // rows_per_wg))
+            stream_bufs = [pch.buffer] + scratch if stream else []
+            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, groups, push)
     else:
         if norm is not None or residual is not None or glu is not None:
             raise LlamavkError("fused norm/residual/glu matmul is only available for matrix-vector batches")
