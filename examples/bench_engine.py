@@ -47,9 +47,9 @@ def main() -> int:
         with llamavk.load(a.model, devices=a.dev, n_ctx=a.d + max(a.p, a.n) + 16, n_ubatch=a.p, profile=True) as m:
             rt = m.runtime
             fill_depth(m, a.d, rng)
-            # Two decode steps and one prompt use both parameter slots of each step shape: every
-            # recording read below has run (reading a query pool that never ran would wait forever).
-            decode(m, 2, rng, a.d)
+            # Decode steps (clocks up) and two prompts use both parameter slots of each step shape:
+            # every recording read below has run (reading a query pool that never ran would wait forever).
+            decode(m, 64, rng, a.d)
             time_prompt(m, a.p, rng, a.d)
             time_prompt(m, a.p, rng, a.d)
             for n in (1, a.p):

@@ -199,7 +199,8 @@ class DeviceRuntime:
             k = op.kind
             seq = segments[-1]
             if self.profile:
-                seq.label = f"{k}:{op.inputs[0].role}" if k == "matmul" else k
+                pair = f"+{op.attrs['pair'].role}" if "pair" in op.attrs else ""
+                seq.label = f"{k}:{op.inputs[0].role}{pair}" if k == "matmul" else k
             if k in EXCHANGE_OPS:
                 if self.comm.record(seq, op, n_tokens, act, step, slot):
                     segments.append(CommandSequence(self.device, f"{name}/{len(segments)}", profile=self.profile).begin())
