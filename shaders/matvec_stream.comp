@@ -47,8 +47,11 @@
 // on its row block's counter (binding 9, 0 between runs); the last to finish adds the parts in order
 // (the result does not depend on which finished last), applies PAIR's silu, adds bias and residual,
 // writes y and resets the counter. NORM: every part sums the squares of the whole row.
+// Benchmark only (examples/bench_matvec.py): NO_X skips the x staging (x left as it is in shared
+// memory), READ_ONLY also the arithmetic (the loaded words are xor-ed): what the rest costs.
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT.
 layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
 layout(constant_id = 2) const bool RESID = false;
 layout(constant_id = 3) const bool GLU = false;
@@ -118,6 +121,36 @@ shared float red[MAX_SUBGROUPS][8];
 shared float red_ss[MAX_SUBGROUPS];
 shared bool is_last;
 
+// Stage the vec4 k of the current x chunk (its fused input v: x' of the header) into shared memory.
+void stage(uint k, vec4 v) {
+    uint unit = k / V4, e = k % V4;
+#ifdef DOT8
+    // the 8 vec4s of a 32-value block are in 8 neighbouring lanes: max and sum by xor-shuffles
+    float amax = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
+    float bsum = (v.x + v.y) + (v.z + v.w);
+    [[unroll]] for (uint m = 1; m < 8; m *= 2) {
+        amax = max(amax, subgroupShuffleXor(amax, m));
+        bsum += subgroupShuffleXor(bsum, m);
+    }
+    float sc = amax / 127.0, inv = amax > 0.0 ? 127.0 / amax : 0.0;
+    vec4 h = round(v * inv);
+    vec4 l = clamp(round((v - h * sc) * (254.0 * inv)), -127.0, 127.0);
+    xqh[e * TPR + unit] = pack32(i8vec4(h));
+    xql[e * TPR + unit] = pack32(i8vec4(l));
+    if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec2(sc, bsum);
+#else
+    xs[unit * V4 + (e ^ (unit & 7u))] = v;
+#endif
+}
+
+// x' at vec4 index kk of the row (the sum of squares of x goes to ss)
+vec4 fused_input(uint kk, inout float ss) {
+    vec4 v = x4[kk];
+    if (NORM) { if (KSPLIT == 1) ss += dot(v, v); v *= nw4[kk]; }
+    if (GLU) v = v / (1.0 + exp(-v)) * up4[kk];   // silu(gate) * up; exp(-v) -> inf gives -0
+    return v;
+}
+
 void main() {
     uint row_units = p.cols / UNIT;
     uint n_units = row_units / KSPLIT;   // units of this workgroup's part of the row
@@ -170,33 +203,24 @@ void main() {
     [[unroll]] for (uint i = 0; i < C; ++i) {
         if (i > 0) barrier();
         uint k0 = TPR * i * V4, n4 = min(TPR * V4, n_units * V4 - k0), kx = u0 * V4 + k0;
-        for (uint k = tid; k < n4; k += gl_WorkGroupSize.x) {
-            vec4 v = x4[kx + k];
-            if (NORM) { if (KSPLIT == 1) ss += dot(v, v); v *= nw4[kx + k]; }
-            if (GLU) v = v / (1.0 + exp(-v)) * up4[kx + k];   // silu(gate) * up; exp(-v) -> inf gives -0
-            uint unit = k / V4, e = k % V4;
-#ifdef DOT8
-            // the 8 vec4s of a 32-value block are in 8 neighbouring lanes: max and sum by xor-shuffles
-            float amax = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
-            float bsum = (v.x + v.y) + (v.z + v.w);
-            [[unroll]] for (uint m = 1; m < 8; m *= 2) {
-                amax = max(amax, subgroupShuffleXor(amax, m));
-                bsum += subgroupShuffleXor(bsum, m);
-            }
-            float sc = amax / 127.0, inv = amax > 0.0 ? 127.0 / amax : 0.0;
-            vec4 h = round(v * inv);
-            vec4 l = clamp(round((v - h * sc) * (254.0 * inv)), -127.0, 127.0);
-            xqh[e * TPR + unit] = pack32(i8vec4(h));
-            xql[e * TPR + unit] = pack32(i8vec4(l));
-            if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec2(sc, bsum);
-#else
-            xs[unit * V4 + (e ^ (unit & 7u))] = v;
+#if !defined(NO_X) && !defined(READ_ONLY)
+        for (uint k = tid; k < n4; k += WG)
+            stage(k, fused_input(kx + k, ss));
 #endif
-        }
         barrier();
         uint u = c + TPR * i;
         if (u < n_units) {
-#ifdef DOT8
+#if defined(READ_ONLY)
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint a = 0u;
+                [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
+#if defined(QTYPE_Q4_K)
+                acc[j] += float(a & 1u);
+#else
+                acc[j] += float(a & 1u) + wd[i][j];
+#endif
+            }
+#elif defined(DOT8)
             uint xh[V4], xl[V4];
             [[unroll]] for (uint w = 0; w < V4; ++w) { xh[w] = xqh[w * TPR + c]; xl[w] = xql[w * TPR + c]; }
             vec2 sd0 = xsd[c];

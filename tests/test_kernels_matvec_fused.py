@@ -238,7 +238,7 @@ def test_matvec_table_by_shape():
                                                max_shared_memory=49152, max_workgroup_invocations=1024))
     pick = lambda qtype, rows, cols, n=1: matvec_config(gpu, qtype, rows, cols, n).kernel   # noqa: E731
     assert pick(T.Q4_0, 4096, 4096) == "stream_dp"
-    assert pick(T.Q4_K, 1024, 4096) == "stream_dp"
+    assert pick(T.Q4_K, 1024, 4096) == "stream_dp" and matvec_config(gpu, T.Q4_K, 1024, 4096).nr == 2
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
     long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 64 units
     assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 7

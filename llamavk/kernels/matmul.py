@@ -42,10 +42,13 @@ def type_suffix(qtype) -> str:
 #   wide       matvec_wide.comp: each lane takes whole blocks (Q4_0/Q8_0) or 64-weight quarters of a
 #              super-block (Q4_K) with 16-byte loads
 #   stream     matvec_stream.comp: one token; every weight load of a lane first (16-byte loads, whole
-#              units), x staged once per 32 KiB chunk; nr = rows per lane (RJ)
+#              units), x staged per chunk in shared memory; nr = rows per lane (RJ), ks = units per
+#              column part (long rows; the last workgroup adds the parts)
 #   stream_dp  the same with x staged as two int8 levels and 4-wide integer dot products (devices
 #              with VK_KHR_shader_integer_dot_product)
 #   read, wide_read   benchmark only (examples/bench_matvec.py): the loads of base / wide, no arithmetic
+#   stream_dp_nox, stream_read   benchmark only: stream_dp without the x staging / without staging
+#              and arithmetic
 # Every kernel supports every fused input (norm, residual, glu, bias) and chunked weights; all but
 # stream NT <= 8 tokens (stream: one).
 MATVEC_KERNELS = {
@@ -55,6 +58,8 @@ MATVEC_KERNELS = {
     "stream_dp": ("mul_mv_stream_dp", {"q4_0", "q8_0", "q4_k"}),
     "read": ("mul_mv_read", {"q4_0", "q8_0"}),
     "wide_read": ("mul_mv_wide_read", {"q4_0", "q8_0", "q4_k"}),
+    "stream_dp_nox": ("mul_mv_stream_dp_nox", {"q4_0", "q8_0", "q4_k"}),
+    "stream_read": ("mul_mv_stream_read", {"q4_0", "q8_0", "q4_k"}),
 }
 # matvec_wide.comp: weights per unit (a lane's share of a row per step); x staging limit (the kernel
 # has 18 KiB of other shared memory; 48 KiB is the portable minimum of maxComputeSharedMemorySize).
@@ -99,7 +104,7 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
 
 def _stream_split(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, rj: int):
     return stream_split(cfg.wg, kc.info.subgroup_size or 32, tname, cols, rj, kc.info.max_shared_memory,
-                        dp=cfg.kernel == "stream_dp")
+                        dp=cfg.kernel.startswith("stream_dp") or cfg.kernel == "stream_read")
 
 
 def matvec_kernel_supports(kernel: str, type_name: str) -> bool:

@@ -77,13 +77,18 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
     # H100: one token through rows of <= 8192 weights: 1.15-1.3x the base kernel (Q4_0), 1.25-1.5x
-    # the wide one (Q4_K); cutting these rows into parts loses
-    ("gpu", ("q4_0", "q8_0", "q4_k"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
+    # the wide one (Q4_K); cutting these rows into parts loses. Q4_K: 2 rows per lane (63 registers,
+    # 2 workgroups per SM; with 4, 92 registers and 1): 299.5 against 288.3 t/s on the 7.2B
+    ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
+    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
+     MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
     # H100, longer rows (the FFN down product, 14336 wide) in parts of up to 64 units, one workgroup
     # each: Q4_0 1.25x the base kernel, Q4_K 1.4x the stream kernel over whole rows, Q8_0 the same
-    ("gpu", ("q4_0", "q8_0", "q4_k"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
+    ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=512, nr=4, ks=64, u=1, kernel="stream_dp")),
+    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
+     MatvecConfig(wg=512, nr=2, ks=64, u=1, kernel="stream_dp")),
     # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
     ("gpu", ("q4_k",), _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide")),
     # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step
