@@ -16,6 +16,10 @@ microseconds, as much as reading megabytes. This pass folds into the matrix-vect
 The result is a new Graph with the same weights and logits; the original is untouched (prompt
 batches use the tiled matrix-matrix kernel, which takes the unfused graph).
 
+`fuse_rope_into_products` (one-token steps, where the device's kernel can): the Q, K and V products
+feeding a rope=True attention apply RoPE and store K and V into the cache themselves (attrs
+rope="q" / "k" / "v"; the attention op gets kv_stored=True): the rope_kv dispatch and its stage go.
+
 `fuse_glu_pairs` (one-token steps, before `fuse_for_matvec`, where the device's one-token kernel can):
 `swiglu(matmul(Wg, h), matmul(Wu, h))` becomes one matmul of Wg with attr pair=Wu that writes
 silu(Wg h) * (Wu h) itself: one dispatch for gate and up, and the down product then reads one plain
@@ -59,13 +63,36 @@ def fuse_rope_kv(graph: Graph) -> Graph:
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
-def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
-    """can_pair(gate_weight, up_weight) -> bool: whether the device runs this pair as one product."""
-    ops = _copy_ops(graph)
+def _consumers(ops):
     consumers = defaultdict(list)
     for op in ops:
         for t in op.reads():
             consumers[t].append(op)
+    return consumers
+
+
+def fuse_rope_into_products(graph: Graph, can_fuse) -> Graph:
+    """can_fuse(weight) -> bool: whether the device's one-token product of that weight can do it."""
+    ops = _copy_ops(graph)
+    consumers = _consumers(ops)
+    producer = {op.out: op for op in ops if op.out is not None}
+    for op in ops:
+        if op.kind != "attention" or not op.attrs.get("rope"):
+            continue
+        prods = [producer.get(t) for t in op.inputs]
+        if all(p is not None and p.kind == "matmul" and consumers[p.out] == [op] and "residual" not in p.attrs
+               and "pair" not in p.attrs and can_fuse(p.inputs[0]) for p in prods):
+            for p, kind in zip(prods, "qkv"):
+                p.attrs["rope"] = kind
+            op.attrs["rope"] = False
+            op.attrs["kv_stored"] = True
+    return _graph_like(graph, ops)
+
+
+def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
+    """can_pair(gate_weight, up_weight) -> bool: whether the device runs this pair as one product."""
+    ops = _copy_ops(graph)
+    consumers = _consumers(ops)
     producer = {op.out: op for op in ops if op.out is not None}
     dropped: set[int] = set()
     for op in ops:
@@ -84,10 +111,7 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
 
 def fuse_for_matvec(graph: Graph) -> Graph:
     ops = _copy_ops(graph)
-    consumers = defaultdict(list)
-    for op in ops:
-        for t in op.reads():
-            consumers[t].append(op)
+    consumers = _consumers(ops)
     dropped: set[int] = set()
 
     for op in ops:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import LlamavkError
-from .fusion import fuse_for_matvec, fuse_glu_pairs, fuse_rope_kv
+from .fusion import fuse_for_matvec, fuse_glu_pairs, fuse_rope_into_products, fuse_rope_kv
 from .graph import Graph, Tensor
 from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_SYNC_BASE, STEP_WORDS, VIEW_ALIGN,
                       KernelCache, QWeight, View, upload_qweight)
@@ -134,12 +134,15 @@ class DeviceRuntime:
         # Matrix-vector steps (decode, small batches) run the fused graph: fewer dispatches and barriers.
         self.batch_graphs = {key: fuse_rope_kv(g) for key, g in graphs.items()}
         self.fused = {key: fuse_for_matvec(g) for key, g in self.batch_graphs.items()}
-        # One-token steps also take gate and up as one product where this device's kernel can.
+        # One-token steps also take gate and up as one product, and RoPE + KV store in the Q/K/V
+        # products, where this device's kernel can.
         can_pair = lambda g, u: matmul.matvec_pairs(self.kc, self.weights[g.name], self.weights[u.name])  # noqa: E731
+        can_rope = lambda w: matmul.matvec_rope_ok(self.kc, self.weights[w.name], self.rope, self.cfg.head_dim)  # noqa: E731
         self.fused_one = {}
         for key, g in self.batch_graphs.items():
-            paired = fuse_glu_pairs(g, can_pair)
-            self.fused_one[key] = fuse_for_matvec(paired) if len(paired.ops) < len(g.ops) else self.fused[key]
+            one = fuse_rope_into_products(fuse_glu_pairs(g, can_pair), can_rope)
+            changed = len(one.ops) < len(g.ops) or any(op.attrs.get("kv_stored") for op in one.ops)
+            self.fused_one[key] = fuse_for_matvec(one) if changed else self.fused[key]
         self.plans = {g: plan_activations(g, n_ubatch) for g in
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
@@ -220,12 +223,18 @@ class DeviceRuntime:
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
                 out = logits_view if op.out is graph.logits else act(op.out)
                 norm_w, resid, glu = op.attrs.get("norm"), op.attrs.get("residual"), op.attrs.get("glu")
-                pair = op.attrs.get("pair")
+                pair, rope_kind = op.attrs.get("pair"), op.attrs.get("rope")
+                rope_out = None
+                if rope_kind:   # RoPE (q, k) and the KV store (k, v) in the product
+                    cache = {"q": None, "k": 0, "v": 1}[rope_kind]
+                    rope_out = rope.RopeOut(rope_kind, self.rope, step, cfg.head_dim,
+                                            View.whole(self.kv[op.layer][cache]) if cache is not None else None,
+                                            self.n_ctx)
                 matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
                               norm=vec(norm_w) if norm_w is not None else None, eps=op.attrs.get("eps", 0.0),
                               residual=act(resid) if resid is not None else None,
                               glu=act(glu) if glu is not None else None,
-                              pair=self.weights[pair.name] if pair is not None else None)
+                              pair=self.weights[pair.name] if pair is not None else None, rope=rope_out)
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]
@@ -239,7 +248,7 @@ class DeviceRuntime:
                 if op.attrs.get("rope"):
                     rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache), step,
                                  n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope, self.n_ctx)
-                else:
+                elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)
                 attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,

@@ -49,7 +49,14 @@
 // writes y and resets the counter. NORM: every part sums the squares of the whole row.
 // Benchmark only (examples/bench_matvec.py): NO_X skips the x staging (x left as it is in shared
 // memory), READ_ONLY also the arithmetic (the loaded words are xor-ed): what the rest costs.
-// Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT.
+//
+// ROPE (the Q/K/V products of a one-token step, llama's RoPE of adjacent pairs, no frequency table):
+// the products write what rope_kv.comp would, so that dispatch and its stage go: 1 (Q) y = rotated
+// rows, 2 (K) the KV cache (binding 11) row n_past = f16(rotated rows), 3 (V) that row = f16(rows).
+// Rows 2i and 2i + 1 sit in lanes tid and tid ^ 1 of one subgroup (G even: the host checks it), so
+// the rotation is one shuffle. Bias before the rotation, as in the graph. Positions past n_ctx write
+// nothing (as rope_kv.comp).
+// Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -60,14 +67,15 @@ layout(constant_id = 5) const uint C = 1;
 layout(constant_id = 6) const uint RJ = 4;
 layout(constant_id = 7) const bool PAIR = false;
 layout(constant_id = 8) const uint KSPLIT = 1;
+layout(constant_id = 9) const uint ROPE = 0;
 const uint RO = PAIR ? RJ / 2 : RJ;   // rows written per lane's row group
 
 #include "quants.glsl"
+#extension GL_KHR_shader_subgroup_shuffle : require
 #ifdef DOT8
 // Integer dot products (SPV_KHR_integer_dot_product, through GL_EXT_spirv_intrinsics since the
 // GLSL compiler at hand lacks GL_EXT_integer_dot_product): 4 int8 products summed per instruction.
 #extension GL_EXT_spirv_intrinsics : require
-#extension GL_KHR_shader_subgroup_shuffle : require
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int dot_ss(uint a, uint b, spirv_literal int packed4x8);   // OpSDotKHR: signed x signed
 #endif
@@ -82,6 +90,8 @@ layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
 // KSPLIT: written by one workgroup, read by another of the same dispatch: coherent + memoryBarrierBuffer
 layout(std430, binding = 8) coherent buffer Part { float part[]; };      // [PAIR + 1][KSPLIT][y_stride]
 layout(std430, binding = 9) coherent buffer Count { uint counter[]; };   // per row block, at its first row
+layout(std430, binding = 10) readonly buffer Step { uint step[]; };      // ROPE: [n_past, n_tokens, n_kv, sync_base, seq_len]
+layout(std430, binding = 11) writeonly buffer KVC { float16_t kvc[]; }; // ROPE 2, 3: the K or V cache
 layout(push_constant) uniform Push {
     uint n_rows;       // rows of this chunk
     uint cols;
@@ -90,7 +100,11 @@ layout(push_constant) uniform Push {
     uint has_bias;
     uint rows_per_wg;  // G * RJ
     float eps;
+    // ROPE (the names rope_common.glsl reads)
+    uint head_dim; uint rope_dim; uint neox; uint n_ctx;
+    float log2_theta_scale; float freq_scale; float ext_factor; float attn_factor; float corr_low; float corr_high;
 } p;
+#include "rope_common.glsl"
 
 #if defined(QTYPE_Q4_0)
 #define UNIT 32     // weights per unit
@@ -365,6 +379,22 @@ void main() {
         if (PAIR) v = v / (1.0 + exp(-v)) * v2;   // silu(gate) * up
         if (p.has_bias != 0) v += bias[out_row];
         if (RESID) v += resid[out_row];
-        y[out_row] = v;
     }
+    if (ROPE == 0) {
+        if (mine) y[out_row] = v;
+        return;
+    }
+    // RoPE: both lanes of a pair take part in the shuffle (G * RO is even)
+    uint pos = step[0];
+    if (ROPE != 3) {
+        float other = subgroupShuffleXor(v, 1u);
+        uint d = out_row % p.head_dim;
+        if (d < p.rope_dim) {
+            vec2 cs = rope_cos_sin(d / 2, float(rope_position(pos)));
+            v = (d % 2 == 0) ? v * cs.x - other * cs.y : other * cs.y + v * cs.x;
+        }
+    }
+    if (!mine) return;
+    if (ROPE == 1) y[out_row] = v;
+    else if (pos < p.n_ctx) kvc[pos * p.y_stride + out_row] = float16_t(v);
 }

@@ -53,8 +53,8 @@ def test_greedy_decode_matches_reference_and_replays(synthetic_model, arch):
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_k"])
 def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, monkeypatch, qtype):
-    """The GPUs' decode path (stream kernel, gate and up as one product), forced on this device with
-    its f32 form: greedy decoding matches the reference."""
+    """The GPUs' decode path (stream kernel, gate and up as one product, RoPE and the KV store in the
+    Q/K/V products), forced on this device with its f32 form: greedy decoding matches the reference."""
     from llamavk.kernels import matmul as mm
 
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream")})
@@ -65,6 +65,8 @@ def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model
         got = list(m.generate(prompt, n=8, temp=0))
         one = m.runtime.fused_one["last"]
         assert sum("pair" in op.attrs for op in one.ops) == m.runtime.cfg.n_layer
+        assert sum(op.attrs.get("kv_stored", False) for op in one.ops) == m.runtime.cfg.n_layer
+        assert [op.attrs["rope"] for op in one.ops if op.attrs.get("rope")][:3] == ["q", "k", "v"]
     assert got == list(want)
 
 

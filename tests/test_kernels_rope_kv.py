@@ -54,3 +54,52 @@ def test_rope_kv_equals_separate_ops(dev, neox, rope_dim, freqs, n_tokens, n_pas
     np.testing.assert_allclose(q1, q2, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.nan_to_num(k1), np.nan_to_num(k2))
     np.testing.assert_array_equal(np.nan_to_num(v1), np.nan_to_num(v2))
+
+
+@pytest.mark.parametrize("rope_dim,seq_len", [(32, 0), (16, 0), (32, 3)])
+@pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
+def test_rope_in_qkv_products_equals_product_then_rope_kv(dev, monkeypatch, kernel, rope_dim, seq_len):
+    """One-token Q/K/V products that rotate q, k and store k, v themselves (matvec_stream.comp ROPE)
+    write what the plain products followed by rope_kv write; chunked weights (pairs never straddle)."""
+    from gguf import GGMLQuantizationType as T
+
+    from llamavk.kernels import matmul as mm
+    from llamavk.kernels import upload_qweight
+    from llamavk.kernels.rope import RopeOut
+
+    from .test_kernels_matmul import make_weight
+
+    kc = KernelCache(dev)
+    if kernel == "stream_dp" and not dev.features.get("int_dot"):
+        pytest.skip("no integer dot products")
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, kernel)})
+    n_heads, n_kv, hd, n_ctx, n_past, cols = 2, 1, 32, 8, 5, 416
+    rng = np.random.default_rng(rope_dim + seq_len)
+    weights = []
+    for rows, seed in ((n_heads * hd, 1), (n_kv * hd, 2), (n_kv * hd, 3)):
+        raw, _ = make_weight(T.Q4_0, rows, cols, seed=seed)
+        weights.append(upload_qweight(dev, raw, T.Q4_0, rows, cols, max_chunk_bytes=raw.shape[1] * 8))
+    assert all(mm.matvec_rope_ok(kc, w, RopeParams(dim=rope_dim), hd) for w in weights)
+    x = View.whole(host(dev, rng.standard_normal(cols).astype(np.float32)))
+    params = RopeParams(dim=rope_dim, base=10000.0)
+    step = View.whole(host(dev, np.array([n_past, 1, n_past + 1, 0, seq_len], np.uint32)))
+    outs = []
+    for fused in (True, False):
+        Q, K, V = (host(dev, np.zeros(w.rows, np.float32)) for w in weights)
+        caches = [host(dev, np.full(n_ctx * n_kv * hd, np.nan, np.float16)) for _ in range(2)]
+        seq = CommandSequence(dev).begin()
+        for w, out, kind, cache in zip(weights, (Q, K, V), "qkv", [None] + caches):
+            rope_out = RopeOut(kind, params, step, hd, View.whole(cache) if cache else None, n_ctx) if fused else None
+            mm.matmul(seq, kc, w, x, View.whole(out), 1, rope=rope_out)
+        if not fused:
+            rope_kv(seq, kc, View.whole(Q), View.whole(K), View.whole(V), View.whole(caches[0]),
+                    View.whole(caches[1]), step, 1, n_heads, n_kv, hd, params, n_ctx)
+        seq.end().run()
+        outs.append([Q.array(np.float32).copy()] + [c.array(np.float16).copy() for c in caches])
+    (q1, k1, v1), (q2, k2, v2) = outs
+    row = slice(n_past * n_kv * hd, (n_past + 1) * n_kv * hd)
+    assert np.isfinite(k1[row]).all() and np.isfinite(v1[row]).all()
+    assert np.isnan(np.delete(k1, np.arange(row.start, row.stop))).all()   # that row only
+    np.testing.assert_allclose(q1, q2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(k1[row].astype(np.float32), k2[row].astype(np.float32), rtol=2e-3, atol=1e-3)
+    np.testing.assert_array_equal(v1[row], v2[row])

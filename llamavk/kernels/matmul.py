@@ -190,15 +190,30 @@ def _stream_parts(cfg: MatvecConfig, name: str, cols: int) -> int:
     return n_units // size if size >= 8 else 1
 
 
+def matvec_rope_ok(kc: KernelCache, w: QWeight, rope, head_dim: int) -> bool:
+    """Whether w's one-token product can apply RoPE and store K / V itself (matvec_stream.comp ROPE):
+    the stream kernel over whole rows with an even number of row groups (pairs in neighbouring
+    lanes), llama's adjacent pairs without a frequency table, whole heads, chunks of whole pairs."""
+    if rope.neox or rope.freqs is not None or head_dim % 2 or w.rows % head_dim or \
+            any(ch.n_rows % 2 for ch in w.chunks):
+        return False
+    name = type_suffix(w.qtype)
+    cfg = matvec_config(kc, w.qtype, w.rows, w.cols, 1)
+    if not cfg.kernel.startswith("stream") or _stream_parts(cfg, name, w.cols) != 1:
+        return False
+    split = _stream_split(kc, cfg, name, w.cols, cfg.nr)
+    return split is not None and (cfg.wg // split[0]) % 2 == 0
+
+
 def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
-                 resid: bool, glu: bool, pair: bool = False) -> tuple[tuple, int, int]:
+                 resid: bool, glu: bool, pair: bool = False, rope_mode: int = 0) -> tuple[tuple, int, int]:
     """Specialization constants of cfg's kernel (its shader header lists them), rows per workgroup
     and workgroups per row block."""
     sg = kc.info.subgroup_size or 32
     if cfg.kernel.startswith("stream"):
         parts = _stream_parts(cfg, name, cols)
         tpr, c, rj = _stream_split(kc, cfg, name, cols // parts, _stream_rj(cfg, pair))
-        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts)
+        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode)
         return spec, cfg.wg // tpr * (rj // 2 if pair else rj), parts
     if pair:
         raise LlamavkError(f"matmul: the {cfg.kernel} matrix-vector kernel has no gate/up pair form")
@@ -226,14 +241,16 @@ def _parts_scratch(kc: KernelCache, rows: int, parts: int) -> list:
 
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
            norm: View | None = None, eps: float = 0.0, residual: View | None = None, glu: View | None = None,
-           pair: QWeight | None = None) -> None:
+           pair: QWeight | None = None, rope=None) -> None:
     """Record y[t, r] = residual[t, r] + bias[r] + sum_c W[r, c] * x'[t, c] for t < n_tokens.
 
     x: float32 [n_tokens][w.cols]; y, residual: float32 [n_tokens][w.rows]; bias: float32 [w.rows].
     x' = x; or rms_norm(x[t]) * norm (norm: float32 [w.cols], epsilon eps); or silu(x) * glu (glu:
     float32 [n_tokens][w.cols]) -- the fused forms exist for matrix-vector batches
     (n_tokens <= MATVEC_MAX_TOKENS) only. pair (one token, where matvec_pairs allows it): a second
-    matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual)."""
+    matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual). rope (one
+    token, a rope.RopeOut, where matvec_rope_ok allows it): a Q product writes its rows rotated, a K
+    or V product writes row n_past of its KV cache instead of y (no residual)."""
     if n_tokens <= 0:
         return
     name = type_suffix(w.qtype)
@@ -247,20 +264,27 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     if pair is not None and (n_tokens != 1 or bias is not None or residual is not None or glu is not None
                              or not matvec_pairs(kc, w, pair)):
         raise LlamavkError("matmul: a gate/up pair takes one token, no bias, residual or glu, and the stream kernel")
+    if rope is not None and (n_tokens != 1 or residual is not None or pair is not None
+                             or not matvec_rope_ok(kc, w, rope.rope, rope.head_dim)):
+        raise LlamavkError("matmul: RoPE in the product takes one token, no residual or pair, and the stream kernel")
     if family == "mul_mv":
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
         cfg = matvec_config(kc, w.qtype, w.rows, w.cols, n_tokens)
         spec, rows_per_wg, parts = _matvec_spec(kc, cfg, name, w.cols, n_tokens, norm is not None,
-                                                residual is not None, glu is not None, pair is not None)
+                                                residual is not None, glu is not None, pair is not None,
+                                                rope.MODES[rope.kind] if rope is not None else 0)
         stream = cfg.kernel.startswith("stream")
-        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrww" if stream else "rrrwrrr",
-                        push_size=28, spec=spec)
+        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwwrw" if stream else "rrrwrrr",
+                        push_size=68 if stream else 28, spec=spec)
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         scratch = (_parts_scratch(kc, w.rows, parts) if parts > 1 else [y.range, y.range]) if stream else []
+        if stream:   # ROPE's step buffer and KV cache (unused: x and y)
+            scratch += [rope.step.range, (rope.cache or y).range] if rope is not None else [x.range, y.range]
+        rope_push = rope.push() if rope is not None else b""
         pair_chunks = pair.chunks if pair is not None else w.chunks
         for ch, pch in zip(w.chunks, pair_chunks):
-            push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
+            push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps) + rope_push
             groups = groups_2d(parts * ((ch.n_rows + rows_per_wg - 1) // rows_per_wg))
             stream_bufs = [pch.buffer] + scratch if stream else []
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, groups, push)

@@ -54,11 +54,34 @@ class RopeParams:
         high = min(self.dim - 1.0, math.ceil(corr_dim(self.beta_slow)))
         return float(low), float(high)
 
-    def push(self, n_tokens: int, n_heads: int, head_dim: int) -> bytes:
+    def angles(self) -> tuple[float, ...]:
+        """rope_common.glsl's float fields: log2_theta_scale, freq_scale, ext_factor, attn_factor,
+        corr_low, corr_high."""
         low, high = self.corr_dims()
-        log2_theta_scale = -2.0 / self.dim * math.log2(self.base)
-        return struct.pack("<5I6f", n_tokens, n_heads, head_dim, self.dim, int(bool(self.neox)),
-                           log2_theta_scale, self.freq_scale, self.ext_factor, self.attn_factor, low, high)
+        return (-2.0 / self.dim * math.log2(self.base), self.freq_scale, self.ext_factor, self.attn_factor,
+                low, high)
+
+    def push(self, n_tokens: int, n_heads: int, head_dim: int) -> bytes:
+        return struct.pack("<5I6f", n_tokens, n_heads, head_dim, self.dim, int(bool(self.neox)), *self.angles())
+
+
+@dataclass(frozen=True)
+class RopeOut:
+    """Where a one-token Q, K or V product writes instead of rope_kv.comp (matvec_stream.comp ROPE):
+    q rotated into its output; k rotated and v as f16 into row n_past of their KV cache."""
+    kind: str                 # "q", "k" or "v"
+    rope: RopeParams
+    step: object              # the step-parameter View (n_past at run time)
+    head_dim: int
+    cache: object = None      # k, v: the cache View, [n_ctx][rows] f16
+    n_ctx: int = 0
+
+    MODES = {"q": 1, "k": 2, "v": 3}
+
+    def push(self) -> bytes:
+        """The stream kernel's push fields after eps."""
+        return struct.pack("<4I6f", self.head_dim, self.rope.dim, int(bool(self.rope.neox)), self.n_ctx,
+                           *self.rope.angles())
 
 
 def rope(seq, kc, x, step, n_tokens: int, n_heads: int, head_dim: int, rope: RopeParams) -> None:
