@@ -109,6 +109,15 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
+def fuse_one_token(graph: Graph, can_pair, can_rope) -> Graph | None:
+    """The one-token step's graph: pairs and RoPE in the products where the device can, then the
+    decode fusions; None where neither applies (the step then takes fuse_for_matvec's graph)."""
+    one = fuse_rope_into_products(fuse_glu_pairs(graph, can_pair), can_rope)
+    if len(one.ops) == len(graph.ops) and not any(op.attrs.get("kv_stored") for op in one.ops):
+        return None
+    return fuse_for_matvec(one)
+
+
 def fuse_for_matvec(graph: Graph) -> Graph:
     ops = _copy_ops(graph)
     consumers = _consumers(ops)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import LlamavkError
-from .fusion import fuse_for_matvec, fuse_glu_pairs, fuse_rope_into_products, fuse_rope_kv
+from .fusion import fuse_for_matvec, fuse_one_token, fuse_rope_kv
 from .graph import Graph, Tensor
 from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_SYNC_BASE, STEP_WORDS, VIEW_ALIGN,
                       KernelCache, QWeight, View, upload_qweight)
@@ -138,11 +138,8 @@ class DeviceRuntime:
         # products, where this device's kernel can.
         can_pair = lambda g, u: matmul.matvec_pairs(self.kc, self.weights[g.name], self.weights[u.name])  # noqa: E731
         can_rope = lambda w: matmul.matvec_rope_ok(self.kc, self.weights[w.name], self.rope, self.cfg.head_dim)  # noqa: E731
-        self.fused_one = {}
-        for key, g in self.batch_graphs.items():
-            one = fuse_rope_into_products(fuse_glu_pairs(g, can_pair), can_rope)
-            changed = len(one.ops) < len(g.ops) or any(op.attrs.get("kv_stored") for op in one.ops)
-            self.fused_one[key] = fuse_for_matvec(one) if changed else self.fused[key]
+        self.fused_one = {key: fuse_one_token(g, can_pair, can_rope) or self.fused[key]
+                          for key, g in self.batch_graphs.items()}
         self.plans = {g: plan_activations(g, n_ubatch) for g in
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
@@ -223,18 +220,13 @@ class DeviceRuntime:
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
                 out = logits_view if op.out is graph.logits else act(op.out)
                 norm_w, resid, glu = op.attrs.get("norm"), op.attrs.get("residual"), op.attrs.get("glu")
-                pair, rope_kind = op.attrs.get("pair"), op.attrs.get("rope")
-                rope_out = None
-                if rope_kind:   # RoPE (q, k) and the KV store (k, v) in the product
-                    cache = {"q": None, "k": 0, "v": 1}[rope_kind]
-                    rope_out = rope.RopeOut(rope_kind, self.rope, step, cfg.head_dim,
-                                            View.whole(self.kv[op.layer][cache]) if cache is not None else None,
-                                            self.n_ctx)
+                pair = op.attrs.get("pair")
                 matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
                               norm=vec(norm_w) if norm_w is not None else None, eps=op.attrs.get("eps", 0.0),
                               residual=act(resid) if resid is not None else None,
                               glu=act(glu) if glu is not None else None,
-                              pair=self.weights[pair.name] if pair is not None else None, rope=rope_out)
+                              pair=self.weights[pair.name] if pair is not None else None,
+                              rope=self._rope_out(op, step))
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]
@@ -268,6 +260,15 @@ class DeviceRuntime:
             else:
                 raise LlamavkError(f"op {k} is not supported by the runtime")
         return [seq.end() for seq in segments]
+
+    def _rope_out(self, op, step) -> rope.RopeOut | None:
+        """Where a Q/K/V product with RoPE in it (fusion.fuse_rope_into_products) writes: q rotated
+        into its output, k rotated and v into row n_past of this layer's KV cache."""
+        kind = op.attrs.get("rope")
+        if not kind:
+            return None
+        cache = View.whole(self.kv[op.layer][0 if kind == "k" else 1]) if kind != "q" else None
+        return rope.RopeOut(kind, self.rope, step, self.cfg.head_dim, cache, self.n_ctx)
 
     def sequence(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
         segs = self.recordings.get((key, n_tokens, slot))

@@ -1,6 +1,6 @@
 """The decode fusion pass: what it folds, and that it leaves the original graph alone."""
 
-from llamavk.fusion import fuse_for_matvec, fuse_glu_pairs, fuse_rope_kv
+from llamavk.fusion import fuse_for_matvec, fuse_glu_pairs, fuse_one_token, fuse_rope_kv
 from llamavk.models import build_graph
 from llamavk.models.base import ModelConfig
 
@@ -65,3 +65,18 @@ def test_gate_and_up_pair_where_the_device_can():
     assert down.inputs[1] is pair.out and "glu" not in down.attrs and down.attrs["residual"] is not None
     # a device that cannot: the graph is the plain decode fusion
     assert kinds(fuse_for_matvec(fuse_glu_pairs(g, lambda a, b: False))) == kinds(fuse_for_matvec(g))
+
+
+def test_rope_and_kv_store_into_the_qkv_products_where_the_device_can():
+    g = fuse_rope_kv(build_graph(cfg()))
+    f = fuse_one_token(g, lambda a, b: True, lambda w: w.role in ("q", "k", "v"))
+    per_layer = [op for op in f.ops if op.layer == 1]
+    assert [op.kind for op in per_layer] == ["matmul"] * 3 + ["attention"] + ["matmul"] * 3   # 5 stages
+    assert [op.attrs.get("rope") for op in per_layer[:3]] == ["q", "k", "v"]
+    attn = per_layer[3]
+    assert attn.attrs["kv_stored"] and not attn.attrs["rope"]
+    # qwen3's head norms sit between the products and RoPE: nothing to fold
+    q3 = fuse_rope_kv(build_graph(cfg(arch="qwen3", qk_norm=True)))
+    assert not any(op.attrs.get("kv_stored") for op in fuse_one_token(q3, lambda a, b: True, lambda w: True).ops)
+    # a device whose kernels can do neither: no separate one-token graph
+    assert fuse_one_token(g, lambda a, b: False, lambda w: False) is None

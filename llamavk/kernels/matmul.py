@@ -239,6 +239,14 @@ def _parts_scratch(kc: KernelCache, rows: int, parts: int) -> list:
     return [(bufs[0], 0, 8 * rows * parts), (bufs[1], 0, 4 * rows)]
 
 
+def _stream_tail(kc: KernelCache, w: QWeight, parts: int, x: View, y: View, rope) -> list:
+    """matvec_stream.comp's bindings 8-11: KSPLIT's partial sums and counters, ROPE's step buffer and
+    KV cache; where unused, y and x (which the kernel then never touches there)."""
+    part_bufs = _parts_scratch(kc, w.rows, parts) if parts > 1 else [y.range, y.range]
+    rope_bufs = [rope.step.range, (rope.cache or y).range] if rope is not None else [x.range, y.range]
+    return part_bufs + rope_bufs
+
+
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
            norm: View | None = None, eps: float = 0.0, residual: View | None = None, glu: View | None = None,
            pair: QWeight | None = None, rope=None) -> None:
@@ -278,15 +286,13 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwwrw" if stream else "rrrwrrr",
                         push_size=68 if stream else 28, spec=spec)
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
-        scratch = (_parts_scratch(kc, w.rows, parts) if parts > 1 else [y.range, y.range]) if stream else []
-        if stream:   # ROPE's step buffer and KV cache (unused: x and y)
-            scratch += [rope.step.range, (rope.cache or y).range] if rope is not None else [x.range, y.range]
+        tail = _stream_tail(kc, w, parts, x, y, rope) if stream else []
         rope_push = rope.push() if rope is not None else b""
         pair_chunks = pair.chunks if pair is not None else w.chunks
         for ch, pch in zip(w.chunks, pair_chunks):
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps) + rope_push
             groups = groups_2d(parts * ((ch.n_rows + rows_per_wg - 1) // rows_per_wg))
-            stream_bufs = [pch.buffer] + scratch if stream else []
+            stream_bufs = [pch.buffer] + tail if stream else []
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, groups, push)
     else:
         if norm is not None or residual is not None or glu is not None:
