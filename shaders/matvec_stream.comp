@@ -21,8 +21,8 @@
 //   TPR lanes per row (a power of two dividing the workgroup), G = WG / TPR row groups;
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
 //   consecutive rows. All of a lane's rows share its units' x (loaded once from shared memory per i).
-// x staging: for i < C, the x of units [TPR i, TPR (i + 1)) goes to shared memory (TPR * UNIT floats,
-// at most 32 KiB), coalesced, with NORM / GLU applied; a lane's vec4 k of unit v sits at slot
+// x staging: for i < C, the x of units [TPR i, TPR (i + 1)) goes to shared memory (TPR * UNIT values,
+// within the device's shared memory: matmul.stream_split), coalesced, with NORM / GLU applied; a lane's vec4 k of unit v sits at slot
 // k ^ (v & 7) so that 8 neighbouring lanes reading the same k hit different banks. The NORM sum of
 // squares comes from the staging threads and is summed over the workgroup.
 // Reduction: subgroupAdd, then across the TPR / subgroup-size subgroups of a row group.
