@@ -143,8 +143,8 @@ def _fits(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, n_tokens: i
         sg = kc.info.subgroup_size or 32
         dp_ok = cfg.kernel == "stream" or (kc.device.features.get("int_dot", False) and sg >= 8)
         cfg = replace(cfg, wg=max(cfg.wg, sg))
-        return n_tokens == 1 and dp_ok and cfg.wg // sg <= 64 and _stream_split(
-            kc, cfg, tname, cols // _stream_parts(cfg, tname, cols), cfg.nr) is not None
+        return n_tokens == 1 and dp_ok and cfg.wg // sg <= 64 and \
+            _stream_layout(kc, cfg, tname, cols, cfg.nr) is not None
     return True
 
 
@@ -168,19 +168,6 @@ def _stream_rj(cfg: MatvecConfig, pair: bool) -> int:
     return max(2, cfg.nr - cfg.nr % 2) if pair else cfg.nr
 
 
-def matvec_pairs(kc: KernelCache, w: QWeight, p: QWeight) -> bool:
-    """Whether the one-token product can take w and p as a gate/up pair (y = silu(W x) * (P x), one
-    dispatch): same type, shape and row chunks, and the stream kernel serving them."""
-    if (w.qtype, w.rows, w.cols) != (p.qtype, p.rows, p.cols) or \
-            [c.n_rows for c in w.chunks] != [c.n_rows for c in p.chunks]:
-        return False
-    cfg = matvec_config(kc, w.qtype, w.rows, w.cols, 1)
-    name = type_suffix(w.qtype)
-    split = cfg.kernel.startswith("stream") and _stream_split(
-        kc, cfg, name, w.cols // _stream_parts(cfg, name, w.cols), _stream_rj(cfg, True))
-    return bool(split) and split[2] >= 2
-
-
 def _stream_parts(cfg: MatvecConfig, name: str, cols: int) -> int:
     """The stream kernel's column parts (KSPLIT workgroups per row block, each over an equal part of
     the row): parts of gcd(units, cfg.ks) units, the largest power of two up to cfg.ks dividing the
@@ -190,6 +177,33 @@ def _stream_parts(cfg: MatvecConfig, name: str, cols: int) -> int:
     return n_units // size if size >= 8 else 1
 
 
+def _stream_layout(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, rj: int):
+    """(parts, (TPR, C, RJ)) of the stream kernel for rows of `cols` weights, or None where it does
+    not fit."""
+    parts = _stream_parts(cfg, name, cols)
+    split = _stream_split(kc, cfg, name, cols // parts, rj)
+    return (parts, split) if split is not None else None
+
+
+def _one_token_stream(kc: KernelCache, w: QWeight, pair: bool = False):
+    """(config, parts, (TPR, C, RJ)) of w's one-token product where the stream kernel serves it, else None."""
+    cfg = matvec_config(kc, w.qtype, w.rows, w.cols, 1)
+    if not cfg.kernel.startswith("stream"):
+        return None
+    layout = _stream_layout(kc, cfg, type_suffix(w.qtype), w.cols, _stream_rj(cfg, pair))
+    return (cfg, *layout) if layout is not None else None
+
+
+def matvec_pairs(kc: KernelCache, w: QWeight, p: QWeight) -> bool:
+    """Whether the one-token product can take w and p as a gate/up pair (y = silu(W x) * (P x), one
+    dispatch): same type, shape and row chunks, and the stream kernel serving them."""
+    if (w.qtype, w.rows, w.cols) != (p.qtype, p.rows, p.cols) or \
+            [c.n_rows for c in w.chunks] != [c.n_rows for c in p.chunks]:
+        return False
+    found = _one_token_stream(kc, w, pair=True)
+    return found is not None and found[2][2] >= 2
+
+
 def matvec_rope_ok(kc: KernelCache, w: QWeight, rope, head_dim: int) -> bool:
     """Whether w's one-token product can apply RoPE and store K / V itself (matvec_stream.comp ROPE):
     the stream kernel over whole rows with an even number of row groups (pairs in neighbouring
@@ -197,12 +211,11 @@ def matvec_rope_ok(kc: KernelCache, w: QWeight, rope, head_dim: int) -> bool:
     if rope.neox or rope.freqs is not None or head_dim % 2 or w.rows % head_dim or \
             any(ch.n_rows % 2 for ch in w.chunks):
         return False
-    name = type_suffix(w.qtype)
-    cfg = matvec_config(kc, w.qtype, w.rows, w.cols, 1)
-    if not cfg.kernel.startswith("stream") or _stream_parts(cfg, name, w.cols) != 1:
+    found = _one_token_stream(kc, w)
+    if found is None:
         return False
-    split = _stream_split(kc, cfg, name, w.cols, cfg.nr)
-    return split is not None and (cfg.wg // split[0]) % 2 == 0
+    cfg, parts, (tpr, _, _) = found
+    return parts == 1 and (cfg.wg // tpr) % 2 == 0
 
 
 def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
@@ -211,8 +224,7 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
     and workgroups per row block."""
     sg = kc.info.subgroup_size or 32
     if cfg.kernel.startswith("stream"):
-        parts = _stream_parts(cfg, name, cols)
-        tpr, c, rj = _stream_split(kc, cfg, name, cols // parts, _stream_rj(cfg, pair))
+        parts, (tpr, c, rj) = _stream_layout(kc, cfg, name, cols, _stream_rj(cfg, pair))
         spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode)
         return spec, cfg.wg // tpr * (rj // 2 if pair else rj), parts
     if pair:
