@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """pp/tg throughput of one model on one device, with an optional per-kernel GPU profile.
 
-    python3 examples/bench_engine.py -m model.gguf [-p 512] [-n 128] [-r 3] [-d 0] [--profile]
+    python3 examples/bench_engine.py -m model.gguf|synthetic:PRESET [-p 512] [-n 128] [-r 3] [-d 0] [--profile]
 """
 
 import argparse
@@ -12,6 +12,7 @@ import numpy as np
 
 import llamavk
 from llamavk.benchmark import decode, fill_depth, time_decode, time_prompt
+from llamavk.synthetic import synthetic_model_path
 
 
 def main() -> int:
@@ -24,6 +25,8 @@ def main() -> int:
     ap.add_argument("-dev", default=None)
     ap.add_argument("--profile", action="store_true")
     a = ap.parse_args()
+    if a.model.startswith("synthetic:"):
+        a.model = str(synthetic_model_path(a.model))
     rng = np.random.default_rng(0)
     # Timed without profiling: timestamps after every dispatch serialize the GPU. The per-kernel
     # breakdown comes from a second, profiled load afterwards.

@@ -11,12 +11,9 @@ VARIANTS = {
     "attention_f16_br8": ("attention.comp", {"BR": "8"}),
     "attention_split_f16_br4": ("attention.comp", {"BR": "4", "SPLIT": "1"}),
     "attention_split_f16_br8": ("attention.comp", {"BR": "8", "SPLIT": "1"}),
-    # decode (BR 4, head_dim % 32 == 0, <= 128): every K and V load of a block in flight at once
-    "attention_dec_f16": ("attention.comp", {"DECODE": "1"}),
-    "attention_dec_split_f16": ("attention.comp", {"DECODE": "1", "SPLIT": "1"}),
-    # the same with the V loads after the scores (fewer registers; LLAMAVK_ATTN_DECODE=late)
-    "attention_dec_vlate_f16": ("attention.comp", {"DECODE": "1", "V_LATE": "1"}),
-    "attention_dec_vlate_split_f16": ("attention.comp", {"DECODE": "1", "V_LATE": "1", "SPLIT": "1"}),
+    # decode (<= 4 query rows per KV head, head_dim % 32 == 0, <= 256): blocks of 32 positions
+    "attention_dec_f16": ("attention_decode.comp", {}),
+    "attention_dec_split_f16": ("attention_decode.comp", {"SPLIT": "1"}),
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),
     "swiglu_f32": ("elementwise.comp", {"OP_SWIGLU": "1"}),
     "add_bias_f32": ("elementwise_bias.comp", {}),

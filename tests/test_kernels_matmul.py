@@ -67,8 +67,9 @@ def tol(qtype, coopmat=False):
 
 @pytest.fixture
 def portable(monkeypatch):
-    """Batches > MATVEC_MAX_TOKENS take the portable tiled kernel even where cooperative matrices exist."""
-    monkeypatch.setattr(selection, "_SKIP", {"mul_mm_coop", "mul_mm_coop_big"})
+    """Batches > MATVEC_MAX_TOKENS take the portable tiled kernel even where cooperative matrices exist
+    (and where the batched matrix-vector path would apply)."""
+    monkeypatch.setattr(selection, "_SKIP", {"mul_mm_coop", "mul_mm_coop_big", "mul_mv_batched"})
 
 
 def host_f32(dev, n, poison=True):
@@ -115,6 +116,22 @@ def test_matvec(dev, kc, qtype):
 def test_matmul_tiled(dev, kc, qtype, portable):
     run_matmul(dev, kc, qtype, 37, big_cols(qtype), 17, seed=3)
     run_matmul(dev, kc, qtype, 300, small_cols(qtype), 130, seed=4)
+
+
+# Short prompts: the matrix-vector kernel once per MATVEC_MAX_TOKENS tokens (a partial last slice,
+# one-token slices, chunked weights, bias); rows or columns that are not multiples of 8 keep the
+# tiled kernels (token slices must stay VIEW_ALIGN-aligned).
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.F32], ids=lambda t: t.name)
+def test_matvec_batched(dev, kc, qtype, monkeypatch):
+    monkeypatch.setitem(selection.MATVEC_BATCHED_MAX, selection.device_kind(kc), 40)
+    cols = big_cols(qtype) if quant_info(qtype).block_size > 1 else 320
+    for n_tokens in (9, 17, 40):
+        assert selection.product_kernel(kc, n_tokens, 296, cols) == "mul_mv_batched"
+    run_matmul(dev, kc, qtype, 296, cols, 17, seed=11, with_bias=True)
+    run_matmul(dev, kc, qtype, 64, cols, 9, seed=12, max_chunk_bytes=9 * quant_info(qtype).row_bytes(cols))
+    run_matmul(dev, kc, qtype, 24, cols, 40, seed=13)
+    assert selection.product_kernel(kc, 17, 300, cols) != "mul_mv_batched"
+    assert selection.product_kernel(kc, 41, 296, cols) != "mul_mv_batched"
 
 
 # The cooperative-matrix kernel (GPUs with VK_KHR_cooperative_matrix 16x8x16 f16->f32); tiles of

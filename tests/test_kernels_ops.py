@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llamavk.kernels import STEP_WORDS, KernelCache, View
-from llamavk.kernels.attention import ATTN_WG, MAX_SPLITS, attention, kv_store, split_plan
+from llamavk.kernels.attention import ATTN_WG, DEC_BLOCK, MAX_SPLITS, attention, kv_store, split_plan
 from llamavk.kernels.elementwise import add, add_bias, swiglu
 from llamavk.kernels.norm import rms_norm
 from llamavk.kernels.rope import RopeParams, rope
@@ -328,10 +328,14 @@ ATTN_CASES = [
     (70, 0, 9, 3, 64, 128, None),
     (70, 30, 8, 2, 64, 256, 1),
     (5, 200, 4, 2, 256, 256, None),
-    # the decode kernel (<= 4 rows per KV head, head_dim % 32 == 0 up to 128) and its fallback
+    # the decode kernel (one token, or <= 4 rows per KV head; head_dim % 32 == 0 up to 256), its fallback
     (2, 37, 4, 2, 96, 256, 2),     # 2 tokens x 2 GQA heads; head_dim 96: some V lanes idle
     (1, 150, 2, 1, 32, 256, 3),    # head_dim 32: one K load per lane and row
     (1, 60, 4, 2, 80, 128, None),  # head_dim 80: generic BR 4 kernel
+    (1, 200, 4, 2, 256, 512, 2),   # head_dim 256: 8 K loads per lane, 4 V row groups
+    (1, 150, 16, 2, 64, 256, None),   # 8 GQA heads: two row blocks of 4
+    (1, 90, 14, 2, 64, 256, 3),    # 7 GQA heads: the second row block has 3 rows
+    (1, 33, 14, 2, 64, 256, 1),
 ]
 
 
@@ -462,11 +466,13 @@ def test_split_plan(monkeypatch):
     assert split_plan(gpu, 65536, 2, 1) == (MAX_SPLITS, 128)
     assert split_plan(gpu, 200, 8, 1) == (2, 128)
     assert split_plan(gpu, 4224, 8, 64) == (1, 128)          # prefill: enough row blocks
+    assert split_plan(gpu, 4224, 8, 1, block=32) == (33, 128)   # the decode kernel, same plan
     monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "1000")
     assert split_plan(gpu, 4224, 8, 1) == (5, 1024)          # rounded up to a multiple of ATTN_WG
     monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "1")
     monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", "40")
     assert split_plan(gpu, 4224, 8, 1) == (33, ATTN_WG)      # no more splits than n_ctx can use
+    assert split_plan(gpu, 4224, 8, 1, block=32) == (40, 32)
     Info.is_cpu = True
     monkeypatch.delenv("LLAMAVK_ATTN_SPLITS")
     monkeypatch.delenv("LLAMAVK_ATTN_MIN_CHUNK")
@@ -500,15 +506,17 @@ def replay_decode(dev, kc, n_head, n_head_kv, hd, n_ctx, n_pasts, seed, active=N
     seq.close()
 
 
-@pytest.mark.parametrize("mode", ["1", "late", "0"])
+@pytest.mark.parametrize("mode", ["1", "0"])
 def test_attention_min_chunk(dev, kc, monkeypatch, mode):
     """8 splits recorded, at least 256 positions each: 1 active split up to n_kv 256 (written
-    directly), then 2, 3, ... 8 (merged), back to 1: the counters stay consistent. Every decode
-    kernel: LLAMAVK_ATTN_DECODE 1 (K and V loads together), late (V after the scores), 0 (generic)."""
+    directly), then 2, 3, ... 8 (merged), back to 1: the counters stay consistent. Both one-token
+    kernels: LLAMAVK_ATTN_DECODE 1 (attention_decode.comp, chunks in blocks of 32), 0 (attention.comp,
+    blocks of 128)."""
     monkeypatch.setenv("LLAMAVK_ATTN_DECODE", mode)
+    block = DEC_BLOCK if mode == "1" else ATTN_WG
 
     def active(n_kv):
-        chunk = max(math.ceil(math.ceil(n_kv / 8) / 128) * 128, 256)
+        chunk = max(math.ceil(math.ceil(n_kv / 8) / block) * block, 256)
         return math.ceil(n_kv / chunk)
 
     replay_decode(dev, kc, 8, 2, 128, 2048, (0, 5, 255, 256, 300, 511, 513, 1000, 2047, 100, 1500),

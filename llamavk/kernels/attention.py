@@ -5,9 +5,10 @@ workgroups (prefill) each workgroup covers the whole causal KV range; else (deco
 split over up to a fixed number of workgroups and the last one of each (row block, KV head) to finish
 merges the partial results. The split count is fixed at record time (from n_ctx, the head counts and
 the device: `split_plan`); each split's KV chunk, and so how many splits are active, is computed by
-the shader from n_kv at execution time, so the recording stays valid as the cache grows. Decode (at
-most 4 query rows per KV head) uses a variant of the kernel that keeps a whole block's K and V loads
-in flight (attention_dec_*).
+the shader from n_kv at execution time, so the recording stays valid as the cache grows. One-token
+steps and other batches of at most 4 query rows per KV head use a kernel shaped for latency
+(shaders/attention_decode.comp: blocks of 32 positions, the next block's loads in flight during
+this one's arithmetic, no block-wide softmax reductions).
 
 Scratch for the split path (partial outputs, their softmax max/sum, and one completion counter per
 (row block, KV head), zeroed at allocation and reset by the kernel after each use) is allocated on
@@ -30,7 +31,8 @@ from .norm import _range
 from .selection import ATTENTION_SPLITS, device_kind
 
 KV_WG = 256
-ATTN_WG = 128          # workgroup size = KV positions per block
+ATTN_WG = 128          # workgroup size = KV positions per block of attention.comp
+DEC_BLOCK = ATTN_WG // 4   # KV positions per block of attention_decode.comp (4 lanes per K row)
 MAX_SPLITS = 128      # <= ATTN_WG: the merging workgroup gives one thread to each split
 
 
@@ -48,17 +50,17 @@ def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int) -> None:
                  struct.pack("<III", width, n_tokens, n_ctx))
 
 
-# Split policy (GPU numbers: H100, 7.2B decode, 8 KV heads). The recording is replayed while n_kv grows,
-# so the grid (n_splits workgroups per row block and KV head) is fixed at record time from n_ctx and
-# the shader picks the active splits at run time: chunk = max(roundup(n_kv / n_splits, WG), min_chunk).
-# - Short contexts wanted few splits with the first kernel (merging partial results cost a few us:
-#   n_kv ~600, 1 split 263 t/s, 6 splits 253), hence min_chunk; with the decode kernel (a block's K and
-#   V loads in flight together) one block per split measured best on the H100: n_kv 600 256.7 t/s
-#   (min_chunk 256: 247.2, 1024: 225.1), n_kv 4096 249.4 (256: 240.8), so GPUs use min_chunk = WG.
-# - Long contexts want many: each workgroup's KV blocks are latency bound, and 5 splits x 8 KV heads
-#   = 40 workgroups left most of a 132-SM GPU idle at n_kv 4096; n_splits is sized for
-#   the target workgroup count (several per SM; Vulkan does not tell the SM count), the chunk shrinks to
-#   min_chunk as n_kv grows (4096 positions: 32 splits of 128 -> 256 workgroups).
+# Split policy. The recording is replayed while n_kv grows, so the grid (n_splits workgroups per row
+# block and KV head) is fixed at record time from n_ctx and the shader picks the active splits at run
+# time: chunk = max(roundup(n_kv / n_splits, block), min_chunk).
+# - Merging splits costs a few us (the partials' stores, an atomic and the last workgroup's loads:
+#   H100, 7.2B shapes, attention alone: 1 block of 32 positions 5.4 us per stage, 2 splits of 32 10.0),
+#   while each further 32-position block of one workgroup costs ~1 us. So a split takes at least
+#   min_chunk = 128 positions (4 blocks): tg128 on the 7.2B Q4_0 344.3 t/s (min_chunk 64: 336.1, 256:
+#   345.0), at depth 4096 305.4 (64: 302.6).
+# - Long contexts want many splits: each workgroup's blocks run one after the other, and 8 KV heads
+#   leave most of a 132-SM GPU idle with one split each; n_splits is sized for the target workgroup
+#   count (several per SM; Vulkan does not tell the SM count), e.g. 33 splits x 8 heads at n_ctx 4224.
 # Workgroups of inactive splits exit at once; a single active split writes the output directly.
 # The numbers per kind of device: selection.ATTENTION_SPLITS.
 
@@ -68,32 +70,31 @@ def _env_int(name: str) -> int | None:
     return int(value) if value else None
 
 
-def _round_chunk(positions: int) -> int:
-    return max(ATTN_WG, -(-int(positions) // ATTN_WG) * ATTN_WG)
+def _round_chunk(positions: int, block: int = ATTN_WG) -> int:
+    return max(block, -(-int(positions) // block) * block)
 
 
-def split_plan(kc, n_ctx: int, n_head_kv: int, n_row_blocks: int) -> tuple[int, int]:
+def split_plan(kc, n_ctx: int, n_head_kv: int, n_row_blocks: int, block: int = ATTN_WG) -> tuple[int, int]:
     """(n_splits, min_chunk): the split-KV grid size recorded for n_ctx and the minimum KV positions
     per active split (policy above). Overrides for experiments: LLAMAVK_ATTN_SPLITS=N (grid size,
     capped at MAX_SPLITS and at the splits n_ctx can use), LLAMAVK_ATTN_MIN_CHUNK=P (positions,
-    rounded up to a multiple of ATTN_WG; 128 = the plain ceil(n_kv / n_splits) chunks)."""
+    rounded up to a multiple of the kernel's `block`; one block = the plain ceil(n_kv / n_splits)
+    chunks)."""
     target, default_chunk = ATTENTION_SPLITS[device_kind(kc)]
-    min_chunk = _round_chunk(_env_int("LLAMAVK_ATTN_MIN_CHUNK") or default_chunk)
+    min_chunk = _round_chunk(_env_int("LLAMAVK_ATTN_MIN_CHUNK") or default_chunk, block)
     want = _env_int("LLAMAVK_ATTN_SPLITS") or -(-target // max(1, n_head_kv * n_row_blocks))
     return max(1, min(want, -(-n_ctx // min_chunk), MAX_SPLITS)), min_chunk
 
 
-def _decode_variant(kc, br: int, head_dim: int) -> str | None:
-    """Name stem of the decode kernel (all of a block's K and V loads in flight) when it applies:
-    BR 4 (at most 4 query rows per KV head), head_dim a multiple of 32 up to 128, subgroups of at
-    least 4 lanes (its K rows are shared by 4 lanes of a subgroup). LLAMAVK_ATTN_DECODE=0 falls back
-    to the generic kernel, =late loads V after the scores (fewer registers)."""
-    mode = os.environ.get("LLAMAVK_ATTN_DECODE", "1")
-    if mode == "0" or br != 4 or head_dim % 32 or head_dim > 128:
-        return None
-    if (kc.info.subgroup_min or kc.info.subgroup_size or 0) < 4:
-        return None
-    return "attention_dec_vlate" if mode == "late" else "attention_dec"
+def _use_decode_kernel(kc, n_tokens: int, rows: int, head_dim: int) -> bool:
+    """attention_decode.comp applies to one-token steps and to batches of at most 4 query rows per KV
+    head (its row blocks are 4 rows), head_dim a multiple of 32 up to 256, and subgroups of at least 4
+    lanes (4 lanes of a subgroup share a K row). LLAMAVK_ATTN_DECODE=0 keeps attention.comp (A/B)."""
+    if os.environ.get("LLAMAVK_ATTN_DECODE", "1") == "0" or (n_tokens > 1 and rows > 4):
+        return False
+    if head_dim % 32 or head_dim > 256:
+        return False
+    return (kc.info.subgroup_min or kc.info.subgroup_size or 0) >= 4
 
 
 def _scratch(kc, n_splits: int, n_rows: int, head_dim: int, n_counters: int):
@@ -118,8 +119,9 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     Token t attends to cache positions 0 .. n_past + t (n_past, n_kv from the step buffer at run time);
     with a step seq_len L > 0 (STEP_SEQ_LEN), row p = n_past + t attends to rows p // L * L .. p only.
     `n_splits` overrides the split-KV count (tests, tuning; 1 = single dispatch) and `min_chunk` the
-    minimum KV positions per active split (rounded up to a multiple of ATTN_WG); with `n_splits` given
-    and no `min_chunk`, every split is used (chunks of ceil(n_kv / n_splits) rounded to ATTN_WG).
+    minimum KV positions per active split (rounded up to the kernel's block); with `n_splits` given
+    and no `min_chunk`, every split is used (chunks of ceil(n_kv / n_splits) rounded to the kernel's
+    block: ATTN_WG positions, DEC_BLOCK for the decode kernel).
     """
     if n_tokens <= 0:
         return
@@ -129,26 +131,27 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         raise ValueError(f"attention: n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")
     n_gqa = n_head // n_head_kv
     rows = n_tokens * n_gqa
-    br = 4 if rows <= 4 else 8
+    dec = _use_decode_kernel(kc, n_tokens, rows, head_dim)
+    br = 4 if rows <= 4 or dec else 8
     n_rb = -(-rows // br)
     if n_rb > 65535:
         raise ValueError("attention: too many query rows for one call")
+    block = DEC_BLOCK if dec else ATTN_WG
     if n_splits is None:
-        n_splits, plan_chunk = split_plan(kc, n_ctx, n_head_kv, n_rb)
+        n_splits, plan_chunk = split_plan(kc, n_ctx, n_head_kv, n_rb, block)
         min_chunk = plan_chunk if min_chunk is None else min_chunk
-    min_chunk = _round_chunk(min_chunk or ATTN_WG)
+    min_chunk = _round_chunk(min_chunk or block, block)
     n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // min_chunk)))
     scale = 1.0 / math.sqrt(head_dim)
     push = struct.pack("<5If", n_tokens, n_head, n_head_kv, n_splits, min_chunk, scale)
     spec = (ATTN_WG, head_dim)
     grid = (n_rb, n_head_kv, n_splits)
     ins = [_range(q), _range(k_cache), _range(v_cache), _range(step)]
-    dec = _decode_variant(kc, br, head_dim)
     if n_splits == 1:
-        kernel = kc.get(f"{dec}_f16" if dec else f"attention_f16_br{br}", "rrrrw", push_size=24, spec=spec)
+        kernel = kc.get("attention_dec_f16" if dec else f"attention_f16_br{br}", "rrrrw", push_size=24, spec=spec)
         seq.dispatch(kernel, ins + [_range(out)], grid, push)
         return
     scratch = _scratch(kc, n_splits, n_tokens * n_head, head_dim, n_rb * n_head_kv)
-    kernel = kc.get(f"{dec}_split_f16" if dec else f"attention_split_f16_br{br}", "rrrrwwww", push_size=24,
+    kernel = kc.get("attention_dec_split_f16" if dec else f"attention_split_f16_br{br}", "rrrrwwww", push_size=24,
                     spec=spec)
     seq.dispatch(kernel, ins + [_range(out)] + scratch, grid, push)

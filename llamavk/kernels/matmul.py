@@ -3,7 +3,8 @@ matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
 
 - `matmul`: y[t, r] = sum_c W[r, c] x[t, c] (+ bias[r]). selection.PRODUCT_KERNELS picks the kernel: up to
   MATVEC_MAX_TOKENS tokens the matrix-vector kernel (reads W once for all tokens: decode and small
-  batches); more use cooperative matrices where the device has them (matmul_coop.comp, f16 inputs,
+  batches), a little more (short prompts) the same kernel once per MATVEC_MAX_TOKENS tokens; more
+  use cooperative matrices where the device has them (matmul_coop.comp, f16 inputs,
   f32 sums), else the portable tiled kernel (matmul.comp, f32).
 - `get_rows`: out[t, :] = dequant(W[ids[t], :]).
 
@@ -267,7 +268,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     x: float32 [n_tokens][w.cols]; y, residual: float32 [n_tokens][w.rows]; bias: float32 [w.rows].
     x' = x; or rms_norm(x[t]) * norm (norm: float32 [w.cols], epsilon eps); or silu(x) * glu (glu:
     float32 [n_tokens][w.cols]) -- the fused forms exist for matrix-vector batches
-    (n_tokens <= MATVEC_MAX_TOKENS) only. pair (one token, where matvec_pairs allows it): a second
+    (n_tokens <= MATVEC_MAX_TOKENS) only. Somewhat larger batches run the matrix-vector kernel once
+    per MATVEC_MAX_TOKENS tokens (selection.MATVEC_BATCHED_MAX), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
     matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual). rope (one
     token, a rope.RopeOut, where matvec_rope_ok allows it): a Q product writes its rows rotated, a K
     or V product writes row n_past of its KV cache instead of y (no residual)."""
@@ -287,7 +289,11 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     if rope is not None and (n_tokens != 1 or residual is not None or pair is not None
                              or not matvec_rope_ok(kc, w, rope.rope, rope.head_dim)):
         raise LlamavkError("matmul: RoPE in the product takes one token, no residual or pair, and the stream kernel")
-    if family == "mul_mv":
+    if family != "mul_mv" and (norm is not None or residual is not None or glu is not None):
+        raise LlamavkError("fused norm/residual/glu matmul is only available for matrix-vector batches")
+    if family == "mul_mv_batched":
+        _matvec_batches(seq, kc, w, x, y, n_tokens, bias)
+    elif family == "mul_mv":
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
         cfg = matvec_config(kc, w.qtype, w.rows, w.cols, n_tokens)
@@ -307,8 +313,6 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
             stream_bufs = [pch.buffer] + tail if stream else []
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, groups, push)
     else:
-        if norm is not None or residual is not None or glu is not None:
-            raise LlamavkError("fused norm/residual/glu matmul is only available for matrix-vector batches")
         tile_rows, tile_tokens = MATMUL_TILES[family]
         kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
         gy = (n_tokens + tile_tokens - 1) // tile_tokens
@@ -318,6 +322,17 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
                 raise LlamavkError(f"matmul: grid {gx} x {gy} is too large")
             push = struct.pack("<6I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens)
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
+
+
+def _matvec_batches(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> None:
+    """The matrix-vector product once per MATVEC_MAX_TOKENS tokens (family mul_mv_batched): slices of
+    x and y by token, which the sequence runs side by side (they write disjoint ranges)."""
+    step = MATVEC_MAX_TOKENS
+    for t0 in range(0, n_tokens, step):
+        nt = min(step, n_tokens - t0)
+        xs = View(x.buffer, x.offset + 4 * t0 * w.cols, 4 * nt * w.cols)
+        ys = View(y.buffer, y.offset + 4 * t0 * w.rows, 4 * nt * w.rows)
+        matmul(seq, kc, w, xs, ys, nt, bias=bias)
 
 
 def get_rows(seq, kc: KernelCache, w: QWeight, ids: View, out: View, n_tokens: int) -> None:

@@ -33,10 +33,21 @@ def _coopmat_ok(kc, cols: int) -> bool:
     return has_coopmat(kc) and cols % 32 == 0
 
 
+def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
+    limit = int(os.environ.get("LLAMAVK_MV_BATCHED_MAX") or MATVEC_BATCHED_MAX[device_kind(kc)])
+    return n <= limit and rows % 8 == 0 and cols % 8 == 0   # token slices stay VIEW_ALIGN-aligned
+
+
+# Batches a little larger than MATVEC_MAX_TOKENS (short prompts): the matrix-vector kernel once per
+# MATVEC_MAX_TOKENS tokens, up to this many tokens, per kind of device. The tiled kernels' time does
+# not shrink with the tokens below a full tile (128 tokens, and few row tiles: most of a GPU idles).
+MATVEC_BATCHED_MAX = {"gpu": 64, "cpu": 16}
+
 # 1. Weight products: the first row that applies wins.
 PRODUCT_KERNELS = (
     # name              applies when (kc, n_tokens, rows, cols)                why
     ("mul_mv",          lambda kc, n, rows, cols: n <= MATVEC_MAX_TOKENS),    # one pass over W for all tokens
+    ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
@@ -109,7 +120,8 @@ def matvec_configs(kc, type_name: str, n_tokens: int, rows: int, cols: int) -> l
 #    (workgroups the recorded grid aims at, minimum KV positions per active split).
 #    LLAMAVK_ATTN_SPLITS / LLAMAVK_ATTN_MIN_CHUNK override them.
 ATTENTION_SPLITS = {
-    "gpu": (512, 128),    # several workgroups per SM (Vulkan does not tell the SM count); one block each
+    "gpu": (512, 128),    # several workgroups per SM (Vulkan does not tell the SM count); a split merge
+                          # costs more than 4 blocks of the decode kernel
     "cpu": (8, 1024),     # software devices: a few cores
 }
 

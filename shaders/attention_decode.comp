@@ -1,0 +1,234 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_KHR_shader_subgroup_shuffle : require
+// Flash attention for decode: at most 4 query rows per KV head (one token and its GQA heads, or a
+// few tokens of one head), over the f16 KV cache. Same bindings, push constants, grid and split-KV
+// scheme as attention.comp (see there); this kernel is shaped for latency instead of reuse.
+//
+// Why a kernel of its own: a decode step gives attention one workgroup per KV head and split (8 on a
+// 7.2B at short context), so each workgroup's instruction chain is the cost, not the bytes. Here a
+// block is only WG / 4 positions (32): every thread does a few loads and about 300 arithmetic
+// instructions per block, and the only workgroup barrier per block publishes the scores (H100, 7.2B
+// shapes: ~1 us per block against ~5 us per 128-position block of attention.comp). Splits take at
+// least min_chunk positions (attention.py's policy: merging splits costs more than a few blocks).
+//
+// Per block of BP = WG / 4 positions c0 .. c0 + BP - 1:
+//   scores: lane (krow = lane / 4, kq = lane % 4) reads K row c0 + krow in 16-byte pieces kq, kq + 4,
+//     ... (HD / 32 of them) and forms the partial q_r . k of all 4 rows; a 2-step butterfly over the 4
+//     lanes leaves lane kq with row kq's full score. Scores go to shared sc[parity][position].xyzw.
+//   P V: thread (d8 = 8-dim slice, vg = row group) takes positions vg, vg + VG, ... of the block. It
+//     keeps its own softmax state (m, l) per row over the positions it has seen, so no block-wide max
+//     or sum is needed; the VG groups' states and outputs are merged once, at the end.
+//   The next block's K and V loads are issued before this block's P V (in flight during it); sc is
+//   double-buffered, so one barrier per block orders both its writes and the next block's.
+// Rows past kv_end are clamped to the last valid row (loads stay unconditional; p = 0 there).
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 128;
+layout(constant_id = 1) const uint HD = 128;    // head_dim: a multiple of 32, at most 256
+#define BR 4
+const uint HD4 = HD / 4;
+const uint HD8 = HD / 8;                // threads per V row (one 16-byte piece each)
+const uint BP = WG / 4;                 // positions per block: 4 lanes per K row
+const uint KP = HD / 32;                // 16-byte K loads per lane per block (<= KMAX)
+const uint KMAX = 8;
+const uint VG = WG / HD8;               // V row groups; threads past VG * HD8 sit out P V
+const uint VPT = (BP + VG - 1) / VG;    // V rows per thread per block (<= VMAX)
+const uint VMAX = 16;
+const float NEG = -1.0e30;
+
+layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
+layout(std430, binding = 1) readonly buffer K { uvec4 k8[]; };   // 8 halves per element
+layout(std430, binding = 2) readonly buffer V { uvec4 v8[]; };
+layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
+layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
+#ifdef SPLIT
+layout(std430, binding = 5) coherent buffer OPart { vec4 opart[]; };   // [n_splits][n_tokens*n_head][HD]
+layout(std430, binding = 6) coherent buffer ML { vec2 ml[]; };         // [n_splits][n_tokens*n_head]
+layout(std430, binding = 7) coherent buffer Count { uint counter[]; }; // [n_row_blocks][n_head_kv], 0 between runs
+shared bool is_last;
+#endif
+layout(push_constant) uniform Push {
+    uint n_tokens; uint n_head; uint n_head_kv; uint n_splits;
+    uint min_chunk;    // positions per split at least (a multiple of BP)
+    float scale;
+} p;
+
+shared vec4 qs[BR * HD4];          // scaled queries; at the end, the merged O
+shared vec4 sc[2 * BP];            // scores [parity][position], rows in x y z w
+shared vec4 po[8 * WG];            // the row groups' outputs [vg][r][HD4] (VG * HD <= 8 WG)
+shared vec2 gml[BR * WG];          // the row groups' (m, l) [vg][r]
+shared float ps[BR * WG];          // attention_finish.glsl's merge of splits
+shared float red_max[BR * WG];
+shared float red_sum[BR * WG];
+
+#include "attention_finish.glsl"
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint kvh = gl_WorkGroupID.y;
+    const uint split = gl_WorkGroupID.z;
+    const uint n_gqa = p.n_head / p.n_head_kv;
+    const uint row0 = gl_WorkGroupID.x * BR;
+    const uint rows_here = min(BR, p.n_tokens * n_gqa - row0);
+    const uint n_past = step[0];
+    const uint n_kv = step[2];
+    const uint seq_len = step[4];
+
+    uint chunk = (n_kv + p.n_splits - 1) / p.n_splits;
+    chunk = max((chunk + BP - 1) / BP * BP, p.min_chunk);
+    const uint kv_begin = split * chunk;
+    if (kv_begin >= n_kv) return;                  // inactive split: the merge skips it too
+    const uint t_last = (row0 + rows_here - 1) / n_gqa;
+    const uint kv_end = min(min(kv_begin + chunk, n_kv), n_past + t_last + 1);
+    const uint kv_first = seq_len > 0 ? (n_past + row0 / n_gqa) / seq_len * seq_len : 0;
+    const uint last = kv_end - 1;
+
+    uint orow[BR];                                 // row of q/out: t * n_head + h
+    [[unroll]] for (uint r = 0; r < BR; ++r) {
+        const uint row = row0 + min(r, rows_here - 1);
+        const uint t = row / n_gqa;
+        orow[r] = t * p.n_head + kvh * n_gqa + (row - t * n_gqa);
+    }
+    for (uint idx = tid; idx < BR * HD4; idx += WG) {
+        const uint r = idx / HD4;
+        qs[idx] = r < rows_here ? q[orow[r] * HD4 + idx - r * HD4] * p.scale : vec4(0.0);
+    }
+
+    // score lanes: 4 neighbouring lanes of a subgroup share a K row (the butterfly stays among them)
+    const uint lin = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+    const uint kq = lin % 4;                       // this lane's quarter of the row; its score row
+    const uint krow = lin / 4;                     // its position within the block
+    const uint my_row = row0 + min(kq, rows_here - 1);
+    const uint my_lim = n_past + my_row / n_gqa;   // last position query row kq may see
+    const uint my_lo = seq_len > 0 ? my_lim / seq_len * seq_len : 0;
+    const bool my_live = kq < rows_here;
+    // P V threads
+    const uint d8 = tid % HD8;
+    const uint vg = tid / HD8;
+    const uint stride8 = p.n_head_kv * HD8;
+    const uint head8 = kvh * HD8;
+
+    float m[BR], l[BR];
+    vec4 acc[BR], acc2[BR];                        // O[r] dims 8 d8 .. 8 d8 + 3, + 4 .. + 7
+    [[unroll]] for (uint r = 0; r < BR; ++r) { m[r] = NEG; l[r] = 0.0; acc[r] = vec4(0.0); acc2[r] = vec4(0.0); }
+
+    const uint start = max(kv_begin, kv_first);
+    uvec4 kr[KMAX], vr[VMAX];
+    if (start < kv_end) {
+        const uint kb = min(start + krow, last) * stride8 + head8 + kq;
+        [[unroll]] for (uint i = 0; i < KMAX; ++i)
+            if (i < KP) kr[i] = k8[kb + i * 4];
+        [[unroll]] for (uint i = 0; i < VMAX; ++i)
+            if (i < VPT) vr[i] = v8[min(start + vg + i * VG, last) * stride8 + head8 + d8];
+    }
+    barrier();                                     // qs
+
+    uint buf = 0;
+    for (uint c0 = start; c0 < kv_end; c0 += BP) {
+        float part[BR];                            // this lane's pieces of q_r . k
+        [[unroll]] for (uint r = 0; r < BR; ++r) part[r] = 0.0;
+        [[unroll]] for (uint i = 0; i < KMAX; ++i) {
+            if (i < KP) {
+                const uint u = (i * 4 + kq) * 2;   // qs index of the piece's first 4 dims
+                const uvec4 w = kr[i];
+                const vec4 k_lo = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+                const vec4 k_hi = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+                [[unroll]] for (uint r = 0; r < BR; ++r)
+                    part[r] += dot(qs[r * HD4 + u], k_lo) + dot(qs[r * HD4 + u + 1], k_hi);
+            }
+        }
+        // Butterfly over the 4 lanes: after the xor-2 step a lane holds rows {hi2 * 2, hi2 * 2 + 1}
+        // summed over 2 lanes, after the xor-1 step row kq summed over all 4.
+        const bool hi2 = (kq & 2u) != 0u;
+        const bool hi1 = (kq & 1u) != 0u;
+        const float h0 = (hi2 ? part[2] : part[0]) + subgroupShuffleXor(hi2 ? part[0] : part[2], 2u);
+        const float h1 = (hi2 ? part[3] : part[1]) + subgroupShuffleXor(hi2 ? part[1] : part[3], 2u);
+        const float s = (hi1 ? h1 : h0) + subgroupShuffleXor(hi1 ? h0 : h1, 1u);
+        const uint pos = c0 + krow;
+        const bool ok = my_live && pos < kv_end && pos <= my_lim && pos >= my_lo;
+        sc[buf * BP + krow][kq] = ok ? s : NEG;
+        barrier();
+
+        // the next block's loads, in flight during this block's P V
+        uvec4 vcur[VMAX];
+        [[unroll]] for (uint i = 0; i < VMAX; ++i)
+            if (i < VPT) vcur[i] = vr[i];
+        const uint c1 = c0 + BP;
+        if (c1 < kv_end) {
+            const uint kb = min(c1 + krow, last) * stride8 + head8 + kq;
+            [[unroll]] for (uint i = 0; i < KMAX; ++i)
+                if (i < KP) kr[i] = k8[kb + i * 4];
+            [[unroll]] for (uint i = 0; i < VMAX; ++i)
+                if (i < VPT) vr[i] = v8[min(c1 + vg + i * VG, last) * stride8 + head8 + d8];
+        }
+
+        if (vg < VG) {
+            vec4 sv[VMAX];
+            [[unroll]] for (uint i = 0; i < VMAX; ++i)
+                if (i < VPT) sv[i] = vg + i * VG < BP ? sc[buf * BP + vg + i * VG] : vec4(NEG);
+            [[unroll]] for (uint r = 0; r < BR; ++r) {
+                float mx = m[r];
+                [[unroll]] for (uint i = 0; i < VMAX; ++i)
+                    if (i < VPT) mx = max(mx, sv[i][r]);
+                const float alpha = exp(m[r] - mx);
+                m[r] = mx;
+                l[r] *= alpha;
+                acc[r] *= alpha;
+                acc2[r] *= alpha;
+            }
+            [[unroll]] for (uint i = 0; i < VMAX; ++i) {
+                if (i < VPT) {
+                    const uvec4 w = vcur[i];
+                    const vec4 va = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+                    const vec4 vb = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+                    [[unroll]] for (uint r = 0; r < BR; ++r) {
+                        const float pr = sv[i][r] > 0.5 * NEG ? exp(sv[i][r] - m[r]) : 0.0;
+                        l[r] += pr;
+                        acc[r] += pr * va;
+                        acc2[r] += pr * vb;
+                    }
+                }
+            }
+        }
+        buf ^= 1u;
+    }
+
+    // Merge the row groups: M = max_g m_g, l = sum_g e^(m_g - M) l_g, O = sum_g e^(m_g - M) O_g.
+    if (vg < VG && d8 == 0) {
+        [[unroll]] for (uint r = 0; r < BR; ++r) gml[vg * BR + r] = vec2(m[r], l[r]);
+    }
+    barrier();
+    float mm[BR], ll[BR];
+    [[unroll]] for (uint r = 0; r < BR; ++r) {
+        mm[r] = NEG;
+        for (uint g = 0; g < VG; ++g) mm[r] = max(mm[r], gml[g * BR + r].x);
+        ll[r] = 0.0;
+        for (uint g = 0; g < VG; ++g) {
+            const vec2 v = gml[g * BR + r];
+            ll[r] += v.x > 0.5 * NEG ? exp(v.x - mm[r]) * v.y : 0.0;
+        }
+    }
+    if (vg < VG) {
+        [[unroll]] for (uint r = 0; r < BR; ++r) {
+            const float w = m[r] > 0.5 * NEG ? exp(m[r] - mm[r]) : 0.0;
+            po[(vg * BR + r) * HD4 + 2 * d8] = acc[r] * w;
+            po[(vg * BR + r) * HD4 + 2 * d8 + 1] = acc2[r] * w;
+        }
+    }
+    barrier();
+    for (uint idx = tid; idx < BR * HD4; idx += WG) {
+        const uint r = idx / HD4;
+        const uint e = idx - r * HD4;
+        vec4 sum = vec4(0.0);
+        for (uint g = 0; g < VG; ++g) sum += po[(g * BR + r) * HD4 + e];
+        qs[idx] = sum;
+    }
+    barrier();
+#ifdef SPLIT
+    const uint n_active = min(p.n_splits, (n_kv + chunk - 1) / chunk);
+#else
+    const uint n_active = 1;
+#endif
+    finish_rows(n_active, split, row0, rows_here, kvh, n_gqa, orow, mm, ll);
+}
