@@ -176,7 +176,7 @@ def test_matvec_env_and_fallback(dev, monkeypatch):
 # The one-token stream kernel (matvec_stream.comp): lanes per row from the row's units (13 Q4_0/Q8_0
 # blocks, 12 Q4_K quarters: idle lanes; 100 blocks at 64 threads: two x chunks, the second partial),
 # rows per lane shrunk until the loads fit, every fused input.
-STREAM_CASES = [(T.Q4_0, 416, 4), (T.Q4_0, 3200, 4), (T.Q8_0, 416, 2), (T.Q8_0, 3200, 8), (T.Q4_K, 768, 2),
+STREAM_CASES = [(T.Q4_0, 416, 4), (T.Q4_0, 3200, 4), (T.Q4_0, 1024, 8), (T.Q8_0, 416, 2), (T.Q8_0, 3200, 8), (T.Q4_K, 768, 2),
                 (T.Q4_K, 4608, 4)]
 
 
@@ -239,6 +239,9 @@ def test_matvec_table_by_shape():
     pick = lambda qtype, rows, cols, n=1: matvec_config(gpu, qtype, rows, cols, n).kernel   # noqa: E731
     assert pick(T.Q4_0, 4096, 4096) == "stream_dp"
     assert pick(T.Q4_K, 1024, 4096) == "stream_dp" and matvec_config(gpu, T.Q4_K, 1024, 4096).nr == 2
+    nr = lambda qtype, rows, cols: matvec_config(gpu, qtype, rows, cols).nr   # noqa: E731
+    assert nr(T.Q4_0, 14336, 4096) == 8 and nr(T.Q4_0, 8192, 2048) == 8   # gate / up: 4 rows of each per lane
+    assert nr(T.Q4_0, 4096, 4096) == nr(T.Q4_0, 32000, 4096) == nr(T.Q8_0, 14336, 4096) == 4
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
     long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 64 units
     assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 7
