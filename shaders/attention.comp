@@ -16,7 +16,7 @@
 // at execution time: the grid is fixed (sized for n_ctx) and workgroups past n_kv exit at once, so a
 // short context uses few splits (min_chunk, a multiple of WG) and a long one up to n_splits.
 // Without SPLIT the (only) split writes out = O / l; with SPLIT the splits' partial results are
-// merged by the last one to finish (attention_finish.glsl). One dispatch either way.
+// merged by the last one to finish (attention_split.glsl). One dispatch either way.
 //
 // Per KV block of WG positions (WG = workgroup size, spec constant 0):
 //   scores: thread c owns position c0 + c: s[r] = q_r . k (q pre-scaled, in shared memory)
@@ -26,7 +26,7 @@
 //
 // Decode steps (at most 4 query rows per KV head) use attention_decode.comp instead: same bindings,
 // grid and splits, shaped for latency. The end of a workgroup (one split, or the merge of several)
-// is attention_finish.glsl.
+// is attention_split.glsl.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;
 layout(constant_id = 1) const uint HD = 128;     // head_dim, a multiple of 4, HD / 4 <= WG
@@ -60,7 +60,7 @@ shared float ps[BR * WG];      // probabilities of the current block
 shared float red_max[BR * WG]; // per-subgroup partial maxima (sized for any subgroup size)
 shared float red_sum[BR * WG];
 
-#include "attention_finish.glsl"
+#include "attention_split.glsl"
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -73,14 +73,9 @@ void main() {
     const uint n_kv = step[2];
     const uint seq_len = step[4];
 
-    uint chunk = (n_kv + p.n_splits - 1) / p.n_splits;
-    chunk = max((chunk + WG - 1) / WG * WG, p.min_chunk);
-    const uint kv_begin = split * chunk;
-    if (kv_begin >= n_kv) return;                  // inactive split: the combine skips it too
-    const uint t_last = (row0 + rows_here - 1) / n_gqa;
-    const uint kv_end = min(min(kv_begin + chunk, n_kv), n_past + t_last + 1);
-    // first position any row of the block may see: its first row's sequence start
-    const uint kv_first = seq_len > 0 ? (n_past + row0 / n_gqa) / seq_len * seq_len : 0;
+    const SplitRange sr = split_range(WG, split, row0, rows_here, n_gqa, n_past, n_kv, seq_len);
+    if (sr.begin >= n_kv) return;                  // inactive split: the merge skips it too
+    const uint kv_begin = sr.begin, kv_end = sr.end, kv_first = sr.first;
 
     uint lim[BR];                                  // last position row r may see
     uint lo[BR];                                   // first position row r may see
@@ -205,10 +200,5 @@ void main() {
         barrier();
     }
 
-#ifdef SPLIT
-    const uint n_active = min(p.n_splits, (n_kv + chunk - 1) / chunk);
-#else
-    const uint n_active = 1;
-#endif
-    finish_rows(n_active, split, row0, rows_here, kvh, n_gqa, orow, m, l);
+    finish_rows(n_kv, sr.chunk, split, row0, rows_here, kvh, n_gqa, orow, m, l);
 }

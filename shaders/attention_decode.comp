@@ -58,11 +58,11 @@ shared vec4 qs[BR * HD4];          // scaled queries; at the end, the merged O
 shared vec4 sc[2 * BP];            // scores [parity][position], rows in x y z w
 shared vec4 po[8 * WG];            // the row groups' outputs [vg][r][HD4] (VG * HD <= 8 WG)
 shared vec2 gml[BR * WG];          // the row groups' (m, l) [vg][r]
-shared float ps[BR * WG];          // attention_finish.glsl's merge of splits
+shared float ps[BR * WG];          // attention_split.glsl's merge of splits
 shared float red_max[BR * WG];
 shared float red_sum[BR * WG];
 
-#include "attention_finish.glsl"
+#include "attention_split.glsl"
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -75,13 +75,9 @@ void main() {
     const uint n_kv = step[2];
     const uint seq_len = step[4];
 
-    uint chunk = (n_kv + p.n_splits - 1) / p.n_splits;
-    chunk = max((chunk + BP - 1) / BP * BP, p.min_chunk);
-    const uint kv_begin = split * chunk;
-    if (kv_begin >= n_kv) return;                  // inactive split: the merge skips it too
-    const uint t_last = (row0 + rows_here - 1) / n_gqa;
-    const uint kv_end = min(min(kv_begin + chunk, n_kv), n_past + t_last + 1);
-    const uint kv_first = seq_len > 0 ? (n_past + row0 / n_gqa) / seq_len * seq_len : 0;
+    const SplitRange sr = split_range(BP, split, row0, rows_here, n_gqa, n_past, n_kv, seq_len);
+    if (sr.begin >= n_kv) return;                  // inactive split: the merge skips it too
+    const uint kv_begin = sr.begin, kv_end = sr.end, kv_first = sr.first;
     const uint last = kv_end - 1;
 
     uint orow[BR];                                 // row of q/out: t * n_head + h
@@ -225,10 +221,5 @@ void main() {
         qs[idx] = sum;
     }
     barrier();
-#ifdef SPLIT
-    const uint n_active = min(p.n_splits, (n_kv + chunk - 1) / chunk);
-#else
-    const uint n_active = 1;
-#endif
-    finish_rows(n_active, split, row0, rows_here, kvh, n_gqa, orow, mm, ll);
+    finish_rows(n_kv, sr.chunk, split, row0, rows_here, kvh, n_gqa, orow, mm, ll);
 }

@@ -1,5 +1,7 @@
-// The end of a flash-attention workgroup (attention.comp, attention_decode.comp): its BR query rows'
-// unnormalised outputs O (shared qs[r * HD4 + e]) and softmax state (m, l) become the output rows.
+// The split-KV part shared by the flash-attention kernels (attention.comp, attention_decode.comp):
+// which KV positions a split covers (split_range), and the end of a workgroup (finish_rows): its BR
+// query rows' unnormalised outputs O (shared qs[r * HD4 + e]) and softmax state (m, l) become the
+// output rows.
 //
 // Without SPLIT, or when only one split of the KV range is active: out = O / l. With SPLIT and
 // several active splits, every split writes O and (m, l) to scratch, then counts itself done on a
@@ -7,13 +9,32 @@
 // (out = sum_s e^(m_s-M) O_s / sum_s e^(m_s-M) l_s) and resets the counter to 0 for the next replay.
 //
 // The including kernel declares: WG, HD4, BR, NEG; buffers o (binding 4) and, with SPLIT, opart, ml,
-// counter (bindings 5-7, coherent); push constants p.n_tokens, p.n_head, p.n_head_kv, p.n_splits;
-// shared vec4 qs[BR * HD4] and float ps[BR * WG], red_max[BR * WG], red_sum[BR * WG], bool is_last.
+// counter (bindings 5-7, coherent); push constants p.n_tokens, p.n_head, p.n_head_kv, p.n_splits,
+// p.min_chunk; shared vec4 qs[BR * HD4] and float ps[BR * WG], red_max[BR * WG], red_sum[BR * WG],
+// bool is_last.
 
-void finish_rows(const uint n_active, const uint split, const uint row0, const uint rows_here, const uint kvh,
-                 const uint n_gqa, const uint orow[BR], const float m[BR], const float l[BR]) {
+// Split `split` of the row block starting at row0 covers positions [begin, end) of the n_kv in the
+// cache (begin >= n_kv: an inactive split); chunk = max(roundup(ceil(n_kv / n_splits), block),
+// min_chunk) positions per split; first = the first position any row of the block may see (its
+// first row's sequence start when seq_len > 0).
+struct SplitRange { uint chunk; uint begin; uint end; uint first; };
+
+SplitRange split_range(const uint block, const uint split, const uint row0, const uint rows_here, const uint n_gqa,
+                       const uint n_past, const uint n_kv, const uint seq_len) {
+    SplitRange s;
+    s.chunk = max(((n_kv + p.n_splits - 1) / p.n_splits + block - 1) / block * block, p.min_chunk);
+    s.begin = split * s.chunk;
+    const uint t_last = (row0 + rows_here - 1) / n_gqa;
+    s.end = min(min(s.begin + s.chunk, n_kv), n_past + t_last + 1);
+    s.first = seq_len > 0 ? (n_past + row0 / n_gqa) / seq_len * seq_len : 0;
+    return s;
+}
+
+void finish_rows(const uint n_kv, const uint chunk, const uint split, const uint row0, const uint rows_here,
+                 const uint kvh, const uint n_gqa, const uint orow[BR], const float m[BR], const float l[BR]) {
     const uint tid = gl_LocalInvocationID.x;
 #ifdef SPLIT
+    const uint n_active = min(p.n_splits, (n_kv + chunk - 1) / chunk);
     if (n_active > 1) {
         const uint n_out_rows = p.n_tokens * p.n_head;
         [[unroll]] for (uint r = 0; r < BR; ++r) {
