@@ -2,7 +2,7 @@
 """Decode speed of one model under kernel-choice changes and with parts of the step left out: the A/B
 and "where does the step go" runs of docs/PERFORMANCE.md.
 
-    python3 examples/bench_decode_ab.py -m model.gguf|synthetic:PRESET [--rule SHAPE=KERNEL:wg,nr[,ks]] ...
+    python3 examples/bench_decode_ab.py -m model.gguf|synthetic:PRESET [--rule SHAPE=KERNEL:wg,nr[,ks[,steps]]] ...
                                         [--no-pairs] [--ablate]
 
 --rule puts a MATVEC_CONFIGS row first for one class of weight shape (one token): down (cols > rows),
@@ -77,9 +77,9 @@ def main() -> int:
     for rule in a.rule:   # later rules first, like a table read top down
         shape, _, spec = rule.partition("=")
         kernel, _, nums = spec.partition(":")
-        v = [int(x) for x in nums.split(",")] + [1]
+        v = [int(x) for x in nums.split(",")] + [1, 1]
         applies = (lambda f: lambda kc, n, rows, cols: n == 1 and f(rows, cols))(SHAPES[shape])
-        cfg = selection.MatvecConfig(wg=v[0], nr=v[1], ks=v[2], u=1, kernel=kernel)
+        cfg = selection.MatvecConfig(wg=v[0], nr=v[1], ks=v[2], u=1, kernel=kernel, steps=v[3])
         selection.MATVEC_CONFIGS = (("gpu", "*", applies, cfg),) + selection.MATVEC_CONFIGS
     if a.no_pairs:
         mm.matvec_pairs = lambda *args: False

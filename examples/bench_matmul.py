@@ -68,6 +68,8 @@ def main():
     shapes = SHAPES if a.shapes is None else [tuple(map(int, s.split("x"))) for s in a.shapes.split()]
     families = ["mul_mm"] + (["mul_mm_coop", "mul_mm_coop_big"] if mm.has_coopmat(kc) else [])
     families += [f for f in a.extra.split(",") if f]
+    for f in families:   # benchmark variants: the tiles of the kernel they vary
+        mm.MATMUL_TILES.setdefault(f, mm.MATMUL_TILES["mul_mm_coop_big" if "big" in f else "mul_mm_coop"])
     n = a.tokens
     print(f"{dev.info.name}; {n} tokens; TFLOP/s (2 * rows * cols * tokens / GPU time)")
     print("type  shape         " + " ".join(f.rjust(12) for f in families))

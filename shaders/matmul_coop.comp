@@ -11,13 +11,15 @@
 //
 // As a GEMM: Y^T (rows x tokens) = W (rows x cols) . X^T (cols x tokens). A workgroup of WARPS_M x
 // WARPS_N subgroups computes BM = 64 WARPS_M rows x BN = 32 WARPS_N tokens, stepping along K by BK = 32
-// columns (one dequant unit):
-//   1. all threads store the step's tiles, already f16 in registers, to shared memory: the BM x 32
-//      tile of W (8-weight pieces, quants.glsl dequant_part) and the BN x 32 tile of x;
-//   2. they load and convert the next step's tiles into registers (load_tile) -- those loads are in
-//      flight while
-//   3. each subgroup multiplies its 64 x 32 part of the output: 4 x 4 accumulator tiles of 16 x 8,
-//      two K steps of 16 per tile of W.
+// columns (one dequant unit). Step u, after one barrier:
+//   1. all threads load and convert step u + 1's tiles into registers (load_tile): the BM x 32 tile of
+//      W (8-weight pieces, quants.glsl dequant_part) and the BN x 32 tile of x, f16 -- those loads
+//      are in flight while
+//   2. each subgroup multiplies its 64 x 32 part of the output from step u's tiles in shared memory:
+//      4 x 4 accumulator tiles of 16 x 8, two K steps of 16 per tile of W;
+//   3. then they store step u + 1's tiles to the other of two shared buffers (NBUF 2), so one barrier
+//      per step orders both the stores and the reads. Where two buffers do not fit 48 KiB (the
+//      256-row variant), NBUF 1: a second barrier before the store.
 // Shared rows are padded by 8 halves so the rows of a 16 x 16 load fall in different banks.
 // The accumulators go through a small per-subgroup shared tile to the output (bias, bounds).
 #ifndef PHASE
@@ -28,6 +30,9 @@
 #endif
 #ifndef WARPS_N
 #define WARPS_N 4
+#endif
+#ifndef NBUF
+#define NBUF 2
 #endif
 #define NTHREADS (32 * WARPS_M * WARPS_N)
 layout(local_size_x = NTHREADS) in;
@@ -57,8 +62,8 @@ layout(push_constant) uniform Push {
 } p;
 
 // f16 tiles, 4 halves per uvec2 (the widest element type the NV GLSL loads accept from shared memory)
-shared uvec2 wa[BM * LD];       // wa[r * LD + k/4] = f16 W[row0 + r, k0 + k .. k0 + k + 3]
-shared uvec2 xb[BN * LD];       // xb[t * LD + k/4] = f16 x[tok0 + t, k0 + k .. k0 + k + 3]
+shared uvec2 wa[NBUF * BM * LD];   // buffer b: wa[b BM LD + r LD + k/4] = f16 W[row0 + r, k0 + k .. k0 + k + 3]
+shared uvec2 xb[NBUF * BN * LD];   // buffer b: xb[b BN LD + t LD + k/4] = f16 x[tok0 + t, k0 + k .. k0 + k + 3]
 shared float stage[WARPS_M * WARPS_N * TM * TN]; // one output tile per subgroup, column-major (row m, token n at n*TM+m)
 
 uvec2 pack4(vec4 v) { return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }
@@ -98,16 +103,17 @@ Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
     return tl;
 }
 
-void store_tile(Tile tl, uint tid) {
+void store_tile(Tile tl, uint tid, uint buf) {
+    const uint wb = buf * BM * LD, xo = buf * BN * LD;
     [[unroll]] for (uint s = 0; s < WPIECES; ++s) {
         const uint piece = tid + NTHREADS * s;
         const uint r = piece / 4, i = piece % 4;
-        wa[r * LD + i] = tl.w[2 * s];          // weights 4i .. 4i+3
-        wa[r * LD + i + 4] = tl.w[2 * s + 1];  // weights 16+4i .. 16+4i+3
+        wa[wb + r * LD + i] = tl.w[2 * s];          // weights 4i .. 4i+3
+        wa[wb + r * LD + i + 4] = tl.w[2 * s + 1];  // weights 16+4i .. 16+4i+3
     }
     [[unroll]] for (uint s = 0; s < XPIECES; ++s) {
         const uint idx = tid + NTHREADS * s;
-        xb[(idx / 8) * LD + idx % 8] = tl.x[s];
+        xb[xo + (idx / 8) * LD + idx % 8] = tl.x[s];
     }
 }
 
@@ -125,14 +131,10 @@ void main() {
 
     const uint n_units = p.cols / 32;
     Tile next = load_tile(0, tid, row0, tok0);
+    store_tile(next, tid, 0);
     for (uint u = 0; u < n_units; ++u) {
-        barrier();                       // the previous step's multiplications are done with the tiles
-#if PHASE != 1
-        store_tile(next, tid);
-#else   // benchmark only: multiply the first tile over and over (no loads after it)
-        if (u == 0) store_tile(next, tid);
-#endif
-        barrier();
+        barrier();   // step u's tiles are stored; every subgroup is done with step u - 1's
+        const uint buf = u % NBUF;
 #if PHASE != 1
         next = load_tile(min(u + 1, n_units - 1), tid, row0, tok0);   // in flight during the products
 #endif
@@ -143,12 +145,16 @@ void main() {
             fcoopmatNV<16, gl_ScopeSubgroup, TM, TK> fa[MT];
             fcoopmatNV<16, gl_ScopeSubgroup, TK, TN> fb[NT];
             [[unroll]] for (uint i = 0; i < MT; ++i)
-                coopMatLoadNV(fa[i], wa, (wm + i * TM) * LD + kk / 4, LD, false);
+                coopMatLoadNV(fa[i], wa, buf * BM * LD + (wm + i * TM) * LD + kk / 4, LD, false);
             [[unroll]] for (uint j = 0; j < NT; ++j)
-                coopMatLoadNV(fb[j], xb, (wn + j * TN) * LD + kk / 4, LD, true);
+                coopMatLoadNV(fb[j], xb, buf * BN * LD + (wn + j * TN) * LD + kk / 4, LD, true);
             [[unroll]] for (uint i = 0; i < MT; ++i)
                 [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);
         }
+#if PHASE != 1   // (benchmark PHASE 1: multiply the first tile over and over, no loads after it)
+        if (NBUF == 1) barrier();   // one buffer: every subgroup is done reading it
+        store_tile(next, tid, (u + 1) % NBUF);
+#endif
     }
 
     // Epilogue: each tile through the subgroup's shared stage, 4 outputs per lane, bias, bounds.

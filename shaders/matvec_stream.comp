@@ -56,7 +56,12 @@
 // Rows 2i and 2i + 1 sit in lanes tid and tid ^ 1 of one subgroup (G even: the host checks it), so
 // the rotation is one shuffle. Bias before the rotation, as in the graph. Positions past n_ctx write
 // nothing (as rope_kv.comp).
-// Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE.
+// STEPS > 1 (C == 1: the host checks it): each workgroup takes STEPS row blocks, b, b + B, b + 2B,...
+// (B = workgroups per part), staging x once for all of them, and issues the next block's weight loads
+// right after this block's arithmetic, so that they are in flight during its reduction and writes.
+// Why: staging x (reading it, the norm, quantising) costs 18-25% of a product when every 16-row
+// block does it again, and a block's reduction otherwise leaves its workgroup without loads in flight.
+// Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -68,6 +73,7 @@ layout(constant_id = 6) const uint RJ = 4;
 layout(constant_id = 7) const bool PAIR = false;
 layout(constant_id = 8) const uint KSPLIT = 1;
 layout(constant_id = 9) const uint ROPE = 0;
+layout(constant_id = 10) const uint STEPS = 1;
 const uint RO = PAIR ? RJ / 2 : RJ;   // rows written per lane's row group
 
 #include "quants.glsl"
@@ -131,7 +137,7 @@ const uint XS_LEN = TPR * V4;
 shared vec4 xs[XS_LEN];
 #endif
 #define MAX_SUBGROUPS 64
-shared float red[MAX_SUBGROUPS][8];
+shared float red[2 * MAX_SUBGROUPS][8];   // two buffers: step s uses half s % 2
 shared float red_ss[MAX_SUBGROUPS];
 shared bool is_last;
 
@@ -165,24 +171,16 @@ vec4 fused_input(uint kk, inout float ss) {
     return v;
 }
 
-void main() {
-    uint row_units = p.cols / UNIT;
-    uint n_units = row_units / KSPLIT;   // units of this workgroup's part of the row
-    q_chunk_blocks = p.n_rows * (p.cols / QK);
-    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    uint ks = wg % KSPLIT;
-    wg /= KSPLIT;
-    uint u0 = ks * n_units;              // first unit of the part
-    uint tid = gl_LocalInvocationIndex, G = gl_WorkGroupSize.x / TPR;
-    uint g = tid / TPR, c = tid % TPR;
-    uint row0 = wg * p.rows_per_wg;
-
-    // 1. Every weight load of this lane, before anything else (rows past the end read the last row);
-    //    with PAIR, loads j >= RO are row j - RO of P.
-    uvec4 wq[C][RJ][NQ];
+// A lane's weights of the current row block (loaded by load_weights) and its row sums.
+uvec4 wq[C][RJ][NQ];
 #if !defined(QTYPE_Q4_K)
-    float wd[C][RJ];
+float wd[C][RJ];
 #endif
+float acc[RJ];
+
+// Every weight load of this lane for the row block starting at row0 (rows past the end read the last
+// row); with PAIR, loads j >= RO are row j - RO of P. u0: first unit of the workgroup's part.
+void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint c, uint G) {
     [[unroll]] for (uint i = 0; i < C; ++i) {
         uint u = c + TPR * i;
         if (u < n_units) {
@@ -207,11 +205,132 @@ void main() {
             }
         }
     }
+}
+
+// acc[j] += the products of this lane's unit i (of x chunk i, staged) with its loaded weights.
+void accumulate(uint i, uint u0, uint n_units, uint c) {
+    uint u = c + TPR * i;
+    if (u >= n_units) return;
+#if defined(READ_ONLY)
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        uint a = 0u;
+        [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
+#if defined(QTYPE_Q4_K)
+        acc[j] += float(a & 1u);
+#else
+        acc[j] += float(a & 1u) + wd[i][j];
+#endif
+    }
+#elif defined(DOT8)
+    uint xh[V4], xl[V4];
+    [[unroll]] for (uint w = 0; w < V4; ++w) { xh[w] = xqh[w * TPR + c]; xl[w] = xql[w * TPR + c]; }
+    vec2 sd0 = xsd[c];
+#if defined(QTYPE_Q4_K)
+    vec2 sd1 = xsd[TPR + c];
+    uint q = (u0 + u) % 4;
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        int h0 = 0, l0 = 0, h1 = 0, l1 = 0;
+        [[unroll]] for (uint w = 0; w < 8; ++w) {
+            uint qw = wq[i][j][1 + w / 4][w % 4];
+            uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;
+            h0 += dot_ss(lo, xh[w], 0); l0 += dot_ss(lo, xl[w], 0);
+            h1 += dot_ss(hi, xh[8 + w], 0); l1 += dot_ss(hi, xl[8 + w], 0);
+        }
+        vec2 dl, ml;
+        q4k_quarter_scales(wq[i][j][0], q, dl, ml);
+        float t0 = sd0.x * (float(h0) + float(l0) * (1.0 / 254.0));
+        float t1 = sd1.x * (float(h1) + float(l1) * (1.0 / 254.0));
+        acc[j] += (dl.x * t0 - ml.x * sd0.y) + (dl.y * t1 - ml.y * sd1.y);
+    }
+#else
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        int hs = 0, ls = 0;
+        [[unroll]] for (uint w = 0; w < 4; ++w) {
+#if defined(QTYPE_Q4_0)
+            uint qw = wq[i][j][0][w];
+            uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;   // elements 4w.., 16+4w..
+#else
+            uint lo = wq[i][j][0][w], hi = wq[i][j][1][w];             // elements 4w.., 16+4w..
+#endif
+            hs += dot_ss(lo, xh[w], 0) + dot_ss(hi, xh[4 + w], 0);
+            ls += dot_ss(lo, xl[w], 0) + dot_ss(hi, xl[4 + w], 0);
+        }
+        float t = sd0.x * (float(hs) + float(ls) * (1.0 / 254.0));
+#if defined(QTYPE_Q4_0)
+        t -= 8.0 * sd0.y;
+#endif
+        acc[j] += wd[i][j] * t;
+    }
+#endif
+#else
+    uint sw = c & 7u;
+#if defined(QTYPE_Q4_K)
+    // sub-blocks 2q (low nibbles) and 2q + 1 (high nibbles) of quarter q = u % 4; x vec4s w, 8 + w
+    uint q = (u0 + u) % 4;
+    float t0[RJ], t1[RJ], sx0 = 0.0, sx1 = 0.0;
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { t0[j] = 0.0; t1[j] = 0.0; }
+    [[unroll]] for (uint w = 0; w < 8; ++w) {
+        vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((8 + w) ^ sw)];
+        sx0 += (xa.x + xa.y) + (xa.z + xa.w);
+        sx1 += (xc.x + xc.y) + (xc.z + xc.w);
+        [[unroll]] for (uint j = 0; j < RJ; ++j) {
+            vec4 a, cc;
+            nib_fma(wq[i][j][1 + w / 4][w % 4], 0.0, a, cc);
+            t0[j] += dot(a, xa);
+            t1[j] += dot(cc, xc);
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        vec2 dl, ml;
+        q4k_quarter_scales(wq[i][j][0], q, dl, ml);
+        acc[j] += (dl.x * t0[j] - ml.x * sx0) + (dl.y * t1[j] - ml.y * sx1);
+    }
+#else
+    // block u: quants of elements 4w..4w+3 and 16+4w..16+4w+3 in word w (Q4_0: low and high
+    // nibbles; Q8_0: words w and 4 + w); x vec4s w and 4 + w
+    float tq[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) tq[j] = 0.0;
+    [[unroll]] for (uint w = 0; w < 4; ++w) {
+        vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((4 + w) ^ sw)];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) {
+            vec4 a, cc;
+#if defined(QTYPE_Q4_0)
+            nib_fma(wq[i][j][0][w], 8.0, a, cc);
+#else
+            a = sbytes_fma(wq[i][j][0][w]);
+            cc = sbytes_fma(wq[i][j][1][w]);
+#endif
+            tq[j] += dot(a, xa) + dot(cc, xc);
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * tq[j];
+#endif
+#endif
+}
+
+void main() {
+    uint row_units = p.cols / UNIT;
+    uint n_units = row_units / KSPLIT;   // units of this workgroup's part of the row
+    q_chunk_blocks = p.n_rows * (p.cols / QK);
+    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint ks = wg % KSPLIT;
+    wg /= KSPLIT;
+    uint wg_stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y / KSPLIT;   // row blocks between steps
+    uint n_blocks = (p.n_rows + p.rows_per_wg - 1) / p.rows_per_wg;
+    if (wg >= n_blocks) return;          // a 2-D grid's padding (the whole workgroup)
+    uint u0 = ks * n_units;              // first unit of the part
+    uint tid = gl_LocalInvocationIndex, G = gl_WorkGroupSize.x / TPR;
+    uint g = tid / TPR, c = tid % TPR;
+    uint S = gl_SubgroupSize, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    uint per_row = max(TPR / S, 1u);     // subgroups per row group (TPR >= S: the host guarantees it)
+
+    // 1. Every weight load of the first row block, before anything else.
+    uint blk = wg;
+    load_weights(blk * p.rows_per_wg, u0, n_units, row_units, g, c, G);
 
     // 2. Per x chunk: stage it (the loads above are in flight meanwhile), then multiply from registers.
-    float acc[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = 0.0;
-    float ss = 0.0;
+    float ss = 0.0, scale = 1.0;
     if (NORM && KSPLIT > 1)   // the sum of squares is over the whole row, not just this part
         for (uint k = tid; k < row_units * V4; k += gl_WorkGroupSize.x) ss += dot(x4[k], x4[k]);
     [[unroll]] for (uint i = 0; i < C; ++i) {
@@ -222,179 +341,102 @@ void main() {
             stage(k, fused_input(kx + k, ss));
 #endif
         barrier();
-        uint u = c + TPR * i;
-        if (u < n_units) {
-#if defined(READ_ONLY)
-            [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                uint a = 0u;
-                [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
-#if defined(QTYPE_Q4_K)
-                acc[j] += float(a & 1u);
-#else
-                acc[j] += float(a & 1u) + wd[i][j];
-#endif
-            }
-#elif defined(DOT8)
-            uint xh[V4], xl[V4];
-            [[unroll]] for (uint w = 0; w < V4; ++w) { xh[w] = xqh[w * TPR + c]; xl[w] = xql[w * TPR + c]; }
-            vec2 sd0 = xsd[c];
-#if defined(QTYPE_Q4_K)
-            vec2 sd1 = xsd[TPR + c];
-            uint q = (u0 + u) % 4;
-            [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                int h0 = 0, l0 = 0, h1 = 0, l1 = 0;
-                [[unroll]] for (uint w = 0; w < 8; ++w) {
-                    uint qw = wq[i][j][1 + w / 4][w % 4];
-                    uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;
-                    h0 += dot_ss(lo, xh[w], 0); l0 += dot_ss(lo, xl[w], 0);
-                    h1 += dot_ss(hi, xh[8 + w], 0); l1 += dot_ss(hi, xl[8 + w], 0);
-                }
-                vec2 dl, ml;
-                q4k_quarter_scales(wq[i][j][0], q, dl, ml);
-                float t0 = sd0.x * (float(h0) + float(l0) * (1.0 / 254.0));
-                float t1 = sd1.x * (float(h1) + float(l1) * (1.0 / 254.0));
-                acc[j] += (dl.x * t0 - ml.x * sd0.y) + (dl.y * t1 - ml.y * sd1.y);
-            }
-#else
-            [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                int hs = 0, ls = 0;
-                [[unroll]] for (uint w = 0; w < 4; ++w) {
-#if defined(QTYPE_Q4_0)
-                    uint qw = wq[i][j][0][w];
-                    uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;   // elements 4w.., 16+4w..
-#else
-                    uint lo = wq[i][j][0][w], hi = wq[i][j][1][w];             // elements 4w.., 16+4w..
-#endif
-                    hs += dot_ss(lo, xh[w], 0) + dot_ss(hi, xh[4 + w], 0);
-                    ls += dot_ss(lo, xl[w], 0) + dot_ss(hi, xl[4 + w], 0);
-                }
-                float t = sd0.x * (float(hs) + float(ls) * (1.0 / 254.0));
-#if defined(QTYPE_Q4_0)
-                t -= 8.0 * sd0.y;
-#endif
-                acc[j] += wd[i][j] * t;
-            }
-#endif
-#else
-            uint sw = c & 7u;
-#if defined(QTYPE_Q4_K)
-            // sub-blocks 2q (low nibbles) and 2q + 1 (high nibbles) of quarter q = u % 4; x vec4s w, 8 + w
-            uint q = (u0 + u) % 4;
-            float t0[RJ], t1[RJ], sx0 = 0.0, sx1 = 0.0;
-            [[unroll]] for (uint j = 0; j < RJ; ++j) { t0[j] = 0.0; t1[j] = 0.0; }
-            [[unroll]] for (uint w = 0; w < 8; ++w) {
-                vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((8 + w) ^ sw)];
-                sx0 += (xa.x + xa.y) + (xa.z + xa.w);
-                sx1 += (xc.x + xc.y) + (xc.z + xc.w);
-                [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                    vec4 a, cc;
-                    nib_fma(wq[i][j][1 + w / 4][w % 4], 0.0, a, cc);
-                    t0[j] += dot(a, xa);
-                    t1[j] += dot(cc, xc);
-                }
-            }
-            [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                vec2 dl, ml;
-                q4k_quarter_scales(wq[i][j][0], q, dl, ml);
-                acc[j] += (dl.x * t0[j] - ml.x * sx0) + (dl.y * t1[j] - ml.y * sx1);
-            }
-#else
-            // block u: quants of elements 4w..4w+3 and 16+4w..16+4w+3 in word w (Q4_0: low and high
-            // nibbles; Q8_0: words w and 4 + w); x vec4s w and 4 + w
-            float tq[RJ];
-            [[unroll]] for (uint j = 0; j < RJ; ++j) tq[j] = 0.0;
-            [[unroll]] for (uint w = 0; w < 4; ++w) {
-                vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((4 + w) ^ sw)];
-                [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                    vec4 a, cc;
-#if defined(QTYPE_Q4_0)
-                    nib_fma(wq[i][j][0][w], 8.0, a, cc);
-#else
-                    a = sbytes_fma(wq[i][j][0][w]);
-                    cc = sbytes_fma(wq[i][j][1][w]);
-#endif
-                    tq[j] += dot(a, xa) + dot(cc, xc);
-                }
-            }
-            [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * tq[j];
-#endif
-#endif
-        }
+        accumulate(i, u0, n_units, c);
     }
-
-    // 3. Reduce: within the subgroup, then over the TPR / S subgroups of a row group (the sum of
-    //    squares over the whole workgroup).
-    uint S = gl_SubgroupSize, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
-    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = subgroupAdd(acc[j]);
     if (NORM) ss = subgroupAdd(ss);
-    uint per_row = max(TPR / S, 1u);   // subgroups per row group (TPR >= S: the host guarantees it)
-    if (lane == 0) {
-        [[unroll]] for (uint j = 0; j < RJ; ++j) red[sg][j] = acc[j];
-        if (NORM) red_ss[sg] = ss;
-    }
-    barrier();
-    uint gg = tid % G, j = tid / G;   // row row0 + gg + G * j
-    uint out_row = p.y_off + row0 + gg + G * j;
-    bool mine = tid < G * RO && row0 + gg + G * j < p.n_rows;
-    float v = 0.0, v2 = 0.0;
-    if (tid < G * RO) {
-        for (uint k = 0; k < per_row; ++k) v += red[gg * per_row + k][j];
-        if (PAIR) for (uint k = 0; k < per_row; ++k) v2 += red[gg * per_row + k][RO + j];
-        if (NORM) {
-            float s2 = 0.0;
-            for (uint k = 0; k < gl_NumSubgroups; ++k) s2 += red_ss[k];
-            float scale = inversesqrt(s2 / float(p.cols) + p.eps);
-            v *= scale;
-            v2 *= scale;
+    if (NORM && lane == 0) red_ss[sg] = ss;
+
+    for (uint s = 0; s < STEPS; ++s) {
+        if (s > 0) {   // x is staged (C == 1)
+            [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = 0.0;
+            accumulate(0, u0, n_units, c);
         }
-    }
-    if (KSPLIT > 1) {
-        // Publish this part's sums, then count the part done; the last part of the row block adds them.
-        uint pair_off = KSPLIT * p.y_stride;   // PAIR: P's sums after W's
-        if (mine) {
-            part[ks * p.y_stride + out_row] = v;
-            if (PAIR) part[pair_off + ks * p.y_stride + out_row] = v2;
-        }
-        memoryBarrierBuffer();
-        barrier();
-        uint cidx = p.y_off + row0;
-        if (tid == 0) {
-            uint done = atomicAdd(counter[cidx], 1u);
-            is_last = done == KSPLIT - 1;
-            if (is_last) counter[cidx] = 0u;   // every part has counted: ready for the next replay
+        // the next block's loads go out now: in flight during this block's reduction
+        uint next = blk + wg_stride;
+        bool more = s + 1 < STEPS && next < n_blocks;
+        if (more) load_weights(next * p.rows_per_wg, u0, n_units, row_units, g, c, G);
+        uint row0 = blk * p.rows_per_wg, rb = (s % 2) * MAX_SUBGROUPS;
+
+        // 3. Reduce: within the subgroup, then over the TPR / S subgroups of a row group (the sum of
+        //    squares over the whole workgroup, once).
+        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = subgroupAdd(acc[j]);
+        if (lane == 0) {
+            [[unroll]] for (uint j = 0; j < RJ; ++j) red[rb + sg][j] = acc[j];
         }
         barrier();
-        if (!is_last) return;
-        memoryBarrierBuffer();
-        if (mine) {
-            v = 0.0;
-            v2 = 0.0;
-            for (uint k = 0; k < KSPLIT; ++k) {
-                v += part[k * p.y_stride + out_row];
-                if (PAIR) v2 += part[pair_off + k * p.y_stride + out_row];
+        uint gg = tid % G, j = tid / G;   // row row0 + gg + G * j
+        uint out_row = p.y_off + row0 + gg + G * j;
+        bool mine = tid < G * RO && row0 + gg + G * j < p.n_rows;
+        float v = 0.0, v2 = 0.0;
+        if (tid < G * RO) {
+            for (uint k = 0; k < per_row; ++k) v += red[rb + gg * per_row + k][j];
+            if (PAIR) for (uint k = 0; k < per_row; ++k) v2 += red[rb + gg * per_row + k][RO + j];
+            if (NORM) {
+                if (s == 0) {
+                    float s2 = 0.0;
+                    for (uint k = 0; k < gl_NumSubgroups; ++k) s2 += red_ss[k];
+                    scale = inversesqrt(s2 / float(p.cols) + p.eps);
+                }
+                v *= scale;
+                v2 *= scale;
             }
         }
-    }
-    if (mine) {
-        if (PAIR) v = v / (1.0 + exp(-v)) * v2;   // silu(gate) * up
-        if (p.has_bias != 0) v += bias[out_row];
-        if (RESID) v += resid[out_row];
-    }
-    if (ROPE == 0) {
-        if (mine) y[out_row] = v;
-        return;
-    }
-    // RoPE: both lanes of a pair take part in the shuffle (G * RO is even)
-    uint pos = step[0];
-    if (ROPE != 3) {
-        float other = subgroupShuffleXor(v, 1u);
-        uint d = out_row % p.head_dim;
-        if (d < p.rope_dim) {
-            vec2 cs = rope_cos_sin(d / 2, float(rope_position(pos)));
-            v = (d % 2 == 0) ? v * cs.x - other * cs.y : other * cs.y + v * cs.x;
+        bool write = true;
+        if (KSPLIT > 1) {
+            // Publish this part's sums, then count the part done; the last part of the row block adds them.
+            uint pair_off = KSPLIT * p.y_stride;   // PAIR: P's sums after W's
+            if (mine) {
+                part[ks * p.y_stride + out_row] = v;
+                if (PAIR) part[pair_off + ks * p.y_stride + out_row] = v2;
+            }
+            memoryBarrierBuffer();
+            barrier();
+            uint cidx = p.y_off + row0;
+            if (tid == 0) {
+                uint done = atomicAdd(counter[cidx], 1u);
+                is_last = done == KSPLIT - 1;
+                if (is_last) counter[cidx] = 0u;   // every part has counted: ready for the next replay
+            }
+            barrier();
+            write = is_last;
+            if (write) {
+                memoryBarrierBuffer();
+                if (mine) {
+                    v = 0.0;
+                    v2 = 0.0;
+                    for (uint k = 0; k < KSPLIT; ++k) {
+                        v += part[k * p.y_stride + out_row];
+                        if (PAIR) v2 += part[pair_off + k * p.y_stride + out_row];
+                    }
+                }
+            }
         }
+        if (write) {
+            if (mine) {
+                if (PAIR) v = v / (1.0 + exp(-v)) * v2;   // silu(gate) * up
+                if (p.has_bias != 0) v += bias[out_row];
+                if (RESID) v += resid[out_row];
+            }
+            if (ROPE == 0) {
+                if (mine) y[out_row] = v;
+            } else {
+                // RoPE: both lanes of a pair take part in the shuffle (G * RO is even)
+                uint pos = step[0];
+                if (ROPE != 3) {
+                    float other = subgroupShuffleXor(v, 1u);
+                    uint d = out_row % p.head_dim;
+                    if (d < p.rope_dim) {
+                        vec2 cs = rope_cos_sin(d / 2, float(rope_position(pos)));
+                        v = (d % 2 == 0) ? v * cs.x - other * cs.y : other * cs.y + v * cs.x;
+                    }
+                }
+                if (mine) {
+                    if (ROPE == 1) y[out_row] = v;
+                    else if (pos < p.n_ctx) kvc[pos * p.y_stride + out_row] = float16_t(v);
+                }
+            }
+        }
+        if (!more) break;
+        blk = next;
     }
-    if (!mine) return;
-    if (ROPE == 1) y[out_row] = v;
-    else if (pos < p.n_ctx) kvc[pos * p.y_stride + out_row] = float16_t(v);
 }

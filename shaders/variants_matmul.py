@@ -7,7 +7,7 @@ for _t in _TYPES:
     VARIANTS[f"mul_mv_{_t}"] = ("matvec.comp", dict(_d))
     VARIANTS[f"mul_mm_{_t}"] = ("matmul.comp", dict(_d))
     VARIANTS[f"mul_mm_coop_{_t}"] = ("matmul_coop.comp", dict(_d))   # cooperative matrices (KHR)
-    VARIANTS[f"mul_mm_coop_big_{_t}"] = ("matmul_coop.comp", dict(_d, WARPS_M="4"))   # 256 x 128 tiles
+    VARIANTS[f"mul_mm_coop_big_{_t}"] = ("matmul_coop.comp", dict(_d, WARPS_M="4", NBUF="1"))   # 256 x 128 tiles
     VARIANTS[f"get_rows_{_t}"] = ("get_rows.comp", dict(_d))
 # phases of the cooperative-matrix kernel, for examples/bench_matmul.py only: 1 multiplies only, 2 loads only
 for _ph in (1, 2):

@@ -14,6 +14,9 @@ VARIANTS = {
     # decode (<= 4 query rows per KV head, head_dim % 32 == 0, <= 256): blocks of 32 positions
     "attention_dec_f16": ("attention_decode.comp", {}),
     "attention_dec_split_f16": ("attention_decode.comp", {"SPLIT": "1"}),
+    # prompts on cooperative matrices (devices with 16x8x16 f16 tiles), per head_dim
+    "attention_coop_f16_hd64": ("attention_coop.comp", {"HD": "64"}),
+    "attention_coop_f16_hd128": ("attention_coop.comp", {"HD": "128"}),
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),
     "swiglu_f32": ("elementwise.comp", {"OP_SWIGLU": "1"}),
     "add_bias_f32": ("elementwise_bias.comp", {}),

@@ -54,10 +54,11 @@ def test_greedy_decode_matches_reference_and_replays(synthetic_model, arch):
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_k"])
 def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, monkeypatch, qtype):
     """The GPUs' decode path (stream kernel, gate and up as one product, RoPE and the KV store in the
-    Q/K/V products), forced on this device with its f32 form: greedy decoding matches the reference."""
+    Q/K/V products, 2 row blocks per workgroup), forced on this device with its f32 form: greedy
+    decoding matches the reference."""
     from llamavk.kernels import matmul as mm
 
-    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream")})
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2)})
     path = synthetic_model("llama", qtype)
     prompt = [int(t) for t in np.random.default_rng(5).integers(0, 500, 6)]
     want = ReferenceModel(load_model_file(path)).generate_greedy(prompt, 8)

@@ -1,5 +1,7 @@
 """The matrix-vector kernel's fused forms (decode): RMS norm of the input, residual add, chunks."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
@@ -208,6 +210,27 @@ def test_matvec_stream(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):
     run_fused(dev, kc_variants, qtype, 5, cols, 1, seed=14, pair=True, tol=tol)
 
 
+@pytest.mark.parametrize("qtype,cols,ks", [(T.Q4_0, 1024, 1), (T.Q8_0, 416, 1), (T.Q4_K, 768, 1), (T.Q4_0, 4096, 32)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_matvec_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, ks):
+    """STEPS: each workgroup takes several row blocks (x staged once, the next block's loads issued
+    before this one's reduction): a last workgroup with fewer blocks, partial row blocks, chunked
+    weights, every fused input, pairs, column parts (the merge per row block)."""
+    kernel = "stream_dp" if kc_variants.device.features.get("int_dot") else "stream"
+    cfg = MatvecConfig(64, 2, ks, 1, kernel, steps=3)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    name = mm.type_suffix(qtype)
+    spec, rows_per_wg, parts, steps = mm._matvec_spec(kc_variants, cfg, name, cols, 1, False, False, False)
+    assert steps == 3 and spec[-1] == 3 and 37 > 3 * rows_per_wg   # several workgroups, the last one short
+    two_chunks = 2 * 64 * mm.MATVEC_WIDE_UNIT[name]   # 64 lanes per row, 2 units each: x staged in 2 chunks
+    assert mm._matvec_spec(kc_variants, replace(cfg, ks=1), name, two_chunks, 1, False, False, False)[3] == 1
+    tol = 1e-4 if kernel == "stream_dp" else 1e-5
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=31, chunked=True, bias=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=32, norm=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=33, glu=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=34, chunked=True, norm=True, pair=True, tol=tol)
+
+
 @pytest.mark.parametrize("qtype,cols,parts", [(T.Q4_0, 4096, 4), (T.Q8_0, 4096, 4), (T.Q4_K, 4608, 9)],
                          ids=lambda v: getattr(v, "name", str(v)))
 @pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
@@ -240,8 +263,13 @@ def test_matvec_table_by_shape():
     assert pick(T.Q4_0, 4096, 4096) == "stream_dp"
     assert pick(T.Q4_K, 1024, 4096) == "stream_dp" and matvec_config(gpu, T.Q4_K, 1024, 4096).nr == 2
     nr = lambda qtype, rows, cols: matvec_config(gpu, qtype, rows, cols).nr   # noqa: E731
-    assert nr(T.Q4_0, 14336, 4096) == 8 and nr(T.Q4_0, 8192, 2048) == 8   # gate / up: 4 rows of each per lane
-    assert nr(T.Q4_0, 4096, 4096) == nr(T.Q4_0, 32000, 4096) == nr(T.Q8_0, 14336, 4096) == 4
+    steps = lambda qtype, rows, cols: matvec_config(gpu, qtype, rows, cols).steps   # noqa: E731
+    # gate / up: 2 rows of each matrix per lane (Q4_K 1), 4 row blocks per workgroup
+    assert nr(T.Q4_0, 14336, 4096) == nr(T.Q4_0, 8192, 2048) == 4 and steps(T.Q4_0, 14336, 4096) == 4
+    assert nr(T.Q4_K, 14336, 4096) == 2 and steps(T.Q4_K, 14336, 4096) == 4
+    assert nr(T.Q4_0, 4096, 4096) == nr(T.Q4_0, 1024, 4096) == 2 and steps(T.Q4_0, 1024, 4096) == 2   # Q/K/V/O
+    assert nr(T.Q4_0, 32000, 4096) == nr(T.Q8_0, 14336, 4096) == nr(T.Q8_0, 4096, 4096) == 4
+    assert steps(T.Q4_0, 32000, 4096) == steps(T.Q8_0, 4096, 4096) == steps(T.Q4_K, 4096, 4096) == 1
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
     long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 64 units
     assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 7

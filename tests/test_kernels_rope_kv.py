@@ -60,7 +60,8 @@ def test_rope_kv_equals_separate_ops(dev, neox, rope_dim, freqs, n_tokens, n_pas
 @pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
 def test_rope_in_qkv_products_equals_product_then_rope_kv(dev, monkeypatch, kernel, rope_dim, seq_len):
     """One-token Q/K/V products that rotate q, k and store k, v themselves (matvec_stream.comp ROPE)
-    write what the plain products followed by rope_kv write; chunked weights (pairs never straddle)."""
+    write what the plain products followed by rope_kv write; chunked weights (pairs never straddle);
+    the dp form with 3 row blocks per workgroup (STEPS)."""
     from gguf import GGMLQuantizationType as T
 
     from llamavk.kernels import matmul as mm
@@ -72,7 +73,8 @@ def test_rope_in_qkv_products_equals_product_then_rope_kv(dev, monkeypatch, kern
     kc = KernelCache(dev)
     if kernel == "stream_dp" and not dev.features.get("int_dot"):
         pytest.skip("no integer dot products")
-    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, kernel)})
+    steps = 3 if kernel == "stream_dp" else 1
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, kernel, steps=steps)})
     n_heads, n_kv, hd, n_ctx, n_past, cols = 2, 1, 32, 8, 5, 416
     rng = np.random.default_rng(rope_dim + seq_len)
     weights = []

@@ -8,7 +8,8 @@ the device: `split_plan`); each split's KV chunk, and so how many splits are act
 the shader from n_kv at execution time, so the recording stays valid as the cache grows. One-token
 steps and other batches of at most 4 query rows per KV head use a kernel shaped for latency
 (shaders/attention_decode.comp: blocks of 32 positions, the next block's loads in flight during
-this one's arithmetic, no block-wide softmax reductions).
+this one's arithmetic, no block-wide softmax reductions). Prompts with one split run on cooperative
+matrices where the device has them (shaders/attention_coop.comp, selection.attention_coop_ok).
 
 Scratch for the split path (partial outputs, their softmax max/sum, and one completion counter per
 (row block, KV head), zeroed at allocation and reset by the kernel after each use) is allocated on
@@ -23,12 +24,13 @@ from __future__ import annotations
 import math
 import os
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..vk import Buffer
 from .norm import _range
-from .selection import ATTENTION_SPLITS, device_kind
+from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok, device_kind
 
 KV_WG = 256
 ATTN_WG = 128          # workgroup size = KV positions per block of attention.comp
@@ -111,6 +113,47 @@ def _scratch(kc, n_splits: int, n_rows: int, head_dim: int, n_counters: int):
     return [(opart, 0, n_splits * n_rows * head_dim * 4), (ml, 0, n_splits * n_rows * 8), (counters, 0, 4 * n_counters)]
 
 
+@dataclass(frozen=True)
+class AttentionPlan:
+    kernel: str          # shader variant
+    bindings: str
+    grid: tuple
+    n_splits: int
+    min_chunk: int
+    spec: tuple
+
+
+def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int,
+         n_splits: int | None = None, min_chunk: int | None = None) -> AttentionPlan:
+    """Which attention kernel runs a batch of n_tokens, on what grid, with how many KV splits
+    (arguments as for `attention`)."""
+    if head_dim % 4 or head_dim // 4 > ATTN_WG:
+        raise ValueError(f"attention: head_dim {head_dim} must be a multiple of 4 and at most {4 * ATTN_WG}")
+    if n_head % n_head_kv:
+        raise ValueError(f"attention: n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")
+    rows = n_tokens * (n_head // n_head_kv)
+    dec = _use_decode_kernel(kc, n_tokens, rows, head_dim)
+    br = 4 if rows <= 4 or dec else 8
+    n_rb = -(-rows // br)
+    if n_rb > 65535:
+        raise ValueError("attention: too many query rows for one call")
+    block = DEC_BLOCK if dec else ATTN_WG
+    if n_splits is None:
+        n_splits, plan_chunk = split_plan(kc, n_ctx, n_head_kv, n_rb, block)
+        min_chunk = plan_chunk if min_chunk is None else min_chunk
+    min_chunk = _round_chunk(min_chunk or block, block)
+    n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // min_chunk)))
+    spec = (ATTN_WG, head_dim)
+    if n_splits == 1 and not dec and attention_coop_ok(kc, head_dim, rows):
+        return AttentionPlan(f"attention_coop_f16_hd{head_dim}", "rrrrw", (-(-rows // ATTENTION_COOP_ROWS), n_head_kv, 1),
+                             1, min_chunk, ())
+    if n_splits == 1:
+        return AttentionPlan("attention_dec_f16" if dec else f"attention_f16_br{br}", "rrrrw", (n_rb, n_head_kv, 1),
+                             1, min_chunk, spec)
+    return AttentionPlan("attention_dec_split_f16" if dec else f"attention_split_f16_br{br}", "rrrrwwww",
+                         (n_rb, n_head_kv, n_splits), n_splits, min_chunk, spec)
+
+
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
               head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None) -> None:
     """out = softmax(q k^T / sqrt(head_dim), causal) v, per query head h over KV head h // (n_head/n_head_kv).
@@ -125,33 +168,10 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     """
     if n_tokens <= 0:
         return
-    if head_dim % 4 or head_dim // 4 > ATTN_WG:
-        raise ValueError(f"attention: head_dim {head_dim} must be a multiple of 4 and at most {4 * ATTN_WG}")
-    if n_head % n_head_kv:
-        raise ValueError(f"attention: n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")
-    n_gqa = n_head // n_head_kv
-    rows = n_tokens * n_gqa
-    dec = _use_decode_kernel(kc, n_tokens, rows, head_dim)
-    br = 4 if rows <= 4 or dec else 8
-    n_rb = -(-rows // br)
-    if n_rb > 65535:
-        raise ValueError("attention: too many query rows for one call")
-    block = DEC_BLOCK if dec else ATTN_WG
-    if n_splits is None:
-        n_splits, plan_chunk = split_plan(kc, n_ctx, n_head_kv, n_rb, block)
-        min_chunk = plan_chunk if min_chunk is None else min_chunk
-    min_chunk = _round_chunk(min_chunk or block, block)
-    n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // min_chunk)))
-    scale = 1.0 / math.sqrt(head_dim)
-    push = struct.pack("<5If", n_tokens, n_head, n_head_kv, n_splits, min_chunk, scale)
-    spec = (ATTN_WG, head_dim)
-    grid = (n_rb, n_head_kv, n_splits)
-    ins = [_range(q), _range(k_cache), _range(v_cache), _range(step)]
-    if n_splits == 1:
-        kernel = kc.get("attention_dec_f16" if dec else f"attention_f16_br{br}", "rrrrw", push_size=24, spec=spec)
-        seq.dispatch(kernel, ins + [_range(out)], grid, push)
-        return
-    scratch = _scratch(kc, n_splits, n_tokens * n_head, head_dim, n_rb * n_head_kv)
-    kernel = kc.get("attention_dec_split_f16" if dec else f"attention_split_f16_br{br}", "rrrrwwww", push_size=24,
-                    spec=spec)
-    seq.dispatch(kernel, ins + [_range(out)] + scratch, grid, push)
+    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, n_ctx, n_splits, min_chunk)
+    push = struct.pack("<5If", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk, 1.0 / math.sqrt(head_dim))
+    kernel = kc.get(pl.kernel, pl.bindings, push_size=24, spec=pl.spec)
+    bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
+    if pl.n_splits > 1:
+        bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
+    seq.dispatch(kernel, bufs, pl.grid, push)

@@ -77,7 +77,7 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
     """matvec_stream.comp's (TPR lanes per row, C units per lane along the row, RJ rows per lane) for a
     row of `cols` weights, or None where the kernel does not fit (the caller takes another kernel).
     TPR: a power of two from a subgroup to the workgroup, whose x chunk (TPR units) fits shared memory
-    less 4 KiB for the reduction (a unit of x takes 4 bytes per value as floats, 2 bytes per value + 8
+    less 5 KiB for the reduction (a unit of x takes 4 bytes per value as floats, 2 bytes per value + 8
     per 32 as the _dp form's int8 levels): the largest <= the row's units, so that lanes cover a row
     with few idle, or twice that where it leaves no more lanes idle (448 units: 512 x 1, not 256 x 2:
     one x chunk, one barrier less). RJ shrinks until the loads fit registers."""
@@ -86,7 +86,7 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
     if n_units == 0 or cols % unit:
         return None
     unit_bytes = 2 * unit + unit // 4 if dp else 4 * unit
-    xs_bytes = shared_bytes - 4096
+    xs_bytes = shared_bytes - 5120
     tprs = [1 << k for k in range(subgroup.bit_length() - 1, wg.bit_length())
             if subgroup <= 1 << k <= wg and (1 << k) * unit_bytes <= xs_bytes and wg % (1 << k) == 0]
     if not tprs:
@@ -115,7 +115,8 @@ def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
 
 def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
     """LLAMAVK_MATVEC (experiments, sweeps): entries separated by spaces or ';', each
-    `[TYPE=][KERNEL:]wg,nr,ks,u[,dq[,xs]]` (KERNEL default base; no TYPE: every type), e.g.
+    `[TYPE=][KERNEL:]wg,nr,ks,u[,dq[,xs]]` (KERNEL default base; no TYPE: every type; stream kernels:
+    `wg,nr,ks,u[,steps]`), e.g.
     "wide:256,4,1,2,1,1" or "q4_0=wide:128,4,1,2 q8_0=wide:128,2,1,2,0,0 q4_k=base:256,4,2,2" or the old
     "256,4,2,2". A kernel that lacks the type (or does not fit) falls back to MATVEC_CONFIGS. -> {type or "*": config}."""
     out: dict[str, MatvecConfig] = {}
@@ -128,7 +129,9 @@ def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
         vals = [int(v) for v in nums.split(",")]
         if not 4 <= len(vals) <= 6:
             raise LlamavkError(f"LLAMAVK_MATVEC: {entry!r} needs wg,nr,ks,u[,dq[,xs]]")
-        out[tname.lower() or "*"] = MatvecConfig(*vals[:4], kernel, *vals[4:])
+        extra = {"steps": vals[4]} if kernel.startswith("stream") and len(vals) == 5 else \
+            dict(zip(("dq", "xs"), vals[4:]))
+        out[tname.lower() or "*"] = MatvecConfig(*vals[:4], kernel, **extra)
     return out
 
 
@@ -220,14 +223,15 @@ def matvec_rope_ok(kc: KernelCache, w: QWeight, rope, head_dim: int) -> bool:
 
 
 def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
-                 resid: bool, glu: bool, pair: bool = False, rope_mode: int = 0) -> tuple[tuple, int, int]:
-    """Specialization constants of cfg's kernel (its shader header lists them), rows per workgroup
-    and workgroups per row block."""
+                 resid: bool, glu: bool, pair: bool = False, rope_mode: int = 0) -> tuple[tuple, int, int, int]:
+    """Specialization constants of cfg's kernel (its shader header lists them), rows per row block,
+    workgroups per row block (column parts) and row blocks per workgroup (steps)."""
     sg = kc.info.subgroup_size or 32
     if cfg.kernel.startswith("stream"):
         parts, (tpr, c, rj) = _stream_layout(kc, cfg, name, cols, _stream_rj(cfg, pair))
-        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode)
-        return spec, cfg.wg // tpr * (rj // 2 if pair else rj), parts
+        steps = max(1, cfg.steps) if c == 1 else 1   # steps keep x staged: one chunk of it
+        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps)
+        return spec, cfg.wg // tpr * (rj // 2 if pair else rj), parts, steps
     if pair:
         raise LlamavkError(f"matmul: the {cfg.kernel} matrix-vector kernel has no gate/up pair form")
     spec = (cfg.wg, n_tokens, norm, resid, cfg.nr, cfg.ks, cfg.u, glu)
@@ -235,7 +239,7 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
         ch4 = cfg.ks * sg * cfg.u * MATVEC_WIDE_UNIT[name] // 4
         xs = cfg.xs and cfg.kernel == "wide" and 16 * n_tokens * ch4 <= MATVEC_XS_BYTES
         spec += (cfg.dq, n_tokens * ch4 if xs else 0)
-    return spec, cfg.nr * max(1, max(1, cfg.wg // sg) // cfg.ks), 1
+    return spec, cfg.nr * max(1, max(1, cfg.wg // sg) // cfg.ks), 1, 1
 
 
 def _parts_scratch(kc: KernelCache, rows: int, parts: int) -> list:
@@ -297,7 +301,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
         cfg = matvec_config(kc, w.qtype, w.rows, w.cols, n_tokens)
-        spec, rows_per_wg, parts = _matvec_spec(kc, cfg, name, w.cols, n_tokens, norm is not None,
+        spec, rows_per_wg, parts, steps = _matvec_spec(kc, cfg, name, w.cols, n_tokens, norm is not None,
                                                 residual is not None, glu is not None, pair is not None,
                                                 rope.MODES[rope.kind] if rope is not None else 0)
         stream = cfg.kernel.startswith("stream")
@@ -309,7 +313,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         pair_chunks = pair.chunks if pair is not None else w.chunks
         for ch, pch in zip(w.chunks, pair_chunks):
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps) + rope_push
-            groups = groups_2d(parts * ((ch.n_rows + rows_per_wg - 1) // rows_per_wg))
+            blocks = (ch.n_rows + rows_per_wg - 1) // rows_per_wg
+            groups = groups_2d(parts * ((blocks + steps - 1) // steps))
             stream_bufs = [pch.buffer] + tail if stream else []
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, groups, push)
     else:

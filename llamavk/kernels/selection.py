@@ -8,6 +8,7 @@ named next to each table override them for experiments.
 2. MATVEC_CONFIGS: the matrix-vector kernel and work split, by kind of device, weight type, tokens
    and weight shape.
 3. ATTENTION_SPLITS: the split-KV grid of decode attention, by kind of device (attention.split_plan).
+4. ATTENTION_COOP_HEAD_DIMS: where prompt attention runs on cooperative matrices.
 """
 
 from __future__ import annotations
@@ -77,10 +78,13 @@ class MatvecConfig:
     dq: int = 1            # wide kernel's dequantisation (matvec_wide.comp DQ: 0 magic - sub, 1 magic fma,
                            # 2 unpack8 + block x sum)
     xs: int = 1            # wide kernel: stage x in shared memory (where it fits: MATVEC_XS_BYTES)
+    steps: int = 1         # stream kernel: row blocks per workgroup, x staged once for all of them
+                           # (only where a lane takes one unit of a row)
 
     def spec(self) -> str:
         """The LLAMAVK_MATVEC spelling of this config."""
-        tail = f",{self.dq},{self.xs}" if self.kernel == "wide" else ""
+        tail = f",{self.dq},{self.xs}" if self.kernel == "wide" else \
+            f",{self.steps}" if self.kernel.startswith("stream") and self.steps != 1 else ""
         return f"{self.kernel}:{self.wg},{self.nr},{self.ks},{self.u}{tail}"
 
 
@@ -92,11 +96,20 @@ MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
     # H100: one token through rows of <= 8192 weights: 1.15-1.3x the base kernel (Q4_0), 1.25-1.5x
     # the wide one (Q4_K); cutting these rows into parts loses. Q4_K: 2 rows per lane (63 registers,
-    # 2 workgroups per SM; with 4, 92 registers and 1): 299.5 against 288.3 t/s on the 7.2B
-    # Q4_0 gate and up (as one pair product, rows 3.5x the columns): 4 rows of each matrix per lane,
-    # x staged once for twice the weights: 340.8 / 342.2 against 336.6 / 337.1 t/s on the 7.2B
+    # 2 workgroups per SM; with 4, 92 registers and 1): 299.5 against 288.3 t/s on the 7.2B.
+    # Gate and up (one pair product, rows 3.5x the columns): 2 rows of each matrix per lane and 4 row
+    # blocks per workgroup (x staged once for all four, the next block's loads in flight during this
+    # one's reduction): 7.2B Q4_0 with the Q/K/V/O rule below 347.8 / 347.3 against 338.0 / 341.0 t/s
+    # (4 rows of each, one block: the rule before); Q4_K 1 row of each, 4 blocks: 318.7 / 318.3
+    # against 307.5 / 309.0. Whole blocks with their loads in flight need registers: 4 rows of each
+    # and 2 blocks took 82-95 registers (1 workgroup per SM) and lost (318.9 t/s).
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
-     and cols <= 8192, MatvecConfig(wg=512, nr=8, ks=1, u=1, kernel="stream_dp")),
+     and cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=4)),
+    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
+     and cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=4)),
+    # Q/K/V/O (rows <= columns): 2 rows per lane, 2 blocks per workgroup
+    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols <= 8192,
+     MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
@@ -131,6 +144,20 @@ ATTENTION_SPLITS = {
                           # costs more than 4 blocks of the decode kernel
     "cpu": (8, 1024),     # software devices: a few cores
 }
+
+
+# 4. Prompt attention (one KV split, at least a workgroup's 64 query rows per KV head) on cooperative
+#    matrices (shaders/attention_coop.comp) where the device has them and head_dim has a variant; else
+#    the scalar flash kernel. H100, 7.2B Q4_0 pp512: attention 7.8 of 69 ms serialized (scalar).
+ATTENTION_COOP_HEAD_DIMS = (64, 128)
+ATTENTION_COOP_ROWS = 64
+
+
+def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
+    """The cooperative-matrix prompt attention serves `rows` query rows per KV head of this head_dim
+    (LLAMAVK_ATTN_COOP=0 keeps the scalar kernel: comparisons on one device)."""
+    return (os.environ.get("LLAMAVK_ATTN_COOP", "1") != "0" and has_coopmat(kc)
+            and head_dim in ATTENTION_COOP_HEAD_DIMS and rows >= ATTENTION_COOP_ROWS)
 
 
 def device_kind(kc) -> str:

@@ -1,0 +1,189 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+// Causal GQA attention for prompts on cooperative matrices (tensor cores): what attention.comp
+// computes, with the same bindings, push constants and query-row order (read its header), for one
+// split (the prompt grids are large enough). Written against GL_NV_cooperative_matrix like
+// matmul_coop.comp (build.py rewrites it to the KHR extension); 16 x 8 x 16 f16 -> f32 tiles,
+// 32-lane subgroups.
+//
+// A workgroup of 4 subgroups takes 64 query rows of one KV head (t-major: 16 tokens x 4 GQA heads
+// share every K/V row); subgroup w owns rows 16 w .. 16 w + 15 and keeps its q (scaled, f16) as HD/16
+// A tiles in registers. KV positions go in blocks of BC = 32, K and V rows staged in shared memory
+// as f16 (the cache's own values). Two passes over the causal range, so that the output accumulators
+// never need rescaling (the tiles' element layout is opaque, a per-row factor cannot be applied):
+//   1. S = q K^T per block into shared memory (per subgroup 16 x 32 f32), each row's maximum m;
+//   2. S again, P = exp(S - m) as f16 into shared memory (l += row sums), O += P V on the tiles.
+// At the end O / l goes out through the S area, 32 columns at a time. Recomputing S costs a third
+// more multiplications, against a shared-memory round trip of O per block in one pass.
+// Lane l of a subgroup handles row l / 2, columns (l % 2) * 16 .. + 15 of the subgroup's S tile.
+#ifndef HD
+#define HD 128               // head_dim: a multiple of 16, <= 128 (variants per value)
+#endif
+#define BC 32                // KV positions per block
+#define NW 4                 // subgroups per workgroup
+#define BR (16 * NW)         // query rows per workgroup
+#define LDK ((HD + 8) / 4)   // shared K / V / q row stride in uvec2 (4 halves), padded against bank conflicts
+#define LDP ((BC + 8) / 4)   // shared P row stride in uvec2
+#define KT (HD / 16)         // K steps of q K^T
+#define OT (HD / 8)          // 16 x 8 output tiles per subgroup
+layout(local_size_x = 32 * NW) in;
+const float NEG = -1.0e30;
+
+layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
+layout(std430, binding = 1) readonly buffer K { uvec4 kc[]; };   // 8 halves per uvec4
+layout(std430, binding = 2) readonly buffer V { uvec4 vc[]; };
+layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
+layout(std430, binding = 4) writeonly buffer Out { float o[]; };
+layout(push_constant) uniform Push {
+    uint n_tokens; uint n_head; uint n_head_kv; uint n_splits; uint min_chunk; float scale;
+} p;
+
+shared uvec2 ks[BR * LDK];      // first the workgroup's q rows (f16, scaled), then K rows 0..BC-1
+shared uvec2 vs[BC * LDK];      // V rows of the block
+shared float ss[NW * 16 * BC];  // per subgroup: S (16 x BC, row-major), at the end O 32 columns at a time
+shared uvec2 ps[NW * 16 * LDP]; // per subgroup: P (16 x BC f16, row-major)
+
+uvec2 pack4(vec4 v) { return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }
+
+// Stage K (and V) rows pos0 .. pos0 + BC - 1 of KV head kvh; positions from `last` on repeat row
+// `last` (finite values; their probabilities are 0).
+void stage_kv(uint pos0, uint last, uint kvh, bool with_v) {
+    const uint row8 = HD / 8, stride8 = p.n_head_kv * row8;
+    for (uint idx = gl_LocalInvocationID.x; idx < BC * row8; idx += 32 * NW) {
+        const uint c = idx / row8, e = idx % row8;
+        const uint src = min(pos0 + c, last) * stride8 + kvh * row8 + e;
+        const uvec4 kw = kc[src];
+        ks[c * LDK + 2 * e] = kw.xy;
+        ks[c * LDK + 2 * e + 1] = kw.zw;
+        if (with_v) {
+            const uvec4 vw = vc[src];
+            vs[c * LDK + 2 * e] = vw.xy;
+            vs[c * LDK + 2 * e + 1] = vw.zw;
+        }
+    }
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint w = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    const uint kvh = gl_WorkGroupID.y;
+    const uint n_gqa = p.n_head / p.n_head_kv;
+    const uint n_rows = p.n_tokens * n_gqa;
+    const uint row0 = gl_WorkGroupID.x * BR;
+    const uint rows_here = min(BR, n_rows - row0);
+    const uint n_past = step[0], n_kv = step[2], seq_len = step[4];
+
+    // This lane's row of the S tile: its visible positions [lo, lim].
+    const uint my_r = w * 16 + lane / 2;
+    const uint my_row = row0 + min(my_r, rows_here - 1);
+    const uint my_t = my_row / n_gqa;
+    const uint lim = min(n_past + my_t, n_kv - 1);
+    const uint lo = seq_len > 0 ? (n_past + my_t) / seq_len * seq_len : 0;
+    const uint col0 = (lane % 2) * 16;
+    // The workgroup's positions: from its first row's first visible one to its last row's last.
+    const uint t_first = row0 / n_gqa, t_last = (row0 + rows_here - 1) / n_gqa;
+    const uint kv_end = min(n_kv, n_past + t_last + 1);
+    const uint kv_begin = (seq_len > 0 ? (n_past + t_first) / seq_len * seq_len : 0) / BC * BC;
+
+    // q rows -> f16 in shared (scaled), then each subgroup's 16 x HD as KT A tiles in registers.
+    for (uint idx = tid; idx < BR * (HD / 4); idx += 32 * NW) {
+        const uint r = idx / (HD / 4), e = idx % (HD / 4);
+        vec4 v = vec4(0.0);
+        if (r < rows_here) {
+            const uint row = row0 + r, t = row / n_gqa;
+            v = q[((t * p.n_head + kvh * n_gqa + (row - t * n_gqa)) * HD) / 4 + e] * p.scale;
+        }
+        ks[r * LDK + e] = pack4(v);
+    }
+    barrier();
+    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> qa[KT];
+    [[unroll]] for (uint k = 0; k < KT; ++k) coopMatLoadNV(qa[k], ks, (w * 16) * LDK + k * 4, LDK, false);
+    barrier();   // ks is K's from here on
+
+    const uint sbase = w * 16 * BC;   // this subgroup's S tile
+    float m = NEG, l = 0.0;
+    fcoopmatNV<32, gl_ScopeSubgroup, 16, 8> oacc[OT];
+    [[unroll]] for (uint j = 0; j < OT; ++j) oacc[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 8>(0.0);
+
+    [[unroll]] for (uint pass = 0; pass < 2; ++pass) {
+        for (uint c0 = kv_begin; c0 < kv_end; c0 += BC) {
+            stage_kv(c0, kv_end - 1, kvh, pass == 1);
+            barrier();
+            // S = q K^T: BC / 8 tiles of 16 x 8, KT steps each
+            [[unroll]] for (uint j = 0; j < BC / 8; ++j) {
+                fcoopmatNV<32, gl_ScopeSubgroup, 16, 8> sacc = fcoopmatNV<32, gl_ScopeSubgroup, 16, 8>(0.0);
+                [[unroll]] for (uint k = 0; k < KT; ++k) {
+                    fcoopmatNV<16, gl_ScopeSubgroup, 16, 8> kb;
+                    coopMatLoadNV(kb, ks, (j * 8) * LDK + k * 4, LDK, true);   // B[d][c] = K[c][d]
+                    sacc = coopMatMulAddNV(qa[k], kb, sacc);
+                }
+                coopMatStoreNV(sacc, ss, sbase + j * 8, BC, false);
+            }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            float s[16];
+            float bmax = NEG;
+            [[unroll]] for (uint i = 0; i < 16; ++i) {
+                const uint pos = c0 + col0 + i;
+                s[i] = (pos >= lo && pos <= lim) ? ss[sbase + (lane / 2) * BC + col0 + i] : NEG;
+                bmax = max(bmax, s[i]);
+            }
+            bmax = max(bmax, subgroupShuffleXor(bmax, 1u));
+            if (pass == 0) {
+                m = max(m, bmax);
+            } else {
+                // P = exp(S - m) (masked: 0) as f16, this lane's 16 values of its row
+                float psum = 0.0;
+                uvec2 packed[4];
+                [[unroll]] for (uint i = 0; i < 16; i += 4) {
+                    vec4 pv;
+                    [[unroll]] for (uint e = 0; e < 4; ++e) {
+                        const float pe = s[i + e] > 0.5 * NEG ? exp(s[i + e] - m) : 0.0;
+                        pv[e] = pe;
+                    }
+                    psum += (pv.x + pv.y) + (pv.z + pv.w);
+                    packed[i / 4] = pack4(pv);
+                }
+                l += psum;
+                const uint pb = (w * 16 + lane / 2) * LDP + col0 / 4;
+                [[unroll]] for (uint i = 0; i < 4; ++i) ps[pb + i] = packed[i];
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();
+                // O += P V: BC / 16 K steps, OT output tiles
+                [[unroll]] for (uint k = 0; k < BC / 16; ++k) {
+                    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> pa;
+                    coopMatLoadNV(pa, ps, (w * 16) * LDP + k * 4, LDP, false);
+                    [[unroll]] for (uint j = 0; j < OT; ++j) {
+                        fcoopmatNV<16, gl_ScopeSubgroup, 16, 8> vb;
+                        coopMatLoadNV(vb, vs, (k * 16) * LDK + j * 2, LDK, false);   // B[c][d] = V[c][d]
+                        oacc[j] = coopMatMulAddNV(pa, vb, oacc[j]);
+                    }
+                }
+            }
+            barrier();   // every subgroup is done with this block's K / V (and S, P)
+        }
+    }
+
+    // out = O / l, through this subgroup's S area: 4 tiles (32 columns) at a time.
+    l += subgroupShuffleXor(l, 1u);
+    const float inv_l = l > 0.0 ? 1.0 / l : 0.0;
+    const bool live = my_r < rows_here;
+    const uint orow = my_t * p.n_head + kvh * n_gqa + (my_row - my_t * n_gqa);
+    [[unroll]] for (uint j0 = 0; j0 < OT; j0 += 4) {
+        [[unroll]] for (uint j = 0; j < 4; ++j)
+            if (j0 + j < OT) coopMatStoreNV(oacc[j0 + j], ss, sbase + j * 8, BC, false);
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        if (live) {
+            [[unroll]] for (uint i = 0; i < 16; ++i) {
+                const uint d = j0 * 8 + col0 + i;
+                if (d < HD) o[orow * HD + d] = ss[sbase + (lane / 2) * BC + col0 + i] * inv_l;
+            }
+        }
+        subgroupBarrier();
+    }
+}
