@@ -264,10 +264,13 @@ def test_matvec_table_by_shape():
     assert pick(T.Q4_K, 1024, 4096) == "stream_dp" and matvec_config(gpu, T.Q4_K, 1024, 4096).nr == 2
     nr = lambda qtype, rows, cols: matvec_config(gpu, qtype, rows, cols).nr   # noqa: E731
     steps = lambda qtype, rows, cols: matvec_config(gpu, qtype, rows, cols).steps   # noqa: E731
-    # gate / up: 2 rows of each matrix per lane (Q4_K 1), 4 row blocks per workgroup
-    assert nr(T.Q4_0, 14336, 4096) == nr(T.Q4_0, 8192, 2048) == 4 and steps(T.Q4_0, 14336, 4096) == 4
+    # gate / up: 2 rows of each matrix per lane (Q4_K 1); 4 row blocks per workgroup, 2 below 4096 columns
+    assert nr(T.Q4_0, 14336, 4096) == nr(T.Q4_0, 8192, 2048) == 4
+    assert steps(T.Q4_0, 14336, 4096) == 4 and steps(T.Q4_0, 8192, 2048) == 2
     assert nr(T.Q4_K, 14336, 4096) == 2 and steps(T.Q4_K, 14336, 4096) == 4
-    assert nr(T.Q4_0, 4096, 4096) == nr(T.Q4_0, 1024, 4096) == 2 and steps(T.Q4_0, 1024, 4096) == 2   # Q/K/V/O
+    # Q/K/V/O: 2 rows per lane; 2 blocks from 4096 columns (and the 1.1B's down product, 2048 x 8192)
+    assert nr(T.Q4_0, 4096, 4096) == nr(T.Q4_0, 1024, 4096) == nr(T.Q4_0, 2048, 2048) == 2
+    assert steps(T.Q4_0, 1024, 4096) == steps(T.Q4_0, 2048, 8192) == 2 and steps(T.Q4_0, 2048, 2048) == 1
     assert nr(T.Q4_0, 32000, 4096) == nr(T.Q8_0, 14336, 4096) == nr(T.Q8_0, 4096, 4096) == 4
     assert steps(T.Q4_0, 32000, 4096) == steps(T.Q8_0, 4096, 4096) == steps(T.Q4_K, 4096, 4096) == 1
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only

@@ -229,9 +229,10 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
     sg = kc.info.subgroup_size or 32
     if cfg.kernel.startswith("stream"):
         parts, (tpr, c, rj) = _stream_layout(kc, cfg, name, cols, _stream_rj(cfg, pair))
+        rows_per_wg = cfg.wg // tpr * (rj // 2 if pair else rj)
         steps = max(1, cfg.steps) if c == 1 else 1   # steps keep x staged: one chunk of it
         spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps)
-        return spec, cfg.wg // tpr * (rj // 2 if pair else rj), parts, steps
+        return spec, rows_per_wg, parts, steps
     if pair:
         raise LlamavkError(f"matmul: the {cfg.kernel} matrix-vector kernel has no gate/up pair form")
     spec = (cfg.wg, n_tokens, norm, resid, cfg.nr, cfg.ks, cfg.u, glu)

@@ -97,19 +97,27 @@ MATVEC_CONFIGS = (
     # H100: one token through rows of <= 8192 weights: 1.15-1.3x the base kernel (Q4_0), 1.25-1.5x
     # the wide one (Q4_K); cutting these rows into parts loses. Q4_K: 2 rows per lane (63 registers,
     # 2 workgroups per SM; with 4, 92 registers and 1): 299.5 against 288.3 t/s on the 7.2B.
-    # Gate and up (one pair product, rows 3.5x the columns): 2 rows of each matrix per lane and 4 row
-    # blocks per workgroup (x staged once for all four, the next block's loads in flight during this
-    # one's reduction): 7.2B Q4_0 with the Q/K/V/O rule below 347.8 / 347.3 against 338.0 / 341.0 t/s
-    # (4 rows of each, one block: the rule before); Q4_K 1 row of each, 4 blocks: 318.7 / 318.3
-    # against 307.5 / 309.0. Whole blocks with their loads in flight need registers: 4 rows of each
-    # and 2 blocks took 82-95 registers (1 workgroup per SM) and lost (318.9 t/s).
+    # Row blocks per workgroup (steps: x staged once for all of them, the next block's loads in
+    # flight during this one's reduction) where a grid has several waves of workgroups; where it has
+    # about one, steps only serialize. H100, tg128:
+    # - 7.2B gate and up (one pair product, 14336 x 4096): 2 rows of each matrix per lane, 4 blocks
+    #   per workgroup; Q/K/V/O: 2 rows per lane, 2 blocks (Q, K and V then fit one wave side by
+    #   side): 347.8 / 347.3 against 338.0 / 341.0 t/s (4 rows of each per lane, 4 rows, 1 block:
+    #   the rules before). Q4_K gate/up, 1 row of each, 4 blocks: 318.7 / 318.3 against 307.5 / 309.0.
+    #   4 rows of each and 2 blocks took 82-95 registers (1 workgroup per SM) and lost (318.9).
+    # - 1.1B (2048 columns: 16 row blocks for K): 2 blocks for gate/up and for the down product (2048 x
+    #   8192), 1 for Q/K/V/O: 1,275 / 1,280 against 1,228 / 1,234 t/s; 4 and 2 blocks everywhere:
+    #   1,169 / 1,184.
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
-     and cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=4)),
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=4)),
+    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
+     and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
-     and cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=4)),
-    # Q/K/V/O (rows <= columns): 2 rows per lane, 2 blocks per workgroup
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols <= 8192,
-     MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=4)),
+    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
+    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
+     MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
