@@ -8,6 +8,7 @@ import pytest
 
 import llamavk
 from llamavk.errors import UsageError
+from llamavk.kernels.selection import has_coopmat
 from llamavk.models import load_model_file
 from llamavk.perplexity import perplexity, token_nll
 from llamavk.reference import ReferenceModel
@@ -44,6 +45,16 @@ def test_matches_reference_with_bos_in_each_chunk(synthetic_model, arch):
     assert got.uncertainty == pytest.approx(want.uncertainty, rel=1e-2)
 
 
+def batch_tol(m, tight: float) -> dict:
+    """Tolerance between two batchings of the same tokens. Micro-batch boundaries decide which tokens
+    take the cooperative-matrix prompt products (f16 inputs) and which the matrix-vector kernel (f32,
+    batches of up to 16 tokens), so on devices with cooperative matrices the NLLs agree to f16
+    rounding (measured on an H100: 5e-3 of NLLs ~10, 4e-4 relative), elsewhere to f32's."""
+    runtimes = getattr(m.runtime, "runtimes", [m.runtime])   # a split model: one per device
+    coop = any(has_coopmat(rt.kc) for rt in runtimes)
+    return dict(rtol=2e-3, atol=2e-2) if coop else dict(rtol=tight, atol=tight)
+
+
 def chunk_nlls(m, tokens, n_ctx, n_seq, bos_id=1):
     """Per-chunk NLL arrays (and the result) of perplexity_tokens with n_seq chunks per batch."""
     nlls = []
@@ -65,12 +76,13 @@ def test_parallel_sequences_equal_one_chunk_at_a_time(synthetic_model, arch, qty
         par, r4 = chunk_nlls(m, tokens, 30, 4)
         # and n_seq 3: batches of 3 and 2 chunks
         three, r3 = chunk_nlls(m, tokens, 30, 3)
+        tol = batch_tol(m, 1e-5)
     assert len(one) == len(par) == len(three) == 5
     for i in range(5):
-        np.testing.assert_allclose(par[i], one[i], rtol=1e-5, atol=1e-5, err_msg=f"chunk {i}")
-        np.testing.assert_allclose(three[i], one[i], rtol=1e-5, atol=1e-5, err_msg=f"chunk {i}")
-    np.testing.assert_allclose(r4.running, r1.running, rtol=1e-6)
-    assert r4.count == r1.count == 5 * 14 and r4.uncertainty == pytest.approx(r1.uncertainty, rel=1e-4)
+        np.testing.assert_allclose(par[i], one[i], **tol, err_msg=f"chunk {i}")
+        np.testing.assert_allclose(three[i], one[i], **tol, err_msg=f"chunk {i}")
+    np.testing.assert_allclose(r4.running, r1.running, rtol=max(1e-6, tol["rtol"]))
+    assert r4.count == r1.count == 5 * 14 and r4.uncertainty == pytest.approx(r1.uncertainty, rel=max(1e-4, tol["rtol"]))
 
 
 def test_parallel_sequences_need_the_context(synthetic_model):
@@ -95,9 +107,10 @@ def test_parallel_sequences_with_split_modes(synthetic_model, mode):
                       warn=lambda m: None) as m:
         assert m.split_mode == mode
         got, _ = chunk_nlls(m, tokens, 32, 3)
+        tol = batch_tol(m, 1e-4)
     assert len(got) == 4
     for i in range(4):
-        np.testing.assert_allclose(got[i], want[i], rtol=1e-4, atol=1e-4, err_msg=f"chunk {i}")
+        np.testing.assert_allclose(got[i], want[i], **tol, err_msg=f"chunk {i}")
 
 
 LLAMA_CPP_C128_4 = 24.86          # SPEC §7: llama.cpp CPU, -c 128 --chunks 4
