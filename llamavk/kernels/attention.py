@@ -116,9 +116,8 @@ def _scratch(kc, n_splits: int, n_rows: int, head_dim: int, n_counters: int):
 @dataclass(frozen=True)
 class AttentionPlan:
     kernel: str          # shader variant
-    bindings: str
     grid: tuple
-    n_splits: int
+    n_splits: int        # > 1: the split kernel, with its scratch bindings
     min_chunk: int
     spec: tuple
 
@@ -145,12 +144,12 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
     n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // min_chunk)))
     spec = (ATTN_WG, head_dim)
     if n_splits == 1 and not dec and attention_coop_ok(kc, head_dim, rows):
-        return AttentionPlan(f"attention_coop_f16_hd{head_dim}", "rrrrw", (-(-rows // ATTENTION_COOP_ROWS), n_head_kv, 1),
+        return AttentionPlan(f"attention_coop_f16_hd{head_dim}", (-(-rows // ATTENTION_COOP_ROWS), n_head_kv, 1),
                              1, min_chunk, ())
     if n_splits == 1:
-        return AttentionPlan("attention_dec_f16" if dec else f"attention_f16_br{br}", "rrrrw", (n_rb, n_head_kv, 1),
+        return AttentionPlan("attention_dec_f16" if dec else f"attention_f16_br{br}", (n_rb, n_head_kv, 1),
                              1, min_chunk, spec)
-    return AttentionPlan("attention_dec_split_f16" if dec else f"attention_split_f16_br{br}", "rrrrwwww",
+    return AttentionPlan("attention_dec_split_f16" if dec else f"attention_split_f16_br{br}",
                          (n_rb, n_head_kv, n_splits), n_splits, min_chunk, spec)
 
 
@@ -170,7 +169,7 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         return
     pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, n_ctx, n_splits, min_chunk)
     push = struct.pack("<5If", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk, 1.0 / math.sqrt(head_dim))
-    kernel = kc.get(pl.kernel, pl.bindings, push_size=24, spec=pl.spec)
+    kernel = kc.get(pl.kernel, "rrrrwwww" if pl.n_splits > 1 else "rrrrw", push_size=24, spec=pl.spec)
     bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
     if pl.n_splits > 1:
         bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
