@@ -274,8 +274,9 @@ def test_matvec_table_by_shape():
     assert nr(T.Q4_0, 32000, 4096) == nr(T.Q8_0, 14336, 4096) == nr(T.Q8_0, 4096, 4096) == 4
     assert steps(T.Q4_0, 32000, 4096) == steps(T.Q8_0, 4096, 4096) == steps(T.Q4_K, 4096, 4096) == 1
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
-    long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 64 units
-    assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 7
+    long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 32 units, 256 threads
+    assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 14
+    assert long_rows.wg == 256 and matvec_config(gpu, T.Q8_0, 4096, 14336).wg == 256
     assert mm._stream_parts(matvec_config(gpu, T.Q4_K, 4096, 14336), "q4_k", 14336) == 7   # 7 x 32
     assert pick(T.Q4_K, 4096, 14336, n=3) == "wide"
     assert pick(T.Q6_K, 4096, 4096) == "base"

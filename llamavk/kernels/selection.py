@@ -122,10 +122,14 @@ MATVEC_CONFIGS = (
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
-    # H100, longer rows (the FFN down product, 14336 wide) in parts of up to 64 units, one workgroup
-    # each: Q4_0 1.25x the base kernel, Q4_K 1.4x the stream kernel over whole rows, Q8_0 the same
+    # H100, longer rows (the FFN down product, 14336 wide) in column parts, one workgroup each: Q4_0
+    # 1.25x the base kernel, Q4_K 1.4x the stream kernel over whole rows, Q8_0 the same. Q4_0 / Q8_0
+    # in parts of 32 units (14 parts) by 256-thread workgroups: tg128 on the 7.2B 353.0 / 354.5
+    # against 345.4 / 345.5 with parts of 64 by 512 threads (Q8_0 250.2 / 249.5 against 246.6 / 247.3);
+    # parts of 16 lose (328-330), as do 128 threads (343-344). Q4_K: 256 threads or parts of 16 units
+    # measured no better (317.9 / 318.9 against 315.3 / 317.3; 301).
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
-     MatvecConfig(wg=512, nr=4, ks=64, u=1, kernel="stream_dp")),
+     MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp")),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=512, nr=2, ks=64, u=1, kernel="stream_dp")),
     # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
