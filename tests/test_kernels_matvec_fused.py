@@ -235,10 +235,10 @@ def test_matvec_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, ks):
                          ids=lambda v: getattr(v, "name", str(v)))
 @pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
 def test_matvec_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, parts, kernel):
-    """KSPLIT: parts of up to 32 units, one workgroup each per row block; the last to finish adds the
-    parts. The counters must be back at 0 after every dispatch (the later products reuse them),
-    chunked weights count per chunk; the norm's sum of squares spans the whole row; pairs add both
-    matrices' parts before the silu."""
+    """KSPLIT: parts of up to 32 units, one workgroup each per row block; the last part waits for the
+    others' sums and adds them. Every slot must hold the sentinel again after each dispatch (the later
+    products reuse them); chunked weights; the norm's sum of squares spans the whole row; pairs add
+    both matrices' parts before the silu."""
     if kernel == "stream_dp" and not kc_variants.device.features.get("int_dot"):
         pytest.skip("no integer dot products")
     cfg = MatvecConfig(64, 2, 32, 1, kernel)
@@ -264,15 +264,17 @@ def test_matvec_table_by_shape():
     assert pick(T.Q4_K, 1024, 4096) == "stream_dp" and matvec_config(gpu, T.Q4_K, 1024, 4096).nr == 2
     nr = lambda qtype, rows, cols: matvec_config(gpu, qtype, rows, cols).nr   # noqa: E731
     steps = lambda qtype, rows, cols: matvec_config(gpu, qtype, rows, cols).steps   # noqa: E731
-    # gate / up: 2 rows of each matrix per lane (Q4_K 1); 4 row blocks per workgroup, 2 below 4096 columns
+    # gate / up: 2 rows of each matrix per lane (Q4_K 1); 7 row blocks per workgroup (whole waves on
+    # an H100), 2 below 4096 columns
     assert nr(T.Q4_0, 14336, 4096) == nr(T.Q4_0, 8192, 2048) == 4
-    assert steps(T.Q4_0, 14336, 4096) == 4 and steps(T.Q4_0, 8192, 2048) == 2
-    assert nr(T.Q4_K, 14336, 4096) == 2 and steps(T.Q4_K, 14336, 4096) == 4
+    assert steps(T.Q4_0, 14336, 4096) == 7 and steps(T.Q4_0, 8192, 2048) == 2
+    assert nr(T.Q4_K, 14336, 4096) == 2 and steps(T.Q4_K, 14336, 4096) == 7
+    assert steps(T.Q4_K, 4096, 4096) == 2 and steps(T.Q4_K, 1024, 4096) == 1   # Q (and O), not K / V
     # Q/K/V/O: 2 rows per lane; 2 blocks from 4096 columns (and the 1.1B's down product, 2048 x 8192)
     assert nr(T.Q4_0, 4096, 4096) == nr(T.Q4_0, 1024, 4096) == nr(T.Q4_0, 2048, 2048) == 2
     assert steps(T.Q4_0, 1024, 4096) == steps(T.Q4_0, 2048, 8192) == 2 and steps(T.Q4_0, 2048, 2048) == 1
     assert nr(T.Q4_0, 32000, 4096) == nr(T.Q8_0, 14336, 4096) == nr(T.Q8_0, 4096, 4096) == 4
-    assert steps(T.Q4_0, 32000, 4096) == steps(T.Q8_0, 4096, 4096) == steps(T.Q4_K, 4096, 4096) == 1
+    assert steps(T.Q4_0, 32000, 4096) == steps(T.Q8_0, 4096, 4096) == 1
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
     long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 32 units, 256 threads
     assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 14

@@ -108,12 +108,22 @@ MATVEC_CONFIGS = (
     # - 1.1B (2048 columns: 16 row blocks for K): 2 blocks for gate/up and for the down product (2048 x
     #   8192), 1 for Q/K/V/O: 1,275 / 1,280 against 1,228 / 1,234 t/s; 4 and 2 blocks everywhere:
     #   1,169 / 1,184.
+    # - Whole waves (seventh session): a grid that spills a little into a second wave of workgroups
+    #   leaves most SMs idle while that wave runs. The H100 holds 2 pair workgroups (54 registers; Q4_K
+    #   64) per SM, 264 at once: the 7.2B's 1,792 gate/up blocks (Q4_0) by 7 per workgroup are one wave
+    #   of 256 (by 4: 448, 1.7 waves). tg128: 364.5 / 364.9 against 354.0 / 354.8 (3 blocks 353, 5
+    #   349, 6 336: 1.1-2.3 waves). Q4_K (3,584 blocks) by 7: 512 workgroups, 331 against 318-320
+    #   (10: 308, 14 in one wave: 301). Q4_K's Q (4096 x 4096) by 2 blocks: Q, K and V (128 + 64 + 64
+    #   workgroups, 50 registers: 2 per SM) fit one wave: 336 / 337 against 331; K and V by 2 as
+    #   well (192 workgroups) lose (319 / 320).
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
-     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=4)),
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=7)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
      and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
-     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=4)),
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=7)),
+    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
