@@ -243,24 +243,26 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
     return spec, cfg.nr * max(1, max(1, cfg.wg // sg) // cfg.ks), 1, 1
 
 
-def _parts_scratch(kc: KernelCache, rows: int, parts: int) -> list:
-    """The stream kernel's KSPLIT buffers for a matrix of `rows` rows: partial sums [2][parts][rows]
-    (a pair's second matrix after the first) and one counter per row block (at its first row), zero
-    between dispatches. Shared by every product of that shape on the device: the recorder orders two
-    users (both write them)."""
+# matvec_stream.comp's SENTINEL: what its partial-sum slots hold between runs
+PART_SENTINEL = 0xFFFFFFFF
+
+
+def _parts_scratch(kc: KernelCache, rows: int, parts: int) -> tuple:
+    """The stream kernel's KSPLIT buffer for a matrix of `rows` rows: partial sums [2][parts][rows]
+    (a pair's second matrix after the first), every slot PART_SENTINEL between dispatches. Shared by
+    every product of that shape on the device: the recorder orders two users (both write it)."""
     cache = kc.__dict__.setdefault("_parts_scratch", {})
-    bufs = cache.get((rows, parts))
-    if bufs is None:
-        counters = Buffer(kc.device, 4 * rows)
-        counters.write(np.zeros(rows, dtype=np.uint32))
-        bufs = cache[(rows, parts)] = (Buffer(kc.device, 8 * rows * parts), counters)
-    return [(bufs[0], 0, 8 * rows * parts), (bufs[1], 0, 4 * rows)]
+    buf = cache.get((rows, parts))
+    if buf is None:
+        buf = cache[(rows, parts)] = Buffer(kc.device, 8 * rows * parts)
+        buf.write(np.full(2 * rows * parts, PART_SENTINEL, dtype=np.uint32))
+    return (buf, 0, 8 * rows * parts)
 
 
 def _stream_tail(kc: KernelCache, w: QWeight, parts: int, x: View, y: View, rope) -> list:
-    """matvec_stream.comp's bindings 8-11: KSPLIT's partial sums and counters, ROPE's step buffer and
-    KV cache; where unused, y and x (which the kernel then never touches there)."""
-    part_bufs = _parts_scratch(kc, w.rows, parts) if parts > 1 else [y.range, y.range]
+    """matvec_stream.comp's bindings 8-10: KSPLIT's partial sums, ROPE's step buffer and KV cache;
+    where unused, y and x (which the kernel then never touches there)."""
+    part_bufs = [_parts_scratch(kc, w.rows, parts) if parts > 1 else y.range]
     rope_bufs = [rope.step.range, (rope.cache or y).range] if rope is not None else [x.range, y.range]
     return part_bufs + rope_bufs
 
@@ -306,7 +308,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
                                                 residual is not None, glu is not None, pair is not None,
                                                 rope.MODES[rope.kind] if rope is not None else 0)
         stream = cfg.kernel.startswith("stream")
-        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwwrw" if stream else "rrrwrrr",
+        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwrw" if stream else "rrrwrrr",
                         push_size=68 if stream else 28, spec=spec)
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         tail = _stream_tail(kc, w, parts, x, y, rope) if stream else []
