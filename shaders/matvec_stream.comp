@@ -384,6 +384,16 @@ void main() {
         bool more = s + 1 < STEPS && next < n_blocks;
         if (more) load_weights(next * p.rows_per_wg, u0, n_units, row_units, g, c, G);
         uint row0 = blk * p.rows_per_wg, rb = (s % 2) * MAX_SUBGROUPS;
+        uint gg = tid % G, j = tid / G;   // this thread's output row: row0 + gg + G * j
+        uint out_row = p.y_off + row0 + gg + G * j;
+        bool mine = tid < G * RO && row0 + gg + G * j < p.n_rows;
+        bool write = KSPLIT == 1 || ks == KSPLIT - 1;   // column parts: the last part writes y
+        // bias and residual loaded now: in flight during the reduction (and the merge of parts)
+        float b_add = 0.0, r_add = 0.0;
+        if (mine && write) {
+            if (p.has_bias != 0) b_add = bias[out_row];
+            if (RESID) r_add = resid[out_row];
+        }
 
         // 3. Reduce: within the subgroup, then over the TPR / S subgroups of a row group (the sum of
         //    squares over the whole workgroup, once).
@@ -392,9 +402,6 @@ void main() {
             [[unroll]] for (uint j = 0; j < RJ; ++j) red[rb + sg][j] = acc[j];
         }
         barrier();
-        uint gg = tid % G, j = tid / G;   // row row0 + gg + G * j
-        uint out_row = p.y_off + row0 + gg + G * j;
-        bool mine = tid < G * RO && row0 + gg + G * j < p.n_rows;
         float v = 0.0, v2 = 0.0;
         if (tid < G * RO) {
             for (uint k = 0; k < per_row; ++k) v += red[rb + gg * per_row + k][j];
@@ -409,11 +416,9 @@ void main() {
                 v2 *= scale;
             }
         }
-        bool write = true;
         if (KSPLIT > 1) {
             // Column parts (header): the last part adds the others' sums to its own.
             uint pair_off = KSPLIT * p.y_stride;   // PAIR: P's sums after W's
-            write = ks == KSPLIT - 1;
             if (mine && !write) {
                 part[ks * p.y_stride + out_row] = not_sentinel(v);
                 if (PAIR) part[pair_off + ks * p.y_stride + out_row] = not_sentinel(v2);
@@ -426,8 +431,8 @@ void main() {
         if (write) {
             if (mine) {
                 if (PAIR) v = v / (1.0 + exp(-v)) * v2;   // silu(gate) * up
-                if (p.has_bias != 0) v += bias[out_row];
-                if (RESID) v += resid[out_row];
+                if (p.has_bias != 0) v += b_add;
+                if (RESID) v += r_add;
             }
             if (ROPE == 0) {
                 if (mine) y[out_row] = v;
