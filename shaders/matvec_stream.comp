@@ -66,7 +66,14 @@
 // right after this block's arithmetic, so that they are in flight during its reduction and writes.
 // Why: staging x (reading it, the norm, quantising) costs 18-25% of a product when every 16-row
 // block does it again, and a block's reduction otherwise leaves its workgroup without loads in flight.
-// Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS.
+// XFIRST: a lane loads its share of x's first chunk before its weights, and stages it from those
+// registers. Why: a load waits behind the lane's earlier loads, so x staged after the weights arrives
+// after them, and the whole workgroup waits at the staging barrier with nothing in flight. That is
+// the cost of small workgroups that stage x once (the FFN down product's column parts: Q4_0 tg128 on
+// the 7.2B, H100, +3.8%); where x and the norm weights need more registers or steps amortise the
+// staging (the NORM and PAIR products), it loses.
+// Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
+// 11 XFIRST.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -79,6 +86,7 @@ layout(constant_id = 7) const bool PAIR = false;
 layout(constant_id = 8) const uint KSPLIT = 1;
 layout(constant_id = 9) const uint ROPE = 0;
 layout(constant_id = 10) const uint STEPS = 1;
+layout(constant_id = 11) const bool XFIRST = false;
 const uint RO = PAIR ? RJ / 2 : RJ;   // rows written per lane's row group
 
 #include "quants.glsl"
@@ -130,6 +138,7 @@ layout(push_constant) uniform Push {
 #error "matvec_stream.comp: Q4_0, Q8_0 or Q4_K"
 #endif
 #define V4 (UNIT / 4)   // x vec4s per unit
+const uint NPRE = XFIRST ? (TPR * V4 + WG - 1) / WG : 1;   // XFIRST: x vec4s a lane loads first
 
 #ifdef DOT8
 // word w of unit v at [w * TPR + v]: neighbouring lanes read neighbouring words
@@ -191,9 +200,8 @@ void stage(uint k, vec4 v) {
 #endif
 }
 
-// x' at vec4 index kk of the row (the sum of squares of x goes to ss)
-vec4 fused_input(uint kk, inout float ss) {
-    vec4 v = x4[kk];
+// x' from v = x at vec4 index kk of the row (the sum of squares of x goes to ss)
+vec4 fuse(vec4 v, uint kk, inout float ss) {
     if (NORM) { if (KSPLIT == 1) ss += dot(v, v); v *= nw4[kk]; }
     if (GLU) v = v / (1.0 + exp(-v)) * up4[kk];   // silu(gate) * up; exp(-v) -> inf gives -0
     return v;
@@ -352,6 +360,15 @@ void main() {
     uint S = gl_SubgroupSize, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     uint per_row = max(TPR / S, 1u);     // subgroups per row group (TPR >= S: the host guarantees it)
 
+    // 0. XFIRST: this lane's share of x's first chunk, loaded before the weights (header)
+    vec4 xpre[NPRE];
+    if (XFIRST) {
+        uint n40 = min(TPR * V4, n_units * V4), kx0 = u0 * V4;
+        [[unroll]] for (uint r = 0; r < NPRE; ++r) {
+            uint k = tid + r * WG;
+            xpre[r] = k < n40 ? x4[kx0 + k] : vec4(0.0);
+        }
+    }
     // 1. Every weight load of the first row block, before anything else.
     uint blk = wg;
     load_weights(blk * p.rows_per_wg, u0, n_units, row_units, g, c, G);
@@ -365,8 +382,15 @@ void main() {
         if (i > 0) barrier();
         uint k0 = TPR * i * V4, n4 = min(TPR * V4, n_units * V4 - k0), kx = u0 * V4 + k0;
 #if !defined(NO_X) && !defined(READ_ONLY)
-        for (uint k = tid; k < n4; k += WG)
-            stage(k, fused_input(kx + k, ss));
+        if (XFIRST && i == 0) {
+            [[unroll]] for (uint r = 0; r < NPRE; ++r) {
+                uint k = tid + r * WG;
+                if (k < n4) stage(k, fuse(xpre[r], kx + k, ss));
+            }
+        } else {
+            for (uint k = tid; k < n4; k += WG)
+                stage(k, fuse(x4[kx + k], kx + k, ss));
+        }
 #endif
         barrier();
         accumulate(i, u0, n_units, c);

@@ -75,6 +75,7 @@ def test_glu_input_fused(dev, qtype, cols):
 # LLAMAVK_MATVEC override: every fused input, 1..8 tokens, rows not a multiple of a workgroup's rows,
 # units per row not a multiple of a step's, chunked weights.
 from llamavk.kernels import matmul as mm  # noqa: E402
+from llamavk.errors import LlamavkError  # noqa: E402
 from llamavk.kernels.matmul import MatvecConfig, matvec_config, parse_matvec_env  # noqa: E402
 
 # name -> (config, token counts): every count through the smallest unrolling; llvmpipe compiles the
@@ -164,8 +165,11 @@ def test_matvec_env_and_fallback(dev, monkeypatch):
     assert env["q8_0"] == MatvecConfig(128, 2, 1, 2, "wide", 0, 0)
     assert env["*"] == MatvecConfig(256, 4, 2, 2, "base")
     assert parse_matvec_env(MatvecConfig(64, 2, 1, 1, "wide", 2, 0).spec())["*"] == MatvecConfig(64, 2, 1, 1, "wide", 2, 0)
-    with pytest.raises(Exception):
-        parse_matvec_env("bogus:1,2,3,4")
+    for cfg in (MatvecConfig(64, 2, 32, 1, "stream_dp", steps=3), MatvecConfig(64, 2, 32, 1, "stream_dp", xfirst=1)):
+        assert parse_matvec_env(cfg.spec())["*"] == cfg
+    for bad in ("bogus:1,2,3,4", "stream_dp:512,x,1,1", "1,2,3"):
+        with pytest.raises(LlamavkError):
+            parse_matvec_env(bad)
     kc = KernelCache(dev)
     monkeypatch.setattr(mm, "_MATVEC_ENV", parse_matvec_env("wide:64,2,1,1"))
     assert matvec_config(kc, T.Q4_0, 8, 64).kernel == "wide"
@@ -208,6 +212,11 @@ def test_matvec_stream(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):
                                           for s in (1, 2)))
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=13, chunked=True, norm=True, pair=True, tol=tol)
     run_fused(dev, kc_variants, qtype, 5, cols, 1, seed=14, pair=True, tol=tol)
+    if cols in (3200, 4608):   # x loaded before the weights (XFIRST): its first chunk of two, every input
+        monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": replace(cfg, xfirst=1)})
+        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=15, chunked=True, bias=True, norm=True, resid=True, tol=tol)
+        run_fused(dev, kc_variants, qtype, 21, cols, 1, seed=16, glu=True, tol=tol)
+        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=17, norm=True, pair=True, tol=tol)
 
 
 @pytest.mark.parametrize("qtype,cols,ks", [(T.Q4_0, 1024, 1), (T.Q8_0, 416, 1), (T.Q4_K, 768, 1), (T.Q4_0, 4096, 32)],
@@ -217,11 +226,11 @@ def test_matvec_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, ks):
     before this one's reduction): a last workgroup with fewer blocks, partial row blocks, chunked
     weights, every fused input, pairs, column parts (the merge per row block)."""
     kernel = "stream_dp" if kc_variants.device.features.get("int_dot") else "stream"
-    cfg = MatvecConfig(64, 2, ks, 1, kernel, steps=3)
+    cfg = MatvecConfig(64, 2, ks, 1, kernel, steps=3, xfirst=int(ks > 1))   # x loaded first: with parts
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
     name = mm.type_suffix(qtype)
     spec, rows_per_wg, parts, steps = mm._matvec_spec(kc_variants, cfg, name, cols, 1, False, False, False)
-    assert steps == 3 and spec[-1] == 3 and 37 > 3 * rows_per_wg   # several workgroups, the last one short
+    assert steps == 3 and spec[10] == 3 and 37 > 3 * rows_per_wg   # several workgroups, the last one short
     two_chunks = 2 * 64 * mm.MATVEC_WIDE_UNIT[name]   # 64 lanes per row, 2 units each: x staged in 2 chunks
     assert mm._matvec_spec(kc_variants, replace(cfg, ks=1), name, two_chunks, 1, False, False, False)[3] == 1
     tol = 1e-4 if kernel == "stream_dp" else 1e-5
@@ -233,15 +242,16 @@ def test_matvec_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, ks):
 
 @pytest.mark.parametrize("qtype,cols,parts", [(T.Q4_0, 4096, 4), (T.Q8_0, 4096, 4), (T.Q4_K, 4608, 9)],
                          ids=lambda v: getattr(v, "name", str(v)))
-@pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
+@pytest.mark.parametrize("kernel", ["stream", "stream_dp", "stream_dp+xfirst"])
 def test_matvec_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, parts, kernel):
     """KSPLIT: parts of up to 32 units, one workgroup each per row block; the last part waits for the
     others' sums and adds them. Every slot must hold the sentinel again after each dispatch (the later
     products reuse them); chunked weights; the norm's sum of squares spans the whole row; pairs add
-    both matrices' parts before the silu."""
+    both matrices' parts before the silu. XFIRST: x loaded before the weights."""
+    kernel, _, xfirst = kernel.partition("+")
     if kernel == "stream_dp" and not kc_variants.device.features.get("int_dot"):
         pytest.skip("no integer dot products")
-    cfg = MatvecConfig(64, 2, 32, 1, kernel)
+    cfg = MatvecConfig(64, 2, 32, 1, kernel, xfirst=int(bool(xfirst)))
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
     name = mm.type_suffix(qtype)
     assert mm._matvec_spec(kc_variants, cfg, name, cols, 1, False, True, False)[2] == parts

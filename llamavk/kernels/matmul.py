@@ -116,7 +116,7 @@ def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
 def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
     """LLAMAVK_MATVEC (experiments, sweeps): entries separated by spaces or ';', each
     `[TYPE=][KERNEL:]wg,nr,ks,u[,dq[,xs]]` (KERNEL default base; no TYPE: every type; stream kernels:
-    `wg,nr,ks,u[,steps]`), e.g.
+    `wg,nr,ks,u[,steps[,xfirst]]`), e.g.
     "wide:256,4,1,2,1,1" or "q4_0=wide:128,4,1,2 q8_0=wide:128,2,1,2,0,0 q4_k=base:256,4,2,2" or the old
     "256,4,2,2". A kernel that lacks the type (or does not fit) falls back to MATVEC_CONFIGS. -> {type or "*": config}."""
     out: dict[str, MatvecConfig] = {}
@@ -126,11 +126,13 @@ def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
         kernel = kernel or "base"
         if kernel not in MATVEC_KERNELS:
             raise LlamavkError(f"LLAMAVK_MATVEC: unknown kernel {kernel!r} (known: {', '.join(MATVEC_KERNELS)})")
-        vals = [int(v) for v in nums.split(",")]
+        try:
+            vals = [int(v) for v in nums.split(",")]
+        except ValueError:
+            vals = []
         if not 4 <= len(vals) <= 6:
-            raise LlamavkError(f"LLAMAVK_MATVEC: {entry!r} needs wg,nr,ks,u[,dq[,xs]]")
-        extra = {"steps": vals[4]} if kernel.startswith("stream") and len(vals) == 5 else \
-            dict(zip(("dq", "xs"), vals[4:]))
+            raise LlamavkError(f"LLAMAVK_MATVEC: {entry!r} needs wg,nr,ks,u[,dq[,xs]] (stream: [,steps[,xfirst]])")
+        extra = dict(zip(("steps", "xfirst") if kernel.startswith("stream") else ("dq", "xs"), vals[4:]))
         out[tname.lower() or "*"] = MatvecConfig(*vals[:4], kernel, **extra)
     return out
 
@@ -231,7 +233,7 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
         parts, (tpr, c, rj) = _stream_layout(kc, cfg, name, cols, _stream_rj(cfg, pair))
         rows_per_wg = cfg.wg // tpr * (rj // 2 if pair else rj)
         steps = max(1, cfg.steps) if c == 1 else 1   # steps keep x staged: one chunk of it
-        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps)
+        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps, bool(cfg.xfirst))
         return spec, rows_per_wg, parts, steps
     if pair:
         raise LlamavkError(f"matmul: the {cfg.kernel} matrix-vector kernel has no gate/up pair form")

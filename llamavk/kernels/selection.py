@@ -80,11 +80,14 @@ class MatvecConfig:
     xs: int = 1            # wide kernel: stage x in shared memory (where it fits: MATVEC_XS_BYTES)
     steps: int = 1         # stream kernel: row blocks per workgroup, x staged once for all of them
                            # (only where a lane takes one unit of a row)
+    xfirst: int = 0        # stream kernel: x loaded before the weights (matvec_stream.comp XFIRST)
 
     def spec(self) -> str:
         """The LLAMAVK_MATVEC spelling of this config."""
+        stream = self.kernel.startswith("stream")
         tail = f",{self.dq},{self.xs}" if self.kernel == "wide" else \
-            f",{self.steps}" if self.kernel.startswith("stream") and self.steps != 1 else ""
+            f",{self.steps},{self.xfirst}" if stream and self.xfirst else \
+            f",{self.steps}" if stream and self.steps != 1 else ""
         return f"{self.kernel}:{self.wg},{self.nr},{self.ks},{self.u}{tail}"
 
 
@@ -128,6 +131,8 @@ MATVEC_CONFIGS = (
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
      MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
+    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and 4096 <= cols <= 8192 < rows,
+     MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
@@ -137,11 +142,14 @@ MATVEC_CONFIGS = (
     # in parts of 32 units (14 parts) by 256-thread workgroups: tg128 on the 7.2B 353.0 / 354.5
     # against 345.4 / 345.5 with parts of 64 by 512 threads (Q8_0 250.2 / 249.5 against 246.6 / 247.3);
     # parts of 16 lose (328-330), as do 128 threads (343-344). Q4_K: 256 threads or parts of 16 units
-    # measured no better (317.9 / 318.9 against 315.3 / 317.3; 301).
+    # measured no better (317.9 / 318.9 against 315.3 / 317.3; 301). x loaded before the weights
+    # (xfirst, eighth session): Q4_0 380.5 / 381.3 against 371.7 / 370.1 (with the output product's
+    # rule above), Q8_0 257.0 / 258.7 against 254.4 / 255.3, Q4_K 351.0 / 348.8 against 344.6 / 345.0;
+    # on the NORM, ROPE and PAIR products it lost (Q4_0 374-379 against 383, Q4_K 332 against 352).
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
-     MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp")),
+     MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
-     MatvecConfig(wg=512, nr=2, ks=64, u=1, kernel="stream_dp")),
+     MatvecConfig(wg=512, nr=2, ks=64, u=1, kernel="stream_dp", xfirst=1)),
     # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
     ("gpu", ("q4_k",), _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide")),
     # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step
