@@ -258,27 +258,33 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
     }
 #elif defined(DOT8)
-    uint xh[V4], xl[V4];
-    [[unroll]] for (uint w = 0; w < V4; ++w) { xh[w] = xqh[w * TPR + c]; xl[w] = xql[w * TPR + c]; }
-    vec2 sd0 = xsd[c];
 #if defined(QTYPE_Q4_K)
-    vec2 sd1 = xsd[TPR + c];
+    // one word of x (each level, each sub-block) at a time, every row's sums at once: 4 words of x
+    // live instead of the unit's 32
     uint q = (u0 + u) % 4;
-    [[unroll]] for (uint j = 0; j < RJ; ++j) {
-        int h0 = 0, l0 = 0, h1 = 0, l1 = 0;
-        [[unroll]] for (uint w = 0; w < 8; ++w) {
+    int h0[RJ], l0[RJ], h1[RJ], l1[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { h0[j] = 0; l0[j] = 0; h1[j] = 0; l1[j] = 0; }
+    [[unroll]] for (uint w = 0; w < 8; ++w) {
+        uint xa = xqh[w * TPR + c], xb = xql[w * TPR + c], xc = xqh[(8 + w) * TPR + c], xd = xql[(8 + w) * TPR + c];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) {
             uint qw = wq[i][j][1 + w / 4][w % 4];
             uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;
-            h0 += dot_ss(lo, xh[w], 0); l0 += dot_ss(lo, xl[w], 0);
-            h1 += dot_ss(hi, xh[8 + w], 0); l1 += dot_ss(hi, xl[8 + w], 0);
+            h0[j] += dot_ss(lo, xa, 0); l0[j] += dot_ss(lo, xb, 0);
+            h1[j] += dot_ss(hi, xc, 0); l1[j] += dot_ss(hi, xd, 0);
         }
+    }
+    vec2 sd0 = xsd[c], sd1 = xsd[TPR + c];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
         vec2 dl, ml;
         q4k_quarter_scales(wq[i][j][0], q, dl, ml);
-        float t0 = sd0.x * (float(h0) + float(l0) * (1.0 / 254.0));
-        float t1 = sd1.x * (float(h1) + float(l1) * (1.0 / 254.0));
+        float t0 = sd0.x * (float(h0[j]) + float(l0[j]) * (1.0 / 254.0));
+        float t1 = sd1.x * (float(h1[j]) + float(l1[j]) * (1.0 / 254.0));
         acc[j] += (dl.x * t0 - ml.x * sd0.y) + (dl.y * t1 - ml.y * sd1.y);
     }
 #else
+    uint xh[V4], xl[V4];
+    [[unroll]] for (uint w = 0; w < V4; ++w) { xh[w] = xqh[w * TPR + c]; xl[w] = xql[w * TPR + c]; }
+    vec2 sd0 = xsd[c];
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
         int hs = 0, ls = 0;
         [[unroll]] for (uint w = 0; w < 4; ++w) {
