@@ -18,7 +18,8 @@
 // from registers.
 //
 // Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K a quarter of a super-block, 64 weights):
-//   TPR lanes per row (a power of two dividing the workgroup), G = WG / TPR row groups;
+//   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
+//   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
 //   consecutive rows. All of a lane's rows share its units' x (loaded once from shared memory per i).
 // x staging: for i < C, the x of units [TPR i, TPR (i + 1)) goes to shared memory (TPR * UNIT values,
@@ -367,7 +368,7 @@ void main() {
     uint tid = gl_LocalInvocationIndex, G = gl_WorkGroupSize.x / TPR;
     uint g = tid / TPR, c = tid % TPR;
     uint S = gl_SubgroupSize, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
-    uint per_row = max(TPR / S, 1u);     // subgroups per row group (TPR >= S: the host guarantees it)
+    uint per_row = max(TPR / S, 1u);     // subgroups per row group (TPR < S: 1, and red[] per row group)
 
     // 0. XFIRST: this lane's share of x's first chunk, loaded before the weights (header)
     vec4 xpre[NPRE];
@@ -429,10 +430,20 @@ void main() {
         }
 
         // 3. Reduce: within the subgroup, then over the TPR / S subgroups of a row group (the sum of
-        //    squares over the whole workgroup, once).
-        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = subgroupAdd(acc[j]);
-        if (lane == 0) {
-            [[unroll]] for (uint j = 0; j < RJ; ++j) red[rb + sg][j] = acc[j];
+        //    squares over the whole workgroup, once). TPR < S: a subgroup holds S / TPR row groups,
+        //    each summed by an xor butterfly over its TPR lanes.
+        if (TPR >= S) {
+            [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = subgroupAdd(acc[j]);
+            if (lane == 0) {
+                [[unroll]] for (uint j = 0; j < RJ; ++j) red[rb + sg][j] = acc[j];
+            }
+        } else {
+            [[unroll]] for (uint m = TPR / 2; m > 0; m /= 2) {
+                [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += subgroupShuffleXor(acc[j], m);
+            }
+            if (c == 0) {
+                [[unroll]] for (uint j = 0; j < RJ; ++j) red[rb + g][j] = acc[j];
+            }
         }
         barrier();
         float v = 0.0, v2 = 0.0;

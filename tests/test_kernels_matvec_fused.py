@@ -180,10 +180,11 @@ def test_matvec_env_and_fallback(dev, monkeypatch):
 
 
 # The one-token stream kernel (matvec_stream.comp): lanes per row from the row's units (13 Q4_0/Q8_0
-# blocks, 12 Q4_K quarters: idle lanes; 100 blocks at 64 threads: two x chunks, the second partial),
+# blocks, 12 Q4_K quarters: idle lanes; 100 blocks at 64 threads: two x chunks, the second partial;
+# 4 blocks: 4 lanes per row, fewer than a subgroup's, their sums by a butterfly),
 # rows per lane shrunk until the loads fit, every fused input.
 STREAM_CASES = [(T.Q4_0, 416, 4), (T.Q4_0, 3200, 4), (T.Q4_0, 1024, 8), (T.Q8_0, 416, 2), (T.Q8_0, 3200, 8), (T.Q4_K, 768, 2),
-                (T.Q4_K, 4608, 4)]
+                (T.Q4_K, 4608, 4), (T.Q4_0, 128, 4)]
 
 
 @pytest.mark.parametrize("qtype,cols,rj", STREAM_CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -293,10 +294,15 @@ def test_matvec_table_by_shape():
     long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 32 units, 256 threads
     assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 14
     assert long_rows.wg == 256 and matvec_config(gpu, T.Q8_0, 4096, 14336).wg == 256
-    assert mm._stream_parts(matvec_config(gpu, T.Q4_K, 4096, 14336), "q4_k", 14336) == 7   # 7 x 32
+    q4k_down = matvec_config(gpu, T.Q4_K, 4096, 14336)   # 14 parts of 16 units: 16 lanes per row
+    assert mm._stream_parts(q4k_down, "q4_k", 14336) == 14 and q4k_down.wg == 256 and q4k_down.xfirst
+    assert mm.stream_split(256, 32, "q4_k", 14336 // 14, q4k_down.nr, dp=True) == (16, 1, 2)
+    assert long_rows.xfirst and matvec_config(gpu, T.Q4_0, 32000, 4096).xfirst
+    assert not any(matvec_config(gpu, T.Q4_0, r, c).xfirst for r, c in ((4096, 4096), (14336, 4096), (1024, 4096)))
     assert pick(T.Q4_K, 4096, 14336, n=3) == "wide"
     assert pick(T.Q6_K, 4096, 4096) == "base"
     gpu.info.max_workgroup_invocations = 256
-    assert pick(T.Q4_K, 4096, 14336) == "wide"           # the next row
+    fallback = matvec_config(gpu, T.Q4_K, 14336, 4096)   # 512 threads do not fit: the next row that does
+    assert fallback.kernel == "stream_dp" and fallback.wg == 256
     gpu.info.int_dot_fast = False
     assert pick(T.Q4_0, 4096, 4096) == "base"

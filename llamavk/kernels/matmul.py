@@ -76,26 +76,31 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
                  shared_bytes: int = 49152, dp: bool = False) -> tuple[int, int, int] | None:
     """matvec_stream.comp's (TPR lanes per row, C units per lane along the row, RJ rows per lane) for a
     row of `cols` weights, or None where the kernel does not fit (the caller takes another kernel).
-    TPR: a power of two from a subgroup to the workgroup, whose x chunk (TPR units) fits shared memory
-    less 5 KiB for the reduction (a unit of x takes 4 bytes per value as floats, 2 bytes per value + 8
-    per 32 as the _dp form's int8 levels): the largest <= the row's units, so that lanes cover a row
-    with few idle, or twice that where it leaves no more lanes idle (448 units: 512 x 1, not 256 x 2:
-    one x chunk, one barrier less). RJ shrinks until the loads fit registers."""
+    TPR: a power of two up to the workgroup, whose x chunk (TPR units) fits shared memory less 5 KiB
+    for the reduction (a unit of x takes 4 bytes per value as floats, 2 bytes per value + 8 per 32 as
+    the _dp form's int8 levels): the largest <= the row's units, so that lanes cover a row with few
+    idle, or twice that where it leaves no more lanes idle (448 units: 512 x 1, not 256 x 2: one x
+    chunk, one barrier less). Under a subgroup's lanes only where the row has fewer units (at least 4
+    lanes, at most 64 row groups, RJ <= TPR: the kernel's reduction and writes). RJ shrinks until the
+    loads fit registers."""
     unit = MATVEC_WIDE_UNIT[type_name]
     n_units = cols // unit
     if n_units == 0 or cols % unit:
         return None
     unit_bytes = 2 * unit + unit // 4 if dp else 4 * unit
     xs_bytes = shared_bytes - 5120
-    tprs = [1 << k for k in range(subgroup.bit_length() - 1, wg.bit_length())
-            if subgroup <= 1 << k <= wg and (1 << k) * unit_bytes <= xs_bytes and wg % (1 << k) == 0]
-    if not tprs:
+    tprs = [1 << k for k in range(2, wg.bit_length())
+            if 1 << k <= wg and (1 << k) * unit_bytes <= xs_bytes and wg % (1 << k) == 0 and wg >> k <= 64]
+    full = [t for t in tprs if t >= subgroup]   # whole subgroups per row
+    if not full:
         return None
-    tpr = max([t for t in tprs if t <= n_units] or tprs[:1])
+    fits = [t for t in (full if n_units >= subgroup else tprs) if t <= n_units]
+    tpr = max(fits or full[:1])
     if 2 * tpr in tprs and 2 * tpr * -(-n_units // (2 * tpr)) <= tpr * -(-n_units // tpr):
         tpr *= 2
     c = -(-n_units // tpr)
     nq = MATVEC_STREAM_NQ[type_name]
+    rj = min(rj, tpr)
     while rj > 1 and c * rj * nq > MATVEC_STREAM_MAX_LOADS:
         rj //= 2
     if c * rj * nq > MATVEC_STREAM_MAX_LOADS:

@@ -146,10 +146,13 @@ MATVEC_CONFIGS = (
     # (xfirst, eighth session): Q4_0 380.5 / 381.3 against 371.7 / 370.1 (with the output product's
     # rule above), Q8_0 257.0 / 258.7 against 254.4 / 255.3, Q4_K 351.0 / 348.8 against 344.6 / 345.0;
     # on the NORM, ROPE and PAIR products it lost (Q4_0 374-379 against 383, Q4_K 332 against 352).
+    # Q4_K in 14 parts of 16 units (16 lanes per row, half a subgroup: 32 rows by 256 threads, as Q4_0):
+    # 365.6 / 364.8 against 356.8 / 356.4 (7 parts of 32 by 512 threads; 16-unit parts by 512 threads
+    # 358.6 / 358.1, by 128 353.2 / 355.9, 4 rows per lane 358.6 / 359.5).
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
-     MatvecConfig(wg=512, nr=2, ks=64, u=1, kernel="stream_dp", xfirst=1)),
+     MatvecConfig(wg=256, nr=2, ks=16, u=1, kernel="stream_dp", xfirst=1)),
     # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
     ("gpu", ("q4_k",), _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide")),
     # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step
