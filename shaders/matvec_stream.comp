@@ -283,25 +283,22 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         acc[j] += (dl.x * t0 - ml.x * sd0.y) + (dl.y * t1 - ml.y * sd1.y);
     }
 #else
-    // as Q4_K: one word of x at a time, every row's sums at once
-    int hs[RJ], ls[RJ];
-    [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
-    [[unroll]] for (uint w = 0; w < 4; ++w) {
-        uint xa = xqh[w * TPR + c], xb = xql[w * TPR + c], xc = xqh[(4 + w) * TPR + c], xd = xql[(4 + w) * TPR + c];
-        [[unroll]] for (uint j = 0; j < RJ; ++j) {
+    uint xh[V4], xl[V4];
+    [[unroll]] for (uint w = 0; w < V4; ++w) { xh[w] = xqh[w * TPR + c]; xl[w] = xql[w * TPR + c]; }
+    vec2 sd0 = xsd[c];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        int hs = 0, ls = 0;
+        [[unroll]] for (uint w = 0; w < 4; ++w) {
 #if defined(QTYPE_Q4_0)
             uint qw = wq[i][j][0][w];
             uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;   // elements 4w.., 16+4w..
 #else
             uint lo = wq[i][j][0][w], hi = wq[i][j][1][w];             // elements 4w.., 16+4w..
 #endif
-            hs[j] += dot_ss(lo, xa, 0) + dot_ss(hi, xc, 0);
-            ls[j] += dot_ss(lo, xb, 0) + dot_ss(hi, xd, 0);
+            hs += dot_ss(lo, xh[w], 0) + dot_ss(hi, xh[4 + w], 0);
+            ls += dot_ss(lo, xl[w], 0) + dot_ss(hi, xl[4 + w], 0);
         }
-    }
-    vec2 sd0 = xsd[c];
-    [[unroll]] for (uint j = 0; j < RJ; ++j) {
-        float t = sd0.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0));
+        float t = sd0.x * (float(hs) + float(ls) * (1.0 / 254.0));
 #if defined(QTYPE_Q4_0)
         t -= 8.0 * sd0.y;
 #endif
