@@ -71,8 +71,8 @@
 // registers. Why: a load waits behind the lane's earlier loads, so x staged after the weights arrives
 // after them, and the whole workgroup waits at the staging barrier with nothing in flight. That is
 // the cost of small workgroups that stage x once (the FFN down product's column parts: Q4_0 tg128 on
-// the 7.2B, H100, +3.8%); where x and the norm weights need more registers or steps amortise the
-// staging (the NORM and PAIR products), it loses.
+// the 7.2B, H100, +2.7% and +3.9% in two A/B runs); where the norm weights still wait behind the
+// weights or steps amortise the staging (the NORM, ROPE and PAIR products), it loses.
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST.
 layout(local_size_x_id = 0) in;
