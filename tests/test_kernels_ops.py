@@ -348,11 +348,10 @@ ATTN_CASES = [
 
 
 @pytest.mark.parametrize("n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,n_splits", ATTN_CASES + [
-    (1, 1200, 8, 2, 128, 1280, 40),   # min_chunk 32 (below): 38 active splits, merged in batches of 16
-    (3, 1000, 4, 4, 64, 1024, 64)])   # the prompt kernel's merge: 32 active splits
-def test_attention(dev, kc, monkeypatch, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
-    if n_splits is not None and n_splits > 8:
-        monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "32")
+    # many active splits (n_splits given: chunks of one 32-position block), merged 8 loads at a time
+    (1, 1200, 8, 2, 128, 1280, 40),   # 38 active splits: 4 batches and a tail
+    (3, 1000, 4, 4, 64, 1024, 64)])   # 3 tokens, n_splits capped at n_ctx / 32: 32 active splits
+def test_attention(dev, kc, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
     n_kv = n_past + n_tokens
     k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 13 + hd)
     q = (rng.standard_normal((n_tokens, n_head * hd)) * 3).astype(np.float32)   # fairly peaked softmax
