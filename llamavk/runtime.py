@@ -20,6 +20,8 @@ from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_
                       KernelCache, QWeight, View, upload_qweight)
 from .kernels import attention as attn_k
 from .kernels import elementwise, matmul, norm, rope
+from .kernels.chain import ChainCounters
+from .kernels.selection import chain_edges
 from .quant import quant_info
 from .vk import Buffer, CommandSequence
 
@@ -144,6 +146,8 @@ class DeviceRuntime:
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
         self.recordings: dict[tuple[str, int, int], list[CommandSequence]] = {}
+        # per recording: the producers chained to their consumers without a barrier, and what those wait for
+        self.chains: dict[tuple[str, int, int], list] = {}
         self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
 
     def graph_for(self, key: str, n_tokens: int) -> Graph:
@@ -195,7 +199,20 @@ class DeviceRuntime:
         act = lambda t: self._view(plan, t, n_tokens)  # noqa: E731
         vec = lambda t: View.whole(self.weights[t.name])  # noqa: E731
         rows_out = n_tokens
-        for op in graph.ops:
+        # stages chained without a barrier (kernels/chain.py): the producer recorded last whose
+        # consumers may still follow, and what they wait for
+        edges = chain_edges(kc) if n_tokens == 1 else ""
+        counters = ChainCounters(kc, len(graph.ops)) if edges else None
+        if counters is not None:
+            counters.begin(segments[0])
+        pending = None
+        chained = self.chains[(key, n_tokens, slot)] = []   # (producer op, what its consumers wait for)
+        for i, op in enumerate(graph.ops):
+            if pending is not None and not self._consumes(op, pending[0], edges):
+                pending = None
+            wait = pending[1] if pending is not None else None
+            signal = counters.signal() if edges and self._consumes(graph.ops[i + 1] if i + 1 < len(graph.ops)
+                                                                     else None, op, edges) else None
             k = op.kind
             seq = segments[-1]
             if self.profile:
@@ -221,12 +238,12 @@ class DeviceRuntime:
                 out = logits_view if op.out is graph.logits else act(op.out)
                 norm_w, resid, glu = op.attrs.get("norm"), op.attrs.get("residual"), op.attrs.get("glu")
                 pair = op.attrs.get("pair")
-                matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
+                n = matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
                               norm=vec(norm_w) if norm_w is not None else None, eps=op.attrs.get("eps", 0.0),
                               residual=act(resid) if resid is not None else None,
                               glu=act(glu) if glu is not None else None,
                               pair=self.weights[pair.name] if pair is not None else None,
-                              rope=self._rope_out(op, step))
+                              rope=self._rope_out(op, step), wait=wait, signal=signal)
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]
@@ -243,8 +260,8 @@ class DeviceRuntime:
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)
-                attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
-                                 n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx)
+                n = attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
+                                     n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, signal=signal)
             elif k == "swiglu":
                 gate, up = op.inputs
                 elementwise.swiglu(seq, kc, act(gate), act(up), act(op.out), rows_out * gate.width)
@@ -259,7 +276,25 @@ class DeviceRuntime:
                 rows_out = 1
             else:
                 raise LlamavkError(f"op {k} is not supported by the runtime")
+            if signal is not None and n:
+                pending = (op, ChainCounters.wait(signal, n))
+                chained.append((op, pending[1]))
         return [seq.end() for seq in segments]
+
+    def _consumes(self, op, producer, edges: str) -> bool:
+        """Whether product `op` can wait in its shader for `producer` (recorded just before it, or
+        before products that also wait for it), whose output is its input x: the edge is enabled
+        (selection.chain_edges: a attention, o output projection, g gate/up, d down product) and both
+        kernels can be chained (kernels/chain.py)."""
+        if op is None or op.kind != "matmul" or op.inputs[1] is not producer.out:
+            return False
+        if producer.kind == "attention":
+            kind = "a"
+        elif producer.kind == "matmul" and matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name]):
+            kind = {"o": "o", "gate": "g", "down": "d"}.get(producer.inputs[0].role, "")
+        else:
+            return False
+        return kind != "" and kind in edges and matmul.matvec_chain_ok(self.kc, self.weights[op.inputs[0].name])
 
     def _rope_out(self, op, step) -> rope.RopeOut | None:
         """Where a Q/K/V product with RoPE in it (fusion.fuse_rope_into_products) writes: q rotated

@@ -48,10 +48,23 @@ layout(std430, binding = 6) coherent buffer ML { vec2 ml[]; };         // [n_spl
 layout(std430, binding = 7) coherent buffer Count { uint counter[]; }; // [n_row_blocks][n_head_kv], 0 between runs
 shared bool is_last;
 #endif
+#ifdef CHAIN
+// CHAIN: every workgroup counts itself done on chain[p.chain_slot] once its stores are visible, so
+// that the next dispatch (the output projection, recorded without a barrier) can wait for the whole
+// grid in its shader (matvec_stream.comp WAIT) instead of behind a pipeline barrier.
+#ifdef SPLIT
+layout(std430, binding = 8) volatile coherent buffer Chain { uint chain[]; };
+#else
+layout(std430, binding = 5) volatile coherent buffer Chain { uint chain[]; };
+#endif
+#endif
 layout(push_constant) uniform Push {
     uint n_tokens; uint n_head; uint n_head_kv; uint n_splits;
     uint min_chunk;    // positions per split at least (a multiple of BP)
     float scale;
+#ifdef CHAIN
+    uint chain_slot;
+#endif
 } p;
 
 shared vec4 qs[BR * HD4];          // scaled queries; at the end, the merged O
@@ -64,7 +77,7 @@ shared float red_sum[BR * WG];
 
 #include "attention_split.glsl"
 
-void main() {
+void attend() {
     const uint tid = gl_LocalInvocationID.x;
     const uint kvh = gl_WorkGroupID.y;
     const uint split = gl_WorkGroupID.z;
@@ -222,4 +235,14 @@ void main() {
     }
     barrier();
     finish_rows(n_kv, sr.chunk, split, row0, rows_here, kvh, n_gqa, orow, mm, ll);
+}
+
+void main() {
+    attend();
+#ifdef CHAIN
+    // every store of this workgroup (output rows, split partials) made visible, then one count
+    memoryBarrierBuffer();
+    barrier();
+    if (gl_LocalInvocationID.x == 0) atomicAdd(chain[p.chain_slot], 1u);
+#endif
 }

@@ -73,8 +73,19 @@
 // the cost of small workgroups that stage x once (the FFN down product's column parts: Q4_0 tg128 on
 // the 7.2B, H100, +2.7% and +3.9% in two A/B runs); where the norm weights still wait behind the
 // weights or steps amortise the staging (the NORM, ROPE and PAIR products), it loses.
+// WAIT / SIGNAL (one-token steps on devices where workgroups start in submission order): stages
+// chained without a pipeline barrier. A SIGNAL product's workgroups count themselves done on
+// chain[p.signal_slot] once their stores are visible (every workgroup, parts and padding included);
+// a WAIT product is recorded right after its producer without a barrier: every workgroup issues its
+// first row block's weight loads, one lane polls chain[p.wait_slot] until it reaches p.wait_n, and
+// only then are activations read (x, residual, up: through coherent, volatile aliases, since a
+// read-only binding may be served by caches that never see other dispatches' writes, and without a
+// barrier nothing invalidates them). Why: between barriers the GPU drains the producer's last
+// workgroups and launches the next grid with DRAM idle; chained, the next product's weights are in
+// flight meanwhile. The counters are zeroed at the start of every step (kernels/chain.py).
+// Deadlock-free when the producer's workgroups all start before the product's (submission order).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
-// 11 XFIRST.
+// 11 XFIRST, 12 WAIT, 13 SIGNAL.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -88,6 +99,8 @@ layout(constant_id = 8) const uint KSPLIT = 1;
 layout(constant_id = 9) const uint ROPE = 0;
 layout(constant_id = 10) const uint STEPS = 1;
 layout(constant_id = 11) const bool XFIRST = false;
+layout(constant_id = 12) const bool WAIT = false;
+layout(constant_id = 13) const bool SIGNAL = false;
 const uint RO = PAIR ? RJ / 2 : RJ;   // rows written per lane's row group
 
 #include "quants.glsl"
@@ -100,6 +113,10 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int dot_ss(uint a, uint b, spirv_literal int packed4x8);   // OpSDotKHR: signed x signed
 #endif
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+// WAIT: the activations through coherent aliases (header)
+layout(std430, binding = 1) volatile coherent buffer X4c { vec4 x4c[]; };
+layout(std430, binding = 5) volatile coherent buffer ResidC { float residc[]; };
+layout(std430, binding = 6) volatile coherent buffer Up4c { vec4 up4c[]; };
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(std430, binding = 4) readonly buffer NormW4 { vec4 nw4[]; };
@@ -112,6 +129,7 @@ layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
 layout(std430, binding = 8) volatile coherent buffer Part { uint part[]; };   // [PAIR + 1][KSPLIT][y_stride]
 layout(std430, binding = 9) readonly buffer Step { uint step[]; };      // ROPE: [n_past, n_tokens, n_kv, sync_base, seq_len]
 layout(std430, binding = 10) writeonly buffer KVC { float16_t kvc[]; }; // ROPE 2, 3: the K or V cache
+layout(std430, binding = 11) volatile coherent buffer Chain { uint chain[]; };   // WAIT / SIGNAL: counters
 layout(push_constant) uniform Push {
     uint n_rows;       // rows of this chunk
     uint cols;
@@ -123,6 +141,9 @@ layout(push_constant) uniform Push {
     // ROPE (the names rope_common.glsl reads)
     uint head_dim; uint rope_dim; uint neox; uint n_ctx;
     float log2_theta_scale; float freq_scale; float ext_factor; float attn_factor; float corr_low; float corr_high;
+    uint wait_slot;    // WAIT: the producer's counter
+    uint wait_n;       // WAIT: its workgroups
+    uint signal_slot;  // SIGNAL: this product's counter
 } p;
 #include "rope_common.glsl"
 
@@ -174,6 +195,23 @@ float merge_parts(uint i, float own) {
     return sum + own;
 }
 
+vec4 x_at(uint k) { return WAIT ? x4c[k] : x4[k]; }
+
+// WAIT: one lane polls until the producer's workgroups are all done; every lane calls this.
+void wait_for_producer() {
+    if (gl_LocalInvocationIndex == 0) {
+        // the poll count is stored where it could be observed (never, in practice): a loop with no
+        // effect but its own end may be deleted by the compiler (NVIDIA's was: x read at once)
+        uint polls = 0u;
+        while (chain[p.wait_slot] < p.wait_n) ++polls;
+        if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
+    }
+    // No fence here: the activations are read after the count was seen (the barrier orders it), at
+    // the L2 where the producer's fence put its stores; a fence would first wait for this lane's
+    // weight loads (Q8_0 tg128 on the 7.2B, H100: 249 against 264 t/s with one).
+    barrier();
+}
+
 uint not_sentinel(float v) {
     uint b = floatBitsToUint(v);
     return b == SENTINEL ? 0x7FC00000u : b;
@@ -204,7 +242,7 @@ void stage(uint k, vec4 v) {
 // x' from v = x at vec4 index kk of the row (the sum of squares of x goes to ss)
 vec4 fuse(vec4 v, uint kk, inout float ss) {
     if (NORM) { if (KSPLIT == 1) ss += dot(v, v); v *= nw4[kk]; }
-    if (GLU) v = v / (1.0 + exp(-v)) * up4[kk];   // silu(gate) * up; exp(-v) -> inf gives -0
+    if (GLU) v = v / (1.0 + exp(-v)) * (WAIT ? up4c[kk] : up4[kk]);   // silu(gate) * up; exp(-v) -> inf gives -0
     return v;
 }
 
@@ -351,7 +389,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
 }
 
-void main() {
+void product() {
     uint row_units = p.cols / UNIT;
     uint n_units = row_units / KSPLIT;   // units of this workgroup's part of the row
     q_chunk_blocks = p.n_rows * (p.cols / QK);
@@ -360,31 +398,36 @@ void main() {
     wg /= KSPLIT;
     uint wg_stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y / KSPLIT;   // row blocks between steps
     uint n_blocks = (p.n_rows + p.rows_per_wg - 1) / p.rows_per_wg;
-    if (wg >= n_blocks) return;          // a 2-D grid's padding (the whole workgroup)
+    if (wg >= n_blocks) {                // a 2-D grid's padding (the whole workgroup)
+        return;
+    }
     uint u0 = ks * n_units;              // first unit of the part
     uint tid = gl_LocalInvocationIndex, G = gl_WorkGroupSize.x / TPR;
     uint g = tid / TPR, c = tid % TPR;
     uint S = gl_SubgroupSize, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     uint per_row = max(TPR / S, 1u);     // subgroups per row group (TPR < S: 1, and red[] per row group)
 
-    // 0. XFIRST: this lane's share of x's first chunk, loaded before the weights (header)
+    // 0. XFIRST: this lane's share of x's first chunk, loaded before the weights (header); with WAIT
+    //    that is after the wait, so the weights follow the wait too
+    if (WAIT && XFIRST) wait_for_producer();
     vec4 xpre[NPRE];
     if (XFIRST) {
         uint n40 = min(TPR * V4, n_units * V4), kx0 = u0 * V4;
         [[unroll]] for (uint r = 0; r < NPRE; ++r) {
             uint k = tid + r * WG;
-            xpre[r] = k < n40 ? x4[kx0 + k] : vec4(0.0);
+            xpre[r] = k < n40 ? x_at(kx0 + k) : vec4(0.0);
         }
     }
     // 1. Every weight load of the first row block, before anything else.
     uint blk = wg;
     load_weights(blk * p.rows_per_wg, u0, n_units, row_units, g, c, G);
+    if (WAIT && !XFIRST) wait_for_producer();
 
     // 2. Per x chunk: stage it (the loads above are in flight meanwhile), then multiply from registers.
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = 0.0;
     float ss = 0.0, scale = 1.0;
     if (NORM && KSPLIT > 1)   // the sum of squares is over the whole row, not just this part
-        for (uint k = tid; k < row_units * V4; k += gl_WorkGroupSize.x) ss += dot(x4[k], x4[k]);
+        for (uint k = tid; k < row_units * V4; k += gl_WorkGroupSize.x) { vec4 v = x_at(k); ss += dot(v, v); }
     [[unroll]] for (uint i = 0; i < C; ++i) {
         if (i > 0) barrier();
         uint k0 = TPR * i * V4, n4 = min(TPR * V4, n_units * V4 - k0), kx = u0 * V4 + k0;
@@ -396,7 +439,7 @@ void main() {
             }
         } else {
             for (uint k = tid; k < n4; k += WG)
-                stage(k, fuse(x4[kx + k], kx + k, ss));
+                stage(k, fuse(x_at(kx + k), kx + k, ss));
         }
 #endif
         barrier();
@@ -423,7 +466,7 @@ void main() {
         float b_add = 0.0, r_add = 0.0;
         if (mine && write) {
             if (p.has_bias != 0) b_add = bias[out_row];
-            if (RESID) r_add = resid[out_row];
+            if (RESID) r_add = WAIT ? residc[out_row] : resid[out_row];
         }
 
         // 3. Reduce: within the subgroup, then over the TPR / S subgroups of a row group (the sum of
@@ -496,5 +539,14 @@ void main() {
         }
         if (!more) break;
         blk = next;
+    }
+}
+
+void main() {
+    product();
+    if (SIGNAL) {   // every store of this workgroup visible, then one count (header)
+        memoryBarrierBuffer();
+        barrier();
+        if (gl_LocalInvocationIndex == 0) atomicAdd(chain[p.signal_slot], 1u);
     }
 }

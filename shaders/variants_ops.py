@@ -14,6 +14,9 @@ VARIANTS = {
     # decode (<= 4 query rows per KV head, head_dim % 32 == 0, <= 256): blocks of 32 positions
     "attention_dec_f16": ("attention_decode.comp", {}),
     "attention_dec_split_f16": ("attention_decode.comp", {"SPLIT": "1"}),
+    # the same, counting themselves done for a next dispatch that waits in its shader (CHAIN)
+    "attention_dec_chain_f16": ("attention_decode.comp", {"CHAIN": "1"}),
+    "attention_dec_split_chain_f16": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1"}),
     # prompts on cooperative matrices (devices with 16x8x16 f16 tiles), per head_dim
     "attention_coop_f16_hd64": ("attention_coop.comp", {"HD": "64"}),
     "attention_coop_f16_hd128": ("attention_coop.comp", {"HD": "128"}),

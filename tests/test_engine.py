@@ -71,6 +71,55 @@ def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model
     assert got == list(want)
 
 
+@pytest.mark.parametrize("qtype,splits", [("q4_0", 0), ("q4_k", 0), ("q4_k", 4)])
+def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, qtype, splits):
+    """Stages chained without barriers (kernels/chain.py, every kind of edge: attention -> output
+    projection -> gate/up -> down -> next Q/K/V) on the stream kernel, x loaded before the weights,
+    one row block per workgroup when chained: bit for bit the unchained logits (within the reference's
+    tolerance), every producer's counter at its workgroup count after a step (each workgroup counted
+    once, the counters zeroed per step), fewer barriers. splits: KV splits (the split kernel's chain)."""
+    from llamavk.kernels import matmul as mm
+
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2, xfirst=1,
+                                                                   chained_steps=1)})
+    if splits:
+        monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", str(splits))
+        monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "32")
+    # head_dim 32 and up: attention runs the decode kernel, which can be chained
+    path = synthetic_model("llama", qtype, n_embd=128, n_head=4, n_head_kv=2) if qtype == "q4_0" else \
+        synthetic_model("llama", qtype)
+    tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 40 if splits else 12)]   # 2 active splits
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    got = {}
+    for chain in ("0", "1"):
+        monkeypatch.setenv("LLAMAVK_CHAIN", chain)
+        with quiet_load(path, n_ctx=128) as m:
+            rt = m.runtime
+            rows = []
+            for i, t in enumerate(tokens):
+                rt.run_batch("last", [t], i)
+                rows.append(rt.logits(1)[0].copy())
+            got[chain] = np.array(rows)
+            key = ("last", 1, 0)
+            barriers = sum(seq.n_barriers for seq in rt.recordings[key])
+            chains = rt.chains[key]
+            if chain == "0":
+                assert chains == [] and barriers > 0
+                unchained_barriers = barriers
+            else:
+                kinds = [op.kind if op.kind == "attention" else op.inputs[0].role for op, _ in chains]
+                n_layer = rt.cfg.n_layer
+                assert kinds.count("attention") == kinds.count("o") == kinds.count("gate") == n_layer
+                assert kinds.count("down") >= n_layer - 1 and len(kinds) <= 4 * n_layer   # the last: output norm
+                assert barriers <= unchained_barriers - 3 * n_layer   # 4 per layer, less the last down, plus the zeroing
+                names = {name for name, _ in rt.kc._kernels}
+                assert ("attention_dec_split_chain_f16" if splits else "attention_dec_chain_f16") in names
+                words = np.frombuffer(chains[0][1].counters[0].read(), dtype=np.uint32)
+                assert all(words[w.slot] == w.n > 0 for _, w in chains)
+    assert np.array_equal(got["0"], got["1"])
+    assert np.abs(got["1"] - ref).max() <= 0.003 * np.abs(ref).max()
+
+
 def test_generation_is_deterministic_for_a_seed(synthetic_model):
     path = synthetic_model("llama", "q4_0")
     with quiet_load(path, n_ctx=64) as m:

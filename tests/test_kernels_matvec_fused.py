@@ -165,9 +165,10 @@ def test_matvec_env_and_fallback(dev, monkeypatch):
     assert env["q8_0"] == MatvecConfig(128, 2, 1, 2, "wide", 0, 0)
     assert env["*"] == MatvecConfig(256, 4, 2, 2, "base")
     assert parse_matvec_env(MatvecConfig(64, 2, 1, 1, "wide", 2, 0).spec())["*"] == MatvecConfig(64, 2, 1, 1, "wide", 2, 0)
-    for cfg in (MatvecConfig(64, 2, 32, 1, "stream_dp", steps=3), MatvecConfig(64, 2, 32, 1, "stream_dp", xfirst=1)):
+    for cfg in (MatvecConfig(64, 2, 32, 1, "stream_dp", steps=3), MatvecConfig(64, 2, 32, 1, "stream_dp", xfirst=1),
+                MatvecConfig(64, 2, 1, 1, "stream_dp", steps=2, chained_steps=1)):
         assert parse_matvec_env(cfg.spec())["*"] == cfg
-    for bad in ("bogus:1,2,3,4", "stream_dp:512,x,1,1", "1,2,3"):
+    for bad in ("bogus:1,2,3,4", "stream_dp:512,x,1,1", "1,2,3", "stream_dp:1,2,3,4,5,6,7,8", "wide:1,2,3,4,5,6,7"):
         with pytest.raises(LlamavkError):
             parse_matvec_env(bad)
     kc = KernelCache(dev)
@@ -306,3 +307,20 @@ def test_matvec_table_by_shape():
     assert fallback.kernel == "stream_dp" and fallback.wg == 256
     gpu.info.int_dot_fast = False
     assert pick(T.Q4_0, 4096, 4096) == "base"
+
+
+def test_chain_edges_per_device_and_override(dev, monkeypatch):
+    """selection.chain_edges: none on software devices, LLAMAVK_CHAIN 0 / 1 / letters, a one-line
+    error for anything else."""
+    from llamavk.kernels.selection import CHAIN_ALL, chain_edges
+
+    kc = KernelCache(dev)
+    monkeypatch.delenv("LLAMAVK_CHAIN", raising=False)
+    if kc.info.is_cpu:
+        assert chain_edges(kc) == ""
+    for env, want in (("0", ""), ("1", CHAIN_ALL), ("ao", "ao")):
+        monkeypatch.setenv("LLAMAVK_CHAIN", env)
+        assert chain_edges(kc) == want
+    monkeypatch.setenv("LLAMAVK_CHAIN", "ax")
+    with pytest.raises(LlamavkError, match="LLAMAVK_CHAIN"):
+        chain_edges(kc)

@@ -88,3 +88,20 @@ def test_copy_after_compute_across_an_intervening_barrier(dev):
     seq.copy(C, D, a.nbytes)                       # C was written before that barrier
     seq.end().run()
     np.testing.assert_array_equal(D.array(np.float32), 2 * a)
+
+
+def test_a_chained_dispatch_records_no_barrier_and_later_ones_still_wait(dev):
+    """dispatch(chained=True) skips the barrier its hazards would put in (its shader waits for the
+    producer itself: kernels/chain.py); a later dispatch reading what either wrote still gets one.
+    Only recorded: these kernels do not wait, so running it chained would race on a GPU."""
+    n = 4096
+    A, B, C, D, E = (Buffer(dev, 4 * n) for _ in range(5))
+    k = Kernel(dev, "add_f32", "rrw", push_size=4)
+    groups, push = ((n + 255) // 256,), struct.pack("<I", n)
+    seq = CommandSequence(dev).begin()
+    seq.dispatch(k, [A, B, C], groups, push)
+    seq.dispatch(k, [C, C, D], groups, push, chained=True)   # reads C: no barrier all the same
+    assert seq.n_barriers == 0
+    seq.dispatch(k, [C, D, E], groups, push)                 # reads C and D: a barrier after both
+    assert seq.n_barriers == 1
+    seq.end()

@@ -154,7 +154,8 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
 
 
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
-              head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None) -> None:
+              head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None,
+              signal=None) -> int:
     """out = softmax(q k^T / sqrt(head_dim), causal) v, per query head h over KV head h // (n_head/n_head_kv).
 
     q, out: [n_tokens][n_head * head_dim] f32; k_cache, v_cache: [n_ctx][n_head_kv * head_dim] f16.
@@ -164,13 +165,24 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     minimum KV positions per active split (rounded up to the kernel's block); with `n_splits` given
     and no `min_chunk`, every split is used (chunks of ceil(n_kv / n_splits) rounded to the kernel's
     block: ATTN_WG positions, DEC_BLOCK for the decode kernel).
+    `signal` (a chain.Signal): where the decode kernel runs, every workgroup counts itself done there
+    (attention_decode.comp CHAIN) for a next dispatch that waits in its shader. Returns how many
+    workgroups count (0: none, so the next dispatch must not wait).
     """
     if n_tokens <= 0:
-        return
+        return 0
     pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, n_ctx, n_splits, min_chunk)
+    chained = signal is not None and pl.kernel.startswith("attention_dec")
     push = struct.pack("<5If", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk, 1.0 / math.sqrt(head_dim))
-    kernel = kc.get(pl.kernel, "rrrrwwww" if pl.n_splits > 1 else "rrrrw", push_size=24, spec=pl.spec)
+    if chained:
+        push += struct.pack("<I", signal.slot)
+    name = pl.kernel.replace("_f16", "_chain_f16") if chained else pl.kernel
+    bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained else "")
+    kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
     bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
     if pl.n_splits > 1:
         bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
+    if chained:
+        bufs.append(signal.counters)
     seq.dispatch(kernel, bufs, pl.grid, push)
+    return pl.grid[0] * pl.grid[1] * pl.grid[2] if chained else 0

@@ -121,7 +121,7 @@ def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
 def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
     """LLAMAVK_MATVEC (experiments, sweeps): entries separated by spaces or ';', each
     `[TYPE=][KERNEL:]wg,nr,ks,u[,dq[,xs]]` (KERNEL default base; no TYPE: every type; stream kernels:
-    `wg,nr,ks,u[,steps[,xfirst]]`), e.g.
+    `wg,nr,ks,u[,steps[,xfirst[,chained_steps]]]`), e.g.
     "wide:256,4,1,2,1,1" or "q4_0=wide:128,4,1,2 q8_0=wide:128,2,1,2,0,0 q4_k=base:256,4,2,2" or the old
     "256,4,2,2". A kernel that lacks the type (or does not fit) falls back to MATVEC_CONFIGS. -> {type or "*": config}."""
     out: dict[str, MatvecConfig] = {}
@@ -135,9 +135,11 @@ def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
             vals = [int(v) for v in nums.split(",")]
         except ValueError:
             vals = []
-        if not 4 <= len(vals) <= 6:
-            raise LlamavkError(f"LLAMAVK_MATVEC: {entry!r} needs wg,nr,ks,u[,dq[,xs]] (stream: [,steps[,xfirst]])")
-        extra = dict(zip(("steps", "xfirst") if kernel.startswith("stream") else ("dq", "xs"), vals[4:]))
+        stream = kernel.startswith("stream")
+        if not 4 <= len(vals) <= (7 if stream else 6):
+            raise LlamavkError(f"LLAMAVK_MATVEC: {entry!r} needs wg,nr,ks,u[,dq[,xs]] "
+                               "(stream: [,steps[,xfirst[,chained_steps]]])")
+        extra = dict(zip(("steps", "xfirst", "chained_steps") if stream else ("dq", "xs"), vals[4:]))
         out[tname.lower() or "*"] = MatvecConfig(*vals[:4], kernel, **extra)
     return out
 
@@ -229,8 +231,15 @@ def matvec_rope_ok(kc: KernelCache, w: QWeight, rope, head_dim: int) -> bool:
     return parts == 1 and (cfg.wg // tpr) % 2 == 0
 
 
+def matvec_chain_ok(kc: KernelCache, w: QWeight) -> bool:
+    """Whether w's one-token product can be chained without a barrier (kernels/chain.py): wait for
+    its producer and count its workgroups done in the shader (matvec_stream.comp WAIT, SIGNAL)."""
+    return _one_token_stream(kc, w) is not None
+
+
 def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
-                 resid: bool, glu: bool, pair: bool = False, rope_mode: int = 0) -> tuple[tuple, int, int, int]:
+                 resid: bool, glu: bool, pair: bool = False, rope_mode: int = 0,
+                 wait: bool = False, signal: bool = False) -> tuple[tuple, int, int, int]:
     """Specialization constants of cfg's kernel (its shader header lists them), rows per row block,
     workgroups per row block (column parts) and row blocks per workgroup (steps)."""
     sg = kc.info.subgroup_size or 32
@@ -238,7 +247,7 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
         parts, (tpr, c, rj) = _stream_layout(kc, cfg, name, cols, _stream_rj(cfg, pair))
         rows_per_wg = cfg.wg // tpr * (rj // 2 if pair else rj)
         steps = max(1, cfg.steps) if c == 1 else 1   # steps keep x staged: one chunk of it
-        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps, bool(cfg.xfirst))
+        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps, bool(cfg.xfirst), wait, signal)
         return spec, rows_per_wg, parts, steps
     if pair:
         raise LlamavkError(f"matmul: the {cfg.kernel} matrix-vector kernel has no gate/up pair form")
@@ -274,9 +283,13 @@ def _stream_tail(kc: KernelCache, w: QWeight, parts: int, x: View, y: View, rope
     return part_bufs + rope_bufs
 
 
+# matvec_stream.comp's push constants: the product (7 words), RoPE's (10), WAIT's and SIGNAL's (3)
+STREAM_PUSH = 80
+
+
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
            norm: View | None = None, eps: float = 0.0, residual: View | None = None, glu: View | None = None,
-           pair: QWeight | None = None, rope=None) -> None:
+           pair: QWeight | None = None, rope=None, wait=None, signal=None) -> int:
     """Record y[t, r] = residual[t, r] + bias[r] + sum_c W[r, c] * x'[t, c] for t < n_tokens.
 
     x: float32 [n_tokens][w.cols]; y, residual: float32 [n_tokens][w.rows]; bias: float32 [w.rows].
@@ -286,9 +299,15 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     per MATVEC_MAX_TOKENS tokens (selection.MATVEC_BATCHED_MAX), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
     matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual). rope (one
     token, a rope.RopeOut, where matvec_rope_ok allows it): a Q product writes its rows rotated, a K
-    or V product writes row n_past of its KV cache instead of y (no residual)."""
+    or V product writes row n_past of its KV cache instead of y (no residual). wait (one token, where
+    matvec_wait_ok allows it): (counter range, n) from a producer recorded just before that counts its
+    n workgroups done there (attention.attention(chain=...)); the product is recorded without a
+    barrier after it and waits in its shader, its weight loads already issued (matvec_stream.comp
+    WAIT; with the config's xfirst the wait comes first, and its chained_steps apply). signal (a chain.Signal, one
+    token, where matvec_chain_ok allows it): every workgroup counts itself done there. Returns the
+    number of workgroups recorded."""
     if n_tokens <= 0:
-        return
+        return 0
     name = type_suffix(w.qtype)
     _check_view(x, 4 * n_tokens * w.cols, "matmul x")
     _check_view(y, 4 * n_tokens * w.rows, "matmul y")
@@ -303,6 +322,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     if rope is not None and (n_tokens != 1 or residual is not None or pair is not None
                              or not matvec_rope_ok(kc, w, rope.rope, rope.head_dim)):
         raise LlamavkError("matmul: RoPE in the product takes one token, no residual or pair, and the stream kernel")
+    if (wait is not None or signal is not None) and (n_tokens != 1 or not matvec_chain_ok(kc, w)):
+        raise LlamavkError("matmul: chaining without a barrier takes one token and the stream kernel")
     if family != "mul_mv" and (norm is not None or residual is not None or glu is not None):
         raise LlamavkError("fused norm/residual/glu matmul is only available for matrix-vector batches")
     if family == "mul_mv_batched":
@@ -311,22 +332,33 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
         cfg = matvec_config(kc, w.qtype, w.rows, w.cols, n_tokens)
+        if wait is not None and cfg.chained_steps:
+            cfg = replace(cfg, steps=cfg.chained_steps)
         spec, rows_per_wg, parts, steps = _matvec_spec(kc, cfg, name, w.cols, n_tokens, norm is not None,
                                                 residual is not None, glu is not None, pair is not None,
-                                                rope.MODES[rope.kind] if rope is not None else 0)
+                                                rope.MODES[rope.kind] if rope is not None else 0,
+                                                wait is not None, signal is not None)
         stream = cfg.kernel.startswith("stream")
-        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwrw" if stream else "rrrwrrr",
-                        push_size=68 if stream else 28, spec=spec)
+        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwrww" if stream else "rrrwrrr",
+                        push_size=STREAM_PUSH if stream else 28, spec=spec)
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
-        tail = _stream_tail(kc, w, parts, x, y, rope) if stream else []
-        rope_push = rope.push() if rope is not None else b""
+        counters = (wait or signal).counters if (wait or signal) is not None else y.range
+        tail = _stream_tail(kc, w, parts, x, y, rope) + [counters] if stream else []
+        rope_push = rope.push() if rope is not None else bytes(40)
         pair_chunks = pair.chunks if pair is not None else w.chunks
-        for ch, pch in zip(w.chunks, pair_chunks):
-            push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps) + rope_push
+        grids = []
+        for ch in w.chunks:
             blocks = (ch.n_rows + rows_per_wg - 1) // rows_per_wg
-            groups = groups_2d(parts * ((blocks + steps - 1) // steps))
+            grids.append(groups_2d(parts * ((blocks + steps - 1) // steps)))
+        chain_push = struct.pack("<3I", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0)
+        for ch, pch, groups in zip(w.chunks, pair_chunks, grids):
+            push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
+            if stream:
+                push += rope_push + chain_push
             stream_bufs = [pch.buffer] + tail if stream else []
-            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, groups, push)
+            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, groups, push,
+                         chained=wait is not None)
+        return sum(gx * gy * gz for gx, gy, gz in grids)
     else:
         tile_rows, tile_tokens = MATMUL_TILES[family]
         kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
@@ -337,6 +369,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
                 raise LlamavkError(f"matmul: grid {gx} x {gy} is too large")
             push = struct.pack("<6I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens)
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
+    return 0
 
 
 def _matvec_batches(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> None:

@@ -9,12 +9,16 @@ named next to each table override them for experiments.
    and weight shape.
 3. ATTENTION_SPLITS: the split-KV grid of decode attention, by kind of device (attention.split_plan).
 4. ATTENTION_COOP_HEAD_DIMS: where prompt attention runs on cooperative matrices.
+5. CHAIN_VENDORS: devices where a product waits for its producer in the shader instead of behind a
+   barrier, and after which producers.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from ..errors import LlamavkError
 
 # Token counts up to this use the matrix-vector kernel (one pass over W, NT accumulators per row);
 # the tiled kernel needs enough tokens to fill its 64-token tiles before it pays off.
@@ -81,11 +85,14 @@ class MatvecConfig:
     steps: int = 1         # stream kernel: row blocks per workgroup, x staged once for all of them
                            # (only where a lane takes one unit of a row)
     xfirst: int = 0        # stream kernel: x loaded before the weights (matvec_stream.comp XFIRST)
+    chained_steps: int = 0  # stream kernel waiting for its producer in the shader (selection.chain_edges):
+                            # row blocks per workgroup then (0: steps)
 
     def spec(self) -> str:
         """The LLAMAVK_MATVEC spelling of this config."""
         stream = self.kernel.startswith("stream")
         tail = f",{self.dq},{self.xs}" if self.kernel == "wide" else \
+            f",{self.steps},{self.xfirst},{self.chained_steps}" if stream and self.chained_steps else \
             f",{self.steps},{self.xfirst}" if stream and self.xfirst else \
             f",{self.steps}" if stream and self.steps != 1 else ""
         return f"{self.kernel}:{self.wg},{self.nr},{self.ks},{self.u}{tail}"
@@ -126,7 +133,7 @@ MATVEC_CONFIGS = (
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=7)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
-     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2, chained_steps=1)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
@@ -191,6 +198,34 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
     (LLAMAVK_ATTN_COOP=0 keeps the scalar kernel: comparisons on one device)."""
     return (os.environ.get("LLAMAVK_ATTN_COOP", "1") != "0" and has_coopmat(kc)
             and head_dim in ATTENTION_COOP_HEAD_DIMS and rows >= ATTENTION_COOP_ROWS)
+
+
+# 5. Stages chained without a barrier (kernels/chain.py): the consumer's workgroups start as the
+#    producer's finish, issue their weight loads and wait for the producer's count in the shader. By
+#    producer: a decode attention (-> output projection), o output projection (-> gate/up), g gate/up
+#    (-> down), d down (-> the next layer's Q/K/V). Needs workgroups to start in submission order
+#    across dispatches: measured on these vendors' drivers (PCI vendor ids). Software devices run
+#    dispatches one after another (the wait is met at once): nothing to gain. LLAMAVK_CHAIN=0 / 1 (all) /
+#    letters overrides (A/B; tests on software devices).
+#    H100, tg128 on the 7.2B (model loaded once, best of 3 x 128 steps, each setting twice, ninth
+#    session): Q4_0 396.2 / 396.4 unchained, a+o 416.0 / 420.6, a+o+g 423.7 / 423.5, a+o+g+d 423.7 /
+#    423.6; Q4_K a+o 407.3 / 405.9, a+o+g 409.3 / 409.9, a+o+g+d 387.6 / 387.7 (unchained 385.6 /
+#    388.2 in another run); Q8_0 262.8 / 263.2 unchained, a+o+g+d 263.0 / 263.7. At depth 4096, Q4_0
+#    330-336 unchained, a+o 346-348, a+o+g+d 350-351. a alone and o alone: within 1-2%.
+CHAIN_VENDORS = {0x10DE: "aog"}
+CHAIN_ALL = "aogd"
+
+
+def chain_edges(kc) -> str:
+    """The producers (letters above) whose consumers are chained on kc's device; "" for none."""
+    env = os.environ.get("LLAMAVK_CHAIN", "")
+    if env:
+        if env in ("0", "1"):
+            return "" if env == "0" else CHAIN_ALL
+        if set(env) - set(CHAIN_ALL):
+            raise LlamavkError(f"LLAMAVK_CHAIN={env!r}: 0, 1 or letters of {CHAIN_ALL!r}")
+        return env
+    return "" if kc.info.is_cpu else CHAIN_VENDORS.get(kc.info.vendor_id, "")
 
 
 def device_kind(kc) -> str:

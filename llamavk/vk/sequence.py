@@ -85,8 +85,9 @@ class CommandSequence:
             self.profiler.begin(self.cmd)
         return self
 
-    def _depend(self, reads, writes, stage: int) -> None:
-        if any(_overlaps(self._written, r) for r in reads + writes) or any(_overlaps(self._read, w) for w in writes):
+    def _depend(self, reads, writes, stage: int, chained: bool = False) -> None:
+        if not chained and (any(_overlaps(self._written, r) for r in reads + writes)
+                            or any(_overlaps(self._read, w) for w in writes)):
             self.barrier()
         self._read.extend(reads)
         self._written.extend(writes)
@@ -107,9 +108,13 @@ class CommandSequence:
         self._src_stages = 0
         self.n_barriers += 1
 
-    def dispatch(self, kernel, buffers, groups=(1, 1, 1), push: bytes = b"", indirect=None) -> None:
+    def dispatch(self, kernel, buffers, groups=(1, 1, 1), push: bytes = b"", indirect=None,
+                 chained: bool = False) -> None:
         """Record `kernel` over `buffers` (one per binding). `indirect=(buffer, offset)` reads the
-        group counts (3 x uint32) from a buffer at execution time instead of `groups`."""
+        group counts (3 x uint32) from a buffer at execution time instead of `groups`. `chained`: no
+        barrier before this dispatch, whatever it shares with the commands since the last barrier --
+        its shader waits for them itself (matvec_stream.comp WAIT); later commands are ordered after
+        both as usual."""
         ranges = [as_range(b) for b in buffers]
         reads = [r for r, a in zip(ranges, kernel.bindings) if a == "r"]
         writes = [r for r, a in zip(ranges, kernel.bindings) if a == "w"]
@@ -118,7 +123,7 @@ class CommandSequence:
             # to the indirect-command read (all earlier stages, to every stage).
             self._src_stages |= COMPUTE | TRANSFER
             self.barrier(_STAGES)
-        self._depend(reads, writes, COMPUTE)
+        self._depend(reads, writes, COMPUTE, chained and indirect is None)
         dset = kernel.descriptor_set(ranges)
         lib.vkCmdBindPipeline(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline)
         lib.vkCmdBindDescriptorSets(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, kernel.layout, 0, 1,
