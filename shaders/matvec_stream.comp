@@ -398,9 +398,7 @@ void product() {
     wg /= KSPLIT;
     uint wg_stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y / KSPLIT;   // row blocks between steps
     uint n_blocks = (p.n_rows + p.rows_per_wg - 1) / p.rows_per_wg;
-    if (wg >= n_blocks) {                // a 2-D grid's padding (the whole workgroup)
-        return;
-    }
+    if (wg >= n_blocks) return;          // a 2-D grid's padding (the whole workgroup; SIGNAL counts it)
     uint u0 = ks * n_units;              // first unit of the part
     uint tid = gl_LocalInvocationIndex, G = gl_WorkGroupSize.x / TPR;
     uint g = tid / TPR, c = tid % TPR;
