@@ -299,13 +299,12 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     per MATVEC_MAX_TOKENS tokens (selection.MATVEC_BATCHED_MAX), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
     matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual). rope (one
     token, a rope.RopeOut, where matvec_rope_ok allows it): a Q product writes its rows rotated, a K
-    or V product writes row n_past of its KV cache instead of y (no residual). wait (one token, where
-    matvec_wait_ok allows it): (counter range, n) from a producer recorded just before that counts its
-    n workgroups done there (attention.attention(chain=...)); the product is recorded without a
-    barrier after it and waits in its shader, its weight loads already issued (matvec_stream.comp
-    WAIT; with the config's xfirst the wait comes first, and its chained_steps apply). signal (a chain.Signal, one
-    token, where matvec_chain_ok allows it): every workgroup counts itself done there. Returns the
-    number of workgroups recorded."""
+    or V product writes row n_past of its KV cache instead of y (no residual). wait (a chain.Wait, one
+    token, where matvec_chain_ok allows it): the product is recorded without a barrier after its
+    producer and waits in its shader until the producer's workgroups have all counted themselves done,
+    its weight loads already issued (matvec_stream.comp WAIT; with the config's xfirst the wait comes
+    first; its chained_steps apply). signal (a chain.Signal, likewise): every workgroup counts itself
+    done there. Returns the number of workgroups recorded."""
     if n_tokens <= 0:
         return 0
     name = type_suffix(w.qtype)

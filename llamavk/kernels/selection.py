@@ -134,6 +134,8 @@ MATVEC_CONFIGS = (
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=7)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2, chained_steps=1)),
+    # (chained_steps: the output projection waiting for attention (5. below) by 1 block per workgroup,
+    # all 256 workgroups resident while attention runs: 397.1 / 397.4 against 388.2 / 388.5 by 2)
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
@@ -211,7 +213,7 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    session): Q4_0 396.2 / 396.4 unchained, a+o 416.0 / 420.6, a+o+g 423.7 / 423.5, a+o+g+d 423.7 /
 #    423.6; Q4_K a+o 407.3 / 405.9, a+o+g 409.3 / 409.9, a+o+g+d 387.6 / 387.7 (unchained 385.6 /
 #    388.2 in another run); Q8_0 262.8 / 263.2 unchained, a+o+g+d 263.0 / 263.7. At depth 4096, Q4_0
-#    330-336 unchained, a+o 346-348, a+o+g+d 350-351. a alone and o alone: within 1-2%.
+#    330-336 unchained, a+o 346-348, a+o+g+d 350-351. a alone: Q4_K +2.5%; o alone: +0.5-2%.
 CHAIN_VENDORS = {0x10DE: "aog"}
 CHAIN_ALL = "aogd"
 
