@@ -341,8 +341,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwrww" if stream else "rrrwrrr",
                         push_size=STREAM_PUSH if stream else 28, spec=spec)
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
-        counters = (wait or signal).counters if (wait or signal) is not None else y.range
-        tail = _stream_tail(kc, w, parts, x, y, rope) + [counters] if stream else []
+        chain = wait or signal   # both name the step's counters (binding 11; else an unused y)
+        tail = _stream_tail(kc, w, parts, x, y, rope) + [chain.counters if chain else y.range] if stream else []
         rope_push = rope.push() if rope is not None else bytes(40)
         pair_chunks = pair.chunks if pair is not None else w.chunks
         grids = []
