@@ -71,9 +71,6 @@ shared vec4 qs[BR * HD4];          // scaled queries; at the end, the merged O
 shared vec4 sc[2 * BP];            // scores [parity][position], rows in x y z w
 shared vec4 po[8 * WG];            // the row groups' outputs [vg][r][HD4] (VG * HD <= 8 WG)
 shared vec2 gml[BR * WG];          // the row groups' (m, l) [vg][r]
-shared float ps[BR * WG];          // attention_split.glsl's merge of splits
-shared float red_max[BR * WG];
-shared float red_sum[BR * WG];
 
 #include "attention_split.glsl"
 

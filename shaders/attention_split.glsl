@@ -10,8 +10,7 @@
 //
 // The including kernel declares: WG, HD4, BR, NEG; buffers o (binding 4) and, with SPLIT, opart, ml,
 // counter (bindings 5-7, coherent); push constants p.n_tokens, p.n_head, p.n_head_kv, p.n_splits,
-// p.min_chunk; shared vec4 qs[BR * HD4] and float ps[BR * WG], red_max[BR * WG], red_sum[BR * WG],
-// bool is_last.
+// p.min_chunk; shared vec4 qs[BR * HD4] and bool is_last.
 
 // Split `split` of the row block starting at row0 covers positions [begin, end) of the n_kv in the
 // cache (begin >= n_kv: an inactive split); chunk = max(roundup(ceil(n_kv / n_splits), block),
@@ -28,6 +27,19 @@ SplitRange split_range(const uint block, const uint split, const uint row0, cons
     s.end = min(min(s.begin + s.chunk, n_kv), n_past + t_last + 1);
     s.first = seq_len > 0 ? (n_past + row0 / n_gqa) / seq_len * seq_len : 0;
     return s;
+}
+
+// The online-softmax step of the merge: split s's (m_s, l_s) and unnormalised O_s folded into the
+// running (M, L, O): M' = max(M, m_s), L' = L e^(M - M') + l_s e^(m_s - M'), O' likewise. A split
+// with no visible position (m_s = NEG) adds nothing.
+void fold_split(inout float mx, inout float den, inout vec4 sum, const vec2 mls, const vec4 os, const bool live) {
+    if (live && mls.x > 0.5 * NEG) {
+        const float m2 = max(mx, mls.x);
+        const float a = exp(mx - m2), b = exp(mls.x - m2);
+        den = den * a + mls.y * b;
+        sum = sum * a + os * b;
+        mx = m2;
+    }
 }
 
 void finish_rows(const uint n_kv, const uint chunk, const uint split, const uint row0, const uint rows_here,
@@ -56,51 +68,29 @@ void finish_rows(const uint n_kv, const uint chunk, const uint split, const uint
         barrier();
         if (!is_last) return;
         memoryBarrierBuffer();
-        // Merge: thread sp < n_active (<= WG) takes split sp's (m, l) of each row; the weights
-        // e^(m_s - M) go to ps, the denominators sum_s e^(m_s - M) l_s to red_sum (per subgroup).
-        float mv[BR], lv[BR];
-        [[unroll]] for (uint r = 0; r < BR; ++r) {
-            mv[r] = NEG;
-            lv[r] = 0.0;
-            if (r < rows_here) {
-                if (tid < n_active) {
-                    const vec2 v = ml[tid * n_out_rows + orow[r]];
-                    mv[r] = v.x;
-                    lv[r] = v.y;
-                }
-                const float mx = subgroupMax(mv[r]);
-                if (subgroupElect()) red_max[r * WG + gl_SubgroupID] = mx;
-            }
-        }
-        barrier();
-        [[unroll]] for (uint r = 0; r < BR; ++r) {
-            if (r < rows_here) {
-                float mx = NEG;
-                for (uint sg = 0; sg < gl_NumSubgroups; ++sg) mx = max(mx, red_max[r * WG + sg]);
-                const float w = tid < n_active ? exp(mv[r] - mx) : 0.0;
-                ps[r * WG + tid] = w;
-                const float sm = subgroupAdd(w * lv[r]);
-                if (subgroupElect()) red_sum[r * WG + gl_SubgroupID] = sm;
-            }
-        }
-        barrier();
+        // Merge: one thread per output element (row r, vec4 e) folds the splits in (fold_split), 4
+        // at a time with their (m, l) and O loaded together (one round trip per 4 splits).
         for (uint idx = tid; idx < rows_here * HD4; idx += WG) {
             const uint r = idx / HD4;
             const uint e = idx - r * HD4;
             const uint row = row0 + r;
             const uint t = row / n_gqa;
             const uint orw = t * p.n_head + kvh * n_gqa + (row - t * n_gqa);
-            float denom = 0.0;
-            for (uint sg = 0; sg < gl_NumSubgroups; ++sg) denom += red_sum[r * WG + sg];
+            float mx = NEG, den = 0.0;
             vec4 sum = vec4(0.0);
-            uint sp = 0;
-            for (; sp + 8 <= n_active; sp += 8) {   // 8 loads in flight
-                vec4 a[8];
-                [[unroll]] for (uint u = 0; u < 8; ++u) a[u] = opart[((sp + u) * n_out_rows + orw) * HD4 + e];
-                [[unroll]] for (uint u = 0; u < 8; ++u) sum += ps[r * WG + sp + u] * a[u];
+            for (uint sp = 0; sp < n_active; sp += 4) {
+                // named variables, not arrays: NVIDIA put an array of them in local memory
+                const uint s1 = min(sp + 1, n_active - 1), s2 = min(sp + 2, n_active - 1), s3 = min(sp + 3, n_active - 1);
+                const vec2 ml0 = ml[sp * n_out_rows + orw], ml1 = ml[s1 * n_out_rows + orw];
+                const vec2 ml2 = ml[s2 * n_out_rows + orw], ml3 = ml[s3 * n_out_rows + orw];
+                const vec4 o0 = opart[(sp * n_out_rows + orw) * HD4 + e], o1 = opart[(s1 * n_out_rows + orw) * HD4 + e];
+                const vec4 o2 = opart[(s2 * n_out_rows + orw) * HD4 + e], o3 = opart[(s3 * n_out_rows + orw) * HD4 + e];
+                fold_split(mx, den, sum, ml0, o0, true);
+                fold_split(mx, den, sum, ml1, o1, sp + 1 < n_active);
+                fold_split(mx, den, sum, ml2, o2, sp + 2 < n_active);
+                fold_split(mx, den, sum, ml3, o3, sp + 3 < n_active);
             }
-            for (; sp < n_active; ++sp) sum += ps[r * WG + sp] * opart[(sp * n_out_rows + orw) * HD4 + e];
-            o[orw * HD4 + e] = denom > 0.0 ? sum / denom : vec4(0.0);
+            o[orw * HD4 + e] = den > 0.0 ? sum / den : vec4(0.0);
         }
         return;
     }
