@@ -348,7 +348,7 @@ ATTN_CASES = [
 
 
 @pytest.mark.parametrize("n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,n_splits", ATTN_CASES + [
-    # many active splits (n_splits given: chunks of one 32-position block), merged 8 loads at a time
+    # many active splits (n_splits given: chunks of one 32-position block), merged 4 splits' loads at a time
     (1, 1200, 8, 2, 128, 1280, 40),   # 38 active splits: 4 batches and a tail
     (3, 1000, 4, 4, 64, 1024, 64)])   # 3 tokens, n_splits capped at n_ctx / 32: 32 active splits
 def test_attention(dev, kc, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
@@ -566,8 +566,8 @@ def test_attention_min_chunk(dev, kc, monkeypatch, mode):
 
 
 def test_attention_many_splits(dev, kc):
-    """n_kv ~4096 over 33 splits of 128 positions (the merge's 8-wide loads and its remainder), odd
-    n_kv included, and MAX_SPLITS (= ATTN_WG) active splits: one thread per split in the merge."""
+    """n_kv ~4096 over 33 splits of 128 positions (the merge's batches of 4 splits and a batch of
+    one), odd n_kv included, and MAX_SPLITS active splits."""
     replay_decode(dev, kc, 8, 2, 128, 4224, (4000, 4095, 4223), seed=22, n_splits=33)
     replay_decode(dev, kc, 4, 1, 64, MAX_SPLITS * ATTN_WG, (MAX_SPLITS * ATTN_WG - 1, 5000), seed=23,
                   n_splits=MAX_SPLITS)

@@ -35,7 +35,7 @@ from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok,
 KV_WG = 256
 ATTN_WG = 128          # workgroup size = KV positions per block of attention.comp
 DEC_BLOCK = ATTN_WG // 4   # KV positions per block of attention_decode.comp (4 lanes per K row)
-MAX_SPLITS = 128      # <= ATTN_WG: the merging workgroup gives one thread to each split
+MAX_SPLITS = 128      # splits per (row block, KV head) at most: the merge folds them one after another
 
 
 def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int) -> None:
