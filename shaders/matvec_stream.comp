@@ -53,6 +53,13 @@
 // two round trips to L2 per workgroup. 7.2B tg128 on an H100: Q8_0 +3.5%, Q4_K +2%.) The wait cannot
 // deadlock: workgroups start in index order, and the last part's partners have lower indices and
 // wait for nothing. NORM: every part sums the squares of the whole row.
+// PHASE (KSPLIT > 1, where a workgroup cannot wait for another: the host picks it): 0, every part in
+// one dispatch as above; 1, parts 0 .. KSPLIT - 2 only (KSPLIT - 1 workgroups per row block); 2, the
+// last part only (one per row block), recorded after phase 1 behind a barrier, so its merge finds
+// every sum at its first read. Why: llvmpipe ends a shader invocation's loops after 65535 iterations
+// in all (LP_MAX_TGSI_LOOP_ITERATIONS, one counter over every loop) -- no hang, but a last part whose
+// partners are still running leaves the wait with sentinels as sums (NaN rows), and the partners'
+// later stores stay in the scratch for the next product to merge.
 // Benchmark only (examples/bench_matvec.py): NO_X skips the x staging (x left as it is in shared
 // memory), READ_ONLY also the arithmetic (the loaded words are xor-ed): what the rest costs.
 //
@@ -85,7 +92,7 @@
 // flight meanwhile. The counters are zeroed at the start of every step (kernels/chain.py).
 // Deadlock-free when the producer's workgroups all start before the product's (submission order).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
-// 11 XFIRST, 12 WAIT, 13 SIGNAL.
+// 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -101,7 +108,9 @@ layout(constant_id = 10) const uint STEPS = 1;
 layout(constant_id = 11) const bool XFIRST = false;
 layout(constant_id = 12) const bool WAIT = false;
 layout(constant_id = 13) const bool SIGNAL = false;
+layout(constant_id = 14) const uint PHASE = 0;
 const uint RO = PAIR ? RJ / 2 : RJ;   // rows written per lane's row group
+const uint WPB = PHASE == 0 ? KSPLIT : (PHASE == 1 ? KSPLIT - 1 : 1);   // workgroups per row block
 
 #include "quants.glsl"
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -394,9 +403,9 @@ void product() {
     uint n_units = row_units / KSPLIT;   // units of this workgroup's part of the row
     q_chunk_blocks = p.n_rows * (p.cols / QK);
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    uint ks = wg % KSPLIT;
-    wg /= KSPLIT;
-    uint wg_stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y / KSPLIT;   // row blocks between steps
+    uint ks = PHASE == 2 ? KSPLIT - 1 : wg % WPB;
+    wg /= WPB;
+    uint wg_stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y / WPB;   // row blocks between steps
     uint n_blocks = (p.n_rows + p.rows_per_wg - 1) / p.rows_per_wg;
     if (wg >= n_blocks) return;          // a 2-D grid's padding (the whole workgroup; SIGNAL counts it)
     uint u0 = ks * n_units;              // first unit of the part

@@ -247,7 +247,8 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
         parts, (tpr, c, rj) = _stream_layout(kc, cfg, name, cols, _stream_rj(cfg, pair))
         rows_per_wg = cfg.wg // tpr * (rj // 2 if pair else rj)
         steps = max(1, cfg.steps) if c == 1 else 1   # steps keep x staged: one chunk of it
-        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps, bool(cfg.xfirst), wait, signal)
+        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps, bool(cfg.xfirst), wait, signal,
+                0)   # PHASE: matmul sets it where the parts go in two dispatches (_parts_apart)
         return spec, rows_per_wg, parts, steps
     if pair:
         raise LlamavkError(f"matmul: the {cfg.kernel} matrix-vector kernel has no gate/up pair form")
@@ -261,6 +262,15 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
 
 # matvec_stream.comp's SENTINEL: what its partial-sum slots hold between runs
 PART_SENTINEL = 0xFFFFFFFF
+
+
+def _parts_apart(kc: KernelCache) -> bool:
+    """Whether the stream kernel's column parts run as two dispatches with a barrier between them
+    (matvec_stream.comp PHASE 1: the parts that store their sums, then PHASE 2: the last part, which
+    merges) instead of one whose last part waits in the shader for the others. Software devices:
+    llvmpipe ends a shader's loops after 65535 iterations in all, so a wait there can end before the
+    other parts have stored (rows NaN, their sums left in the scratch for the next product)."""
+    return kc.info.is_cpu
 
 
 def _parts_scratch(kc: KernelCache, rows: int, parts: int) -> tuple:
@@ -338,26 +348,32 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
                                                 rope.MODES[rope.kind] if rope is not None else 0,
                                                 wait is not None, signal is not None)
         stream = cfg.kernel.startswith("stream")
-        kernel = kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwrww" if stream else "rrrwrrr",
-                        push_size=STREAM_PUSH if stream else 28, spec=spec)
+        # (kernel, workgroups per row block) per dispatch of a chunk: one; or, column parts apart, the
+        # storing parts and then the last one (PHASE 1, 2)
+        phases = [(1, parts - 1), (2, 1)] if parts > 1 and _parts_apart(kc) else [(0, parts)]
+        passes = [(kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwrww" if stream else "rrrwrrr",
+                          push_size=STREAM_PUSH if stream else 28, spec=spec[:-1] + (phase,) if stream else spec), n)
+                  for phase, n in phases]
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         chain = wait or signal   # both name the step's counters (binding 11; else an unused y)
         tail = _stream_tail(kc, w, parts, x, y, rope) + [chain.counters if chain else y.range] if stream else []
         rope_push = rope.push() if rope is not None else bytes(40)
         pair_chunks = pair.chunks if pair is not None else w.chunks
-        grids = []
+        grids = []   # per chunk, per pass
         for ch in w.chunks:
             blocks = (ch.n_rows + rows_per_wg - 1) // rows_per_wg
-            grids.append(groups_2d(parts * ((blocks + steps - 1) // steps)))
+            grids.append([groups_2d(n * ((blocks + steps - 1) // steps)) for _, n in passes])
         chain_push = struct.pack("<3I", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0)
         for ch, pch, groups in zip(w.chunks, pair_chunks, grids):
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
             if stream:
                 push += rope_push + chain_push
             stream_bufs = [pch.buffer] + tail if stream else []
-            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, groups, push,
-                         chained=wait is not None)
-        return sum(gx * gy * gz for gx, gy, gz in grids)
+            for i, ((kernel, _), g) in enumerate(zip(passes, groups)):
+                # the last part's pass behind a barrier (it reads the scratch the first one wrote)
+                seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, g, push,
+                             chained=wait is not None and i == 0)
+        return sum(gx * gy * gz for chunk in grids for gx, gy, gz in chunk)
     else:
         tile_rows, tile_tokens = MATMUL_TILES[family]
         kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
