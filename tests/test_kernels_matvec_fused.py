@@ -259,26 +259,37 @@ def test_matvec_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, 
     assert mm._matvec_spec(kc_variants, cfg, name, cols, 1, False, True, False)[2] == parts
     assert mm._matvec_spec(kc_variants, cfg, name, cols + mm.MATVEC_WIDE_UNIT[name], 1, False, True, False)[2] == 1
     tol = 1e-4 if kernel == "stream_dp" else 1e-5
-    try:
-        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=21, chunked=True, bias=True, resid=True, tol=tol)
-        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=22, chunked=True, glu=True, tol=tol)
-        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=23, resid=True, tol=tol)
-        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=24, norm=True, bias=True, tol=tol)
-        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=25, chunked=True, norm=True, pair=True, tol=tol)
-        scratch = kc_variants.__dict__["_parts_scratch"]
-        assert scratch
-        for buf in scratch.values():
-            assert (np.frombuffer(buf.read(), dtype=np.uint32) == mm.PART_SENTINEL).all()
-    except AssertionError:
-        # Known, open: on llvmpipe (several threads) a chunked product's last part now and then leaves
-        # its rows unmerged (rows unwritten, partial sums left in the scratch), at 3034d83 as well
-        # (ninth session: 1 clean-clone run in 2). GPUs must pass. The scratch is put back so that the
-        # later cases, which share it, start clean.
-        if not kc_variants.info.is_cpu:
-            raise
-        for buf in kc_variants.__dict__.get("_parts_scratch", {}).values():
-            buf.write(np.full(buf.size // 4, mm.PART_SENTINEL, dtype=np.uint32))
-        pytest.xfail("llvmpipe: column-parts merge race (open)")
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=21, chunked=True, bias=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=22, chunked=True, glu=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=23, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=24, norm=True, bias=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=25, chunked=True, norm=True, pair=True, tol=tol)
+    scratch = kc_variants.__dict__["_parts_scratch"]
+    assert scratch
+    for buf in scratch.values():
+        assert (np.frombuffer(buf.read(), dtype=np.uint32) == mm.PART_SENTINEL).all()
+
+
+def test_matvec_stream_column_parts_apart(dev, kc_variants, monkeypatch):
+    """Where a workgroup cannot wait for another (software devices: llvmpipe ends a shader's loops
+    after 65535 iterations in all, so the last part's wait for the others' sums could end early), the
+    column parts are recorded as two dispatches per chunk, the merging last part behind a barrier
+    (matvec_stream.comp PHASE 1, 2); elsewhere one dispatch per chunk, the last part waiting in it.
+    Either way every part's workgroups are counted (a chained consumer waits for that many)."""
+    cfg = MatvecConfig(64, 2, 32, 1, "stream")
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    cols = 4096
+    _, rows_per_wg, parts, _ = mm._matvec_spec(kc_variants, cfg, "q4_0", cols, 1, False, False, False)
+    raw, _ = make_weight(T.Q4_0, 37, cols, seed=41)
+    qw = upload_qweight(dev, raw, T.Q4_0, 37, cols, max_chunk_bytes=raw.shape[1] * 20)
+    X, Y = f32(dev, np.ones((1, cols), np.float32)), f32(dev, np.zeros((1, 37), np.float32))
+    seq = CommandSequence(dev).begin()
+    n = matmul(seq, kc_variants, qw, View.whole(X), View.whole(Y), 1)
+    seq.end()
+    apart = mm._parts_apart(kc_variants)
+    assert parts == 4 and len(qw.chunks) == 2 and apart == kc_variants.info.is_cpu
+    assert seq.n_dispatches == 2 * (2 if apart else 1) and seq.n_barriers == seq.n_dispatches - 1
+    assert n == parts * sum(-(-ch.n_rows // rows_per_wg) for ch in qw.chunks)
 
 
 def test_matvec_table_by_shape():
