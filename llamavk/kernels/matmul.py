@@ -240,15 +240,16 @@ def matvec_chain_ok(kc: KernelCache, w: QWeight) -> bool:
 def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
                  resid: bool, glu: bool, pair: bool = False, rope_mode: int = 0,
                  wait: bool = False, signal: bool = False) -> tuple[tuple, int, int, int]:
-    """Specialization constants of cfg's kernel (its shader header lists them), rows per row block,
+    """Specialization constants of cfg's kernel (its shader header lists them; the stream kernel's
+    last, PHASE, is left to matmul), rows per row block,
     workgroups per row block (column parts) and row blocks per workgroup (steps)."""
     sg = kc.info.subgroup_size or 32
     if cfg.kernel.startswith("stream"):
         parts, (tpr, c, rj) = _stream_layout(kc, cfg, name, cols, _stream_rj(cfg, pair))
         rows_per_wg = cfg.wg // tpr * (rj // 2 if pair else rj)
         steps = max(1, cfg.steps) if c == 1 else 1   # steps keep x staged: one chunk of it
-        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps, bool(cfg.xfirst), wait, signal,
-                0)   # PHASE: matmul sets it where the parts go in two dispatches (_parts_apart)
+        # PHASE (14) is matmul's: it depends on the dispatch (_parts_apart)
+        spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps, bool(cfg.xfirst), wait, signal)
         return spec, rows_per_wg, parts, steps
     if pair:
         raise LlamavkError(f"matmul: the {cfg.kernel} matrix-vector kernel has no gate/up pair form")
@@ -352,7 +353,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         # storing parts and then the last one (PHASE 1, 2)
         phases = [(1, parts - 1), (2, 1)] if parts > 1 and _parts_apart(kc) else [(0, parts)]
         passes = [(kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwrww" if stream else "rrrwrrr",
-                          push_size=STREAM_PUSH if stream else 28, spec=spec[:-1] + (phase,) if stream else spec), n)
+                          push_size=STREAM_PUSH if stream else 28, spec=spec + (phase,) if stream else spec), n)
                   for phase, n in phases]
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         chain = wait or signal   # both name the step's counters (binding 11; else an unused y)
