@@ -1,0 +1,87 @@
+"""llama.cpp's own tools as the oracle (../shared/ref-llamacpp, SPEC §7): locate, unpack, run, parse.
+
+The CPU build (`-ngl 0`) scores any architecture llama.cpp knows, so a synthetic GGUF scored by both
+engines checks llamavk against an implementation that shares none of its code. Where the reference
+builds are not at hand (outside this workplace and its CI), `llamacpp_tool` skips with the reason.
+
+Search order for the tarball `llamacpp-0c1e570-vk.tar.xz`: $LLAMAVK_REF_LLAMACPP (a folder holding it),
+<repo>/../shared/ref-llamacpp (CI and the developers' checkouts), /work/shared/ref-llamacpp. It is
+unpacked once into ~/.cache/llamavk/ (or $LLAMAVK_CACHE).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = "llamacpp-0c1e570-vk"
+
+
+def _tarball() -> Path | None:
+    dirs = [os.environ.get("LLAMAVK_REF_LLAMACPP"), ROOT.parent / "shared" / "ref-llamacpp",
+            "/work/shared/ref-llamacpp"]
+    for d in dirs:
+        if d and (Path(d) / f"{BUILD}.tar.xz").is_file():
+            return Path(d) / f"{BUILD}.tar.xz"
+    return None
+
+
+def llamacpp_dir() -> Path | None:
+    """The unpacked CPU/Vulkan build, or None where the tarball is not at hand."""
+    cache = Path(os.environ.get("LLAMAVK_CACHE") or Path.home() / ".cache" / "llamavk")
+    out = cache / BUILD
+    if (out / "llama-perplexity").is_file():
+        return out
+    tar = _tarball()
+    if tar is None:
+        return None
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f"{BUILD}.part"
+    with tarfile.open(tar) as t:
+        t.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else t.extractall(tmp)
+    (tmp / BUILD).rename(out)
+    tmp.rmdir()
+    return out
+
+
+def llamacpp_tool(name: str) -> Path:
+    """Path of a llama.cpp tool (llama-perplexity, llama-completion, llama-bench); skips the test
+    with the reason where the reference build is not available."""
+    d = llamacpp_dir()
+    if d is None:
+        pytest.skip(f"llama.cpp reference build {BUILD}.tar.xz not found (set LLAMAVK_REF_LLAMACPP to "
+                    "the folder holding it; CI finds it in ../shared/ref-llamacpp)")
+    return d / name
+
+
+def run_tool(name: str, *args, timeout: float = 600) -> str:
+    """Run a llama.cpp tool on the CPU (every layer on the CPU backend); returns stdout + stderr."""
+    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="")    # no Vulkan device: the CPU backend only
+    r = subprocess.run([str(llamacpp_tool(name)), *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    out = r.stdout + r.stderr
+    if r.returncode != 0:
+        raise AssertionError(f"{name} failed ({r.returncode}):\n{out[-3000:]}")
+    return out
+
+
+FINAL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
+
+
+def llamacpp_perplexity(model: Path, text_file: Path, n_ctx: int, chunks: int = -1, *extra) -> tuple[float, float]:
+    """llama-perplexity on the CPU: (PPL, uncertainty) of `Final estimate`."""
+    # llama.cpp logs from a thread of its own: a busy machine has been seen to lose the last lines
+    # at exit (once in several hundred runs), so a run without them is repeated.
+    for _ in range(3):
+        out = run_tool("llama-perplexity", "-m", model, "-f", text_file, "-c", n_ctx, "--chunks", chunks,
+                       "-ngl", 0, "-t", 2, *extra)
+        m = FINAL.search(out)
+        if m is not None:
+            return float(m.group(1)), float(m.group(2))
+    raise AssertionError(f"no final estimate in llama-perplexity's output:\n{out[-3000:]}")
