@@ -11,7 +11,9 @@ microseconds, as much as reading megabytes. This pass folds into the matrix-vect
 
 - `rms_norm(x, w)` feeding only matmuls  -> each matmul normalises its input itself (attrs norm, eps);
 - `swiglu(g, u)` feeding one matmul      -> the matmul reads silu(g)·u as its input (attr glu);
+- `moe_sum(matmul_id(...))`              -> the expert product sums its weighted slots (attr sum);
 - `add(r, matmul(...))`                  -> the matmul writes r + W·x (attr residual).
+("matmul" here is either product: `matmul`, or `matmul_id` over a token's chosen experts.)
 
 The result is a new Graph with the same weights and logits; the original is untouched (prompt
 batches use the tiled matrix-matrix kernel, which takes the unfused graph).
@@ -109,16 +111,20 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
-def fuse_one_token(graph: Graph, can_pair, can_rope) -> Graph | None:
+def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True) -> Graph | None:
     """The one-token step's graph: pairs and RoPE in the products where the device can, then the
     decode fusions; None where neither applies (the step then takes fuse_for_matvec's graph)."""
     one = fuse_rope_into_products(fuse_glu_pairs(graph, can_pair), can_rope)
     if len(one.ops) == len(graph.ops) and not any(op.attrs.get("kv_stored") for op in one.ops):
         return None
-    return fuse_for_matvec(one)
+    return fuse_for_matvec(one, can_sum)
 
 
-def fuse_for_matvec(graph: Graph) -> Graph:
+PRODUCTS = ("matmul", "matmul_id")
+
+
+def fuse_for_matvec(graph: Graph, can_sum=lambda weight: True) -> Graph:
+    """can_sum(expert weight) -> bool: whether the device's expert product can sum the slots itself."""
     ops = _copy_ops(graph)
     consumers = _consumers(ops)
     dropped: set[int] = set()
@@ -126,7 +132,7 @@ def fuse_for_matvec(graph: Graph) -> Graph:
     for op in ops:
         if op.kind == "rms_norm" and len(op.inputs) == 2:
             users = consumers[op.out]
-            if users and all(u.kind == "matmul" and u.inputs[1] is op.out for u in users):
+            if users and all(u.kind in PRODUCTS and u.inputs[1] is op.out for u in users):
                 x, weight = op.inputs
                 for u in users:
                     u.inputs = (u.inputs[0], x) + u.inputs[2:]
@@ -134,16 +140,24 @@ def fuse_for_matvec(graph: Graph) -> Graph:
                 dropped.add(id(op))
         elif op.kind == "swiglu":
             users = consumers[op.out]
-            if len(users) == 1 and users[0].kind == "matmul" and users[0].inputs[1] is op.out \
+            if len(users) == 1 and users[0].kind in PRODUCTS and users[0].inputs[1] is op.out \
                     and "norm" not in users[0].attrs:
                 gate, up = op.inputs
                 u = users[0]
                 u.inputs = (u.inputs[0], gate) + u.inputs[2:]
                 u.attrs["glu"] = up
                 dropped.add(id(op))
+        elif op.kind == "moe_sum":
+            y, route = op.inputs
+            producer = next((p for p in ops if p.out is y and p.kind == "matmul_id"), None)
+            if producer is not None and consumers[y] == [op] and producer.inputs[2] is route \
+                    and can_sum(producer.inputs[0]):
+                producer.attrs["sum"] = True
+                producer.out = op.out
+                dropped.add(id(op))
         elif op.kind == "add":
             a, b = op.inputs
-            producer = next((p for p in ops if p.out is b and p.kind == "matmul"), None)
+            producer = next((p for p in ops if p.out is b and (p.kind == "matmul" or p.attrs.get("sum"))), None)
             if producer is not None and len(consumers[b]) == 1 and producer.out is not graph.logits:
                 producer.attrs["residual"] = a
                 producer.out = op.out

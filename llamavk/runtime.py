@@ -19,7 +19,7 @@ from .graph import Graph, Tensor
 from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_SYNC_BASE, STEP_WORDS, VIEW_ALIGN,
                       KernelCache, QWeight, View, upload_qweight)
 from .kernels import attention as attn_k
-from .kernels import elementwise, matmul, norm, rope
+from .kernels import elementwise, matmul, moe, norm, rope
 from .kernels.chain import ChainCounters
 from .kernels.selection import chain_edges
 from .quant import quant_info
@@ -135,12 +135,13 @@ class DeviceRuntime:
         self.rope = rope.RopeParams.from_config(self.cfg, View.whole(self.freqs) if self.freqs is not None else None)
         # Matrix-vector steps (decode, small batches) run the fused graph: fewer dispatches and barriers.
         self.batch_graphs = {key: fuse_rope_kv(g) for key, g in graphs.items()}
-        self.fused = {key: fuse_for_matvec(g) for key, g in self.batch_graphs.items()}
+        can_sum = lambda w: len(self.weights[w.name].chunks) == 1  # noqa: E731
+        self.fused = {key: fuse_for_matvec(g, can_sum) for key, g in self.batch_graphs.items()}
         # One-token steps also take gate and up as one product, and RoPE + KV store in the Q/K/V
         # products, where this device's kernel can.
         can_pair = lambda g, u: matmul.matvec_pairs(self.kc, self.weights[g.name], self.weights[u.name])  # noqa: E731
         can_rope = lambda w: matmul.matvec_rope_ok(self.kc, self.weights[w.name], self.rope, self.cfg.head_dim)  # noqa: E731
-        self.fused_one = {key: fuse_one_token(g, can_pair, can_rope) or self.fused[key]
+        self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
         self.plans = {g: plan_activations(g, n_ubatch) for g in
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
@@ -162,7 +163,7 @@ class DeviceRuntime:
         if t.rows == 1:
             return self._upload_vector(t.source or name, t.part)
         raw, qtype = weight_part(self.model, t.source or name, t.part)
-        return upload_qweight(self.device, raw, qtype, t.rows, t.width)
+        return upload_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts)
 
     def _upload_vector(self, name: str, part=None) -> Buffer:
         data = np.ascontiguousarray(self.model.dequantize(name), dtype=np.float32).reshape(-1)
@@ -262,6 +263,31 @@ class DeviceRuntime:
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)
                 n = attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
                                      n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, signal=signal)
+            elif k == "moe_route":
+                logits = op.inputs[0]
+                a = op.attrs
+                moe.route(seq, kc, act(logits), act(op.out), rows_out, logits.width, a["n_used"], a["gating"],
+                          a["norm"], a["scale"])
+                if rows_out > matmul.MATVEC_MAX_TOKENS:   # prompts: the expert products go by expert
+                    moe.group(seq, kc, act(op.out), self._moe_groups(logits.width, n_tokens), rows_out,
+                              a["n_used"], logits.width)
+            elif k == "matmul_id":
+                w, x, route = op.inputs
+                a = op.attrs
+                qw = self.weights[w.name]
+                n_used = route.width // 2
+                moe.matmul_id(seq, kc, qw, act(x), act(route), act(op.out), rows_out, n_used,
+                              xslot=x.width != qw.cols,
+                              groups=self._moe_groups(qw.experts, n_tokens) if rows_out > matmul.MATVEC_MAX_TOKENS else None,
+                              norm=vec(a["norm"]) if "norm" in a else None, eps=a.get("eps", 0.0),
+                              glu=act(a["glu"]) if "glu" in a else None, sum_slots=a.get("sum", False),
+                              residual=act(a["residual"]) if "residual" in a else None)
+            elif k == "moe_sum":
+                y, route = op.inputs
+                moe.moe_sum(seq, kc, act(y), act(route), act(op.out), rows_out, route.width // 2, op.out.width)
+            elif k == "scale_sigmoid":
+                y, x, w = op.inputs
+                moe.scale_sigmoid(seq, kc, act(y), act(x), vec(w), act(op.out), rows_out, y.width, x.width)
             elif k == "swiglu":
                 gate, up = op.inputs
                 elementwise.swiglu(seq, kc, act(gate), act(up), act(op.out), rows_out * gate.width)
@@ -280,6 +306,10 @@ class DeviceRuntime:
                 pending = (op, ChainCounters.wait(signal, n))
                 chained.append((op, pending[1]))
         return [seq.end() for seq in segments]
+
+    def _moe_groups(self, n_expert: int, n_tokens: int) -> View:
+        """The scratch buffer of per-expert token lists, sized for this device's largest batch."""
+        return moe.group_scratch(self.kc, n_expert, max(n_tokens, self.n_ubatch))
 
     def _consumes(self, op, producer, edges: str) -> bool:
         """Whether product `op` can wait in its shader for `producer` (recorded just before it, or
@@ -384,11 +414,12 @@ def weight_part(model, name: str, part):
     if part is None:
         return raw, qtype
     axis, start, stop = part
-    rows, cols = model.weights[name].shape
+    shape = model.weights[name].shape          # (rows, cols), or (experts, rows, cols): each cut alike
+    experts, rows, cols = shape if len(shape) == 3 else (1,) + tuple(shape)
     info = quant_info(qtype, name)
-    data = np.asarray(raw).view(np.uint8).reshape(rows, info.row_bytes(cols))
+    data = np.asarray(raw).view(np.uint8).reshape(experts, rows, info.row_bytes(cols))
     if axis == 0:
-        return data[start:stop], qtype
+        return np.ascontiguousarray(data[:, start:stop]), qtype
     if start % info.block_size == 0 and stop % info.block_size == 0:
-        return np.ascontiguousarray(data[:, info.row_bytes(start):info.row_bytes(stop)]), qtype
-    return np.ascontiguousarray(model.dequantize(name)[:, start:stop]), gguf.GGMLQuantizationType.F32
+        return np.ascontiguousarray(data[:, :, info.row_bytes(start):info.row_bytes(stop)]), qtype
+    return np.ascontiguousarray(model.dequantize(name)[..., start:stop]), gguf.GGMLQuantizationType.F32

@@ -9,6 +9,9 @@ for _t in _TYPES:
     VARIANTS[f"mul_mm_coop_{_t}"] = ("matmul_coop.comp", dict(_d))   # cooperative matrices (KHR)
     VARIANTS[f"mul_mm_coop_big_{_t}"] = ("matmul_coop.comp", dict(_d, WARPS_M="4", NBUF="1"))   # 256 x 128 tiles
     VARIANTS[f"get_rows_{_t}"] = ("get_rows.comp", dict(_d))
+    # mixture of experts: products with each token's chosen experts (decode; prompts grouped by expert)
+    VARIANTS[f"mul_mv_id_{_t}"] = ("matvec_id.comp", dict(_d))
+    VARIANTS[f"mul_mm_id_{_t}"] = ("matmul.comp", dict(_d, MUL_MAT_ID="1"))
 # phases of the cooperative-matrix kernel, for examples/bench_matmul.py only: 1 multiplies only, 2 loads only
 for _ph in (1, 2):
     VARIANTS[f"mul_mm_coopP{_ph}_q4_0"] = ("matmul_coop.comp", {"QTYPE_Q4_0": "1", "PHASE": str(_ph)})

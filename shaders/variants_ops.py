@@ -23,4 +23,9 @@ VARIANTS = {
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),
     "swiglu_f32": ("elementwise.comp", {"OP_SWIGLU": "1"}),
     "add_bias_f32": ("elementwise_bias.comp", {}),
+    # mixture of experts: router top-k, tokens grouped by expert, weighted sum; shared expert's gate
+    "moe_route_f32": ("moe_route.comp", {}),
+    "moe_group": ("moe_group.comp", {}),
+    "moe_sum_f32": ("moe_sum.comp", {}),
+    "scale_sigmoid_f32": ("scale_sigmoid.comp", {}),
 }

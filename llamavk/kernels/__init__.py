@@ -56,11 +56,17 @@ class WeightChunk:
 @dataclass(frozen=True)
 class QWeight:
     """A weight matrix on a device in GGUF block layout, split into row chunks so that no chunk is
-    larger than the device's maxStorageBufferRange."""
+    larger than the device's maxStorageBufferRange. Stacked expert matrices (experts > 0) are one
+    matrix of experts * expert_rows rows, cut between experts."""
     qtype: object          # gguf.GGMLQuantizationType
     rows: int
     cols: int
     chunks: tuple[WeightChunk, ...]
+    experts: int = 0
+
+    @property
+    def expert_rows(self) -> int:
+        return self.rows // self.experts if self.experts else self.rows
 
 
 class KernelCache:
@@ -105,10 +111,12 @@ def to_device_layout(qtype, chunk):
     return np.concatenate([blocks[:, head:].reshape(-1), blocks[:, :head].reshape(-1)])
 
 
-def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None) -> QWeight:
+def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None,
+                   experts: int = 0) -> QWeight:
     """Copy a weight matrix (raw GGUF blocks, `rows` rows of `cols` elements) to `device`, split into
     row chunks no larger than the device's maxStorageBufferRange (128 MiB on llvmpipe), each in the
-    kernels' layout (`to_device_layout`)."""
+    kernels' layout (`to_device_layout`). experts > 0: `rows` holds that many stacked expert
+    matrices, and chunks hold whole experts."""
     import numpy as np
 
     from ..quant import quant_info
@@ -118,11 +126,12 @@ def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: in
     if data.size != rows * row_bytes:
         raise ValueError(f"weight data is {data.size} bytes, expected {rows} x {row_bytes}")
     limit = max_chunk_bytes or device.info.max_storage_buffer_range or (1 << 27)
-    rows_per_chunk = max(1, min(rows, limit // row_bytes))
+    group = rows // experts if experts else 1
+    rows_per_chunk = max(1, min(rows, limit // row_bytes)) // group * group or group
     chunks = []
     for start in range(0, rows, rows_per_chunk):
         n = min(rows_per_chunk, rows - start)
         buf = Buffer(device, n * row_bytes)
         buf.write(to_device_layout(qtype, data[start * row_bytes:(start + n) * row_bytes]))
         chunks.append(WeightChunk(buf, start, n))
-    return QWeight(qtype, rows, cols, tuple(chunks))
+    return QWeight(qtype, rows, cols, tuple(chunks), experts)

@@ -24,7 +24,11 @@ ROLES = (
     "attn_norm", "q", "k", "v", "o", "q_bias", "k_bias", "v_bias", "q_norm", "k_norm",
     "ffn_norm", "gate", "up", "down",
     "rope_freqs",  # optional Llama-3 style per-frequency divisors (n_rot/2,), shared by all layers
+    # mixture of experts: the router (n_expert, n_embd), the experts' stacked matrices
+    # (n_expert, rows, cols), and the optional shared expert with its sigmoid gate (1, n_embd)
+    "router", "gate_exps", "up_exps", "down_exps", "gate_shexp", "up_shexp", "down_shexp", "router_shexp",
 )
+EXPERT_ROLES = frozenset({"gate_exps", "up_exps", "down_exps"})
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,14 @@ class ModelConfig:
     qkv_bias: bool
     qk_norm: bool
     tied_output: bool                 # no output.weight: token_embd is used as the output matrix
+    # mixture of experts (n_expert 0: a dense FFN of n_ff)
+    n_expert: int = 0
+    n_expert_used: int = 0            # experts each token runs (top-k of the router)
+    n_ff_exp: int = 0                 # one expert's FFN width
+    expert_gating: str = "softmax"    # router probabilities: "softmax" or "sigmoid" over the experts
+    expert_norm: bool = False         # the chosen experts' weights renormalized to sum 1
+    expert_weights_scale: float = 1.0
+    n_ff_shexp: int = 0               # the shared expert's FFN width (0: none)
 
     @property
     def n_gqa(self) -> int:
@@ -116,7 +128,9 @@ def common_config(metadata: dict[str, Any], arch: str, *, rope_neox: bool, qkv_b
         if tokens is None:
             raise LlamavkError(f"GGUF metadata has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
         n_vocab = len(tokens)
-    n_ff = m.require("{arch}.feed_forward_length")
+    # a mixture of experts may have no dense FFN width (its experts' is expert_feed_forward_length)
+    n_ff = m.get("{arch}.feed_forward_length", 0) if m.get("{arch}.expert_count") else \
+        m.require("{arch}.feed_forward_length")
     if isinstance(n_ff, list):  # per-layer list in some converters; llama-likes use one value
         n_ff = n_ff[0]
     if n_head_kv <= 0 or n_head % n_head_kv != 0:
@@ -140,6 +154,30 @@ def common_config(metadata: dict[str, Any], arch: str, *, rope_neox: bool, qkv_b
         qk_norm=qk_norm,
         tied_output=False,  # decided by load_model_file from the tensors present
     )
+
+
+def moe_config(metadata: dict[str, Any], arch: str, *, gating: str, norm: bool) -> dict[str, Any]:
+    """The mixture-of-experts fields of ModelConfig, read as llama.cpp reads them (`{arch}.expert_*`);
+    `gating` and `norm` are what llama.cpp's graph for the architecture does."""
+    m = Meta(metadata, arch)
+    n_expert = int(m.require("{arch}.expert_count"))
+    n_used = int(m.require("{arch}.expert_used_count"))
+    if not 0 < n_used <= n_expert:
+        raise LlamavkError(f"{arch}: expert_used_count {n_used} must be in 1..expert_count ({n_expert})")
+    if n_used > MAX_EXPERTS_USED or n_expert > MAX_EXPERTS:
+        raise LlamavkError(f"{arch}: {n_expert} experts, {n_used} used per token: llamavk supports at most "
+                           f"{MAX_EXPERTS} experts and {MAX_EXPERTS_USED} used")
+    n_ff_exp = int(m.get("{arch}.expert_feed_forward_length", 0) or m.require("{arch}.feed_forward_length"))
+    scale = float(m.get("{arch}.expert_weights_scale", 0.0) or 1.0)   # llama.cpp: 0 means unscaled
+    return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp, expert_gating=gating,
+                expert_norm=norm, expert_weights_scale=scale,
+                n_ff_shexp=int(m.get("{arch}.expert_shared_feed_forward_length", 0)))
+
+
+# The router kernel keeps every expert's probability of a token in shared memory and picks the used
+# ones in registers (shaders/moe_route.comp).
+MAX_EXPERTS = 1024
+MAX_EXPERTS_USED = 32
 
 
 def rope_scaling(m: Meta) -> RopeScaling | None:
@@ -169,7 +207,8 @@ def rope_scaling(m: Meta) -> RopeScaling | None:
 
 
 def llama_like_specs(cfg: ModelConfig) -> list[WeightSpec]:
-    """Tensors of a llama-style decoder: pre-norm attention + SwiGLU FFN, optional biases / QK norm."""
+    """Tensors of a llama-style decoder: pre-norm attention + SwiGLU FFN (or a mixture of experts),
+    optional biases / QK norm."""
     E, D, F = cfg.n_embd, cfg.head_dim, cfg.n_ff
     q_out, kv_out = cfg.n_head * D, cfg.n_head_kv * D
     specs = [
@@ -199,11 +238,32 @@ def llama_like_specs(cfg: ModelConfig) -> list[WeightSpec]:
                 WeightSpec(b + "attn_q_norm.weight", "q_norm", i, (D,)),
                 WeightSpec(b + "attn_k_norm.weight", "k_norm", i, (D,)),
             ]
-        specs += [
-            WeightSpec(b + "ffn_norm.weight", "ffn_norm", i, (E,)),
+        specs.append(WeightSpec(b + "ffn_norm.weight", "ffn_norm", i, (E,)))
+        specs += moe_specs(cfg, i) if cfg.n_expert else [
             WeightSpec(b + "ffn_gate.weight", "gate", i, (F, E)),
             WeightSpec(b + "ffn_up.weight", "up", i, (F, E)),
             WeightSpec(b + "ffn_down.weight", "down", i, (E, F)),
+        ]
+    return specs
+
+
+def moe_specs(cfg: ModelConfig, i: int) -> list[WeightSpec]:
+    """A mixture-of-experts FFN's tensors as llama.cpp names them (GGUF ne [n_embd, n_ff_exp, n_expert]
+    is numpy (n_expert, n_ff_exp, n_embd)), with the shared expert where the config has one."""
+    b, E, X, F = f"blk.{i}.", cfg.n_embd, cfg.n_expert, cfg.n_ff_exp
+    specs = [
+        WeightSpec(b + "ffn_gate_inp.weight", "router", i, (X, E)),
+        WeightSpec(b + "ffn_gate_exps.weight", "gate_exps", i, (X, F, E)),
+        WeightSpec(b + "ffn_up_exps.weight", "up_exps", i, (X, F, E)),
+        WeightSpec(b + "ffn_down_exps.weight", "down_exps", i, (X, E, F)),
+    ]
+    if cfg.n_ff_shexp:
+        S = cfg.n_ff_shexp
+        specs += [
+            WeightSpec(b + "ffn_gate_inp_shexp.weight", "router_shexp", i, (E,)),
+            WeightSpec(b + "ffn_gate_shexp.weight", "gate_shexp", i, (S, E)),
+            WeightSpec(b + "ffn_up_shexp.weight", "up_shexp", i, (S, E)),
+            WeightSpec(b + "ffn_down_shexp.weight", "down_shexp", i, (E, S)),
         ]
     return specs
 

@@ -51,7 +51,8 @@ def build_split_runtime(model_file, devices, shares, opts: SplitOptions, graphs:
 
     module = MODULES[opts.mode]
     blocks = {}
-    for role, name in (("down", "blk.0.ffn_down.weight"), ("o", "blk.0.attn_output.weight")):
+    for role, name in (("down", "blk.0.ffn_down.weight"), ("o", "blk.0.attn_output.weight"),
+                       ("down_exps", "blk.0.ffn_down_exps.weight"), ("down_shexp", "blk.0.ffn_down_shexp.weight")):
         if name in model_file.weights:
             blocks[role] = quant_info(model_file.tensor_type(name), name).block_size
     plans = {key: module.plan(g, shares, opts, blocks) for key, g in graphs.items()}

@@ -1,0 +1,122 @@
+"""Mixture-of-experts recorders: the router's choice, the products with the chosen experts, their
+weighted sum, and the shared expert's gate (shaders/moe_*.comp, matvec_id.comp, matmul.comp
+MUL_MAT_ID, scale_sigmoid.comp).
+
+A route tensor holds per token the n_used chosen expert ids (uint32 bits) and then their n_used
+weights. Expert ids never leave the GPU: the products read them there.
+
+- one to MATVEC_MAX_TOKENS tokens (decode): `matvec_id.comp`, a grid of (row blocks, token x slot);
+  each workgroup reads its slot's expert id and only that expert's rows. With `sum`, the down
+  product adds the weighted slots (and the residual) itself: (row blocks, token) workgroups, each
+  taking its rows of every slot.
+- more tokens (prompts): `moe_group.comp` lists, per expert, the (token, slot) pairs that chose it
+  (in a scratch buffer of the device); `matmul.comp` MUL_MAT_ID then multiplies each expert's tile
+  of rows with its listed tokens only (workgroups past an expert's count return at once).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..errors import LlamavkError
+from ..vk import Buffer
+from . import KernelCache, QWeight, View, groups_2d
+from .matmul import MATMUL_TILES, MATVEC_MAX_TOKENS, _check_view, type_suffix
+
+MATVEC_ID_WG = 128
+MATVEC_ID_NR = 2
+GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
+
+
+def route(seq, kc: KernelCache, logits: View, out: View, n_tokens: int, n_expert: int, n_used: int,
+          gating: str, norm: bool, scale: float) -> None:
+    """out[t] = the n_used most probable experts' ids and weights from the router's logits[t]."""
+    if n_tokens <= 0:
+        return
+    _check_view(logits, 4 * n_tokens * n_expert, "moe_route logits")
+    _check_view(out, 8 * n_tokens * n_used, "moe_route out")
+    kernel = kc.get("moe_route_f32", "rw", push_size=24)
+    push = struct.pack("<5If", n_tokens, n_expert, n_used, gating == "sigmoid", bool(norm), scale)
+    seq.dispatch(kernel, [logits.range, out.range], groups_2d(n_tokens), push)
+
+
+def group_scratch(kc: KernelCache, n_expert: int, n_tokens: int) -> View:
+    """The device's buffer of per-expert token lists (moe_group.comp), shared by every layer: the
+    recorder's barriers order one layer's grouping after the previous layer's products."""
+    cache = kc.__dict__.setdefault("_moe_groups", {})
+    words = n_expert * (n_tokens + 1) + GROUP_PAD
+    buf = cache.get(n_expert)
+    if buf is None or buf.size < 4 * words:
+        buf = cache[n_expert] = Buffer(kc.device, 4 * words)
+    return View(buf, 0, 4 * words)
+
+
+def group(seq, kc: KernelCache, route_view: View, groups: View, n_tokens: int, n_used: int, n_expert: int) -> None:
+    """groups = per expert, the count and list of (token, slot) pairs that chose it."""
+    kernel = kc.get("moe_group", "rw", push_size=12)
+    seq.dispatch(kernel, [route_view.range, groups.range], (n_expert, 1, 1),
+                 struct.pack("<3I", n_tokens, n_used, n_expert))
+
+
+def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: View, n_tokens: int,
+              n_used: int, xslot: bool, groups: View | None = None, norm: View | None = None, eps: float = 0.0,
+              glu: View | None = None, sum_slots: bool = False, residual: View | None = None) -> None:
+    """y[t, s] = W[id(t, s)] x'[t(, s)] for t < n_tokens, s < n_used (y: [n_tokens][n_used][R]);
+    with sum_slots, y[t] = residual[t] + sum_s weight(t, s) W[id(t, s)] x'[t, s] (y: [n_tokens][R]).
+
+    w: stacked experts (w.experts of R = w.expert_rows rows). x: [n_tokens][(n_used if xslot)][cols].
+    norm (x' = rms_norm(x) * norm), glu (x' = silu(x) * glu, glu shaped as x), sum_slots and residual
+    are the decode forms (n_tokens <= MATVEC_MAX_TOKENS); larger batches need `groups` (group())."""
+    if n_tokens <= 0:
+        return
+    if not w.experts:
+        raise LlamavkError("matmul_id: the weight is not a stack of experts")
+    name = type_suffix(w.qtype)
+    R, cols = w.expert_rows, w.cols
+    _check_view(x, 4 * n_tokens * (n_used if xslot else 1) * cols, "matmul_id x")
+    _check_view(y, 4 * n_tokens * (1 if sum_slots else n_used) * R, "matmul_id y")
+    if n_tokens <= MATVEC_MAX_TOKENS:
+        if sum_slots and len(w.chunks) > 1:
+            raise LlamavkError("matmul_id: the weighted sum of slots needs the experts in one chunk")
+        sg = kc.info.subgroup_size or 32
+        wg = max(MATVEC_ID_WG, sg)
+        rows_per_wg = wg // sg * MATVEC_ID_NR
+        spec = (wg, MATVEC_ID_NR, norm is not None, glu is not None, sum_slots, xslot, residual is not None)
+        kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrr", push_size=28, spec=spec)
+        grid = ((R + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
+        for ch in w.chunks:
+            push = struct.pack("<6If", R, cols, n_used, ch.row_start // R, ch.n_rows // R, rows_per_wg, eps)
+            seq.dispatch(kernel, [ch.buffer, x.range, route_view.range, y.range, (norm or x).range,
+                                  (residual or x).range, (glu or x).range], grid, push)
+        return
+    if norm is not None or glu is not None or sum_slots or residual is not None:
+        raise LlamavkError("matmul_id: fused norm/glu/sum/residual inputs exist for small batches only")
+    if groups is None:
+        raise LlamavkError("matmul_id: a batch needs the tokens grouped by expert (moe.group)")
+    tile_rows, tile_tokens = MATMUL_TILES["mul_mm"]
+    kernel = kc.get(f"mul_mm_id_{name}", "rrrwr", push_size=40)
+    for ch in w.chunks:
+        grid = ((R + tile_rows - 1) // tile_rows, (n_tokens + tile_tokens - 1) // tile_tokens, ch.n_rows // R)
+        push = struct.pack("<10I", R, cols, R, 0, 0, n_tokens, n_used, ch.row_start // R, w.experts, xslot)
+        seq.dispatch(kernel, [ch.buffer, x.range, x.range, y.range, groups.range], grid, push)
+
+
+def moe_sum(seq, kc: KernelCache, y: View, route_view: View, out: View, n_tokens: int, n_used: int,
+            width: int) -> None:
+    """out[t] = sum_s weight(t, s) y[t, s] (y: [n_tokens][n_used][width])."""
+    if n_tokens <= 0:
+        return
+    kernel = kc.get("moe_sum_f32", "rrw", push_size=12)
+    n = n_tokens * width
+    seq.dispatch(kernel, [y.range, route_view.range, out.range], groups_2d((n + 255) // 256),
+                 struct.pack("<3I", n_tokens, width, n_used))
+
+
+def scale_sigmoid(seq, kc: KernelCache, y: View, x: View, w: View, out: View, n_tokens: int, width: int,
+                  cols: int) -> None:
+    """out[t] = y[t] * sigmoid(w . x[t]) (y, out: [n_tokens][width]; x: [n_tokens][cols])."""
+    if n_tokens <= 0:
+        return
+    kernel = kc.get("scale_sigmoid_f32", "rrrw", push_size=12)
+    seq.dispatch(kernel, [y.range, x.range, w.range, out.range], groups_2d(n_tokens),
+                 struct.pack("<3I", n_tokens, width, cols))
