@@ -173,9 +173,12 @@ class DeviceRuntime:
         buf.write(data)
         return buf
 
-    def weight_bytes(self) -> int:
+    def weight_bytes(self, experts_only: bool = False) -> int:
+        """Bytes of weights on this device (experts_only: of the stacked expert matrices alone)."""
         total = 0
         for w in self.weights.values():
+            if experts_only and not (isinstance(w, QWeight) and w.experts):
+                continue
             total += sum(c.buffer.size for c in w.chunks) if isinstance(w, QWeight) else w.size
         return total
 

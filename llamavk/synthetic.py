@@ -49,6 +49,7 @@ class Preset:
     n_expert: int = 0             # mixture of experts (arch qwen3moe): experts, used per token, width
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    n_ff_shexp: int = 0           # a shared expert of this width (0: none)
 
 
 PRESETS: dict[str, Preset] = {
@@ -124,7 +125,7 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
     p = dataclasses.replace(p, **overrides)
     head_dim = p.head_dim or p.n_embd // p.n_head
     for what, n in (("n_embd", p.n_embd), ("n_ff", p.n_ff), ("n_head*head_dim", p.n_head * head_dim),
-                    ("n_ff_exp", p.n_ff_exp)):
+                    ("n_ff_exp", p.n_ff_exp), ("n_ff_shexp", p.n_ff_shexp)):
         if n % info.block_size:
             raise LlamavkError(f"{what} = {n} is not a multiple of the {info.name} block size "
                                f"{info.block_size}")
@@ -142,7 +143,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         "gate": 1 / np.sqrt(E), "up": 1 / np.sqrt(E), "down": 1 / np.sqrt(cfg.n_ff),
         # router logits of std ~1.5: distinct experts win per token, none takes every token
         "router": 1.5 / np.sqrt(E), "gate_exps": 1 / np.sqrt(E), "up_exps": 1 / np.sqrt(E),
-        "down_exps": 1 / np.sqrt(max(cfg.n_ff_exp, 1)),
+        "down_exps": 1 / np.sqrt(max(cfg.n_ff_exp, 1)), "gate_shexp": 1 / np.sqrt(E),
+        "up_shexp": 1 / np.sqrt(E), "down_shexp": 1 / np.sqrt(max(cfg.n_ff_shexp, 1)),
     }
     tensors = []
     for spec in arch_module(arch).weight_specs(cfg):
@@ -176,6 +178,8 @@ def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dic
     if p.n_expert:
         meta.update({f"{arch}.expert_count": p.n_expert, f"{arch}.expert_used_count": p.n_expert_used,
                      f"{arch}.expert_feed_forward_length": p.n_ff_exp})
+        if p.n_ff_shexp:
+            meta[f"{arch}.expert_shared_feed_forward_length"] = p.n_ff_shexp
     if head_dim != p.n_embd // p.n_head or arch in ("qwen3", "qwen3moe"):
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim

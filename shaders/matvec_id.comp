@@ -75,9 +75,11 @@ void main() {
     float total[NR];
     [[unroll]] for (uint r = 0; r < NR; ++r) total[r] = 0.0;
     uint s_first = SUM ? 0 : pair % p.n_used, s_end = SUM ? p.n_used : s_first + 1;
+    bool mine = SUM;   // a slot's output is written by the dispatch of the chunk holding its expert
     for (uint s = s_first; s < s_end; ++s) {
         uint e = floatBitsToUint(route[rbase + s]);
         if (e < p.e0 || e >= p.e0 + p.n_exp || !live) continue;   // uniform per subgroup
+        mine = true;
         uint xrow = XSLOT ? t * p.n_used + s : t;
         uint rows[NR];
         [[unroll]] for (uint r = 0; r < NR; ++r) rows[r] = (e - p.e0) * p.rows + min(r0 + r, p.rows - 1);
@@ -104,7 +106,7 @@ void main() {
         if (SUM) scale *= route[rbase + p.n_used + s];
         [[unroll]] for (uint r = 0; r < NR; ++r) total[r] += subgroupAdd(acc[r]) * scale;
     }
-    if (lane == 0 && live) {
+    if (lane == 0 && live && mine) {
         [[unroll]] for (uint r = 0; r < NR; ++r) {
             uint row = r0 + r;
             if (row < p.rows) {

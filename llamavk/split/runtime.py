@@ -151,15 +151,18 @@ class SplitRuntime:
         return out
 
     # -- reporting -----------------------------------------------------------------------------
-    def weight_bytes(self) -> int:
-        return sum(rt.weight_bytes() for rt in self.runtimes)
+    def weight_bytes(self, experts_only: bool = False) -> int:
+        return sum(rt.weight_bytes(experts_only) for rt in self.runtimes)
 
     def describe(self) -> list[str]:
         """What each device holds (-v), and the host-memory traffic of one decoded token."""
         lines = []
         for rt, holds in zip(self.runtimes, self.plans["last"].holds):
+            experts = rt.weight_bytes(experts_only=True)
+            of_which = f" ({experts / 2**20:.1f} MiB of experts)" if self.cfg.n_expert else ""
             lines.append(f"  {rt.device.name} ({rt.device.info.name}): {', '.join(holds) or 'nothing'}; "
-                         f"weights {rt.weight_bytes() / 2**20:.1f} MiB, KV cache {rt.kv_bytes() / 2**20:.1f} MiB")
+                         f"weights {rt.weight_bytes() / 2**20:.1f} MiB{of_which}, "
+                         f"KV cache {rt.kv_bytes() / 2**20:.1f} MiB")
         written, read, points = traffic_per_token(self.runtimes)
         lines.append(f"  per token: {points} exchange points, {written / 1024:.1f} KiB written to and "
                      f"{read / 1024:.1f} KiB read from shared host memory ({self.sync} sync)")
