@@ -22,7 +22,10 @@ from ..errors import LlamavkError
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, groups_2d
 from .matmul import MATMUL_TILES, MATVEC_MAX_TOKENS, _check_view, type_suffix
+from .selection import moe_product_kernel
 
+# prompt kernels (selection.moe_product_kernel): name prefix -> (rows, tokens) per workgroup tile
+MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64), "mul_mm_coop_id_m4n1": (256, 32)}
 MATVEC_ID_WG = 128
 MATVEC_ID_NR = 2
 GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
@@ -93,8 +96,9 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         raise LlamavkError("matmul_id: fused norm/glu/sum/residual inputs exist for small batches only")
     if groups is None:
         raise LlamavkError("matmul_id: a batch needs the tokens grouped by expert (moe.group)")
-    tile_rows, tile_tokens = MATMUL_TILES["mul_mm"]
-    kernel = kc.get(f"mul_mm_id_{name}", "rrrwr", push_size=40)
+    family = moe_product_kernel(kc, cols, name)
+    tile_rows, tile_tokens = MOE_TILES[family]
+    kernel = kc.get(f"{family}_{name}", "rrrwr", push_size=40)
     for ch in w.chunks:
         grid = ((R + tile_rows - 1) // tile_rows, (n_tokens + tile_tokens - 1) // tile_tokens, ch.n_rows // R)
         push = struct.pack("<10I", R, cols, R, 0, 0, n_tokens, n_used, ch.row_start // R, w.experts, xslot)

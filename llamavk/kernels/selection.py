@@ -70,6 +70,28 @@ def product_kernel(kc, n_tokens: int, rows: int, cols: int) -> str:
     return next(name for name, applies in PRODUCT_KERNELS if name not in _SKIP and applies(kc, n_tokens, rows, cols))
 
 
+# Expert products of a prompt (kernels/moe.py): tokens grouped by expert, so each expert's tile sees a
+# few of the batch's tokens (512 tokens x 8 of 128 experts: 32 on average). Cooperative matrices with
+# 64-token tiles where the device has them, else the portable f32 tiles. LLAMAVK_MOE_MATMUL names
+# another family (benchmarks: mul_mm_coop_id_m4n1, 256 x 32 tiles, Q4_0 and Q4_K only).
+MOE_PRODUCT_KERNELS = (
+    ("mul_mm_coop_id", lambda kc, cols: _coopmat_ok(kc, cols)),
+    ("mul_mm_id", lambda kc, cols: True),
+)
+
+
+def moe_product_kernel(kc, cols: int, type_name: str) -> str:
+    forced = os.environ.get("LLAMAVK_MOE_MATMUL")
+    if forced:
+        return forced
+    return next(name for name, applies in MOE_PRODUCT_KERNELS
+                if name not in _SKIP_MOE and applies(kc, cols))
+
+
+# LLAMAVK_MATMUL=mul_mm (the portable tiles only) applies here too
+_SKIP_MOE = {"mul_mm_coop_id"} if os.environ.get("LLAMAVK_MATMUL") == "mul_mm" else set()
+
+
 # 2. Matrix-vector kernels.
 @dataclass(frozen=True)
 class MatvecConfig:
