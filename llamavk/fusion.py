@@ -25,7 +25,8 @@ rope="q" / "k" / "v"; the attention op gets kv_stored=True): the rope_kv dispatc
 `fuse_glu_pairs` (one-token steps, before `fuse_for_matvec`, where the device's one-token kernel can):
 `swiglu(matmul(Wg, h), matmul(Wu, h))` becomes one matmul of Wg with attr pair=Wu that writes
 silu(Wg h) * (Wu h) itself: one dispatch for gate and up, and the down product then reads one plain
-vector instead of computing silu(gate) * up from two.
+vector instead of computing silu(gate) * up from two. The same for a mixture of experts' gate and up
+(`matmul_id` over one route).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import copy
 from collections import defaultdict
 
 from .graph import Graph, Op
+
+PRODUCTS = ("matmul", "matmul_id")   # weight products: plain, or with each token's chosen experts
 
 
 def _copy_ops(graph: Graph) -> list[Op]:
@@ -101,10 +104,12 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
         if op.kind != "swiglu":
             continue
         g, u = (producer.get(t) for t in op.inputs)
-        if g is None or u is None or g.kind != "matmul" or u.kind != "matmul" or g is u:
+        if g is None or u is None or g.kind not in PRODUCTS or u.kind != g.kind or g is u:
             continue
-        plain = all(len(m.inputs) == 2 and not m.attrs and consumers[m.out] == [op] for m in (g, u))
-        if plain and g.inputs[1] is u.inputs[1] and can_pair(g.inputs[0], u.inputs[0]):
+        # plain products of one input (matmul_id: and one route), each read by the swiglu alone
+        n_inputs = 3 if g.kind == "matmul_id" else 2
+        plain = all(len(m.inputs) == n_inputs and not m.attrs and consumers[m.out] == [op] for m in (g, u))
+        if plain and g.inputs[1:] == u.inputs[1:] and can_pair(g.inputs[0], u.inputs[0]):
             g.attrs["pair"] = u.inputs[0]
             g.out = op.out
             dropped.update((id(u), id(op)))
@@ -118,9 +123,6 @@ def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True
     if len(one.ops) == len(graph.ops) and not any(op.attrs.get("kv_stored") for op in one.ops):
         return None
     return fuse_for_matvec(one, can_sum)
-
-
-PRODUCTS = ("matmul", "matmul_id")
 
 
 def fuse_for_matvec(graph: Graph, can_sum=lambda weight: True) -> Graph:

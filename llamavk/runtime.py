@@ -139,7 +139,10 @@ class DeviceRuntime:
         self.fused = {key: fuse_for_matvec(g, can_sum) for key, g in self.batch_graphs.items()}
         # One-token steps also take gate and up as one product, and RoPE + KV store in the Q/K/V
         # products, where this device's kernel can.
-        can_pair = lambda g, u: matmul.matvec_pairs(self.kc, self.weights[g.name], self.weights[u.name])  # noqa: E731
+        def can_pair(g, u):
+            wg, wu = self.weights[g.name], self.weights[u.name]
+            return moe.matvec_id_pairs(wg, wu) if wg.experts else matmul.matvec_pairs(self.kc, wg, wu)
+
         can_rope = lambda w: matmul.matvec_rope_ok(self.kc, self.weights[w.name], self.rope, self.cfg.head_dim)  # noqa: E731
         self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
@@ -284,7 +287,8 @@ class DeviceRuntime:
                               groups=self._moe_groups(qw.experts, n_tokens) if rows_out > matmul.MATVEC_MAX_TOKENS else None,
                               norm=vec(a["norm"]) if "norm" in a else None, eps=a.get("eps", 0.0),
                               glu=act(a["glu"]) if "glu" in a else None, sum_slots=a.get("sum", False),
-                              residual=act(a["residual"]) if "residual" in a else None)
+                              residual=act(a["residual"]) if "residual" in a else None,
+                              pair=self.weights[a["pair"].name] if "pair" in a else None)
             elif k == "moe_sum":
                 y, route = op.inputs
                 moe.moe_sum(seq, kc, act(y), act(route), act(op.out), rows_out, route.width // 2, op.out.width)

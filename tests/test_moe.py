@@ -95,9 +95,9 @@ def random_routes(rng, n_tokens, n_expert, n_used):
 
 
 def run_matmul_id(dev, kc, qtype, n_tokens, *, n_expert=7, rows=37, n_used=3, xslot=False, norm=False,
-                  glu=False, sum_slots=False, residual=False, chunk_experts=None, seed=0):
+                  glu=False, sum_slots=False, residual=False, chunk_experts=None, pair=False, seed=0):
     rng = np.random.default_rng(seed)
-    cols = small_cols(qtype)
+    cols = small_cols(qtype) if quant_info(qtype).block_size > 1 else 96   # expert rows: multiples of 32
     info = quant_info(qtype)
     max_chunk = chunk_experts * rows * info.row_bytes(cols) if chunk_experts else None
     w, wref = expert_weight(dev, qtype, n_expert, rows, cols, seed, max_chunk)
@@ -117,6 +117,11 @@ def run_matmul_id(dev, kc, qtype, n_tokens, *, n_expert=7, rows=37, n_used=3, xs
         xin = silu(xin) * up
     out_rows = 1 if sum_slots else n_used
     ref = np.stack([[wref[ids[t, s]] @ xin[t, s if xslot else 0] for s in range(n_used)] for t in range(n_tokens)])
+    if pair:
+        p, pref = expert_weight(dev, qtype, n_expert, rows, cols, seed + 100, max_chunk)
+        kw["pair"] = p
+        ref = silu(ref) * np.stack([[pref[ids[t, s]] @ xin[t, s if xslot else 0] for s in range(n_used)]
+                                    for t in range(n_tokens)])
     if sum_slots:
         ref = (ref * weights[:, :, None]).sum(1, keepdims=True)
         kw["sum_slots"] = True
@@ -148,6 +153,9 @@ def test_matmul_id_decode(dev, kc, qtype):
     run_matmul_id(dev, kc, qtype, 2, xslot=True, glu=True, seed=3)                # down: x per slot, SwiGLU in
     run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=4)
     run_matmul_id(dev, kc, qtype, 4, n_used=1, xslot=True, sum_slots=True, seed=5)
+    if qtype in (T.Q4_0, T.Q8_0):                                                 # gate and up as one product
+        run_matmul_id(dev, kc, qtype, 2, norm=True, pair=True, seed=6)
+        run_matmul_id(dev, kc, qtype, 1, pair=True, chunk_experts=3, seed=7)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
@@ -222,16 +230,17 @@ def test_tiny_moe_matches_reference(synthetic_model, qtype, overrides):
 
 
 def test_moe_decode_reads_only_chosen_experts(synthetic_model):
-    """The one-token step runs the expert products as fused matrix-vector forms: gate/up with the norm
-    folded in, the down product with SwiGLU, the weighted sum and the residual add folded in."""
+    """The one-token step runs the expert products as fused matrix-vector forms: gate and up as one
+    product with the norm folded in, writing silu(gate) * up; the down product with the weighted sum
+    and the residual add folded in."""
     with llamavk.load(synthetic_model("qwen3moe", "q4_0", seed=3), n_ctx=32, warn=lambda m: None) as m:
         ops = [op for op in m.runtime.fused_one["last"].ops if op.layer == 0]
     kinds = [op.kind for op in ops]
     assert "moe_sum" not in kinds and "swiglu" not in kinds
     ids = [op for op in ops if op.kind == "matmul_id"]
-    assert [op.inputs[0].role for op in ids] == ["gate_exps", "up_exps", "down_exps"]
-    assert all("norm" in op.attrs for op in ids[:2])
-    assert {"glu", "sum", "residual"} <= set(ids[2].attrs)
+    assert [op.inputs[0].role for op in ids] == ["gate_exps", "down_exps"]
+    assert ids[0].attrs["pair"].role == "up_exps" and "norm" in ids[0].attrs
+    assert {"sum", "residual"} <= set(ids[1].attrs) and "glu" not in ids[1].attrs
 
 
 def test_moe_metadata_errors():

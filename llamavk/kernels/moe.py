@@ -27,7 +27,7 @@ from .selection import moe_product_kernel
 # prompt kernels (selection.moe_product_kernel): name prefix -> (rows, tokens) per workgroup tile
 MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64), "mul_mm_coop_id_m4n1": (256, 32)}
 MATVEC_ID_WG = 128
-MATVEC_ID_NR = 2
+MATVEC_ID_RED = 2048    # matvec_id.comp RED_LEN: slots x rows of a SUM workgroup
 GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
 
 
@@ -38,7 +38,8 @@ def route(seq, kc: KernelCache, logits: View, out: View, n_tokens: int, n_expert
         return
     _check_view(logits, 4 * n_tokens * n_expert, "moe_route logits")
     _check_view(out, 8 * n_tokens * n_used, "moe_route out")
-    kernel = kc.get("moe_route_f32", "rw", push_size=24)
+    sg = kc.info.subgroup_size or 32
+    kernel = kc.get("moe_route_f32", "rw", push_size=24, spec=(sg,))
     push = struct.pack("<5If", n_tokens, n_expert, n_used, gating == "sigmoid", bool(norm), scale)
     seq.dispatch(kernel, [logits.range, out.range], groups_2d(n_tokens), push)
 
@@ -61,15 +62,40 @@ def group(seq, kc: KernelCache, route_view: View, groups: View, n_tokens: int, n
                  struct.pack("<3I", n_tokens, n_used, n_expert))
 
 
+def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tuple[int, int, int]:
+    """matvec_id.comp's (TPR lanes per row, C units per lane, RJ rows per lane) for rows of `cols`
+    weights: whole rows in at most 4 units per lane, without idle lanes where a power of two up to
+    the subgroup divides the row's units; rows per lane as far as a lane's weight loads stay <= 8
+    (16-byte loads: Q8_0 takes two per unit, a pair twice as many)."""
+    units = cols // 32
+    tprs = [1 << k for k in range(subgroup.bit_length()) if 1 << k <= min(subgroup, units)]
+    exact = [t for t in tprs if units % t == 0 and units // t <= 4]
+    tpr = max(exact) if exact else max(tprs)
+    c = -(-units // tpr)
+    loads = c * (2 if pair else 1) * (2 if type_name == "q8_0" else 1)
+    rj = max(1, min(4, 8 // loads))
+    return tpr, c, rj
+
+
+def matvec_id_pairs(w: QWeight, p: QWeight) -> bool:
+    """Whether the one-token expert product can take w and p as a gate/up pair (matvec_id.comp PAIR):
+    planar types (16-byte loads of both), the same type, shape and expert chunks."""
+    return (type_suffix(w.qtype) in ("q4_0", "q8_0") and (w.qtype, w.rows, w.cols, w.experts) ==
+            (p.qtype, p.rows, p.cols, p.experts) and [c.n_rows for c in w.chunks] == [c.n_rows for c in p.chunks])
+
+
 def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: View, n_tokens: int,
               n_used: int, xslot: bool, groups: View | None = None, norm: View | None = None, eps: float = 0.0,
-              glu: View | None = None, sum_slots: bool = False, residual: View | None = None) -> None:
+              glu: View | None = None, sum_slots: bool = False, residual: View | None = None,
+              pair: QWeight | None = None) -> None:
     """y[t, s] = W[id(t, s)] x'[t(, s)] for t < n_tokens, s < n_used (y: [n_tokens][n_used][R]);
-    with sum_slots, y[t] = residual[t] + sum_s weight(t, s) W[id(t, s)] x'[t, s] (y: [n_tokens][R]).
+    with sum_slots, y[t] = residual[t] + sum_s weight(t, s) W[id(t, s)] x'[t, s] (y: [n_tokens][R]);
+    with pair (a second stack of experts P, where matvec_id_pairs allows), y[t, s] =
+    silu(W[id(t, s)] x') * (P[id(t, s)] x').
 
     w: stacked experts (w.experts of R = w.expert_rows rows). x: [n_tokens][(n_used if xslot)][cols].
     norm (x' = rms_norm(x) * norm), glu (x' = silu(x) * glu, glu shaped as x), sum_slots and residual
-    are the decode forms (n_tokens <= MATVEC_MAX_TOKENS); larger batches need `groups` (group())."""
+    and pair are the decode forms (n_tokens <= MATVEC_MAX_TOKENS); larger batches need `groups` (group())."""
     if n_tokens <= 0:
         return
     if not w.experts:
@@ -79,20 +105,33 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
     _check_view(x, 4 * n_tokens * (n_used if xslot else 1) * cols, "matmul_id x")
     _check_view(y, 4 * n_tokens * (1 if sum_slots else n_used) * R, "matmul_id y")
     if n_tokens <= MATVEC_MAX_TOKENS:
+        if cols % 32:
+            raise LlamavkError(f"matmul_id: expert rows of {cols} weights (not a multiple of 32) are not supported")
         if sum_slots and len(w.chunks) > 1:
             raise LlamavkError("matmul_id: the weighted sum of slots needs the experts in one chunk")
+        if pair is not None and not matvec_id_pairs(w, pair):
+            raise LlamavkError("matmul_id: a gate/up pair needs two planar Q4_0/Q8_0 matrices of one shape")
         sg = kc.info.subgroup_size or 32
-        wg = max(MATVEC_ID_WG, sg)
-        rows_per_wg = wg // sg * MATVEC_ID_NR
-        spec = (wg, MATVEC_ID_NR, norm is not None, glu is not None, sum_slots, xslot, residual is not None)
-        kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrr", push_size=28, spec=spec)
+        tpr, c, rj = matvec_id_split(name, cols, sg, pair is not None)
+        g = sg // tpr
+        if sum_slots:
+            wg, rows_per_wg = n_used * sg, g * rj           # one subgroup per slot
+            if wg > (kc.info.max_workgroup_invocations or 1024) or n_used * rows_per_wg > MATVEC_ID_RED:
+                raise LlamavkError(f"matmul_id: {n_used} experts per token do not fit one workgroup here")
+        else:
+            wg = max(MATVEC_ID_WG, sg)
+            rows_per_wg = wg // sg * g * rj
+        spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
+                pair is not None)
+        kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrr", push_size=28, spec=spec)
         grid = ((R + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
-        for ch in w.chunks:
+        pair_chunks = pair.chunks if pair is not None else w.chunks
+        for ch, pch in zip(w.chunks, pair_chunks):
             push = struct.pack("<6If", R, cols, n_used, ch.row_start // R, ch.n_rows // R, rows_per_wg, eps)
             seq.dispatch(kernel, [ch.buffer, x.range, route_view.range, y.range, (norm or x).range,
-                                  (residual or x).range, (glu or x).range], grid, push)
+                                  (residual or x).range, (glu or x).range, pch.buffer], grid, push)
         return
-    if norm is not None or glu is not None or sum_slots or residual is not None:
+    if norm is not None or glu is not None or sum_slots or residual is not None or pair is not None:
         raise LlamavkError("matmul_id: fused norm/glu/sum/residual inputs exist for small batches only")
     if groups is None:
         raise LlamavkError("matmul_id: a batch needs the tokens grouped by expert (moe.group)")

@@ -50,12 +50,19 @@ def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
 # 1016, pp64 1705 -> 1068; 1.1B Q4_0 pp16 1668 -> 4234, pp32 3379 -> 5117; 7.2B Q4_K pp16 387 -> 398,
 # pp32 764 -> 418 (its 8-token kernel is slower). So 16. Software devices: not measured, the same.
 MATVEC_BATCHED_MAX = {"gpu": 16, "cpu": 16}
+# Products of at most this many rows (a mixture of experts' router: 128 x 2048 in Qwen3-30B-A3B) take
+# the matrix-vector kernel once per MATVEC_MAX_TOKENS tokens at any batch: cooperative-matrix tiles of
+# 128 rows x 128 tokens gave a 512-token prompt 4 workgroups (H100: 180 us per router product).
+# GPUs only: software devices run a few workgroups at a time anyway.
+SMALL_ROWS = 256
 
 # 1. Weight products: the first row that applies wins.
 PRODUCT_KERNELS = (
     # name              applies when (kc, n_tokens, rows, cols)                why
     ("mul_mv",          lambda kc, n, rows, cols: n <= MATVEC_MAX_TOKENS),    # one pass over W for all tokens
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
+    ("mul_mv_batched",  lambda kc, n, rows, cols: rows <= SMALL_ROWS and rows % 8 == 0 and cols % 8 == 0
+                        and not kc.info.is_cpu),   # few rows (a router): 128-row tiles leave a few workgroups
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
@@ -184,6 +191,11 @@ MATVEC_CONFIGS = (
      MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=2, ks=16, u=1, kernel="stream_dp", xfirst=1)),
+    # A mixture of experts' router (Qwen3-30B-A3B: 128 rows of 2048 f32 weights): 8 rows per
+    # workgroup leave 16 workgroups for the whole GPU; one row each, its 8 subgroups on parts of the
+    # columns, 128.
+    ("gpu", ("f32", "f16", "bf16"), lambda kc, n, rows, cols: rows <= 1024,
+     MatvecConfig(wg=256, nr=1, ks=8, u=1)),
     # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
     ("gpu", ("q4_k",), _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide")),
     # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step
