@@ -2,7 +2,8 @@
 
 `fuse_rope_kv` (every step shape): `rope(q)`, `rope(k)` feeding `attention(q, k, v)` become one
 attention op with attr rope=True; the runtime records it as one rope_kv dispatch (rotate q, rotate +
-store k, store v) before attention, instead of four dispatches over two dependent stages.
+store k, store v) before attention, instead of four dispatches over two dependent stages. Per-head
+Q/K norms before the rotation (qwen3) go into it too (attrs q_norm, k_norm, eps).
 
 `fuse_for_matvec` (matrix-vector steps, decode):
 
@@ -12,6 +13,7 @@ microseconds, as much as reading megabytes. This pass folds into the matrix-vect
 - `rms_norm(x, w)` feeding only matmuls  -> each matmul normalises its input itself (attrs norm, eps);
 - `swiglu(g, u)` feeding one matmul      -> the matmul reads silu(g)·u as its input (attr glu);
 - `moe_sum(matmul_id(...))`              -> the expert product sums its weighted slots (attr sum);
+- `moe_route(matmul(Wrouter, ...))`      -> the router product picks the experts itself (attr route);
 - `add(r, matmul(...))`                  -> the matmul writes r + W·x (attr residual).
 ("matmul" here is either product: `matmul`, or `matmul_id` over a token's chosen experts.)
 
@@ -56,15 +58,26 @@ def _graph_like(graph: Graph, ops: list[Op]) -> Graph:
 
 def fuse_rope_kv(graph: Graph) -> Graph:
     ops = _copy_ops(graph)
+    consumers = _consumers(ops)
+    producer = {op.out: op for op in ops if op.out is not None}
     dropped: set[int] = set()
     for op in ops:
         if op.kind != "attention":
             continue
-        q, k, _ = op.inputs
+        q, k, v = op.inputs
         ropes = [r for r in ops if r.kind == "rope" and r.inputs[0] in (q, k) and id(r) not in dropped]
         if len(ropes) == 2 and {r.inputs[0] for r in ropes} == {q, k}:
             dropped.update(id(r) for r in ropes)
             op.attrs["rope"] = True
+            # qwen3's per-head Q/K norms feeding only the rotation: into the same dispatch
+            norms = [producer.get(t) for t in (q, k)]
+            cfg = graph.config
+            if all(n is not None and n.kind == "head_norm" and consumers[n.out] == [r, op]
+                   for n, r in zip(norms, sorted(ropes, key=lambda r: r.inputs[0] is k))) \
+                    and cfg.rope_dim == cfg.head_dim:
+                dropped.update(id(n) for n in norms)
+                op.inputs = (norms[0].inputs[0], norms[1].inputs[0], v)
+                op.attrs.update(q_norm=norms[0].inputs[1], k_norm=norms[1].inputs[1], eps=norms[0].attrs["eps"])
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
@@ -82,7 +95,7 @@ def fuse_rope_into_products(graph: Graph, can_fuse) -> Graph:
     consumers = _consumers(ops)
     producer = {op.out: op for op in ops if op.out is not None}
     for op in ops:
-        if op.kind != "attention" or not op.attrs.get("rope"):
+        if op.kind != "attention" or not op.attrs.get("rope") or "q_norm" in op.attrs:
             continue
         prods = [producer.get(t) for t in op.inputs]
         if all(p is not None and p.kind == "matmul" and consumers[p.out] == [op] and "residual" not in p.attrs
@@ -116,17 +129,19 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
-def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True) -> Graph | None:
+def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True,
+                   can_route=lambda weight: True) -> Graph | None:
     """The one-token step's graph: pairs and RoPE in the products where the device can, then the
     decode fusions; None where neither applies (the step then takes fuse_for_matvec's graph)."""
     one = fuse_rope_into_products(fuse_glu_pairs(graph, can_pair), can_rope)
     if len(one.ops) == len(graph.ops) and not any(op.attrs.get("kv_stored") for op in one.ops):
         return None
-    return fuse_for_matvec(one, can_sum)
+    return fuse_for_matvec(one, can_sum, can_route)
 
 
-def fuse_for_matvec(graph: Graph, can_sum=lambda weight: True) -> Graph:
-    """can_sum(expert weight) -> bool: whether the device's expert product can sum the slots itself."""
+def fuse_for_matvec(graph: Graph, can_sum=lambda weight: True, can_route=lambda weight: True) -> Graph:
+    """can_sum(expert weight) -> bool: whether the device's expert product can sum the slots itself;
+    can_route(router weight): whether its router product can pick the experts itself."""
     ops = _copy_ops(graph)
     consumers = _consumers(ops)
     dropped: set[int] = set()
@@ -148,6 +163,14 @@ def fuse_for_matvec(graph: Graph, can_sum=lambda weight: True) -> Graph:
                 u = users[0]
                 u.inputs = (u.inputs[0], gate) + u.inputs[2:]
                 u.attrs["glu"] = up
+                dropped.add(id(op))
+        elif op.kind == "moe_route":
+            logits = op.inputs[0]
+            producer = next((p for p in ops if p.out is logits and p.kind == "matmul"), None)
+            if producer is not None and consumers[logits] == [op] and len(producer.inputs) == 2 \
+                    and can_route(producer.inputs[0]):
+                producer.attrs["route"] = dict(op.attrs)
+                producer.out = op.out
                 dropped.add(id(op))
         elif op.kind == "moe_sum":
             y, route = op.inputs

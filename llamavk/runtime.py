@@ -136,7 +136,8 @@ class DeviceRuntime:
         # Matrix-vector steps (decode, small batches) run the fused graph: fewer dispatches and barriers.
         self.batch_graphs = {key: fuse_rope_kv(g) for key, g in graphs.items()}
         can_sum = lambda w: len(self.weights[w.name].chunks) == 1  # noqa: E731
-        self.fused = {key: fuse_for_matvec(g, can_sum) for key, g in self.batch_graphs.items()}
+        can_route = lambda w: moe.router_ok(self.weights[w.name])  # noqa: E731
+        self.fused = {key: fuse_for_matvec(g, can_sum, can_route) for key, g in self.batch_graphs.items()}
         # One-token steps also take gate and up as one product, and RoPE + KV store in the Q/K/V
         # products, where this device's kernel can.
         def can_pair(g, u):
@@ -144,7 +145,7 @@ class DeviceRuntime:
             return moe.matvec_id_pairs(wg, wu) if wg.experts else matmul.matvec_pairs(self.kc, wg, wu)
 
         can_rope = lambda w: matmul.matvec_rope_ok(self.kc, self.weights[w.name], self.rope, self.cfg.head_dim)  # noqa: E731
-        self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum) or self.fused[key]
+        self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
         self.plans = {g: plan_activations(g, n_ubatch) for g in
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
@@ -239,6 +240,13 @@ class DeviceRuntime:
                 n_heads = op.attrs["n_heads"]
                 norm.rms_norm(seq, kc, act(x), act(op.out), n_tokens * n_heads, x.width // n_heads,
                               op.attrs["eps"], vec(w))
+            elif k == "matmul" and "route" in op.attrs:     # a router picking the experts itself
+                w, x = op.inputs
+                r = op.attrs["route"]
+                norm_w = op.attrs.get("norm")
+                moe.router(seq, kc, self.weights[w.name], act(x), act(op.out), rows_out, r["n_used"], r["gating"],
+                           r["norm"], r["scale"], norm_w=vec(norm_w) if norm_w is not None else None,
+                           eps=op.attrs.get("eps", 0.0))
             elif k == "matmul":
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
@@ -262,8 +270,11 @@ class DeviceRuntime:
                 # a split mode may give this device some of the heads (tensor parallelism)
                 n_head, n_head_kv = op.attrs.get("n_head", cfg.n_head), op.attrs.get("n_head_kv", cfg.n_head_kv)
                 if op.attrs.get("rope"):
+                    qn, kn = op.attrs.get("q_norm"), op.attrs.get("k_norm")
                     rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache), step,
-                                 n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope, self.n_ctx)
+                                 n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope, self.n_ctx,
+                                 q_norm=vec(qn) if qn is not None else None,
+                                 k_norm=vec(kn) if kn is not None else None, eps=op.attrs.get("eps", 0.0))
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)

@@ -72,6 +72,31 @@ def test_route(dev, kc, gating, norm, scale, n_expert, n_used):
     np.testing.assert_allclose(got[:, n_used:], w, rtol=2e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("qtype", [T.F32, T.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize("gating,norm", [("softmax", True), ("sigmoid", False)])
+def test_router_product_and_pick_in_one_dispatch(dev, kc, qtype, gating, norm):
+    """moe_router.comp: the router's product (the FFN norm folded in) and the top-k, for a few tokens,
+    twice in a row (the per-token counts must be back at 0 after a run)."""
+    n_tokens, n_expert, cols, n_used = 3, 70, 96, 5
+    rng = np.random.default_rng(21)
+    raw, wref = make_weight(qtype, n_expert, cols, 22)
+    w = upload_qweight(dev, raw, qtype, n_expert, cols)
+    assert moe.router_ok(w)
+    nw = rng.uniform(0.05, 0.15, cols).astype(np.float32)   # logits of std ~1: sigmoid does not saturate
+    for rep in range(2):
+        x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
+        h = x.astype(np.float64) / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * nw
+        ids, weights = reference_route(h @ wref.T, n_used, gating, norm, 1.5)
+        out = host_f32(dev, n_tokens * 2 * n_used)
+        seq = CommandSequence(dev).begin()
+        moe.router(seq, kc, w, device_array(dev, x), View.whole(out), n_tokens, n_used, gating, norm, 1.5,
+                   norm_w=device_array(dev, nw), eps=1e-5)
+        seq.end().run()
+        got = out.array(np.float32, n_tokens * 2 * n_used).reshape(n_tokens, 2 * n_used)
+        np.testing.assert_array_equal(got[:, :n_used].view(np.uint32), ids)
+        np.testing.assert_allclose(got[:, n_used:], weights, rtol=1e-4, atol=1e-6)
+
+
 def test_route_ties_take_the_lower_expert(dev, kc):
     logits = np.zeros((1, 9), np.float32)
     logits[0, [2, 7]] = 1.0           # two equal winners, then seven equal others
@@ -230,13 +255,15 @@ def test_tiny_moe_matches_reference(synthetic_model, qtype, overrides):
 
 
 def test_moe_decode_reads_only_chosen_experts(synthetic_model):
-    """The one-token step runs the expert products as fused matrix-vector forms: gate and up as one
-    product with the norm folded in, writing silu(gate) * up; the down product with the weighted sum
-    and the residual add folded in."""
+    """The one-token step runs the MoE as fused matrix-vector forms: the router product picking the
+    experts itself, gate and up as one product with the norm folded in, writing silu(gate) * up; the
+    down product with the weighted sum and the residual add folded in."""
     with llamavk.load(synthetic_model("qwen3moe", "q4_0", seed=3), n_ctx=32, warn=lambda m: None) as m:
         ops = [op for op in m.runtime.fused_one["last"].ops if op.layer == 0]
     kinds = [op.kind for op in ops]
-    assert "moe_sum" not in kinds and "swiglu" not in kinds
+    assert "moe_sum" not in kinds and "swiglu" not in kinds and "moe_route" not in kinds
+    router = next(op for op in ops if op.kind == "matmul" and op.inputs[0].role == "router")
+    assert "route" in router.attrs and "norm" in router.attrs
     ids = [op for op in ops if op.kind == "matmul_id"]
     assert [op.inputs[0].role for op in ids] == ["gate_exps", "down_exps"]
     assert ids[0].attrs["pair"].role == "up_exps" and "norm" in ids[0].attrs
@@ -264,6 +291,7 @@ def test_matmul_id_prompt_coopmat(dev, kc, qtype):
     partial 128-row and 64-token tiles, several token tiles for one expert, experts in two buffers."""
     if not selection.has_coopmat(kc):
         pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {selection.COOPMAT_SHAPE}")
-    assert selection.moe_product_kernel(kc, small_cols(qtype), qtype.name.lower()) == "mul_mm_coop_id"
+    cols = small_cols(qtype) if quant_info(qtype).block_size > 1 else 96
+    assert selection.moe_product_kernel(kc, cols, qtype.name.lower()) == "mul_mm_coop_id"
     run_matmul_id(dev, kc, qtype, 150, n_expert=4, rows=140, n_used=2, seed=12)
     run_matmul_id(dev, kc, qtype, 40, n_expert=9, rows=37, n_used=3, xslot=True, chunk_experts=5, seed=13)

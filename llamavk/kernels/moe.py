@@ -5,6 +5,8 @@ MUL_MAT_ID, scale_sigmoid.comp).
 A route tensor holds per token the n_used chosen expert ids (uint32 bits) and then their n_used
 weights. Expert ids never leave the GPU: the products read them there.
 
+- the router (decode): its product and the top-k in one dispatch, `moe_router.comp`; else the
+  product (kernels/matmul.py) and `moe_route.comp`.
 - one to MATVEC_MAX_TOKENS tokens (decode): `matvec_id.comp`, a grid of (row blocks, token x slot);
   each workgroup reads its slot's expert id and only that expert's rows. With `sum`, the down
   product adds the weighted slots (and the residual) itself: (row blocks, token) workgroups, each
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from ..errors import LlamavkError
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, groups_2d
@@ -26,6 +30,7 @@ from .selection import moe_product_kernel
 
 # prompt kernels (selection.moe_product_kernel): name prefix -> (rows, tokens) per workgroup tile
 MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64), "mul_mm_coop_id_m4n1": (256, 32)}
+ROUTER_WG = 256       # moe_router.comp: one workgroup per (expert, token), the row over all its threads
 MATVEC_ID_WG = 128
 MATVEC_ID_RED = 2048    # matvec_id.comp RED_LEN: slots x rows of a SUM workgroup
 GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
@@ -42,6 +47,41 @@ def route(seq, kc: KernelCache, logits: View, out: View, n_tokens: int, n_expert
     kernel = kc.get("moe_route_f32", "rw", push_size=24, spec=(sg,))
     push = struct.pack("<5If", n_tokens, n_expert, n_used, gating == "sigmoid", bool(norm), scale)
     seq.dispatch(kernel, [logits.range, out.range], groups_2d(n_tokens), push)
+
+
+ROUTER_TYPES = ("f32", "f16", "bf16")
+
+
+def router_ok(w: QWeight) -> bool:
+    """Whether the router product and its top-k can be one dispatch (moe_router.comp): a float
+    matrix in one buffer."""
+    return type_suffix(w.qtype) in ROUTER_TYPES and len(w.chunks) == 1 and not w.experts
+
+
+def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, n_used: int, gating: str,
+           norm: bool, scale: float, norm_w: View | None = None, eps: float = 0.0) -> None:
+    """out[t] = the route of token t from its router logits W x'[t] (x' = rms_norm(x[t]) * norm_w where
+    given), product and top-k in one dispatch: n_tokens <= MATVEC_MAX_TOKENS (decode)."""
+    if n_tokens <= 0:
+        return
+    if not router_ok(w) or n_tokens > MATVEC_MAX_TOKENS:
+        raise LlamavkError("moe router: a float matrix in one buffer and at most "
+                           f"{MATVEC_MAX_TOKENS} tokens (else the product, then moe_route)")
+    n_expert = w.rows
+    _check_view(x, 4 * n_tokens * w.cols, "moe router x")
+    _check_view(out, 8 * n_tokens * n_used, "moe router out")
+    cache = kc.__dict__.setdefault("_moe_router", {})
+    scratch = cache.get(n_expert)
+    if scratch is None:
+        counts = Buffer(kc.device, 4 * MATVEC_MAX_TOKENS)
+        counts.write(np.zeros(MATVEC_MAX_TOKENS, np.uint32))     # zero between runs (the kernel resets it)
+        scratch = cache[n_expert] = (Buffer(kc.device, 4 * MATVEC_MAX_TOKENS * n_expert), counts)
+    logits, counts = scratch
+    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwww", push_size=28,
+                    spec=(ROUTER_WG, norm_w is not None))
+    push = struct.pack("<5I2f", n_expert, w.cols, n_used, gating == "sigmoid", bool(norm), scale, eps)
+    seq.dispatch(kernel, [w.chunks[0].buffer, x.range, (norm_w or x).range, out.range, logits, counts],
+                 (n_expert, n_tokens, 1), push)
 
 
 def group_scratch(kc: KernelCache, n_expert: int, n_tokens: int) -> View:
