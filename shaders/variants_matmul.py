@@ -15,10 +15,6 @@ for _t in _TYPES:
     # on cooperative matrices, 128 rows x 64 tokens: an expert sees few of a batch's tokens
     VARIANTS[f"mul_mm_coop_id_{_t}"] = ("matmul_coop.comp", dict(_d, MUL_MAT_ID="1", WARPS_N="2"))
 # phases of the cooperative-matrix kernel, for examples/bench_matmul.py only: 1 multiplies only, 2 loads only
-# benchmark only (A/B of the expert products' tile): 256 rows x 32 tokens
-for _t in ["q4_0", "q4_k"]:
-    VARIANTS[f"mul_mm_coop_id_m4n1_{_t}"] = ("matmul_coop.comp", {f"QTYPE_{_t.upper()}": "1", "MUL_MAT_ID": "1",
-                                                                  "WARPS_M": "4", "WARPS_N": "1"})
 for _ph in (1, 2):
     VARIANTS[f"mul_mm_coopP{_ph}_q4_0"] = ("matmul_coop.comp", {"QTYPE_Q4_0": "1", "PHASE": str(_ph)})
 

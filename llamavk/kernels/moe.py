@@ -29,7 +29,7 @@ from .matmul import MATMUL_TILES, MATVEC_MAX_TOKENS, _check_view, type_suffix
 from .selection import moe_product_kernel
 
 # prompt kernels (selection.moe_product_kernel): name prefix -> (rows, tokens) per workgroup tile
-MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64), "mul_mm_coop_id_m4n1": (256, 32)}
+MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64)}
 ROUTER_WG = 256       # moe_router.comp: one workgroup per (expert, token), the row over all its threads
 MATVEC_ID_WG = 128
 MATVEC_ID_RED = 2048    # matvec_id.comp RED_LEN: slots x rows of a SUM workgroup
