@@ -299,10 +299,12 @@ def resolve_model(name: str | None, note=None) -> Path:
 FTYPE_NAMES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
                10: "Q2_K - Medium", 11: "Q3_K - Small", 12: "Q3_K - Medium", 13: "Q3_K - Large",
                14: "Q4_K - Small", 15: "Q4_K - Medium", 16: "Q5_K - Small", 17: "Q5_K - Medium",
-               18: "Q6_K", 21: "Q2_K - Small", 32: "BF16"}
+               18: "Q6_K", 21: "Q2_K - Small", 25: "IQ4_NL - 4.5 bpw", 30: "IQ4_XS - 4.25 bpw",
+               32: "BF16", 38: "MXFP4 MoE"}
 # llama.cpp's guess when general.file_type is missing: the most common tensor type -> llama_ftype
+# (MXFP4 is not in its table at 0c1e570: such a file reads "(guessed) all F32" there too)
 _GUESS_FTYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7,
-                "Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}
+                "Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30}
 
 
 @dataclass(frozen=True)
@@ -324,7 +326,7 @@ def ftype_name(metadata: dict, tensor_types: list[str]) -> str:
         return FTYPE_NAMES.get(int(ftype), fallback)
     common = Counter(tensor_types).most_common(1)
     guess = _GUESS_FTYPE.get(common[0][0], 0) if common else 0
-    return FTYPE_NAMES[guess] + " (guessed)"
+    return "(guessed) " + FTYPE_NAMES[guess]   # llama.cpp's order (0c1e570)
 
 
 def model_info(path: Path) -> ModelInfo:

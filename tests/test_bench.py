@@ -140,7 +140,15 @@ def test_file_type_names():
     assert ftype_name({"general.file_type": 2}, []) == "Q4_0"
     assert ftype_name({"general.file_type": 15}, []) == "Q4_K - Medium"
     assert ftype_name({"general.file_type": 0}, []) == "all F32"
-    assert ftype_name({}, ["F32", "Q6_K", "Q6_K"]) == "Q6_K (guessed)"
+    assert ftype_name({}, ["F32", "Q6_K", "Q6_K"]) == "(guessed) Q6_K"
+    # as llama-bench (0c1e570) printed them for synthetic tiny models of these types, with and
+    # without general.file_type
+    assert ftype_name({"general.file_type": 25}, []) == "IQ4_NL - 4.5 bpw"
+    assert ftype_name({"general.file_type": 30}, []) == "IQ4_XS - 4.25 bpw"
+    assert ftype_name({"general.file_type": 38}, []) == "MXFP4 MoE"
+    assert ftype_name({}, ["F32", "IQ4_NL", "IQ4_NL"]) == "(guessed) IQ4_NL - 4.5 bpw"
+    assert ftype_name({}, ["F32", "IQ4_XS", "IQ4_XS"]) == "(guessed) IQ4_XS - 4.25 bpw"
+    assert ftype_name({}, ["F32", "MXFP4", "MXFP4"]) == "(guessed) all F32"
 
 
 def test_model_info_of_a_synthetic_model(synthetic_model):
