@@ -160,6 +160,21 @@ def test_model_info_of_a_synthetic_model(synthetic_model):
     assert info.type == "llama 150K Q4_0"      # no size label in the file: from the parameter count
 
 
+@pytest.mark.parametrize("qtype,label", [("iq4_nl", "llama 150K IQ4_NL - 4.5 bpw"),
+                                         ("iq4_xs", "llama 1.4M IQ4_XS - 4.25 bpw"),
+                                         ("mxfp4", "llama 150K MXFP4 MoE")])
+def test_model_type_of_iq4_and_mxfp4_models(synthetic_model, qtype, label):
+    """llama-bench (0c1e570) printed "llama ?B <these names>" for the same synthetic files; run and
+    perplexity -v print the file type the same way."""
+    import llamavk
+    from llamavk.cli.common import describe_model
+
+    path = synthetic_model("llama", qtype)
+    assert model_info(path).type == label
+    with llamavk.load(path, n_ctx=32, warn=lambda m: None) as m:
+        assert f"file type {label.split(' ', 2)[2]}," in describe_model(m)[0]
+
+
 def test_model_info_of_smollm2(smollm2_path):
     info = model_info(smollm2_path)
     assert info.type == "llama 135M Q4_1"      # general.size_label and general.file_type
