@@ -319,51 +319,33 @@ def ftype_name(metadata: dict, tensor_types: list[str]) -> str:
     ftype = metadata.get("general.file_type")
     if ftype is not None:
         import gguf
+        if not isinstance(ftype, int) or isinstance(ftype, bool):   # corrupt metadata: a label only
+            return "unknown, may not work"
         try:
-            fallback = gguf.LlamaFileType(int(ftype)).name.removeprefix("MOSTLY_")
+            fallback = gguf.LlamaFileType(ftype).name.removeprefix("MOSTLY_")
         except ValueError:
             fallback = "unknown, may not work"
-        return FTYPE_NAMES.get(int(ftype), fallback)
+        return FTYPE_NAMES.get(ftype, fallback)
     common = Counter(tensor_types).most_common(1)
     guess = _GUESS_FTYPE.get(common[0][0], 0) if common else 0
     return "(guessed) " + FTYPE_NAMES[guess]   # llama.cpp's order (0c1e570)
 
 
 def model_info(path: Path) -> ModelInfo:
-    """What llama-bench prints about a model, from the GGUF header alone: gguf.GGUFReader would also
-    decode the whole vocabulary (seconds for a large one) on top of the load that follows."""
-    from gguf import GGMLQuantizationType
+    """What llama-bench prints about a model, from the GGUF header alone (no tensor data is read)."""
     from gguf.utility import model_weight_count_rounded_notation
 
-    from .gguf_file import scan_header
-    from .quant import tensor_nbytes
+    from .gguf_file import read_header
 
-    entries, _ = scan_header(path)         # validates the file: one-line errors for bad ones
-    types = [GGMLQuantizationType(e.type_id) for e in entries]
-    size = sum(tensor_nbytes(t, e.shape) for t, e in zip(types, entries))
+    header = read_header(path)             # validates the file: one-line errors for bad ones
+    entries = list(header.tensors.values())
+    types = [e.qtype for e in entries]
+    size = sum(e.nbytes for e in entries)
     n_params = sum(int(np.prod(e.shape)) for e in entries)
-    meta = _general_metadata(path)
+    meta = {k: v for k, v in header.metadata.items() if k.startswith("general.")}
     label = meta.get("general.size_label") or model_weight_count_rounded_notation(n_params)
     arch = meta.get("general.architecture", "?")
     return ModelInfo(str(path), f"{arch} {label} {ftype_name(meta, [t.name for t in types])}", size, n_params)
-
-
-def _general_metadata(path: Path) -> dict:
-    """The general.* metadata values (scalars and strings; arrays are skipped unread)."""
-    from .gguf_file import _HeaderWalker
-
-    meta = {}
-    with open(path, "rb") as f:
-        f.seek(4)                                  # magic, checked by scan_header
-        w = _HeaderWalker(f)
-        w.unpack("I")
-        w.unpack("Q")
-        for _ in range(w.unpack("Q")):
-            key = w.string()
-            value = w.value(w.unpack("I"))
-            if key.startswith("general.") and value is not None:
-                meta[key] = value
-    return meta
 
 
 # ----------------------------------------------------------------------------------------------
