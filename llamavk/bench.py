@@ -299,10 +299,12 @@ def resolve_model(name: str | None, note=None) -> Path:
 FTYPE_NAMES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
                10: "Q2_K - Medium", 11: "Q3_K - Small", 12: "Q3_K - Medium", 13: "Q3_K - Large",
                14: "Q4_K - Small", 15: "Q4_K - Medium", 16: "Q5_K - Small", 17: "Q5_K - Medium",
-               18: "Q6_K", 21: "Q2_K - Small", 32: "BF16"}
+               18: "Q6_K", 21: "Q2_K - Small", 25: "IQ4_NL - 4.5 bpw", 30: "IQ4_XS - 4.25 bpw",
+               32: "BF16", 38: "MXFP4 MoE"}
 # llama.cpp's guess when general.file_type is missing: the most common tensor type -> llama_ftype
+# (MXFP4 is not in its table at 0c1e570: such a file reads "(guessed) all F32" there too)
 _GUESS_FTYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7,
-                "Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}
+                "Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30}
 
 
 @dataclass(frozen=True)
@@ -317,51 +319,33 @@ def ftype_name(metadata: dict, tensor_types: list[str]) -> str:
     ftype = metadata.get("general.file_type")
     if ftype is not None:
         import gguf
+        if not isinstance(ftype, int) or isinstance(ftype, bool):   # corrupt metadata: a label only
+            return "unknown, may not work"
         try:
-            fallback = gguf.LlamaFileType(int(ftype)).name.removeprefix("MOSTLY_")
+            fallback = gguf.LlamaFileType(ftype).name.removeprefix("MOSTLY_")
         except ValueError:
             fallback = "unknown, may not work"
-        return FTYPE_NAMES.get(int(ftype), fallback)
+        return FTYPE_NAMES.get(ftype, fallback)
     common = Counter(tensor_types).most_common(1)
     guess = _GUESS_FTYPE.get(common[0][0], 0) if common else 0
-    return FTYPE_NAMES[guess] + " (guessed)"
+    return "(guessed) " + FTYPE_NAMES[guess]   # llama.cpp's order (0c1e570)
 
 
 def model_info(path: Path) -> ModelInfo:
-    """What llama-bench prints about a model, from the GGUF header alone: gguf.GGUFReader would also
-    decode the whole vocabulary (seconds for a large one) on top of the load that follows."""
-    from gguf import GGMLQuantizationType
+    """What llama-bench prints about a model, from the GGUF header alone (no tensor data is read)."""
     from gguf.utility import model_weight_count_rounded_notation
 
-    from .gguf_file import scan_header
-    from .quant import tensor_nbytes
+    from .gguf_file import read_header
 
-    entries, _ = scan_header(path)         # validates the file: one-line errors for bad ones
-    types = [GGMLQuantizationType(e.type_id) for e in entries]
-    size = sum(tensor_nbytes(t, e.shape) for t, e in zip(types, entries))
+    header = read_header(path)             # validates the file: one-line errors for bad ones
+    entries = list(header.tensors.values())
+    types = [e.qtype for e in entries]
+    size = sum(e.nbytes for e in entries)
     n_params = sum(int(np.prod(e.shape)) for e in entries)
-    meta = _general_metadata(path)
+    meta = {k: v for k, v in header.metadata.items() if k.startswith("general.")}
     label = meta.get("general.size_label") or model_weight_count_rounded_notation(n_params)
     arch = meta.get("general.architecture", "?")
     return ModelInfo(str(path), f"{arch} {label} {ftype_name(meta, [t.name for t in types])}", size, n_params)
-
-
-def _general_metadata(path: Path) -> dict:
-    """The general.* metadata values (scalars and strings; arrays are skipped unread)."""
-    from .gguf_file import _HeaderWalker
-
-    meta = {}
-    with open(path, "rb") as f:
-        f.seek(4)                                  # magic, checked by scan_header
-        w = _HeaderWalker(f)
-        w.unpack("I")
-        w.unpack("Q")
-        for _ in range(w.unpack("Q")):
-            key = w.string()
-            value = w.value(w.unpack("I"))
-            if key.startswith("general.") and value is not None:
-                meta[key] = value
-    return meta
 
 
 # ----------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from .models import ARCHITECTURES, arch_module, config_from_metadata
 from .models.base import ModelConfig, WeightSpec
 from .quant import quant_info, qtype_from_name, tensor_nbytes
 
-SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k")
+SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
 MOE_ARCHS = ("qwen3moe",)
 POOL_BYTES = 64 << 20
 
@@ -70,7 +70,11 @@ PRESETS: dict[str, Preset] = {
 TINY_KQUANT = dict(n_embd=256, n_ff=512)
 TINY_PRESETS = ("tiny", "tiny-moe")
 
-_FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q8_0: 7, T.Q4_K: 15, T.Q6_K: 18}  # llama_ftype
+_FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q8_0: 7, T.Q4_K: 15, T.Q6_K: 18,   # llama_ftype
+              T.IQ4_NL: 25, T.IQ4_XS: 30, T.MXFP4: 38}                            # (38: MXFP4_MOE)
+# Root mean square of the IQ4_NL levels and of MXFP4's doubled E2M1 values (quants.glsl's tables),
+# for scales that give random blocks the requested std.
+_IQ4NL_RMS, _MXFP4_RMS = 67.44, 5.852
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,17 @@ def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int, std: float)
     elif qtype == T.Q6_K:     # ql[128], qh[64], int8 scales[16], d: w = d sc (q - 32)
         blocks[:, 192:208] = rng.integers(-16, 17, (n_blocks, 16), dtype=np.int8).view(np.uint8)
         put_f16(208, jitter * std / 175.0)
+    elif qtype == T.IQ4_NL:   # d, nibbles[16]: w = d KV_IQ4NL[q]
+        put_f16(0, jitter * std / _IQ4NL_RMS)
+    elif qtype == T.IQ4_XS:   # d, scales_h u16, scales_l[4], nibbles[128]: w = d (ls - 32) KV_IQ4NL[q]
+        # high 2 bits of every 6-bit sub-block scale 1 or 2: ls - 32 in -16..15 (rms 9.2), so d stays a
+        # normal f16 for the small stds of large models
+        high = rng.integers(1, 3, (n_blocks, 8), dtype=np.uint16) << (2 * np.arange(8, dtype=np.uint16))
+        blocks[:, 2:4] = high.sum(axis=1, dtype=np.uint16).view(np.uint8).reshape(-1, 2)
+        put_f16(0, jitter * std / (_IQ4NL_RMS * 9.2))
+    elif qtype == T.MXFP4:    # e, nibbles[16]: w = 2^(e - 128) KV_MXFP4[q]; powers of two only
+        e = np.rint(np.log2(jitter * std / _MXFP4_RMS)) + 128
+        blocks[:, 0] = np.clip(e, 2, 254).astype(np.uint8)
     else:
         raise LlamavkError(f"synthetic weights of type {qtype.name} are not implemented")
     return blocks.reshape(-1)

@@ -1,5 +1,6 @@
 # Quantized matrix kernels (llamavk/kernels/matmul.py): one variant per kernel x weight type.
-_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
+_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+          "iq4_nl", "iq4_xs", "mxfp4"]
 
 VARIANTS = {}
 for _t in _TYPES:

@@ -93,10 +93,11 @@ def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:
     return (max_x, (n + max_x - 1) // max_x, 1)
 
 
-# Types stored planar on the device (shaders/quants.glsl QPLANAR): per chunk, every block's quants
-# (16-byte aligned, so kernels read them as uvec4), then every block's f16 scale. qtype name ->
-# (scale bytes at the start of a GGUF block, block bytes).
-PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34)}
+# Types stored planar on the device (shaders/quants.glsl): per chunk, every block's quants (16-byte
+# aligned, so kernels read them as uvec4), then every block's scale (f16; MXFP4: its exponent byte).
+# qtype name -> (scale bytes at the start of a GGUF block, block bytes). MXFP4's 17-byte blocks would
+# otherwise leave its quants at every byte alignment.
+PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17)}
 
 
 def to_device_layout(qtype, chunk):

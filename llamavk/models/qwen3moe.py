@@ -4,8 +4,6 @@ mixture of `expert_count` SwiGLU experts of `expert_feed_forward_length`, `exper
 token, chosen by a softmax router whose top-k weights are renormalized to sum 1 (llama.cpp's
 build_moe_ffn with norm_w for this architecture). No shared expert."""
 
-import dataclasses
-
 from ..graph import Graph
 from .base import ModelConfig, WeightSpec, common_config, llama_like_specs, moe_config
 from .forward import llama_like
@@ -14,8 +12,8 @@ ARCH = "qwen3moe"
 
 
 def config(meta: dict) -> ModelConfig:
-    cfg = common_config(meta, ARCH, rope_neox=True, qkv_bias=False, qk_norm=True)
-    return dataclasses.replace(cfg, **moe_config(meta, ARCH, gating="softmax", norm=True))
+    return common_config(meta, ARCH, rope_neox=True, qkv_bias=False, qk_norm=True,
+                         moe=moe_config(meta, ARCH, gating="softmax", norm=True))
 
 
 def weight_specs(cfg: ModelConfig) -> list[WeightSpec]:
