@@ -110,6 +110,7 @@ class DeviceRuntime:
         self.freqs = None
         if "rope_freqs.weight" in model_file.weights:
             self.freqs = self._upload_vector("rope_freqs.weight")
+        device.transfer.flush()          # the weights' copies were queued as the file was read
         self.upload_seconds = time.perf_counter() - t0
         # KV cache for the layers whose attention runs here, as wide as the KV heads it holds.
         self.kv: dict[int, tuple[Buffer, Buffer]] = {}
@@ -167,7 +168,8 @@ class DeviceRuntime:
         if t.rows == 1:
             return self._upload_vector(t.source or name, t.part)
         raw, qtype = weight_part(self.model, t.source or name, t.part)
-        return upload_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts)
+        return upload_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts,
+                              flush=False)
 
     def _upload_vector(self, name: str, part=None) -> Buffer:
         data = np.ascontiguousarray(self.model.dequantize(name), dtype=np.float32).reshape(-1)

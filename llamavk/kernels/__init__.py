@@ -100,24 +100,32 @@ def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:
 PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17)}
 
 
-def to_device_layout(qtype, chunk):
-    """A chunk of raw GGUF blocks (uint8) in the layout the kernels read."""
-    import numpy as np
-
+def device_pieces(qtype, chunk) -> list:
+    """A chunk of raw GGUF blocks (uint8) as the pieces that, one after another, make the layout
+    the kernels read: the chunk itself, or (planar types) a strided view of every block's quants and
+    one of every block's scale -- views, copied once, into staging (vk/transfer.py)."""
     name = getattr(qtype, "name", str(qtype))
     if name not in PLANAR:
-        return chunk
+        return [chunk]
     head, size = PLANAR[name]
     blocks = chunk.reshape(-1, size)
-    return np.concatenate([blocks[:, head:].reshape(-1), blocks[:, :head].reshape(-1)])
+    return [blocks[:, head:], blocks[:, :head]]
+
+
+def to_device_layout(qtype, chunk):
+    """A chunk of raw GGUF blocks (uint8) in the layout the kernels read, as one array."""
+    import numpy as np
+
+    return np.concatenate([p.reshape(-1) for p in device_pieces(qtype, chunk)])
 
 
 def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None,
-                   experts: int = 0) -> QWeight:
+                   experts: int = 0, flush: bool = True) -> QWeight:
     """Copy a weight matrix (raw GGUF blocks, `rows` rows of `cols` elements) to `device`, split into
     row chunks no larger than the device's maxStorageBufferRange (128 MiB on llvmpipe), each in the
-    kernels' layout (`to_device_layout`). experts > 0: `rows` holds that many stacked expert
-    matrices, and chunks hold whole experts."""
+    kernels' layout (`device_pieces`). experts > 0: `rows` holds that many stacked expert
+    matrices, and chunks hold whole experts. flush=False: the copies may still be running on return
+    (a model's load queues every weight, then flushes once: reading the file overlaps the copies)."""
     import numpy as np
 
     from ..quant import quant_info
@@ -133,6 +141,9 @@ def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: in
     for start in range(0, rows, rows_per_chunk):
         n = min(rows_per_chunk, rows - start)
         buf = Buffer(device, n * row_bytes)
-        buf.write(to_device_layout(qtype, data[start * row_bytes:(start + n) * row_bytes]))
+        pieces = device_pieces(qtype, data[start * row_bytes:(start + n) * row_bytes])
+        device.transfer.upload_pieces(buf, pieces)     # in staging now; flushed below or by the caller
         chunks.append(WeightChunk(buf, start, n))
+    if flush:
+        device.transfer.flush()
     return QWeight(qtype, rows, cols, tuple(chunks), experts)

@@ -158,18 +158,20 @@ class Device:
         """Wait for everything submitted so far (bounded: a hang becomes an error)."""
         self.timeline.wait(self._submitted)
 
+    @property
+    def transfer(self):
+        """Staged host <-> device copies (vk/transfer.py), created on first use."""
+        from .transfer import Transfer
+        if self._transfer is None:
+            self._transfer = Transfer(self)
+        return self._transfer
+
     def upload(self, buffer, data, offset: int = 0) -> None:
         """Copy host bytes into any buffer (through a staging buffer when it is not host-visible)."""
-        from .transfer import Transfer
-        if self._transfer is None:
-            self._transfer = Transfer(self)
-        self._transfer.upload(buffer, data, offset)
+        self.transfer.upload(buffer, data, offset)
 
     def download(self, buffer, size: int, offset: int = 0) -> bytes:
-        from .transfer import Transfer
-        if self._transfer is None:
-            self._transfer = Transfer(self)
-        return self._transfer.download(buffer, size, offset)
+        return self.transfer.download(buffer, size, offset)
 
     def register(self, resource) -> None:
         """Release `resource` (anything with .close()) when the device closes."""
