@@ -26,7 +26,7 @@ OPTIONAL_EXTENSIONS = (
 )
 
 # Diagnostics: LLAMAVK_PIPELINE_STATS=1 asks the driver for every pipeline's statistics (on NVIDIA:
-# registers per thread, shared memory, ...), read by Kernel.statistics() (examples/kernel_stats.py).
+# registers per thread, shared memory, ...), read by Kernel.statistics() (benchmarks/kernel_stats.py).
 PIPELINE_STATS_EXTENSION = "VK_KHR_pipeline_executable_properties"
 
 HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
