@@ -22,6 +22,7 @@ from .default_model import default_model_path
 from .devices import open_devices, select
 from .errors import UsageError
 from .llamacpp_compat import check_gpu_layers
+from .memory_fit import check_fit, estimate_device_need, free_memory, weight_progress
 from .models import build_graph, load_model_file
 from .runtime import DeviceRuntime
 from .split import DEFAULT_MODE, SplitOptions, build_split_runtime, choose_devices
@@ -48,9 +49,10 @@ class Model:
                  split_mode: str = DEFAULT_MODE, tensor_split: list[float] | None = None, main_gpu: int = 0,
                  max_gpu: int | None = None, reduce_type: str = "f16", n_ctx: int | None = None,
                  n_batch: int = 2048, n_ubatch: int = 512, n_gpu_layers: int | None = None,
-                 verbose: bool = False, warn=None, profile: bool = False):
+                 verbose: bool = False, warn=None, progress=None, profile: bool = False):
         """n_gpu_layers: llama.cpp's -ngl, accepted when it means every layer (None, -1 or at least
-        the layer count): llamavk has no CPU offload."""
+        the layer count): llamavk has no CPU offload. progress(done_bytes, total_bytes) is called as
+        weights reach the devices."""
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
@@ -77,11 +79,14 @@ class Model:
         graphs = {"last": build_graph(cfg), "all": build_graph(cfg, all_logits=True)}
         try:
             if len(chosen) == 1:
-                self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs, profile=profile)
+                need = estimate_device_need(self.file, graphs, n_ctx, n_ubatch, self.devices[0])
+                check_fit([need], free_memory(self.devices), n_available=len(entries))
+                self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs, profile=profile,
+                                             progress=weight_progress(progress, need.weights))
             else:
                 opts.main_gpu = chosen.index(main_gpu) if main_gpu in chosen else 0
                 self.runtime = build_split_runtime(self.file, self.devices, shares, opts, graphs, n_ctx, n_ubatch,
-                                                   profile=profile)
+                                                   profile=profile, progress=progress)
         except BaseException:
             self.close()
             raise

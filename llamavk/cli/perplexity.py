@@ -24,6 +24,7 @@ from ..llamacpp_compat import check_common, no_effect_notes
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
 from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, THREADS
+from .load_progress import LoadProgress
 
 
 def perplexity(
@@ -80,9 +81,10 @@ def perplexity(
         elif chunks >= 0:
             n_seq = min(n_seq, max(1, chunks))
         t_start = time.perf_counter()
-        m = load(model, devices=device, n_ctx=ctx_size * n_seq, n_batch=batch_size,
-                 n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
-                 **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+        with LoadProgress(f"loading {model.name if model else 'the default model'}") as progress:
+            m = load(model, devices=device, n_ctx=ctx_size * n_seq, n_batch=batch_size,
+                     n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
+                     progress=progress, **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
             if verbose:
                 for line in describe_model(m):

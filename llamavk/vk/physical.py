@@ -135,7 +135,7 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
     feats2 = new_struct("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, f12)
     lib.vkGetPhysicalDeviceFeatures2(handle, feats2)
 
-    heaps = _memory_heaps(handle, has("VK_EXT_memory_budget"))
+    heaps = read_memory_heaps(handle, has("VK_EXT_memory_budget"))
     info = DeviceInfo(
         index=index,
         name=struct_string(p.deviceName),
@@ -178,7 +178,8 @@ def p_api_at_least_13(handle) -> bool:
     return vk.vkGetPhysicalDeviceProperties(handle).apiVersion >= vk.VK_MAKE_VERSION(1, 3, 0)
 
 
-def _memory_heaps(handle, with_budget: bool) -> list[MemoryHeap]:
+def read_memory_heaps(handle, with_budget: bool) -> list[MemoryHeap]:
+    """The memory heaps of a physical device, with budget and usage now (VK_EXT_memory_budget)."""
     budget = None
     head = ffi.NULL
     if with_budget:
