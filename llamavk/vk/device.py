@@ -51,6 +51,9 @@ class Device:
         pool_info = vk.VkCommandPoolCreateInfo(
             flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=self.queue_family)
         self.command_pool = vk.vkCreateCommandPool(self.handle, pool_info, None)
+        from .pipeline_cache import PipelineCache
+        # Compiled pipelines from earlier runs (vk/pipeline_cache.py); written back by close().
+        self.pipeline_cache = PipelineCache(self)
         self._descriptor_pools: list = []
         self._descriptor_free = 0
         self._closables: list = []      # resources released (in reverse) by close()
@@ -184,6 +187,7 @@ class Device:
         for res in reversed(self._closables):
             res.close()
         self._closables.clear()
+        self.pipeline_cache.close()
         self.timeline.close()
         for pool in self._descriptor_pools:
             vk.vkDestroyDescriptorPool(self.handle, pool, None)

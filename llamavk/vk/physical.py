@@ -68,6 +68,8 @@ class DeviceInfo:
     host_import_alignment: int = 0
     coopmat: list[str] = field(default_factory=list)   # "16x16x16 f16->f32", ...
     coopmat2: bool = False       # VK_NV_cooperative_matrix2
+    driver_version: int = 0      # VkPhysicalDeviceProperties.driverVersion (vendor-encoded)
+    pipeline_cache_uuid: str = ""   # hex: pipeline caches are compatible only with the same UUID
 
     @property
     def vendor(self) -> str:
@@ -170,6 +172,8 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
         host_import_alignment=host_props.minImportedHostPointerAlignment if host_props is not None else 0,
         coopmat=_coopmat_shapes(instance, handle) if has("VK_KHR_cooperative_matrix") else [],
         coopmat2=has("VK_NV_cooperative_matrix2"),
+        driver_version=p.driverVersion,
+        pipeline_cache_uuid=bytes(ffi.buffer(p.pipelineCacheUUID, 16)).hex(),
     )
     return info
 
