@@ -114,21 +114,27 @@ class FakeTerminal(io.StringIO):
 
 
 def test_progress_bar_only_on_a_terminal_and_after_a_second(monkeypatch):
+    import time
+
     from llamavk.cli import load_progress
     from llamavk.cli.load_progress import LoadProgress
 
-    pipe = LoadProgress(stream=io.StringIO())
-    pipe(1, 10)
-    assert not pipe.enabled and pipe.bar is None
+    with LoadProgress(stream=io.StringIO()) as pipe:      # not a terminal: never shown
+        pipe(1, 10)
+    assert not pipe.enabled and pipe.bar is None and pipe._timer is None
 
     term = FakeTerminal()
-    quick = LoadProgress(stream=term)
-    quick(1, 10)                        # within the first second: nothing shown
-    assert quick.bar is None
-    monkeypatch.setattr(load_progress, "SHOW_AFTER_SECONDS", 0.0)
+    with LoadProgress(stream=term) as quick:                  # over within the first second
+        quick(1, 10)
+        assert quick.bar is None
+    assert quick.bar is None and term.getvalue() == ""
+
+    monkeypatch.setattr(load_progress, "SHOW_AFTER_SECONDS", 0.01)
     with LoadProgress("loading m.gguf", stream=term) as slow:
-        slow(1, 10)
+        deadline = time.monotonic() + 10
+        while slow.bar is None and time.monotonic() < deadline:   # the timer thread starts it
+            time.sleep(0.01)
         assert slow.bar is not None
-        slow(10, 10)
-    assert slow.bar is None             # closed (transient: the bar is cleared)
-    assert "loading m.gguf" in term.getvalue()
+        slow(4, 10)
+        assert slow.bar.tasks[0].completed == 4 and slow.bar.tasks[0].total == 10
+    assert slow.bar is None                                   # cleared when the load ends

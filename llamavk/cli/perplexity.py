@@ -81,7 +81,7 @@ def perplexity(
         elif chunks >= 0:
             n_seq = min(n_seq, max(1, chunks))
         t_start = time.perf_counter()
-        with LoadProgress(f"loading {model.name if model else 'the default model'}") as progress:
+        with LoadProgress(model.name if model else "default model") as progress:
             m = load(model, devices=device, n_ctx=ctx_size * n_seq, n_batch=batch_size,
                      n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
                      progress=progress, **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
