@@ -18,6 +18,8 @@ output, so flags, semantics and output follow llama.cpp's llama-bench:
 Beyond llama-bench: -m also takes synthetic:PRESET-TYPE[-ARCH] (random weights, written once into
 ~/.cache/llamavk/synthetic/ and reused), and -sm has llamavk's tensor and graph modes. llamavk's
 attention is always a flash-attention kernel, so -fa is 1 (the default here) and -fa 0 is refused.
+llama-bench command lines may also carry -ngl (only values meaning every layer on the GPUs, checked
+against each model's layer count before anything runs), -ctk/-ctv (f16) and -t (no effect).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import typer
 
+from ..chat_template import chat_messages
 from ..errors import UsageError
 from ..llamacpp_compat import check_common, no_effect_notes, process_escapes
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
@@ -113,7 +114,6 @@ def run(
             if chat or system_prompt is not None:
                 if m.chat_template is None:
                     eprint("warning: the model has no chat template (tokenizer.chat_template); using ChatML")
-                from ..chat_template import chat_messages
                 prompt = m.apply_chat_template(chat_messages(prompt, system_prompt))
             tokens = m.tokenize(prompt)
             if not tokens:
