@@ -7,7 +7,8 @@ naming the device, the bytes needed and free, and what to change (-c, -ts, -sm, 
 - `estimate_device_need` adds up what a DeviceRuntime will allocate for its graphs: every weight (or
   part of one) as the runtime stores it, the f16 KV cache of the layers whose attention runs there, the
   activation arena (planned over the unfused graph: an upper bound of the fused plans) and the
-  logits buffers. Small buffers (step parameters, token ids, staging) are left out.
+  logits buffers. Small buffers (step parameters, token ids, staging, mixture-of-experts scratch)
+  are left out.
 - `free_memory` reads what each physical device has free now: VK_EXT_memory_budget where the driver
   has it (budget - usage of the device-local heaps), else the device-local heap size. Software devices
   (llvmpipe) allocate host memory and do not hold to their advertised heap (Mesa 22's llvmpipe says
@@ -91,17 +92,19 @@ def advice(needs: list[DeviceNeed], kv: int, n_available: int) -> str:
 # -- what a device runtime will allocate ------------------------------------------------------------
 def weight_bytes(model_file, t) -> int:
     """Bytes the runtime stores for weight tensor `t` (runtime.DeviceRuntime._upload / weight_part):
-    vectors as f32; matrices in their GGUF type, except a column cut off block boundaries (f32)."""
+    vectors as f32; matrices (or stacks of expert matrices) in their GGUF type, except a column cut
+    off block boundaries (f32)."""
     from .quant import quant_info
 
     if t.rows == 1:
         return t.width * 4
+    rows = t.rows * max(getattr(t, "experts", 0), 1)
     source = t.source or t.name
     qtype = model_file.tensor_type(source)
     info = quant_info(qtype, source)
     if t.part is not None and t.part[0] == 1 and (t.part[1] % info.block_size or t.part[2] % info.block_size):
-        return t.rows * t.width * 4
-    return t.rows * info.row_bytes(t.width)
+        return rows * t.width * 4
+    return rows * info.row_bytes(t.width)
 
 
 def estimate_device_need(model_file, graphs: dict, n_ctx: int, n_ubatch: int, device) -> DeviceNeed:

@@ -58,13 +58,15 @@ def test_unknown_free_memory_is_not_checked():
     check_fit([need(weights=1000 * GiB)], {})
 
 
-def test_estimate_matches_what_the_runtime_allocates(synthetic_model, dev):
-    """The estimate for one device equals the runtime's weights and KV cache, and its activations
-    are at least the runtime's arena (planned over the unfused graph, an upper bound)."""
+@pytest.mark.parametrize("arch,qtype", [("llama", "q4_k"), ("qwen3moe", "q4_0")])
+def test_estimate_matches_what_the_runtime_allocates(synthetic_model, dev, arch, qtype):
+    """The estimate for one device equals the runtime's weights (stacked experts included) and KV
+    cache, and its activations are at least the runtime's arena (planned over the unfused graph,
+    an upper bound)."""
     from llamavk.models import build_graph, load_model_file
     from llamavk.runtime import DeviceRuntime
 
-    f = load_model_file(synthetic_model("llama", "q4_k"))
+    f = load_model_file(synthetic_model(arch, qtype))
     graphs = {"last": build_graph(f.config), "all": build_graph(f.config, all_logits=True)}
     est = estimate_device_need(f, graphs, 96, 16, dev)
     rt = DeviceRuntime(f, dev, 96, 16, graphs)
