@@ -18,6 +18,8 @@ output, so flags, semantics and output follow llama.cpp's llama-bench:
 Beyond llama-bench: -m also takes synthetic:PRESET-TYPE[-ARCH] (random weights, written once into
 ~/.cache/llamavk/synthetic/ and reused), and -sm has llamavk's tensor and graph modes. llamavk's
 attention is always a flash-attention kernel, so -fa is 1 (the default here) and -fa 0 is refused.
+llama-bench command lines may also carry -ngl (only values meaning every layer on the GPUs, checked
+against each model's layer count before anything runs), -ctk/-ctv (f16) and -t (no effect).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 from .bench_format import PRINTERS, Result, devices_text, run_info
 from .errors import LlamavkError, UsageError
+from .llamacpp_compat import FLASH_ATTN_OFF, FLASH_ATTN_ON, check_cache_type, check_gpu_layers, parse_gpu_layers
 
 SPLIT_MODES = ("none", "layer", "row", "tensor", "graph")     # llamavk.split.MODES (a test checks)
 REDUCE_TYPES = ("f32", "f16", "bf16")                         # llamavk.split.REDUCE_TYPES
@@ -62,6 +65,7 @@ class BenchParams:
     max_gpu: list[int] = field(default_factory=lambda: [0])                        # 0: no limit
     reduce_type: list[str] = field(default_factory=lambda: ["f16"])
     flash_attn: list[bool] = field(default_factory=lambda: [True])
+    gpu_layers: list[int] = field(default_factory=list)   # -ngl: checked to mean "every layer", see run_bench
     repetitions: int = 5
     output: str = "md"
     warmup: bool = True
@@ -165,18 +169,27 @@ def _device_lists(values: list[str]) -> list[tuple[str, ...] | None]:
 def _flash_attn(values: list[str]) -> list[bool]:
     out = []
     for item in _items(values):
-        if item.lower() in ("1", "on", "true"):
+        if item.lower() in FLASH_ATTN_ON:
             out.append(True)
-        elif item.lower() in ("0", "off", "false"):
-            raise UsageError("-fa 0: llamavk's attention is always a flash-attention kernel; only -fa 1 exists")
+        elif item.lower() in FLASH_ATTN_OFF:
+            raise UsageError(f"-fa {item}: llamavk's attention is always a flash-attention kernel; only -fa 1 exists")
         else:
-            raise UsageError(f"-fa: bad value {item!r}; expected 1")
+            raise UsageError(f"-fa: bad value {item!r}; expected 1 (or on, auto)")
     return out
+
+
+def _gpu_layers(values: list[str]) -> list[int]:
+    return [parse_gpu_layers(item) for item in _items(values)]
+
+
+def _cache_types(values: list[str], flag: str) -> None:
+    for item in _items(values):
+        check_cache_type(flag, item)
 
 
 def parse_params(*, model=(), n_prompt=(), n_gen=(), pg=(), n_depth=(), batch=(), ubatch=(),
                  split_mode=(), tensor_split=(), main_gpu=(), device=(), flash_attn=(), max_gpu=(),
-                 reduce_type=(),
+                 reduce_type=(), gpu_layers=(), cache_type_k=(), cache_type_v=(),
                  repetitions: int = 5, output: str = "md", no_warmup: bool = False) -> BenchParams:
     """Command-line strings (each flag: a list of its occurrences; empty or None when not given, which
     keeps llama-bench's default) -> BenchParams. UsageError on bad input."""
@@ -199,7 +212,10 @@ def parse_params(*, model=(), n_prompt=(), n_gen=(), pg=(), n_depth=(), batch=()
         "reduce_type": reduce_type and _reduce_types(list(reduce_type)),
         "devices": device and _device_lists(list(device)),
         "flash_attn": flash_attn and _flash_attn(list(flash_attn)),
+        "gpu_layers": gpu_layers and _gpu_layers(list(gpu_layers)),
     }
+    _cache_types(list(cache_type_k or ()), "-ctk")
+    _cache_types(list(cache_type_v or ()), "-ctv")
     for name, value in parsed.items():
         if value:
             setattr(p, name, value)
@@ -313,6 +329,7 @@ class ModelInfo:
     type: str         # "llama 7.2B Q4_0": architecture, size label, file type
     size: int         # bytes of tensor data (llama_model_size)
     n_params: int     # elements of all tensors (llama_model_n_params)
+    n_layer: int = 0  # {arch}.block_count (checks -ngl)
 
 
 def ftype_name(metadata: dict, tensor_types: list[str]) -> str:
@@ -345,7 +362,9 @@ def model_info(path: Path) -> ModelInfo:
     meta = {k: v for k, v in header.metadata.items() if k.startswith("general.")}
     label = meta.get("general.size_label") or model_weight_count_rounded_notation(n_params)
     arch = meta.get("general.architecture", "?")
-    return ModelInfo(str(path), f"{arch} {label} {ftype_name(meta, [t.name for t in types])}", size, n_params)
+    n_layer = header.metadata.get(f"{arch}.block_count", 0)
+    return ModelInfo(str(path), f"{arch} {label} {ftype_name(meta, [t.name for t in types])}", size, n_params,
+                     n_layer if isinstance(n_layer, int) else 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -438,6 +457,9 @@ def run_bench(params: BenchParams, write, progress: Progress | None = None, verb
     check_devices(params, infos)
     paths = {m: resolve_model(m, warn) for m in dict.fromkeys(params.models)}
     models = {m: model_info(p) for m, p in paths.items()}
+    for info in models.values():
+        for n in params.gpu_layers:
+            check_gpu_layers(n, info.n_layer)
     printer = PRINTERS[params.output](params, run_info([e.info.name for e in catalogue(infos) if not e.filtered]))
     tests = expand(params)
     rng = np.random.default_rng(seed)

@@ -90,9 +90,10 @@ class DeviceRuntime:
     """One model on one device."""
 
     def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph],
-                 profile: bool = False):
+                 profile: bool = False, progress=None):
         """graphs: key -> graph ("last", "all"; a split mode may add "<key>@large" for batches above
-        LARGE_BATCH tokens)."""
+        LARGE_BATCH tokens). progress(nbytes), if given, is called as each weight reaches the device
+        (the load's progress bar)."""
         self.model = model_file
         self.profile = profile
         self.cfg = model_file.config
@@ -107,6 +108,8 @@ class DeviceRuntime:
             for name, t in g.weights.items():
                 if name not in self.weights:
                     self.weights[name] = self._upload(name, t)
+                    if progress is not None:
+                        progress(_stored_bytes(self.weights[name]))
         self.freqs = None
         if "rope_freqs.weight" in model_file.weights:
             self.freqs = self._upload_vector("rope_freqs.weight")
@@ -419,6 +422,11 @@ class DeviceRuntime:
     def close(self) -> None:
         # Buffers, kernels and recordings are released with the device.
         self.recordings.clear()
+
+
+def _stored_bytes(weight) -> int:
+    """Device bytes of an uploaded weight: a QWeight's chunks, or a vector's buffer."""
+    return sum(c.buffer.size for c in weight.chunks) if isinstance(weight, QWeight) else weight.size
 
 
 EXCHANGE_OPS = frozenset({"put", "sync", "get", "copy_cols", "reduce"})   # recorded by split/comm.py

@@ -15,12 +15,12 @@ for _t in _TYPES:
     VARIANTS[f"mul_mm_id_{_t}"] = ("matmul.comp", dict(_d, MUL_MAT_ID="1"))
     # on cooperative matrices, 128 rows x 64 tokens: an expert sees few of a batch's tokens
     VARIANTS[f"mul_mm_coop_id_{_t}"] = ("matmul_coop.comp", dict(_d, MUL_MAT_ID="1", WARPS_N="2"))
-# phases of the cooperative-matrix kernel, for examples/bench_matmul.py only: 1 multiplies only, 2 loads only
+# phases of the cooperative-matrix kernel, for benchmarks/bench_matmul.py only: 1 multiplies only, 2 loads only
 for _ph in (1, 2):
     VARIANTS[f"mul_mm_coopP{_ph}_q4_0"] = ("matmul_coop.comp", {"QTYPE_Q4_0": "1", "PHASE": str(_ph)})
 
 # Matrix-vector alternatives (llamavk/kernels/matmul.py MATVEC_KERNELS): the "wide" work split
-# (matvec_wide.comp) and, for examples/bench_matvec.py only, pure-read kernels with the loads of the
+# (matvec_wide.comp) and, for benchmarks/bench_matvec.py only, pure-read kernels with the loads of the
 # base ("read") and wide ("wide_read") kernels.
 for _t in ["q4_0", "q8_0", "q4_k"]:
     _d = {f"QTYPE_{_t.upper()}": "1"}

@@ -20,8 +20,11 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
+from ..llamacpp_compat import check_common, no_effect_notes
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
+from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, THREADS
+from .load_progress import LoadProgress
 
 
 def perplexity(
@@ -39,6 +42,12 @@ def perplexity(
     reduce_type: str = REDUCE_TYPE,
     kld_base: Path = typer.Option(None, "--kl-divergence-base", help="Save log-probs here (or, with --kl-divergence, compare with them)."),
     kld: bool = typer.Option(False, "--kl-divergence", help="Compare with the --kl-divergence-base file."),
+    gpu_layers: str = GPU_LAYERS,
+    flash_attn: str = FLASH_ATTN,
+    cache_type_k: str = CACHE_TYPE_K,
+    cache_type_v: str = CACHE_TYPE_V,
+    threads: int = THREADS,
+    no_warmup: bool = NO_WARMUP,
     verbose: bool = VERBOSE,
 ) -> None:
     """Perplexity of a model over a text file, as llama-perplexity computes it."""
@@ -47,6 +56,10 @@ def perplexity(
     from ..perplexity import chunk_plan, evaluated_tokens, read_text
 
     with user_errors(verbose):
+        n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
+        if verbose:
+            for note in no_effect_notes(threads, no_warmup):
+                eprint(note)
         if ctx_size < 4:
             raise UsageError("-c must be at least 4")
         if kld and kld_base is None:
@@ -68,9 +81,10 @@ def perplexity(
         elif chunks >= 0:
             n_seq = min(n_seq, max(1, chunks))
         t_start = time.perf_counter()
-        m = load(model, devices=device, n_ctx=ctx_size * n_seq, n_batch=batch_size,
-                 n_ubatch=ubatch_size, verbose=verbose, warn=eprint,
-                 **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+        with LoadProgress(model.name if model else "default model") as progress:
+            m = load(model, devices=device, n_ctx=ctx_size * n_seq, n_batch=batch_size,
+                     n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
+                     progress=progress, **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
             if verbose:
                 for line in describe_model(m):

@@ -130,7 +130,7 @@ class MatvecConfig:
 
 # Kernel and work split: the first row whose kind of device, weight type and condition (on the device,
 # tokens, weight rows and columns) apply, and whose kernel fits the product (matmul.matvec_config),
-# wins. Measured with examples/bench_matvec.py (docs/PERFORMANCE.md).
+# wins. Measured with benchmarks/bench_matvec.py (docs/PERFORMANCE.md).
 _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split

@@ -23,7 +23,7 @@ from .exchange import PART_BYTES
 
 class SplitRuntime:
     def __init__(self, model_file, devices, plans: dict, n_ctx: int, n_ubatch: int, sync: str,
-                 profile: bool = False):
+                 profile: bool = False, progress=None):
         """plans: graph key -> DeviceGraphs (split/base.py), all over the same devices."""
         self.devices = devices
         self.plans = plans
@@ -37,7 +37,7 @@ class SplitRuntime:
         t0 = time.perf_counter()
         for i, dev in enumerate(devices):
             rt = DeviceRuntime(model_file, dev, n_ctx, n_ubatch, {k: dg.graphs[i] for k, dg in plans.items()},
-                               profile=profile)
+                               profile=profile, progress=progress)
             rt.comm = DeviceComm(self.shared, i, rt.kc)
             self.runtimes.append(rt)
         self.upload_seconds = time.perf_counter() - t0

@@ -2,7 +2,7 @@
 """The driver's statistics (NVIDIA: registers per thread, shared memory, ...) of every pipeline a model's
 decode step and prompt step use: what bounds a kernel's occupancy, which Vulkan otherwise hides.
 
-    python3 examples/kernel_stats.py -m model.gguf|synthetic:PRESET [-p 512]
+    python3 benchmarks/kernel_stats.py -m model.gguf|synthetic:PRESET [-p 512]
 
 Needs a driver with VK_KHR_pipeline_executable_properties (NVIDIA, RADV, ANV; not llvmpipe).
 """

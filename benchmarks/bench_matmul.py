@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prompt-batch weight products (matmul.comp / matmul_coop.comp) on the first device: TFLOP/s.
 
-    python3 examples/bench_matmul.py [--types q4_0,q8_0] [--tokens 512] [--shapes "4096x4096 14336x4096"]
+    python3 benchmarks/bench_matmul.py [--types q4_0,q8_0] [--tokens 512] [--shapes "4096x4096 14336x4096"]
 Every matrix-matrix row of llamavk.kernels.selection.PRODUCT_KERNELS the device can run is timed (forced,
 whatever the table would choose): 20 products (barrier-separated, rotating over 2 weight copies),
 replayed for 0.3 s first (an idle GPU's clocks measure several times

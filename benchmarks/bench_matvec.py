@@ -2,7 +2,7 @@
 """Sweep matrix-vector kernels and work splits (llamavk/kernels/matmul.py MATVEC_KERNELS) on the first
 device; prints GB/s of weights per (type, shape) x variant.
 
-    python3 examples/bench_matvec.py [--types q4_0,q8_0,q4_k,q6_k] [--shapes "4096x4096 2048x2048"]
+    python3 benchmarks/bench_matvec.py [--types q4_0,q8_0,q4_k,q6_k] [--shapes "4096x4096 2048x2048"]
                                      [--variants "base:256,4,2,2 wide:256,4,1,2,1 ..."] [--fused]
 A variant is spelled as in LLAMAVK_MATVEC: KERNEL:wg,nr,ks,u[,dq] (kernels: base, wide, and the
 pure-read references read / wide_read, which load the same words as base / wide and do no arithmetic:

@@ -7,7 +7,7 @@ the previous one's output. Prints microseconds per stage and GB/s, for each buff
     mode 1  no barriers: workgroups wait for a counter of the previous stage, loads issued first
     mode 2  the same, loads issued after the wait
 
-    python3 examples/bench_chain.py [--stages 192] [--sizes "0.004:1 9.4:4 33:4 66:8"]
+    python3 benchmarks/bench_chain.py [--stages 192] [--sizes "0.004:1 9.4:4 33:4 66:8"]
 
 A size is MB:U (U loads of 16 bytes per lane). Weight copies rotate so that the L2 cache never holds
 the buffer read next. Host wall time over whole replays (no per-dispatch timestamps, which add their

@@ -4,7 +4,7 @@
 minimum split chunk; a chain of one-workgroup rms_norm stages first (the floor of any stage).
 Prints host wall time per stage over whole replays (no timestamps, which add their own cost).
 
-    python3 examples/bench_attention.py [--nkv 16,64,128,160,256,1024,4096] [--chunks 32,64,128]
+    python3 benchmarks/bench_attention.py [--nkv 16,64,128,160,256,1024,4096] [--chunks 32,64,128]
                                         [--heads 32/8] [--head-dim 128] [--n-ctx 4224]
 """
 

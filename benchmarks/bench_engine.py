@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """pp/tg throughput of one model on one device, with an optional per-kernel GPU profile.
 
-    python3 examples/bench_engine.py -m model.gguf|synthetic:PRESET [-p 512] [-n 128] [-r 3] [-d 0] [--profile]
+    python3 benchmarks/bench_engine.py -m model.gguf|synthetic:PRESET [-p 512] [-n 128] [-r 3] [-d 0] [--profile]
 """
 
 import argparse

@@ -2,7 +2,7 @@
 """Decode speed of one model under kernel-choice changes and with parts of the step left out: the A/B
 and "where does the step go" runs of docs/PERFORMANCE.md.
 
-    python3 examples/bench_decode_ab.py -m model.gguf|synthetic:PRESET [--rule SHAPE=KERNEL:wg,nr[,ks[,steps]]] ...
+    python3 benchmarks/bench_decode_ab.py -m model.gguf|synthetic:PRESET [--rule SHAPE=KERNEL:wg,nr[,ks[,steps]]] ...
                                         [--no-pairs] [--ablate]
 
 --rule puts a MATVEC_CONFIGS row first for one class of weight shape (one token): down (cols > rows),

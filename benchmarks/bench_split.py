@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """pp/tg of one model in several split modes, and where decode time goes across devices.
 
-    python3 examples/bench_split.py -m model.gguf -sm none,layer,row,tensor,graph [-dev Vulkan0,Vulkan1]
+    python3 benchmarks/bench_split.py -m model.gguf -sm none,layer,row,tensor,graph [-dev Vulkan0,Vulkan1]
         [-ts 1,1] [-p 512] [-n 128] [-r 3] [--profile]
 
 --profile (a second, profiled load per mode) prints per device the microseconds per decoded token
