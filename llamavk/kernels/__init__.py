@@ -103,20 +103,24 @@ PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17)}
 def device_pieces(qtype, chunk) -> list:
     """A chunk of raw GGUF blocks (uint8) as the pieces that, one after another, make the layout
     the kernels read: the chunk itself, or (planar types) a strided view of every block's quants and
-    one of every block's scale -- views, copied once, into staging (vk/transfer.py)."""
+    one of every block's scale -- views, copied once, into staging (vk/transfer.py). The views have
+    one opaque element per block (numpy void types): numpy copies those 8x faster than 16-byte
+    rows of uint8 (0.04 against 0.35 s for 10M Q4_0 blocks)."""
+    import numpy as np
+
     name = getattr(qtype, "name", str(qtype))
     if name not in PLANAR:
         return [chunk]
     head, size = PLANAR[name]
-    blocks = chunk.reshape(-1, size)
-    return [blocks[:, head:], blocks[:, :head]]
+    blocks = chunk.view(np.dtype([("scale", f"V{head}"), ("quants", f"V{size - head}")]))
+    return [blocks["quants"], blocks["scale"]]
 
 
 def to_device_layout(qtype, chunk):
     """A chunk of raw GGUF blocks (uint8) in the layout the kernels read, as one array."""
     import numpy as np
 
-    return np.concatenate([p.reshape(-1) for p in device_pieces(qtype, chunk)])
+    return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in device_pieces(qtype, chunk)])
 
 
 def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None,

@@ -6,9 +6,9 @@ over the bus overlap. A write returns once its bytes are in staging; `flush()` w
 (submissions on one queue may run concurrently, so nothing may read an uploaded buffer before it:
 `upload(..., wait=True)`, the default, flushes at once).
 
-Pieces (`upload_pieces`) are arrays of bytes, possibly strided 2-D views: a planar weight's quant
-bytes and its scales are copied from the file's blocks straight into staging, without a repacked
-copy of the whole tensor first.
+Pieces (`upload_pieces`) are 1-D arrays, possibly strided views: a planar weight's quant bytes and
+its scales are copied from the file's blocks straight into staging, without a repacked copy of the
+whole tensor first.
 """
 
 from __future__ import annotations
@@ -47,29 +47,22 @@ class Transfer:
             self.flush()
 
     def upload_pieces(self, dst, pieces, offset: int = 0) -> None:
-        """Copy the pieces (uint8 arrays: 1-D, or 2-D views whose rows are copied in order) one after
+        """Copy the pieces (1-D arrays; an element of a void type is an opaque run of bytes) one after
         another into dst from `offset` on. Returns once they are in staging (see flush)."""
         slot = self._slot()
         slot.dst = (dst, offset)
         for piece in pieces:
-            rows = piece.reshape(1, -1) if piece.ndim == 1 else piece
-            width = rows.shape[1]
+            size = piece.dtype.itemsize
             start = 0
-            while start < rows.shape[0]:
-                room = (SLOT_BYTES - slot.fill) // width
-                if room == 0 and piece.ndim == 1:        # a 1-D piece is split anywhere
-                    rows = rows.reshape(-1, 1)[start * width:]
-                    width, start, room = 1, 0, SLOT_BYTES - slot.fill
-                if room == 0:
+            while start < piece.size:
+                n = min((SLOT_BYTES - slot.fill) // size, piece.size - start)
+                if n == 0:
                     slot = self._submit(slot)
                     continue
-                n = min(room, rows.shape[0] - start)
-                out = slot.bytes[slot.fill:slot.fill + n * width].reshape(n, width)
-                np.copyto(out, rows[start:start + n])
-                slot.fill += n * width
+                out = slot.bytes[slot.fill:slot.fill + n * size].view(piece.dtype)
+                np.copyto(out, piece[start:start + n])
+                slot.fill += n * size
                 start += n
-                if slot.fill == SLOT_BYTES:
-                    slot = self._submit(slot)
         self._submit(slot)
 
     def _slot(self) -> _Slot:
