@@ -87,6 +87,7 @@ class Model:
                 opts.main_gpu = chosen.index(main_gpu) if main_gpu in chosen else 0
                 self.runtime = build_split_runtime(self.file, self.devices, shares, opts, graphs, n_ctx, n_ubatch,
                                                    profile=profile, progress=progress)
+            self.runtime.prerecord()      # the decode step, recorded before anyone waits for a token
         except BaseException:
             self.close()
             raise

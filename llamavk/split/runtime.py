@@ -47,6 +47,11 @@ class SplitRuntime:
         self.host_seconds = 0.0
         self.device = devices[0]
 
+    def prerecord(self) -> None:
+        """Record every device's one-token step now (DeviceRuntime.prerecord)."""
+        for rt in self.runtimes:
+            rt.prerecord()
+
     # -- execution -----------------------------------------------------------------------------
     def _submit(self, key: str, tokens, n_past: int, slot: int = 0, seq_len: int = 0) -> list:
         """Run one micro-batch on every device; returns [(runtime, timeline value)] still to wait for.
