@@ -316,7 +316,7 @@ def test_repetition_fills_depth_then_times_prompt_and_decodes():
     samples = run_test(m, t, reps=2, warmup=True, rng=np.random.default_rng(0))
     assert len(samples) == 2 and all(ns > 0 for ns in samples)
     shape = [(kind, n_past, len(x) if kind == "eval" else 1) for kind, n_past, x in m.calls]
-    warmup = [("eval", 0, 8), ("step", 8, 1)]
+    warmup = [("eval", 0, 8), ("step", 8, 1), ("step", 9, 1), ("step", 10, 1)]   # decodes as the test (<= 64)
     rep = [("eval", 0, 16), ("eval", 16, 8), ("step", 24, 1), ("step", 25, 1), ("step", 26, 1)]
     assert shape == warmup + rep + rep
     prompts = [x for kind, n_past, x in m.calls if kind == "eval"]
