@@ -33,3 +33,18 @@ def test_planar_pieces_per_type():
         assert quants.tobytes() == raw.reshape(7, size)[:, head:].tobytes()
         assert scales.tobytes() == raw.reshape(7, size)[:, :head].tobytes()
     assert device_pieces(T.Q4_K, raw)[0] is raw
+
+
+def test_large_pieces_copied_by_several_threads(dev):
+    """Pieces above PARALLEL_BYTES are cut among the copy threads; slots fill and wrap."""
+    rng = np.random.default_rng(2)
+    n_blocks = 700_000                                # 23.8 MB of Q8_0 blocks: slot boundaries inside pieces
+    raw = rng.integers(0, 256, n_blocks * 34, dtype=np.uint8)
+    pieces = device_pieces(T.Q8_0, raw) + [raw]
+    blocks = raw.reshape(n_blocks, 34)
+    want = np.concatenate([blocks[:, 2:].reshape(-1), blocks[:, :2].reshape(-1), raw])
+    assert transfer.COPY_THREADS < 2 or pieces[0].nbytes > transfer.PARALLEL_BYTES
+    buf = Buffer(dev, want.size)
+    dev.transfer.upload_pieces(buf, pieces)
+    dev.transfer.flush()
+    assert np.frombuffer(buf.read(want.size), np.uint8).tobytes() == want.tobytes()

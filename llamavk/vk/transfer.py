@@ -13,6 +13,9 @@ whole tensor first.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from .buffer import Buffer
@@ -20,6 +23,23 @@ from .sequence import CommandSequence
 
 SLOT_BYTES = 32 << 20
 SLOTS = 3
+# Copies into staging of at least this many bytes are cut among COPY_THREADS threads (numpy releases
+# the GIL while it copies): one thread moves ~2.4 GB/s from the page cache into staging (H100 host).
+PARALLEL_BYTES = 4 << 20
+COPY_THREADS = min(4, os.cpu_count() or 1)
+_pool: ThreadPoolExecutor | None = None
+
+
+def _copy(out: np.ndarray, src: np.ndarray) -> None:
+    """out[:] = src (1-D, same length), in COPY_THREADS parts where it is large."""
+    global _pool
+    if COPY_THREADS < 2 or out.nbytes < PARALLEL_BYTES:
+        np.copyto(out, src)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="llamavk-upload")
+    cuts = np.linspace(0, len(out), COPY_THREADS + 1).astype(int)
+    list(_pool.map(lambda i: np.copyto(out[cuts[i]:cuts[i + 1]], src[cuts[i]:cuts[i + 1]]), range(COPY_THREADS)))
 
 
 class _Slot:
@@ -59,8 +79,7 @@ class Transfer:
                 if n == 0:
                     slot = self._submit(slot)
                     continue
-                out = slot.bytes[slot.fill:slot.fill + n * size].view(piece.dtype)
-                np.copyto(out, piece[start:start + n])
+                _copy(slot.bytes[slot.fill:slot.fill + n * size].view(piece.dtype), piece[start:start + n])
                 slot.fill += n * size
                 start += n
         self._submit(slot)
