@@ -45,7 +45,7 @@ def _copy(out: np.ndarray, src: np.ndarray) -> None:
 class _Slot:
     def __init__(self, device, i: int):
         self.buffer = Buffer(device, SLOT_BYTES, host_visible=True)
-        self.bytes = self.buffer.array(np.uint8)
+        self.bytes = self.buffer.array(np.uint8, SLOT_BYTES)
         self.seq = CommandSequence(device, f"upload{i}")
         self.pending = 0     # timeline value of its last copy (0: none)
         self.fill = 0        # bytes filled for the copy being assembled
@@ -75,7 +75,7 @@ class Transfer:
             size = piece.dtype.itemsize
             start = 0
             while start < piece.size:
-                n = min((SLOT_BYTES - slot.fill) // size, piece.size - start)
+                n = min((slot.bytes.size - slot.fill) // size, piece.size - start)
                 if n == 0:
                     slot = self._submit(slot)
                     continue
@@ -116,8 +116,9 @@ class Transfer:
     def download(self, src, size: int, offset: int = 0) -> bytes:
         self.flush()
         out = bytearray()
-        for start in range(0, size, SLOT_BYTES):
-            n = min(SLOT_BYTES, size - start)
+        room = self.staging.size
+        for start in range(0, size, room):
+            n = min(room, size - start)
             self.seq.begin()
             self.seq.copy(src, self.staging, n, offset + start, 0)
             self.seq.end().run()
