@@ -152,11 +152,54 @@ class Model:
             tm.eval_runs += 1
 
     def perplexity(self, text: str, n_ctx: int | None = None, chunks: int = -1, on_chunk=None, on_scored=None,
-                   n_seq: int | None = None):
+                   n_seq: int | None = None, kl_divergence_base=None):
         """llama-perplexity over `text` (see llamavk.perplexity): chunks of n_ctx tokens (default: the
-        model's context), second half of each scored. Returns a PerplexityResult."""
+        model's context), second half of each scored. Returns a PerplexityResult.
+        kl_divergence_base: also save this run's token distributions to that file (llama.cpp's
+        --kl-divergence-base format, see llamavk.kld), for `kl_divergence` with another model."""
         bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
-        return self.perplexity_tokens(self.tokenize(text), n_ctx, chunks, bos, on_chunk, on_scored, n_seq=n_seq)
+        tokens = self.tokenize(text, parse_special=False)     # as llama-perplexity tokenizes its -f text
+        if kl_divergence_base is None:
+            return self.perplexity_tokens(tokens, n_ctx, chunks, bos, on_chunk, on_scored, n_seq=n_seq)
+        from .kld import KLDBaseWriter
+        from .perplexity import chunk_plan
+
+        n_ctx = n_ctx or self.n_ctx
+        n_chunks = chunk_plan(len(tokens), n_ctx, chunks)
+        writer = KLDBaseWriter(kl_divergence_base, n_ctx, self.config.n_vocab, n_chunks, tokens)
+
+        def scored(logits, targets):
+            writer.add(logits, targets)
+            if on_scored:
+                on_scored(logits, targets)
+
+        try:
+            return self.perplexity_tokens(tokens, n_ctx, n_chunks, bos, on_chunk, scored, n_seq=n_seq)
+        finally:
+            writer.close()
+
+    def kl_divergence(self, base, chunks: int = -1, on_chunk=None, n_seq: int | None = None):
+        """Compare this model with a KL-divergence base file (written by `perplexity(...,
+        kl_divergence_base=...)` or by llama-perplexity): the base's chunks are evaluated again and
+        each token's distribution compared. Returns a kld_stats.KLDivergenceResult (mean KLD,
+        percentiles, Δp, same top token...). `on_chunk(i, stats)` after each chunk (a KLDStats:
+        `stats.chunk_line(i + 1)` is llama-perplexity's line)."""
+        from .kld import KLDBase
+        from .kld_stats import KLDStats
+
+        b = KLDBase(base)
+        try:
+            b.check_model(self.config.n_vocab)
+            stats = KLDStats()
+            n_chunks = b.n_chunks if chunks is None or chunks < 0 else min(chunks, b.n_chunks)
+            bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
+            self.perplexity_tokens(b.tokens, b.n_ctx, n_chunks, bos,
+                                   on_chunk=(lambda i, ppl: on_chunk(i, stats)) if on_chunk else None,
+                                   on_scored=lambda logits, targets: stats.add(logits, targets, b.read_rows(len(logits))),
+                                   min_chunks=1, n_seq=n_seq)
+        finally:
+            b.close()
+        return stats.result()
 
     def perplexity_n_seq(self, n_ctx: int) -> int:
         """Chunks of n_ctx tokens one batch can evaluate as parallel sequences: n_batch / n_ctx (as

@@ -100,6 +100,8 @@ def evaluated_tokens(tokens: list[int], n_ctx: int, n_chunks: int, bos_id: int |
 
 def read_text(path) -> str:
     """A text file for evaluation: UTF-8, BOM dropped, CRLF line ends as LF (SPEC §7 prepares
-    botchan.txt this way; llama.cpp's reference figures are for the prepared text)."""
+    botchan.txt this way; llama.cpp's reference figures are for the prepared text), and one final
+    line break dropped, as llama-perplexity's -f does."""
     with open(path, "rb") as f:
-        return f.read().decode("utf-8-sig").replace("\r\n", "\n")
+        text = f.read().decode("utf-8-sig").replace("\r\n", "\n")
+    return text[:-1] if text.endswith("\n") else text
