@@ -201,6 +201,23 @@ class Model:
             b.close()
         return stats.result()
 
+    def hellaswag(self, path, tasks: int = 400, emit=None, log=None):
+        """HellaSwag score of a llama.cpp task file (6 lines per task), as llama-perplexity
+        --hellaswag computes it: a tasks.TaskScore (accuracy = acc_norm in percent). `emit` gets
+        the lines llama-perplexity prints, `log` its progress notes."""
+        from .tasks import hellaswag, read_task_file
+        return hellaswag.score(self, read_task_file(path), tasks, emit, log)
+
+    def winogrande(self, path, tasks: int = 0, emit=None, log=None):
+        """Winogrande score of a llama.cpp CSV (llama-perplexity --winogrande); tasks 0: all."""
+        from .tasks import read_task_file, winogrande
+        return winogrande.score(self, read_task_file(path), tasks, emit, log)
+
+    def multiple_choice(self, path, tasks: int = 0, emit=None, log=None):
+        """Multiple-choice score of a llama.cpp binary task file (llama-perplexity --multiple-choice)."""
+        from .tasks import multiple_choice, read_task_file
+        return multiple_choice.score(self, read_task_file(path, binary=True), tasks, emit, log)
+
     def perplexity_n_seq(self, n_ctx: int) -> int:
         """Chunks of n_ctx tokens one batch can evaluate as parallel sequences: n_batch / n_ctx (as
         llama-perplexity), as far as the loaded context holds them."""

@@ -9,8 +9,13 @@ batch as parallel sequences, so the model is loaded with a context of n_seq * n_
 (llamavk/kld.py); with `--kl-divergence` the base file's chunks are evaluated again (its context;
 -f is not needed) and compared: llama-perplexity's per-chunk table, then its statistics blocks.
 
+`--hellaswag`, `--winogrande`, `--multiple-choice` score llama.cpp's task files (-f; -bf reads the
+binary multiple-choice file as is) with llama-perplexity's task selection, scoring and lines
+(llamavk/tasks/). As llama-perplexity, the model is loaded with a context of 4 * -c tokens, the
+budget of one batch of parallel sequences.
+
 What goes where: result lines on stdout (llama-perplexity's own stdout lines, and the final
-estimate that it logs on stderr), progress and notes on stderr.
+estimates and scores that it logs on stderr), progress and notes on stderr.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from ..errors import UsageError
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
 
+TASK_PARALLEL = 4        # llama-perplexity's n_parallel for task scores: the context is 4 * -c
+
 
 def perplexity(
     model: Path = typer.Option(None, "--model", "-m", help="GGUF model file (default: the bundled SmolLM2-135M)."),
-    file: Path = typer.Option(None, "--file", "-f", help="Text to evaluate (not needed with --kl-divergence)."),
+    file: Path = typer.Option(None, "--file", "-f", help="Text (or task file) to evaluate (not needed with --kl-divergence)."),
+    binary_file: Path = typer.Option(None, "--binary-file", "-bf", help="Binary task file (--multiple-choice), read as is."),
     ctx_size: int = typer.Option(512, "--ctx-size", "-c", help="Chunk size = context of each evaluation."),
     batch_size: int = typer.Option(2048, "--batch-size", "-b", help="Logical batch size."),
     ubatch_size: int = typer.Option(512, "--ubatch-size", "-ub", help="Micro-batch size."),
@@ -42,19 +50,42 @@ def perplexity(
     kld_base: Path = typer.Option(None, "--kl-divergence-base", "--save-all-logits",
                                   help="Save log-probs here (or, with --kl-divergence, compare with them)."),
     kld: bool = typer.Option(False, "--kl-divergence", help="Compare with the --kl-divergence-base file."),
+    hellaswag: bool = typer.Option(False, "--hellaswag", help="HellaSwag score of the task file given with -f."),
+    hellaswag_tasks: int = typer.Option(400, "--hellaswag-tasks", help="Number of HellaSwag tasks (random ones)."),
+    winogrande: bool = typer.Option(False, "--winogrande", help="Winogrande score of the CSV given with -f."),
+    winogrande_tasks: int = typer.Option(0, "--winogrande-tasks", help="Number of Winogrande tasks (0: all)."),
+    multiple_choice: bool = typer.Option(False, "--multiple-choice", help="Multiple-choice score of the -f/-bf file."),
+    multiple_choice_tasks: int = typer.Option(0, "--multiple-choice-tasks", help="Number of multiple-choice tasks (0: all)."),
     verbose: bool = VERBOSE,
 ) -> None:
-    """Perplexity of a model over a text file, or KL divergence against a base run, as
+    """Perplexity of a model over a text file, KL divergence against a base run, or task scores, as
     llama-perplexity computes them."""
     from ..api import load
 
     with user_errors(verbose):
         if ctx_size < 4:
             raise UsageError("-c must be at least 4")
+        task = [name for name, on in (("hellaswag", hellaswag), ("winogrande", winogrande),
+                                      ("multiple-choice", multiple_choice)) if on]
+        if len(task) + kld > 1:
+            raise UsageError("give one of --hellaswag, --winogrande, --multiple-choice, --kl-divergence")
+        if min(hellaswag_tasks, winogrande_tasks, multiple_choice_tasks) < 0:
+            raise UsageError("task counts cannot be negative")
         if kld and kld_base is None:
             raise UsageError("--kl-divergence needs --kl-divergence-base FILE (written by a base run)")
         kwargs = dict(devices=device, n_ubatch=ubatch_size, verbose=verbose, warn=eprint,
                       **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+        if task:
+            data = binary_file or file
+            if data is None:
+                raise UsageError(f"give the {task[0]} task file with -f FILE")
+            n_ctx = TASK_PARALLEL * ctx_size
+            with load(model, n_ctx=n_ctx, n_batch=min(batch_size, n_ctx), **kwargs) as m:
+                if verbose:
+                    for line in describe_model(m):
+                        eprint(line)
+                run_tasks(m, task[0], data, hellaswag_tasks, winogrande_tasks, multiple_choice_tasks)
+            return
         if kld:
             from ..kld import KLDBase
 
@@ -159,4 +190,17 @@ def compare_with_base(m, kld_base, n_chunks: int, n_seq: int, batch_size: int) -
                f"prints them from 100 on)")
     for line in report(result):
         print(line)
+    print()                                  # llama-perplexity ends its output with an empty line
+
+
+def run_tasks(m, task: str, path, hellaswag_tasks: int, winogrande_tasks: int, multiple_choice_tasks: int) -> None:
+    def emit(line: str) -> None:
+        print(line, flush=True)
+
+    if task == "hellaswag":
+        m.hellaswag(path, hellaswag_tasks, emit, eprint)
+    elif task == "winogrande":
+        m.winogrande(path, winogrande_tasks, emit, eprint)
+    else:
+        m.multiple_choice(path, multiple_choice_tasks, emit, eprint)
     print()                                  # llama-perplexity ends its output with an empty line
