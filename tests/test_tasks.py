@@ -198,10 +198,12 @@ def test_plan_batches():
         plan_batches([3, 13], 12)
 
 
-def test_batched_log_probs_equal_the_reference(synthetic_model):
+@pytest.mark.parametrize("split", [None, "layer"])
+def test_batched_log_probs_equal_the_reference(synthetic_model, split):
     """Sequences of different lengths packed several per batch (padded, a partial padding sequence
     at the end, batches read in slices of n_batch rows) give each query the log-probability the
-    numpy reference computes for that sequence alone."""
+    numpy reference computes for that sequence alone; also split over two virtual devices (layer
+    mode pipelines a slice's micro-batches)."""
     path = synthetic_model("llama", "q8_0")
     rng = np.random.default_rng(4)
     tasks = []
@@ -210,7 +212,9 @@ def test_batched_log_probs_equal_the_reference(synthetic_model):
         queries = [(s, j, int(rng.integers(0, 500))) for s in range(n_seq) for j in range(0, len(seqs[s]), 3)]
         tasks.append(TaskSequences(seqs, queries))
     ref = ReferenceModel(load_model_file(path))
-    with llamavk.load(path, n_ctx=64, n_batch=24, n_ubatch=16, warn=lambda m: None) as m:
+    split_args = dict(devices="Vulkan0,Vulkan0", split_mode=split) if split else {}
+    with llamavk.load(path, n_ctx=64, n_batch=24, n_ubatch=8, warn=lambda m: None, **split_args) as m:
+        assert m.split_mode == (split or "none")
         calls = []
 
         def eval_rows(tokens, n_past, seq_len):
