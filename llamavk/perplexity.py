@@ -49,6 +49,8 @@ def chunk_plan(n_tokens: int, n_ctx: int, chunks: int, min_chunks: int = 2) -> i
     if n_tokens < min_chunks * n_ctx:
         raise UsageError(f"you need at least {2 * n_ctx} tokens to evaluate perplexity with a context of "
                          f"{n_ctx} (the text has {n_tokens})")
+    if chunks == 0:
+        raise UsageError("--chunks 0 leaves nothing to evaluate")
     n_max = n_tokens // n_ctx
     return n_max if chunks is None or chunks < 0 else min(chunks, n_max)
 

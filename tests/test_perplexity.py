@@ -23,6 +23,8 @@ def test_token_nll():
 def test_too_short_text_is_a_usage_error():
     with pytest.raises(UsageError, match="at least 64 tokens"):
         perplexity(list(range(63)), 32, lambda c: None, None)
+    with pytest.raises(UsageError, match="--chunks 0 leaves nothing to evaluate"):
+        perplexity(list(range(64)), 32, lambda c: None, None, chunks=0)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
