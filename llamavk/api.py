@@ -159,24 +159,8 @@ class Model:
         --kl-divergence-base format, see llamavk.kld), for `kl_divergence` with another model."""
         bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
         tokens = self.tokenize(text, parse_special=False)     # as llama-perplexity tokenizes its -f text
-        if kl_divergence_base is None:
-            return self.perplexity_tokens(tokens, n_ctx, chunks, bos, on_chunk, on_scored, n_seq=n_seq)
-        from .kld import KLDBaseWriter
-        from .perplexity import chunk_plan
-
-        n_ctx = n_ctx or self.n_ctx
-        n_chunks = chunk_plan(len(tokens), n_ctx, chunks)
-        writer = KLDBaseWriter(kl_divergence_base, n_ctx, self.config.n_vocab, n_chunks, tokens)
-
-        def scored(logits, targets):
-            writer.add(logits, targets)
-            if on_scored:
-                on_scored(logits, targets)
-
-        try:
-            return self.perplexity_tokens(tokens, n_ctx, n_chunks, bos, on_chunk, scored, n_seq=n_seq)
-        finally:
-            writer.close()
+        return self.perplexity_tokens(tokens, n_ctx, chunks, bos, on_chunk, on_scored, n_seq=n_seq,
+                                      kl_divergence_base=kl_divergence_base)
 
     def kl_divergence(self, base, chunks: int = -1, on_chunk=None, n_seq: int | None = None):
         """Compare this model with a KL-divergence base file (written by `perplexity(...,
@@ -224,11 +208,25 @@ class Model:
         return max(1, min(self.n_batch, self.n_ctx) // n_ctx)
 
     def perplexity_tokens(self, tokens, n_ctx: int | None = None, chunks: int = -1, bos_id: int | None = None,
-                          on_chunk=None, on_scored=None, min_chunks: int = 2, n_seq: int | None = None):
+                          on_chunk=None, on_scored=None, min_chunks: int = 2, n_seq: int | None = None,
+                          kl_divergence_base=None):
         """As perplexity(), over tokens; `bos_id` replaces each chunk's first token (None: as is).
         `n_seq` chunks are evaluated at once as parallel sequences (default perplexity_n_seq(n_ctx)); the
         loaded context must hold n_seq * n_ctx tokens."""
-        from .perplexity import perplexity
+        from .perplexity import chunk_plan, perplexity
+
+        if kl_divergence_base is not None:
+            from .kld import KLDBaseWriter
+
+            n_chunks = chunk_plan(len(tokens), n_ctx or self.n_ctx, chunks, min_chunks)
+            with KLDBaseWriter(kl_divergence_base, n_ctx or self.n_ctx, self.config.n_vocab, n_chunks,
+                               list(tokens)) as writer:
+                def scored(logits, targets):
+                    writer.add(logits, targets)
+                    if on_scored:
+                        on_scored(logits, targets)
+
+                return self.perplexity_tokens(tokens, n_ctx, n_chunks, bos_id, on_chunk, scored, min_chunks, n_seq)
 
         n_ctx = n_ctx or self.n_ctx
         if n_ctx > self.n_ctx:

@@ -160,7 +160,8 @@ def run_perplexity(m, text: str, ctx_size: int, chunks: int, n_seq: int, batch_s
         sys.stdout.write(f"[{i + 1}]{ppl:.4f},")
         sys.stdout.flush()
 
-    result = m.perplexity(text, ctx_size, n_chunks, on_chunk, n_seq=n_seq, kl_divergence_base=kld_base)
+    bos = m.tokenizer.bos_id if m.tokenizer.add_bos else None
+    result = m.perplexity_tokens(tokens, ctx_size, n_chunks, bos, on_chunk, n_seq=n_seq, kl_divergence_base=kld_base)
     progress.close()
     print()
     print(f"Final estimate: PPL = {result.ppl:.4f} +/- {result.uncertainty:.5f}")
