@@ -69,6 +69,7 @@ this line has no commas at all
 3,"The ice melted in the sun because _ was hot, very hot.",ice,sun,2
 4,The dog barked at the mailman because _ was scared.,dog,mailman,1
 5,No blank here.,a,b,1
+6,The bird sat on the _.,branch,soup,1
 7,The apple fell on the boy and _ started crying.,apple,boy, 2
 8,The glass broke when it hit the floor because _ was fragile.,glass,floor,1
 9,The last line is not read: _ is dropped.,it,that,1
@@ -161,9 +162,9 @@ def test_hellaswag_file():
 def test_winogrande_file():
     notes = []
     tasks = winogrande.parse(WINOGRANDE.rstrip("\n"), notes.append)
-    assert len(tasks) == 7                      # 10 lines: 2 malformed, the last not read
+    assert len(tasks) == 8                      # 11 lines: 2 malformed, the last not read
     assert tasks[3] == ("The ice melted in the sun because ", " was hot, very hot.", ["ice", "sun"], 2)  # unquoted
-    assert tasks[5][3] == 2                     # " 2": leading space, as C++'s >> reads it
+    assert tasks[6][3] == 2                     # " 2": leading space, as C++'s >> reads it
     assert notes == ["load_winogrande_from_csv: failed to find comma separators in <this line has no commas at all>",
                      "load_winogrande_from_csv: no _ in <No blank here.>"]
     assert winogrande.parse(WINOGRANDE, notes.append)[-1][2] == ["it", "that"]   # a file ending in an empty line
@@ -306,23 +307,25 @@ def test_smollm2_hellaswag_equals_llamacpp(smollm2, smollm2_path, tmp_path):
 
 
 def test_smollm2_winogrande_equals_llamacpp(smollm2, smollm2_path, tmp_path):
-    """All 7 usable tasks, and 3 drawn at random: the same tasks (their scores identify them), the
-    same choices and accuracies; the scores themselves within 0.15. llama.cpp's CPU build rounds
-    activations to 8 bits, differently for different batch shapes: measured up to 0.12 from
+    """All 8 usable tasks, and 3 drawn at random: the same tasks (their scores identify them), the
+    same choices and accuracies; the scores themselves within 0.25. llama.cpp's CPU build rounds
+    activations to 8 bits, differently for different batch shapes: measured up to 0.17 from
     llamavk's (which are within 1e-3 of the float numpy reference), and its own scores move by up to
-    0.19 between -np 4 (its default, used here) and -np 8."""
+    0.19 between -np 4 (its default, used here) and -np 8. The bird task scores its choice word:
+    there llama-perplexity takes the second choice's first log-probability from the logits after
+    the first sentence's last token (-15.5 for "soup" after "...branch."), and so does llamavk."""
     path = tmp_path / "wg.csv"
     path.write_text(WINOGRANDE)
     for n in (0, 3):
         out = []
         score = smollm2.winogrande(path, n, emit=out.append)
-        want = llamacpp_lines(smollm2_path, 7 if n == 0 else n, "-f", path, "--winogrande", "--winogrande-tasks", n)
+        want = llamacpp_lines(smollm2_path, 8 if n == 0 else n, "-f", path, "--winogrande", "--winogrande-tasks", n)
         got = [l for l in out if l[:1].isdigit()]
-        assert len(got) == len(want) == score.n_tasks == (7 if n == 0 else 3)
+        assert len(got) == len(want) == score.n_tasks == (8 if n == 0 else 3)
         for g, w in zip(got, want):
             gf, wf = g.split(), w.split()
             assert (gf[0], gf[1], gf[4], gf[5]) == (wf[0], wf[1], wf[4], wf[5]), (g, w)
-            assert [float(v) for v in gf[2:4]] == pytest.approx([float(v) for v in wf[2:4]], abs=0.15), (g, w)
+            assert [float(v) for v in gf[2:4]] == pytest.approx([float(v) for v in wf[2:4]], abs=0.25), (g, w)
 
 
 def test_smollm2_multiple_choice_equals_llamacpp(smollm2, smollm2_path, tmp_path):
