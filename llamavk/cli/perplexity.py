@@ -65,6 +65,8 @@ def perplexity(
     with user_errors(verbose):
         if ctx_size < 4:
             raise UsageError("-c must be at least 4")
+        if chunks == 0:
+            raise UsageError("--chunks 0 leaves nothing to evaluate")
         task = [name for name, on in (("hellaswag", hellaswag), ("winogrande", winogrande),
                                       ("multiple-choice", multiple_choice)) if on]
         if len(task) + kld > 1:
