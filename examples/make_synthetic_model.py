@@ -5,7 +5,7 @@
     python examples/make_synthetic_model.py --preset 70b --type q4_0 --dry-run
 
 Presets tiny/1b/8b/32b/70b (1b..70b: the exact shapes of llama.cpp's reference runs in SPEC §10);
-types f32, f16, q8_0, q4_0, q4_k, q6_k; architectures llama, qwen2, qwen3.
+types f32, f16, q8_0, q4_0, q4_k, q6_k, iq4_nl, iq4_xs, mxfp4; architectures llama, qwen2, qwen3.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llamavk.errors import LlamavkError
+from llamavk.models import ARCHITECTURES
 from llamavk.synthetic import PRESETS, SYNTHETIC_TYPES, describe_plan, synthetic_plan, write_synthetic_model
 
 
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="tiny", choices=list(PRESETS))
     ap.add_argument("--type", default="q4_0", choices=list(SYNTHETIC_TYPES))
-    ap.add_argument("--arch", default="llama", choices=["llama", "qwen2", "qwen3"])
+    ap.add_argument("--arch", default=None, choices=sorted(ARCHITECTURES),
+                    help="default: the preset's (llama; qwen3moe for tiny-moe and 30b-a3b)")
     ap.add_argument("-o", "--output", help="output .gguf path (default: synthetic-PRESET-TYPE-ARCH.gguf)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, help="override the number of layers")
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             if len(plan.tensors) > 12:
                 print(f"  ... {len(plan.tensors) - 12} more tensors")
             return 0
-        out = args.output or f"synthetic-{args.preset}-{args.type}-{args.arch}.gguf"
+        out = args.output or f"synthetic-{args.preset}-{args.type}-{plan.config.arch}.gguf"
         t0 = time.perf_counter()
         write_synthetic_model(out, args.preset, args.type, args.arch, seed=args.seed, **overrides)
         print(f"wrote {out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -17,9 +17,12 @@ from typing import Iterator
 
 import numpy as np
 
+from .chat_template import CHATML, render_chat
 from .default_model import default_model_path
 from .devices import open_devices, select
 from .errors import UsageError
+from .llamacpp_compat import check_gpu_layers
+from .memory_fit import check_fit, estimate_device_need, free_memory, weight_progress
 from .models import build_graph, load_model_file
 from .runtime import DeviceRuntime
 from .split import DEFAULT_MODE, SplitOptions, build_split_runtime, choose_devices
@@ -45,8 +48,11 @@ class Model:
     def __init__(self, path: str | Path | None = None, *, devices: str | list[str] | None = None,
                  split_mode: str = DEFAULT_MODE, tensor_split: list[float] | None = None, main_gpu: int = 0,
                  max_gpu: int | None = None, reduce_type: str = "f16", n_ctx: int | None = None,
-                 n_batch: int = 2048, n_ubatch: int = 512, verbose: bool = False, warn=None,
-                 profile: bool = False):
+                 n_batch: int = 2048, n_ubatch: int = 512, n_gpu_layers: int | None = None,
+                 verbose: bool = False, warn=None, progress=None, profile: bool = False):
+        """n_gpu_layers: llama.cpp's -ngl, accepted when it means every layer (None, -1 or at least
+        the layer count): llamavk has no CPU offload. progress(done_bytes, total_bytes) is called as
+        weights reach the devices."""
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
@@ -55,6 +61,7 @@ class Model:
         self.path = Path(path) if path else default_model_path()
         self.file = load_model_file(self.path)
         self.config = cfg = self.file.config
+        check_gpu_layers(n_gpu_layers, cfg.n_layer)
         self.tokenizer = Tokenizer.from_metadata(self.file.metadata)
         requested = ",".join(devices) if isinstance(devices, (list, tuple)) else devices
         entries, warnings = select(get_instance().devices, requested)
@@ -72,11 +79,15 @@ class Model:
         graphs = {"last": build_graph(cfg), "all": build_graph(cfg, all_logits=True)}
         try:
             if len(chosen) == 1:
-                self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs, profile=profile)
+                need = estimate_device_need(self.file, graphs, n_ctx, n_ubatch, self.devices[0])
+                check_fit([need], free_memory(self.devices), n_available=len(entries))
+                self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs, profile=profile,
+                                             progress=weight_progress(progress, need.weights))
             else:
                 opts.main_gpu = chosen.index(main_gpu) if main_gpu in chosen else 0
                 self.runtime = build_split_runtime(self.file, self.devices, shares, opts, graphs, n_ctx, n_ubatch,
-                                                   profile=profile)
+                                                   profile=profile, progress=progress)
+            self.runtime.prerecord()      # the decode step, recorded before anyone waits for a token
         except BaseException:
             self.close()
             raise
@@ -90,6 +101,24 @@ class Model:
 
     def detokenize(self, ids) -> str:
         return self.tokenizer.decode(list(ids))
+
+    @property
+    def chat_template(self) -> str | None:
+        """The model's chat template (GGUF tokenizer.chat_template, Jinja), None when it has none."""
+        template = self.file.metadata.get("tokenizer.chat_template")
+        return template if isinstance(template, str) and template.strip() else None
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """`messages` ([{"role": ..., "content": ...}]) as text in the model's chat format, rendered as
+        llama.cpp's --jinja does (llamavk/chat_template.py); ChatML when the model has no template."""
+        tok = self.tokenizer
+
+        def text(tid):
+            return tok.token_to_piece(tid).decode("utf-8", "replace") if tid is not None else ""
+
+        return render_chat(self.chat_template or CHATML, messages, bos_token=text(tok.bos_id),
+                           eos_token=text(tok.eos_id), add_generation_prompt=add_generation_prompt,
+                           strip_bos=tok.add_bos, strip_eos=tok.add_eos)
 
     # -- evaluation ----------------------------------------------------------------------------
     def _eval(self, tokens, n_past: int, all_logits: bool):
@@ -118,8 +147,9 @@ class Model:
 
     def generate(self, prompt: str | list[int], n: int = -1, *, temp: float = 0.8, top_k: int = 40,
                  top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
-                 repeat_last_n: int = 64, seed: int = -1) -> Iterator[int]:
-        """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, or a full context."""
+                 repeat_last_n: int = 64, seed: int = -1, ignore_eos: bool = False) -> Iterator[int]:
+        """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, or a full context.
+        ignore_eos: end-of-generation tokens are never sampled (llama.cpp's --ignore-eos)."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         tokens = self._check_tokens(tokens)
         params = SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
@@ -133,8 +163,12 @@ class Model:
         tm.prompt_ms, tm.prompt_tokens = (time.perf_counter() - t0) * 1e3, len(tokens)
         produced = 0
         rt = self.runtime
+        banned = np.fromiter(sorted(self.tokenizer.vocab.eog_ids), np.int64) if ignore_eos else None
         while n < 0 or produced < n:
             ts = time.perf_counter()
+            if banned is not None and banned.size:
+                logits = np.array(logits, dtype=np.float32)    # a copy: the runtime's logits are a view
+                logits[banned] = -np.inf
             token = sampler.sample(logits)
             sampler.accept(token)
             tm.sample_ms += (time.perf_counter() - ts) * 1e3

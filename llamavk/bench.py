@@ -18,6 +18,8 @@ output, so flags, semantics and output follow llama.cpp's llama-bench:
 Beyond llama-bench: -m also takes synthetic:PRESET-TYPE[-ARCH] (random weights, written once into
 ~/.cache/llamavk/synthetic/ and reused), and -sm has llamavk's tensor and graph modes. llamavk's
 attention is always a flash-attention kernel, so -fa is 1 (the default here) and -fa 0 is refused.
+llama-bench command lines may also carry -ngl (only values meaning every layer on the GPUs, checked
+against each model's layer count before anything runs), -ctk/-ctv (f16) and -t (no effect).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 from .bench_format import PRINTERS, Result, devices_text, run_info
 from .errors import LlamavkError, UsageError
+from .llamacpp_compat import FLASH_ATTN_OFF, FLASH_ATTN_ON, check_cache_type, check_gpu_layers, parse_gpu_layers
 
 SPLIT_MODES = ("none", "layer", "row", "tensor", "graph")     # llamavk.split.MODES (a test checks)
 REDUCE_TYPES = ("f32", "f16", "bf16")                         # llamavk.split.REDUCE_TYPES
@@ -62,6 +65,7 @@ class BenchParams:
     max_gpu: list[int] = field(default_factory=lambda: [0])                        # 0: no limit
     reduce_type: list[str] = field(default_factory=lambda: ["f16"])
     flash_attn: list[bool] = field(default_factory=lambda: [True])
+    gpu_layers: list[int] = field(default_factory=list)   # -ngl: checked to mean "every layer", see run_bench
     repetitions: int = 5
     output: str = "md"
     warmup: bool = True
@@ -165,18 +169,27 @@ def _device_lists(values: list[str]) -> list[tuple[str, ...] | None]:
 def _flash_attn(values: list[str]) -> list[bool]:
     out = []
     for item in _items(values):
-        if item.lower() in ("1", "on", "true"):
+        if item.lower() in FLASH_ATTN_ON:
             out.append(True)
-        elif item.lower() in ("0", "off", "false"):
-            raise UsageError("-fa 0: llamavk's attention is always a flash-attention kernel; only -fa 1 exists")
+        elif item.lower() in FLASH_ATTN_OFF:
+            raise UsageError(f"-fa {item}: llamavk's attention is always a flash-attention kernel; only -fa 1 exists")
         else:
-            raise UsageError(f"-fa: bad value {item!r}; expected 1")
+            raise UsageError(f"-fa: bad value {item!r}; expected 1 (or on, auto)")
     return out
+
+
+def _gpu_layers(values: list[str]) -> list[int]:
+    return [parse_gpu_layers(item) for item in _items(values)]
+
+
+def _cache_types(values: list[str], flag: str) -> None:
+    for item in _items(values):
+        check_cache_type(flag, item)
 
 
 def parse_params(*, model=(), n_prompt=(), n_gen=(), pg=(), n_depth=(), batch=(), ubatch=(),
                  split_mode=(), tensor_split=(), main_gpu=(), device=(), flash_attn=(), max_gpu=(),
-                 reduce_type=(),
+                 reduce_type=(), gpu_layers=(), cache_type_k=(), cache_type_v=(),
                  repetitions: int = 5, output: str = "md", no_warmup: bool = False) -> BenchParams:
     """Command-line strings (each flag: a list of its occurrences; empty or None when not given, which
     keeps llama-bench's default) -> BenchParams. UsageError on bad input."""
@@ -199,7 +212,10 @@ def parse_params(*, model=(), n_prompt=(), n_gen=(), pg=(), n_depth=(), batch=()
         "reduce_type": reduce_type and _reduce_types(list(reduce_type)),
         "devices": device and _device_lists(list(device)),
         "flash_attn": flash_attn and _flash_attn(list(flash_attn)),
+        "gpu_layers": gpu_layers and _gpu_layers(list(gpu_layers)),
     }
+    _cache_types(list(cache_type_k or ()), "-ctk")
+    _cache_types(list(cache_type_v or ()), "-ctv")
     for name, value in parsed.items():
         if value:
             setattr(p, name, value)
@@ -299,10 +315,12 @@ def resolve_model(name: str | None, note=None) -> Path:
 FTYPE_NAMES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
                10: "Q2_K - Medium", 11: "Q3_K - Small", 12: "Q3_K - Medium", 13: "Q3_K - Large",
                14: "Q4_K - Small", 15: "Q4_K - Medium", 16: "Q5_K - Small", 17: "Q5_K - Medium",
-               18: "Q6_K", 21: "Q2_K - Small", 32: "BF16"}
+               18: "Q6_K", 21: "Q2_K - Small", 25: "IQ4_NL - 4.5 bpw", 30: "IQ4_XS - 4.25 bpw",
+               32: "BF16", 38: "MXFP4 MoE"}
 # llama.cpp's guess when general.file_type is missing: the most common tensor type -> llama_ftype
+# (MXFP4 is not in its table at 0c1e570: such a file reads "(guessed) all F32" there too)
 _GUESS_FTYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7,
-                "Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}
+                "Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30}
 
 
 @dataclass(frozen=True)
@@ -311,57 +329,42 @@ class ModelInfo:
     type: str         # "llama 7.2B Q4_0": architecture, size label, file type
     size: int         # bytes of tensor data (llama_model_size)
     n_params: int     # elements of all tensors (llama_model_n_params)
+    n_layer: int = 0  # {arch}.block_count (checks -ngl)
 
 
 def ftype_name(metadata: dict, tensor_types: list[str]) -> str:
     ftype = metadata.get("general.file_type")
     if ftype is not None:
         import gguf
+        if not isinstance(ftype, int) or isinstance(ftype, bool):   # corrupt metadata: a label only
+            return "unknown, may not work"
         try:
-            fallback = gguf.LlamaFileType(int(ftype)).name.removeprefix("MOSTLY_")
+            fallback = gguf.LlamaFileType(ftype).name.removeprefix("MOSTLY_")
         except ValueError:
             fallback = "unknown, may not work"
-        return FTYPE_NAMES.get(int(ftype), fallback)
+        return FTYPE_NAMES.get(ftype, fallback)
     common = Counter(tensor_types).most_common(1)
     guess = _GUESS_FTYPE.get(common[0][0], 0) if common else 0
-    return FTYPE_NAMES[guess] + " (guessed)"
+    return "(guessed) " + FTYPE_NAMES[guess]   # llama.cpp's order (0c1e570)
 
 
 def model_info(path: Path) -> ModelInfo:
-    """What llama-bench prints about a model, from the GGUF header alone: gguf.GGUFReader would also
-    decode the whole vocabulary (seconds for a large one) on top of the load that follows."""
-    from gguf import GGMLQuantizationType
+    """What llama-bench prints about a model, from the GGUF header alone (no tensor data is read)."""
     from gguf.utility import model_weight_count_rounded_notation
 
-    from .gguf_file import scan_header
-    from .quant import tensor_nbytes
+    from .gguf_file import read_header
 
-    entries, _ = scan_header(path)         # validates the file: one-line errors for bad ones
-    types = [GGMLQuantizationType(e.type_id) for e in entries]
-    size = sum(tensor_nbytes(t, e.shape) for t, e in zip(types, entries))
+    header = read_header(path)             # validates the file: one-line errors for bad ones
+    entries = list(header.tensors.values())
+    types = [e.qtype for e in entries]
+    size = sum(e.nbytes for e in entries)
     n_params = sum(int(np.prod(e.shape)) for e in entries)
-    meta = _general_metadata(path)
+    meta = {k: v for k, v in header.metadata.items() if k.startswith("general.")}
     label = meta.get("general.size_label") or model_weight_count_rounded_notation(n_params)
     arch = meta.get("general.architecture", "?")
-    return ModelInfo(str(path), f"{arch} {label} {ftype_name(meta, [t.name for t in types])}", size, n_params)
-
-
-def _general_metadata(path: Path) -> dict:
-    """The general.* metadata values (scalars and strings; arrays are skipped unread)."""
-    from .gguf_file import _HeaderWalker
-
-    meta = {}
-    with open(path, "rb") as f:
-        f.seek(4)                                  # magic, checked by scan_header
-        w = _HeaderWalker(f)
-        w.unpack("I")
-        w.unpack("Q")
-        for _ in range(w.unpack("Q")):
-            key = w.string()
-            value = w.value(w.unpack("I"))
-            if key.startswith("general.") and value is not None:
-                meta[key] = value
-    return meta
+    n_layer = header.metadata.get(f"{arch}.block_count", 0)
+    return ModelInfo(str(path), f"{arch} {label} {ftype_name(meta, [t.name for t in types])}", size, n_params,
+                     n_layer if isinstance(n_layer, int) else 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -395,10 +398,17 @@ def _load(test: BenchTest, path: Path, n_ctx: int, verbose: bool = False, warn=N
                 n_ubatch=test.n_ubatch, verbose=verbose, warn=warn)
 
 
+# Decode steps of a warm-up. llama-bench decodes one; here the first timed tg128 of a model then read
+# 1,204 +- 324 t/s where the second pass read 1,528 +- 3 (1.1B, H100), and 369.9 +- 95.0 against
+# 425.1 (7.2B): a GPU's clocks come up over some tens of milliseconds of steady work.
+WARMUP_DECODES = 64
+
+
 def run_test(model, test: BenchTest, reps: int, warmup: bool, rng, say=lambda msg: None,
              rep_done=lambda: None) -> list[int]:
-    """llama-bench's loop for one test: warm-up (a prompt, then one decode), then `reps` timed
-    repetitions, each from an empty KV cache filled to the depth untimed. Returns nanoseconds."""
+    """llama-bench's loop for one test: warm-up (a prompt, then up to WARMUP_DECODES decodes), then
+    `reps` timed repetitions, each from an empty KV cache filled to the depth untimed. Returns
+    nanoseconds."""
     from .benchmark import decode, fill_depth, prompt, timed
 
     if warmup:      # records the step shapes and wakes the GPU; nothing of it is timed
@@ -407,7 +417,7 @@ def run_test(model, test: BenchTest, reps: int, warmup: bool, rng, say=lambda ms
             prompt(model, test.n_prompt, rng)
         if test.n_gen:
             say("warmup generation run")
-            decode(model, 1, rng, test.n_prompt)
+            decode(model, min(test.n_gen, WARMUP_DECODES), rng, test.n_prompt)
     what = ("prompt+generation" if test.n_prompt and test.n_gen
             else "prompt" if test.n_prompt else "generation")
     samples = []
@@ -454,6 +464,9 @@ def run_bench(params: BenchParams, write, progress: Progress | None = None, verb
     check_devices(params, infos)
     paths = {m: resolve_model(m, warn) for m in dict.fromkeys(params.models)}
     models = {m: model_info(p) for m, p in paths.items()}
+    for info in models.values():
+        for n in params.gpu_layers:
+            check_gpu_layers(n, info.n_layer)
     printer = PRINTERS[params.output](params, run_info([e.info.name for e in catalogue(infos) if not e.filtered]))
     tests = expand(params)
     rng = np.random.default_rng(seed)

@@ -2,7 +2,8 @@
 
 `fuse_rope_kv` (every step shape): `rope(q)`, `rope(k)` feeding `attention(q, k, v)` become one
 attention op with attr rope=True; the runtime records it as one rope_kv dispatch (rotate q, rotate +
-store k, store v) before attention, instead of four dispatches over two dependent stages.
+store k, store v) before attention, instead of four dispatches over two dependent stages. Per-head
+Q/K norms before the rotation (qwen3) go into it too (attrs q_norm, k_norm, eps).
 
 `fuse_for_matvec` (matrix-vector steps, decode):
 
@@ -11,7 +12,10 @@ microseconds, as much as reading megabytes. This pass folds into the matrix-vect
 
 - `rms_norm(x, w)` feeding only matmuls  -> each matmul normalises its input itself (attrs norm, eps);
 - `swiglu(g, u)` feeding one matmul      -> the matmul reads silu(g)·u as its input (attr glu);
+- `moe_sum(matmul_id(...))`              -> the expert product sums its weighted slots (attr sum);
+- `moe_route(matmul(Wrouter, ...))`      -> the router product picks the experts itself (attr route);
 - `add(r, matmul(...))`                  -> the matmul writes r + W·x (attr residual).
+("matmul" here is either product: `matmul`, or `matmul_id` over a token's chosen experts.)
 
 The result is a new Graph with the same weights and logits; the original is untouched (prompt
 batches use the tiled matrix-matrix kernel, which takes the unfused graph).
@@ -23,7 +27,8 @@ rope="q" / "k" / "v"; the attention op gets kv_stored=True): the rope_kv dispatc
 `fuse_glu_pairs` (one-token steps, before `fuse_for_matvec`, where the device's one-token kernel can):
 `swiglu(matmul(Wg, h), matmul(Wu, h))` becomes one matmul of Wg with attr pair=Wu that writes
 silu(Wg h) * (Wu h) itself: one dispatch for gate and up, and the down product then reads one plain
-vector instead of computing silu(gate) * up from two.
+vector instead of computing silu(gate) * up from two. The same for a mixture of experts' gate and up
+(`matmul_id` over one route).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ import copy
 from collections import defaultdict
 
 from .graph import Graph, Op
+
+PRODUCTS = ("matmul", "matmul_id")   # weight products: plain, or with each token's chosen experts
 
 
 def _copy_ops(graph: Graph) -> list[Op]:
@@ -51,15 +58,26 @@ def _graph_like(graph: Graph, ops: list[Op]) -> Graph:
 
 def fuse_rope_kv(graph: Graph) -> Graph:
     ops = _copy_ops(graph)
+    consumers = _consumers(ops)
+    producer = {op.out: op for op in ops if op.out is not None}
     dropped: set[int] = set()
     for op in ops:
         if op.kind != "attention":
             continue
-        q, k, _ = op.inputs
+        q, k, v = op.inputs
         ropes = [r for r in ops if r.kind == "rope" and r.inputs[0] in (q, k) and id(r) not in dropped]
         if len(ropes) == 2 and {r.inputs[0] for r in ropes} == {q, k}:
             dropped.update(id(r) for r in ropes)
             op.attrs["rope"] = True
+            # qwen3's per-head Q/K norms feeding only the rotation: into the same dispatch
+            norms = [producer.get(t) for t in (q, k)]
+            cfg = graph.config
+            if all(n is not None and n.kind == "head_norm" and consumers[n.out] == [r, op]
+                   for n, r in zip(norms, sorted(ropes, key=lambda r: r.inputs[0] is k))) \
+                    and cfg.rope_dim == cfg.head_dim:
+                dropped.update(id(n) for n in norms)
+                op.inputs = (norms[0].inputs[0], norms[1].inputs[0], v)
+                op.attrs.update(q_norm=norms[0].inputs[1], k_norm=norms[1].inputs[1], eps=norms[0].attrs["eps"])
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
@@ -77,7 +95,7 @@ def fuse_rope_into_products(graph: Graph, can_fuse) -> Graph:
     consumers = _consumers(ops)
     producer = {op.out: op for op in ops if op.out is not None}
     for op in ops:
-        if op.kind != "attention" or not op.attrs.get("rope"):
+        if op.kind != "attention" or not op.attrs.get("rope") or "q_norm" in op.attrs:
             continue
         prods = [producer.get(t) for t in op.inputs]
         if all(p is not None and p.kind == "matmul" and consumers[p.out] == [op] and "residual" not in p.attrs
@@ -99,26 +117,31 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
         if op.kind != "swiglu":
             continue
         g, u = (producer.get(t) for t in op.inputs)
-        if g is None or u is None or g.kind != "matmul" or u.kind != "matmul" or g is u:
+        if g is None or u is None or g.kind not in PRODUCTS or u.kind != g.kind or g is u:
             continue
-        plain = all(len(m.inputs) == 2 and not m.attrs and consumers[m.out] == [op] for m in (g, u))
-        if plain and g.inputs[1] is u.inputs[1] and can_pair(g.inputs[0], u.inputs[0]):
+        # plain products of one input (matmul_id: and one route), each read by the swiglu alone
+        n_inputs = 3 if g.kind == "matmul_id" else 2
+        plain = all(len(m.inputs) == n_inputs and not m.attrs and consumers[m.out] == [op] for m in (g, u))
+        if plain and g.inputs[1:] == u.inputs[1:] and can_pair(g.inputs[0], u.inputs[0]):
             g.attrs["pair"] = u.inputs[0]
             g.out = op.out
             dropped.update((id(u), id(op)))
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
-def fuse_one_token(graph: Graph, can_pair, can_rope) -> Graph | None:
+def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True,
+                   can_route=lambda weight: True) -> Graph | None:
     """The one-token step's graph: pairs and RoPE in the products where the device can, then the
     decode fusions; None where neither applies (the step then takes fuse_for_matvec's graph)."""
     one = fuse_rope_into_products(fuse_glu_pairs(graph, can_pair), can_rope)
     if len(one.ops) == len(graph.ops) and not any(op.attrs.get("kv_stored") for op in one.ops):
         return None
-    return fuse_for_matvec(one)
+    return fuse_for_matvec(one, can_sum, can_route)
 
 
-def fuse_for_matvec(graph: Graph) -> Graph:
+def fuse_for_matvec(graph: Graph, can_sum=lambda weight: True, can_route=lambda weight: True) -> Graph:
+    """can_sum(expert weight) -> bool: whether the device's expert product can sum the slots itself;
+    can_route(router weight): whether its router product can pick the experts itself."""
     ops = _copy_ops(graph)
     consumers = _consumers(ops)
     dropped: set[int] = set()
@@ -126,7 +149,7 @@ def fuse_for_matvec(graph: Graph) -> Graph:
     for op in ops:
         if op.kind == "rms_norm" and len(op.inputs) == 2:
             users = consumers[op.out]
-            if users and all(u.kind == "matmul" and u.inputs[1] is op.out for u in users):
+            if users and all(u.kind in PRODUCTS and u.inputs[1] is op.out for u in users):
                 x, weight = op.inputs
                 for u in users:
                     u.inputs = (u.inputs[0], x) + u.inputs[2:]
@@ -134,16 +157,32 @@ def fuse_for_matvec(graph: Graph) -> Graph:
                 dropped.add(id(op))
         elif op.kind == "swiglu":
             users = consumers[op.out]
-            if len(users) == 1 and users[0].kind == "matmul" and users[0].inputs[1] is op.out \
+            if len(users) == 1 and users[0].kind in PRODUCTS and users[0].inputs[1] is op.out \
                     and "norm" not in users[0].attrs:
                 gate, up = op.inputs
                 u = users[0]
                 u.inputs = (u.inputs[0], gate) + u.inputs[2:]
                 u.attrs["glu"] = up
                 dropped.add(id(op))
+        elif op.kind == "moe_route":
+            logits = op.inputs[0]
+            producer = next((p for p in ops if p.out is logits and p.kind == "matmul"), None)
+            if producer is not None and consumers[logits] == [op] and len(producer.inputs) == 2 \
+                    and can_route(producer.inputs[0]):
+                producer.attrs["route"] = dict(op.attrs)
+                producer.out = op.out
+                dropped.add(id(op))
+        elif op.kind == "moe_sum":
+            y, route = op.inputs
+            producer = next((p for p in ops if p.out is y and p.kind == "matmul_id"), None)
+            if producer is not None and consumers[y] == [op] and producer.inputs[2] is route \
+                    and can_sum(producer.inputs[0]):
+                producer.attrs["sum"] = True
+                producer.out = op.out
+                dropped.add(id(op))
         elif op.kind == "add":
             a, b = op.inputs
-            producer = next((p for p in ops if p.out is b and p.kind == "matmul"), None)
+            producer = next((p for p in ops if p.out is b and (p.kind == "matmul" or p.attrs.get("sum"))), None)
             if producer is not None and len(consumers[b]) == 1 and producer.out is not graph.logits:
                 producer.attrs["residual"] = a
                 producer.out = op.out

@@ -24,17 +24,20 @@ class Tensor:
     # (axis, start, stop) with axis 0 = rows (output features), 1 = columns (input features).
     source: str | None = None
     part: tuple[int, int, int] | None = None
+    # stacked expert matrices (n_expert, rows, cols): rows and width are one expert's, and a part
+    # cuts every expert alike
+    experts: int = 0
 
     def sliced(self, axis: int, start: int, stop: int) -> "Tensor":
         """A part of this weight (vectors, rows == 1, are cut along their only axis: pass axis 0)."""
-        if self.rows == 1:
+        if self.rows == 1 and not self.experts:
             return Tensor(f"{self.name}[{start}:{stop}]", stop - start, "weight", 1, self.role, self.layer,
                           self.name, (0, start, stop))
         if axis == 0:
             return Tensor(f"{self.name}[r{start}:{stop}]", self.width, "weight", stop - start, self.role,
-                          self.layer, self.name, (0, start, stop))
+                          self.layer, self.name, (0, start, stop), self.experts)
         return Tensor(f"{self.name}[c{start}:{stop}]", stop - start, "weight", self.rows, self.role,
-                      self.layer, self.name, (1, start, stop))
+                      self.layer, self.name, (1, start, stop), self.experts)
 
     def __repr__(self):
         return f"Tensor({self.name}, {self.kind}, width={self.width})"
@@ -69,10 +72,12 @@ class Graph:
         self._count = 0
 
     # -- tensors -------------------------------------------------------------------------------
-    def weight(self, name: str, rows: int, cols: int, role: str, layer: int | None = None) -> Tensor:
+    def weight(self, name: str, rows: int, cols: int, role: str, layer: int | None = None,
+               experts: int = 0) -> Tensor:
+        """A weight matrix (rows, cols), or `experts` stacked ones (experts, rows, cols)."""
         t = self.weights.get(name)
         if t is None:
-            t = self.weights[name] = Tensor(name, cols, "weight", rows, role, layer)
+            t = self.weights[name] = Tensor(name, cols, "weight", rows, role, layer, experts=experts)
         return t
 
     def _op(self, kind: str, inputs, width: int | None, **attrs) -> Tensor | None:
@@ -106,6 +111,27 @@ class Graph:
     def attention(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Append k, v to this layer's KV cache, then causal attention of q over the cache."""
         return self._op("attention", [q, k, v], q.width)
+
+    def moe_route(self, logits: Tensor, n_used: int, gating: str, norm: bool, scale: float) -> Tensor:
+        """The experts each token runs: router logits -> probabilities (softmax or sigmoid over the
+        experts) -> the n_used most probable -> their weights (renormalized to sum 1 where `norm`,
+        times `scale`). Output per token: n_used expert ids (uint32 bits), then their n_used weights."""
+        return self._op("moe_route", [logits], 2 * n_used, n_used=n_used, gating=gating, norm=norm, scale=scale)
+
+    def matmul_id(self, w: Tensor, x: Tensor, route: Tensor) -> Tensor:
+        """Each token's products with its chosen experts' matrices: y[t, s] = W[id[t, s]] x[t] (x one
+        vector per token) or W[id[t, s]] x[t, s] (x one vector per expert slot). Output per token: the
+        n_used slots' rows side by side."""
+        n_used = route.width // 2
+        return self._op("matmul_id", [w, x, route], n_used * w.rows)
+
+    def moe_sum(self, y: Tensor, route: Tensor) -> Tensor:
+        """The weighted sum of a token's expert outputs: sum_s weight[t, s] * y[t, s]."""
+        return self._op("moe_sum", [y, route], y.width // (route.width // 2))
+
+    def scale_sigmoid(self, y: Tensor, x: Tensor, w: Tensor) -> Tensor:
+        """y[t] * sigmoid(w . x[t]): the shared expert's output, gated per token."""
+        return self._op("scale_sigmoid", [y, x, w], y.width)
 
     def swiglu(self, gate: Tensor, up: Tensor) -> Tensor:
         return self._op("swiglu", [gate, up], gate.width)

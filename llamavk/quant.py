@@ -34,6 +34,7 @@ SUPPORTED_TYPES: tuple[T, ...] = (
     T.F32, T.F16, T.BF16,
     T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
     T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
+    T.IQ4_NL, T.IQ4_XS, T.MXFP4,
 )
 
 QUANT_INFO: dict[T, QuantInfo] = {

@@ -13,7 +13,11 @@ One transformer block, for every supported architecture:
     a = softmax(q k^T / sqrt(head_dim), causal) v           GQA: n_head/n_head_kv queries per KV head
     x = x + Wo a
     h = rms_norm(x) * ffn_norm
-    x = x + Wdown (silu(Wgate h) * Wup h)
+    x = x + Wdown (silu(Wgate h) * Wup h)                   dense FFN, or a mixture of experts:
+    p = softmax(Wrouter h)  (sigmoid: sigmoid gating)       over the n_expert experts
+    E = the n_expert_used largest p; w = p[E] (/ sum p[E] where expert_norm) * expert_weights_scale
+    x = x + sum_{e in E} w_e Wdown_e (silu(Wgate_e h) * Wup_e h)
+          (+ sigmoid(w_shexp . h) * shared expert's SwiGLU FFN of h, where the model has one)
 logits = Wout rms_norm(x) * output_norm                     Wout = token_embd when tied
 """
 
@@ -202,7 +206,30 @@ class ReferenceModel:
     def feed_forward(self, layer: int, x: np.ndarray) -> np.ndarray:
         c, w = self.cfg, (lambda role: self.weight(role, layer))
         h = rms_norm(x, w("ffn_norm"), c.rms_eps)
+        if c.n_expert:
+            return self.experts(layer, h)
         return (silu(h @ w("gate").T) * (h @ w("up").T)) @ w("down").T
+
+    def experts(self, layer: int, h: np.ndarray) -> np.ndarray:
+        """The mixture of experts of one layer for normalized inputs h (n, n_embd)."""
+        c, w = self.cfg, (lambda role: self.weight(role, layer))
+        logits = (h @ w("router").T).astype(np.float64)                 # (n, n_expert)
+        probs = softmax(logits) if c.expert_gating == "softmax" else 1.0 / (1.0 + np.exp(-logits))
+        chosen = np.argsort(-probs, axis=1, kind="stable")[:, :c.n_expert_used]
+        weights = np.take_along_axis(probs, chosen, axis=1)
+        if c.expert_norm:
+            weights = weights / weights.sum(axis=1, keepdims=True)
+        weights = weights * c.expert_weights_scale
+        gate, up, down = w("gate_exps"), w("up_exps"), w("down_exps")    # (n_expert, rows, cols)
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            for e, weight in zip(chosen[t], weights[t]):
+                y = silu(gate[e] @ h[t]) * (up[e] @ h[t])
+                out[t] += np.float32(weight) * (down[e] @ y)
+        if c.n_ff_shexp:
+            shared = (silu(h @ w("gate_shexp").T) * (h @ w("up_shexp").T)) @ w("down_shexp").T
+            out += shared / (1.0 + np.exp(-(h @ w("router_shexp"))))[:, None]
+        return out
 
     def generate_greedy(self, tokens: list[int], n: int) -> list[int]:
         """Greedy continuation of `n` tokens (uses the KV cache)."""

@@ -27,7 +27,8 @@ from .models import ARCHITECTURES, arch_module, config_from_metadata
 from .models.base import ModelConfig, WeightSpec
 from .quant import quant_info, qtype_from_name, tensor_nbytes
 
-SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k")
+SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
+MOE_ARCHS = ("qwen3moe",)
 POOL_BYTES = 64 << 20
 
 
@@ -44,19 +45,36 @@ class Preset:
     rope_base: float = 500000.0
     rms_eps: float = 1e-5
     tied_output: bool = False
+    arch: str = "llama"           # the architecture a synthetic:PRESET-TYPE name without -ARCH gets
+    n_expert: int = 0             # mixture of experts (arch qwen3moe): experts, used per token, width
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+    n_ff_shexp: int = 0           # a shared expert of this width (0: none)
 
 
 PRESETS: dict[str, Preset] = {
     # tests: small, rows not powers of two (vocab 500, ffn 160); K-quants switch to dim 256/ffn 512
     "tiny": Preset(n_embd=64, n_layer=2, n_ff=160, n_head=4, n_head_kv=2, n_vocab=500, n_ctx=512),
+    # tests: 10 experts, 3 per token, expert rows 96 (not a multiple of 64); K-quants: dim 256, 256
+    "tiny-moe": Preset(n_embd=64, n_layer=2, n_ff=160, n_head=4, n_head_kv=2, n_vocab=500, n_ctx=512,
+                       arch="qwen3moe", n_expert=10, n_expert_used=3, n_ff_exp=96),
     "1b": Preset(n_embd=2048, n_layer=16, n_ff=8192, n_head=32, n_head_kv=8),
     "8b": Preset(n_embd=4096, n_layer=32, n_ff=14336, n_head=32, n_head_kv=8),
     "32b": Preset(n_embd=5120, n_layer=64, n_ff=27648, n_head=40, n_head_kv=8),
     "70b": Preset(n_embd=8192, n_layer=80, n_ff=28672, n_head=64, n_head_kv=8),
+    # Qwen3-30B-A3B's shape (SPEC §10): 128 experts of 768, 8 per token, head_dim 128, vocab 151936
+    "30b-a3b": Preset(n_embd=2048, n_layer=48, n_ff=6144, n_head=32, n_head_kv=4, n_vocab=151936,
+                      head_dim=128, rope_base=1e6, rms_eps=1e-6, arch="qwen3moe", n_expert=128,
+                      n_expert_used=8, n_ff_exp=768),
 }
 TINY_KQUANT = dict(n_embd=256, n_ff=512)
+TINY_PRESETS = ("tiny", "tiny-moe")
 
-_FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q8_0: 7, T.Q4_K: 15, T.Q6_K: 18}  # llama_ftype
+_FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q8_0: 7, T.Q4_K: 15, T.Q6_K: 18,   # llama_ftype
+              T.IQ4_NL: 25, T.IQ4_XS: 30, T.MXFP4: 38}                            # (38: MXFP4_MOE)
+# Root mean square of the IQ4_NL levels and of MXFP4's doubled E2M1 values (quants.glsl's tables),
+# for scales that give random blocks the requested std.
+_IQ4NL_RMS, _MXFP4_RMS = 67.44, 5.852
 
 
 @dataclass(frozen=True)
@@ -86,26 +104,32 @@ class SyntheticPlan:
 # plan: config, metadata and the tensor list, without writing anything (also the "dry run")
 # ----------------------------------------------------------------------------------------------
 
-def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str = "llama",
+def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None = None,
                    **overrides) -> SyntheticPlan:
+    """arch None: the preset's own (llama, or qwen3moe for the mixture-of-experts presets)."""
     if preset not in PRESETS:
         raise LlamavkError(f"unknown synthetic preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if qtype.lower() not in SYNTHETIC_TYPES:
         raise LlamavkError(f"synthetic models support types {', '.join(SYNTHETIC_TYPES)}, not {qtype!r}")
+    p = PRESETS[preset]
+    arch = arch or p.arch
     arch_module(arch)  # unknown architecture -> error listing the supported ones
+    if bool(p.n_expert) != (arch in MOE_ARCHS):
+        raise LlamavkError(f"synthetic preset {preset!r} does not fit architecture {arch!r} "
+                           f"(mixture-of-experts presets go with {', '.join(MOE_ARCHS)})")
     wtype = qtype_from_name(qtype)
     info = quant_info(wtype)
-    p = PRESETS[preset]
-    if preset == "tiny" and info.block_size == 256:
-        p = dataclasses.replace(p, **TINY_KQUANT)
-    if preset == "tiny" and arch == "qwen3":
+    if preset in TINY_PRESETS and info.block_size == 256:
+        p = dataclasses.replace(p, **TINY_KQUANT, **({"n_ff_exp": 256} if p.n_expert else {}))
+    if preset in TINY_PRESETS and arch in ("qwen3", "qwen3moe"):
         p = dataclasses.replace(p, head_dim=2 * p.n_embd // p.n_head)
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Preset)}
     if unknown:
         raise LlamavkError(f"unknown synthetic model overrides: {', '.join(sorted(unknown))}")
     p = dataclasses.replace(p, **overrides)
     head_dim = p.head_dim or p.n_embd // p.n_head
-    for what, n in (("n_embd", p.n_embd), ("n_ff", p.n_ff), ("n_head*head_dim", p.n_head * head_dim)):
+    for what, n in (("n_embd", p.n_embd), ("n_ff", p.n_ff), ("n_head*head_dim", p.n_head * head_dim),
+                    ("n_ff_exp", p.n_ff_exp), ("n_ff_shexp", p.n_ff_shexp)):
         if n % info.block_size:
             raise LlamavkError(f"{what} = {n} is not a multiple of the {info.name} block size "
                                f"{info.block_size}")
@@ -121,12 +145,17 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str = "llama
         "q": 1 / np.sqrt(E), "k": 1 / np.sqrt(E), "v": 1 / np.sqrt(E),
         "o": 1 / np.sqrt(cfg.n_head * cfg.head_dim),
         "gate": 1 / np.sqrt(E), "up": 1 / np.sqrt(E), "down": 1 / np.sqrt(cfg.n_ff),
+        # router logits of std ~1.5: distinct experts win per token, none takes every token
+        "router": 1.5 / np.sqrt(E), "gate_exps": 1 / np.sqrt(E), "up_exps": 1 / np.sqrt(E),
+        "down_exps": 1 / np.sqrt(max(cfg.n_ff_exp, 1)), "gate_shexp": 1 / np.sqrt(E),
+        "up_shexp": 1 / np.sqrt(E), "down_shexp": 1 / np.sqrt(max(cfg.n_ff_shexp, 1)),
     }
     tensors = []
     for spec in arch_module(arch).weight_specs(cfg):
         if spec.optional:
             continue
-        t = wtype if len(spec.shape) == 2 else T.F32
+        # every matrix of the chosen type but the router, which stays f32 as converters write it
+        t = wtype if len(spec.shape) >= 2 and spec.role != "router" else T.F32
         tensors.append(PlannedTensor(spec, t, tensor_nbytes(t, spec.shape),
                                      float(std_by_role.get(spec.role, 0.0))))
     return SyntheticPlan(cfg, meta, tensors)
@@ -150,7 +179,12 @@ def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dic
         f"{arch}.rope.freq_base": p.rope_base,
         f"{arch}.rope.dimension_count": head_dim,
     }
-    if head_dim != p.n_embd // p.n_head or arch == "qwen3":
+    if p.n_expert:
+        meta.update({f"{arch}.expert_count": p.n_expert, f"{arch}.expert_used_count": p.n_expert_used,
+                     f"{arch}.expert_feed_forward_length": p.n_ff_exp})
+        if p.n_ff_shexp:
+            meta[f"{arch}.expert_shared_feed_forward_length"] = p.n_ff_shexp
+    if head_dim != p.n_embd // p.n_head or arch in ("qwen3", "qwen3moe"):
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim
     meta.update({
@@ -232,6 +266,17 @@ def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int, std: float)
     elif qtype == T.Q6_K:     # ql[128], qh[64], int8 scales[16], d: w = d sc (q - 32)
         blocks[:, 192:208] = rng.integers(-16, 17, (n_blocks, 16), dtype=np.int8).view(np.uint8)
         put_f16(208, jitter * std / 175.0)
+    elif qtype == T.IQ4_NL:   # d, nibbles[16]: w = d KV_IQ4NL[q]
+        put_f16(0, jitter * std / _IQ4NL_RMS)
+    elif qtype == T.IQ4_XS:   # d, scales_h u16, scales_l[4], nibbles[128]: w = d (ls - 32) KV_IQ4NL[q]
+        # high 2 bits of every 6-bit sub-block scale 1 or 2: ls - 32 in -16..15 (rms 9.2), so d stays a
+        # normal f16 for the small stds of large models
+        high = rng.integers(1, 3, (n_blocks, 8), dtype=np.uint16) << (2 * np.arange(8, dtype=np.uint16))
+        blocks[:, 2:4] = high.sum(axis=1, dtype=np.uint16).view(np.uint8).reshape(-1, 2)
+        put_f16(0, jitter * std / (_IQ4NL_RMS * 9.2))
+    elif qtype == T.MXFP4:    # e, nibbles[16]: w = 2^(e - 128) KV_MXFP4[q]; powers of two only
+        e = np.rint(np.log2(jitter * std / _MXFP4_RMS)) + 128
+        blocks[:, 0] = np.clip(e, 2, 254).astype(np.uint8)
     else:
         raise LlamavkError(f"synthetic weights of type {qtype.name} are not implemented")
     return blocks.reshape(-1)
@@ -264,13 +309,13 @@ class _Pools:
 # ----------------------------------------------------------------------------------------------
 
 def write_synthetic_model(path: str | Path, preset: str = "tiny", qtype: str = "q4_0",
-                          arch: str = "llama", seed: int = 0, **overrides) -> Path:
+                          arch: str | None = None, seed: int = 0, **overrides) -> Path:
     """Write a random-weight GGUF and return its path. Overrides: any Preset field."""
     plan = synthetic_plan(preset, qtype, arch, **overrides)
     path = Path(path)
     rng = np.random.default_rng(seed)
 
-    writer = gguf.GGUFWriter(path, arch)
+    writer = gguf.GGUFWriter(path, plan.config.arch)
     for key, value in plan.metadata.items():
         if isinstance(value, bool):
             writer.add_bool(key, value)
@@ -288,7 +333,7 @@ def write_synthetic_model(path: str | Path, preset: str = "tiny", qtype: str = "
 
     needed: dict[tuple[T, float], int] = {}
     for t in plan.tensors:
-        if len(t.spec.shape) == 2:
+        if len(t.spec.shape) >= 2:
             needed[(t.qtype, t.std)] = needed.get((t.qtype, t.std), 0) + t.nbytes
     pools = _Pools(rng, needed)
     try:
@@ -298,7 +343,7 @@ def write_synthetic_model(path: str | Path, preset: str = "tiny", qtype: str = "
         fout = writer.fout[0]
         for t in plan.tensors:
             writer.write_padding(fout, fout.tell())
-            if len(t.spec.shape) == 2:
+            if len(t.spec.shape) >= 2:
                 for chunk in pools.stream(t.qtype, t.std, t.nbytes):
                     fout.write(chunk)
             else:
@@ -313,19 +358,24 @@ def _vector(rng: np.random.Generator, spec: WeightSpec) -> np.ndarray:
     """f32 norm weights around 1.0 (+-0.1); biases small."""
     if spec.role.endswith("_bias"):
         return (rng.standard_normal(spec.shape) * 0.1).astype(np.float32)
+    if spec.role == "router_shexp":      # the shared expert's gate: logits of std ~1
+        return (rng.standard_normal(spec.shape) / np.sqrt(spec.shape[0])).astype(np.float32)
     return (1.0 + 0.1 * rng.standard_normal(spec.shape)).astype(np.float32)
 
 
 def parse_synthetic_name(name: str) -> tuple[str, str, str]:
-    """'synthetic:8b-q4_0' or 'synthetic:tiny-q4_k-qwen3' -> (preset, qtype, arch)."""
-    body = name.split(":", 1)[1] if name.startswith("synthetic:") else name
-    parts = body.lower().split("-")
-    if not 2 <= len(parts) <= 3 or parts[0] not in PRESETS or parts[1] not in SYNTHETIC_TYPES:
-        raise LlamavkError(f"bad synthetic model name {name!r}: expected synthetic:PRESET-TYPE[-ARCH] "
-                           f"with PRESET in {', '.join(PRESETS)} and TYPE in {', '.join(SYNTHETIC_TYPES)}")
-    arch = parts[2] if len(parts) == 3 else "llama"
-    arch_module(arch)
-    return parts[0], parts[1], arch
+    """'synthetic:8b-q4_0', 'synthetic:tiny-q4_k-qwen3' or 'synthetic:30b-a3b-q4_0' -> (preset, qtype,
+    arch); presets may contain dashes, the type follows the preset."""
+    body = (name.split(":", 1)[1] if name.startswith("synthetic:") else name).lower()
+    for preset in sorted(PRESETS, key=len, reverse=True):
+        if body.startswith(preset + "-"):
+            parts = body[len(preset) + 1:].split("-")
+            if 1 <= len(parts) <= 2 and parts[0] in SYNTHETIC_TYPES:
+                arch = parts[1] if len(parts) == 2 else PRESETS[preset].arch
+                arch_module(arch)
+                return preset, parts[0], arch
+    raise LlamavkError(f"bad synthetic model name {name!r}: expected synthetic:PRESET-TYPE[-ARCH] "
+                       f"with PRESET in {', '.join(PRESETS)} and TYPE in {', '.join(SYNTHETIC_TYPES)}")
 
 
 def synthetic_model_path(name: str, cache_dir: str | Path | None = None, seed: int = 0) -> Path:
@@ -344,7 +394,8 @@ def synthetic_model_path(name: str, cache_dir: str | Path | None = None, seed: i
 
 def describe_plan(plan: SyntheticPlan) -> str:
     c = plan.config
-    return (f"{c.arch}: dim {c.n_embd}, {c.n_layer} layers, ffn {c.n_ff}, heads {c.n_head}/"
+    ffn = f"{c.n_expert} experts of {c.n_ff_exp}, {c.n_expert_used} used" if c.n_expert else f"ffn {c.n_ff}"
+    return (f"{c.arch}: dim {c.n_embd}, {c.n_layer} layers, {ffn}, heads {c.n_head}/"
             f"{c.n_head_kv}, head_dim {c.head_dim}, vocab {c.n_vocab}; {plan.n_params / 1e9:.2f}B "
             f"params, {plan.total_bytes / 2**30:.2f} GiB of tensor data")
 

@@ -22,6 +22,8 @@
 //      256-row variant), NBUF 1: a second barrier before the store.
 // Shared rows are padded by 8 halves so the rows of a 16 x 16 load fall in different banks.
 // The accumulators go through a small per-subgroup shared tile to the output (bias, bounds).
+// MUL_MAT_ID (a mixture of experts' prompt products, as matmul.comp's): workgroup z takes expert
+// e0 + z of the chunk and the (token, slot) pairs that chose it (moe_group.comp's lists).
 #ifndef PHASE
 #define PHASE 0
 #endif
@@ -53,13 +55,32 @@ layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform Push {
-    uint n_rows;    // rows of this chunk
+    uint n_rows;    // rows of this chunk (MUL_MAT_ID: of one expert)
     uint cols;      // a multiple of 32
     uint y_stride;  // floats between two tokens' outputs (rows of the whole matrix)
     uint y_off;     // first row of this chunk in the whole matrix
     uint has_bias;
     uint n_tokens;
+#ifdef MUL_MAT_ID
+    uint n_used;    // slots per token
+    uint e0;        // first expert of this chunk
+    uint n_expert;  // experts of the whole model (the group lists' layout)
+    uint xslot;     // x has one row per (token, slot), else one per token
+#endif
 } p;
+#ifdef MUL_MAT_ID
+layout(std430, binding = 4) readonly buffer Groups { uint groups[]; };
+uint n_tok, wrow0, list;   // this expert's token count, first chunk row, list start
+#define N_TOK n_tok
+#define WROW(r) (wrow0 + (r))
+#define XROW(t) (p.xslot != 0 ? groups[list + (t)] : groups[list + (t)] / p.n_used)
+#define YROW(t) groups[list + (t)]
+#else
+#define N_TOK p.n_tokens
+#define WROW(r) (r)
+#define XROW(t) (t)
+#define YROW(t) (t)
+#endif
 
 // f16 tiles, 4 halves per uvec2 (the widest element type the NV GLSL loads accept from shared memory)
 shared uvec2 wa[NBUF * BM * LD];   // buffer b: wa[b BM LD + r LD + k/4] = f16 W[row0 + r, k0 + k .. k0 + k + 3]
@@ -84,11 +105,11 @@ Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
         const uint row = min(row0 + r, p.n_rows - 1);
         vec4 a, c;
 #ifdef QFLOAT
-        const uint base = row * p.cols + 32 * u;
+        const uint base = WROW(row) * p.cols + 32 * u;
         a = vec4(wfloat(base + 4 * i), wfloat(base + 4 * i + 1), wfloat(base + 4 * i + 2), wfloat(base + 4 * i + 3));
         c = vec4(wfloat(base + 4 * i + 16), wfloat(base + 4 * i + 17), wfloat(base + 4 * i + 18), wfloat(base + 4 * i + 19));
 #else
-        dequant_part(row, u, i, p.cols, a, c);
+        dequant_part(WROW(row), u, i, p.cols, a, c);
 #endif
         const bool live = row0 + r < p.n_rows;
         tl.w[2 * s] = live ? pack4(a) : uvec2(0);
@@ -97,8 +118,8 @@ Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
     [[unroll]] for (uint s = 0; s < XPIECES; ++s) {
         const uint idx = tid + NTHREADS * s;
         const uint t = idx / 8, k4 = idx % 8;
-        const vec4 v = x4[(min(tok0 + t, p.n_tokens - 1) * p.cols + 32 * u) / 4 + k4];
-        tl.x[s] = tok0 + t < p.n_tokens ? pack4(v) : uvec2(0);
+        const vec4 v = x4[(XROW(min(tok0 + t, N_TOK - 1)) * p.cols + 32 * u) / 4 + k4];
+        tl.x[s] = tok0 + t < N_TOK ? pack4(v) : uvec2(0);
     }
     return tl;
 }
@@ -118,7 +139,15 @@ void store_tile(Tile tl, uint tid, uint buf) {
 }
 
 void main() {
+#ifdef MUL_MAT_ID
+    q_chunk_blocks = gl_NumWorkGroups.z * p.n_rows * (p.cols / QK);
+    n_tok = groups[p.e0 + gl_WorkGroupID.z];
+    if (gl_WorkGroupID.y * BN >= n_tok) return;   // uniform: this expert has fewer tokens
+    wrow0 = gl_WorkGroupID.z * p.n_rows;
+    list = p.n_expert + (p.e0 + gl_WorkGroupID.z) * p.n_tokens;
+#else
     q_chunk_blocks = p.n_rows * (p.cols / QK);
+#endif
     const uint tid = gl_LocalInvocationID.x;
     const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     const uint row0 = gl_WorkGroupID.x * BM;
@@ -169,10 +198,10 @@ void main() {
                 const uint e = lane + 32 * q;
                 const uint m = e % TM, n = e / TM;
                 const uint r = row0 + wm + i * TM + m, t = tok0 + wn + j * TN + n;
-                if (r < p.n_rows && t < p.n_tokens) {
+                if (r < p.n_rows && t < N_TOK) {
                     float v = stage[sg * TM * TN + e];
                     if (p.has_bias != 0) v += bias[p.y_off + r];
-                    y[t * p.y_stride + p.y_off + r] = v;
+                    y[YROW(t) * p.y_stride + p.y_off + r] = v;
                 }
             }
             subgroupBarrier();

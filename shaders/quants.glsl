@@ -1,10 +1,12 @@
 // Weight types in their GGUF layout, and dequantization to f32.
 //
 // Select one type with a define: QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q4_1,
-// QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K.
+// QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL,
+// QTYPE_IQ4_XS, QTYPE_MXFP4.
 // Include after common.glsl. The weight buffer (one chunk of rows, rows contiguous) is declared here on
 // binding W_BINDING (default 0), aliased as 8/16/32-bit words so each type reads its blocks with the
-// widest loads its block alignment allows (every block size is even; 4-byte multiples use uint32).
+// widest loads its block alignment allows (4-byte multiples use uint32; the odd-sized MXFP4 block is
+// stored planar, below).
 //
 // Interface (the same for every type):
 //   QK                       elements per block (1 for the float types)
@@ -15,7 +17,8 @@
 //   void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c)   (quant types)
 //       a quarter of a unit: a = w[i], c = w[i + 4] (i < 4) -- the matrix-vector kernel gives each
 //       thread one quarter so that neighbouring threads read neighbouring words of a block.
-// Block layouts (bytes) follow gguf/quants.py (ggml-common.h); Q8_0 and Q4_0 are stored planar (below):
+// Block layouts (bytes) follow gguf/quants.py (ggml-common.h); Q8_0, Q4_0, IQ4_NL and MXFP4 are stored
+// planar (below):
 //   Q8_0 34: d f16, q int8[32]                      x = d*q
 //   Q4_0 18: d, qs[16]   elem j: lo nibble of qs[j], elem j+16: hi nibble      x = d*(q-8)
 //   Q4_1 20: d, m, qs[16]                           x = d*q + m
@@ -30,6 +33,12 @@
 //   Q5_K 176: d, dmin, scales[12], qh[32], qs[128]; bit 4 = qh[l] >> s
 //   Q6_K 210: ql[128], qh[64], scales int8[16], d; elem 128h + 32j + l: low 4 bits =
 //            ql[64h + 32(j%2) + l] >> 4*(j/2), high 2 bits = qh[32h + l] >> 2j; q - 32, group e/16
+//   IQ4_NL 18: d, qs[16]  nibbles placed as Q4_0's              x = d*KV_IQ4NL[q]
+//   IQ4_XS 136: d, scales_h u16, scales_l[4], qs[128]; sub-block s (32 elements) has the 6-bit scale
+//            ls = (scales_l nibble s) | (2 bits s of scales_h) << 4; elem 32s+j: lo nibble of
+//            qs[16s+j], elem 32s+16+j: hi nibble                 x = d*(ls-32)*KV_IQ4NL[q]
+//   MXFP4 17: e (E8M0 exponent byte), qs[16]  nibbles placed as Q4_0's; q is an E2M1 number, the
+//            table holds it doubled, so the scale is 2^(e-128)   x = 2^(e-128)*KV_MXFP4[q]
 
 #ifndef W_BINDING
 #define W_BINDING 0
@@ -42,9 +51,11 @@ layout(std430, binding = W_BINDING) readonly buffer WeightF16 { float16_t wf16[]
 layout(std430, binding = W_BINDING) readonly buffer WeightF32 { float wf32[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightU4 { uvec4 wu4[]; };
 
-// Planar types (QPLANAR: Q4_0, Q8_0) are repacked at upload (llamavk/kernels/__init__.py PLANAR) into
-// two planes per chunk: all blocks' quants (16-byte aligned, read as uvec4), then all blocks' f16
-// scales. Each kernel sets q_chunk_blocks (blocks in its chunk) first thing in main().
+// Planar types (Q4_0, Q8_0, IQ4_NL, MXFP4) are repacked at upload (llamavk/kernels/__init__.py PLANAR)
+// into two planes per chunk: all blocks' quants (16-byte aligned, read as uvec4), then all blocks'
+// scales (f16; MXFP4: one exponent byte). Each kernel sets q_chunk_blocks (blocks in its chunk) first
+// thing in main(). QPLANAR marks the types that the matrix-vector kernels read with code of their own
+// (Q4_0, Q8_0); IQ4_NL and MXFP4 go through dequant_part like every other type.
 uint q_chunk_blocks = 0;
 
 // Integer -> float without int-to-float conversion instructions (a quarter-rate unit on NVIDIA that
@@ -295,6 +306,58 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
         if (k == 0) a = dl.x * (bytes4(q) - 32.0); else c = dl.y * (bytes4(q) - 32.0);
     }
 }
+
+#elif defined(QTYPE_IQ4_NL) || defined(QTYPE_IQ4_XS) || defined(QTYPE_MXFP4)
+// 4-bit indices into a table of 16 signed 8-bit values, packed 4 per word (entry n in byte n % 4 of
+// word n / 4): the lookup stays in registers (a dynamically indexed constant array would go through
+// local memory), at the cost of a few integer operations per weight.
+int kv_lookup(uvec4 table, uint n) { return bitfieldExtract(int(table[n >> 2]), int(8u * (n & 3u)), 8); }
+// Four indices, one in each byte of q (each < 16), as their table values.
+vec4 kv_lookup4(uvec4 table, uint q) {
+    return vec4(kv_lookup(table, q & 0xFFu), kv_lookup(table, (q >> 8) & 0xFFu),
+                kv_lookup(table, (q >> 16) & 0xFFu), kv_lookup(table, q >> 24));
+}
+// IQ4_NL's (and IQ4_XS's) non-linear levels -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113
+const uvec4 KV_IQ4NL = uvec4(0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
+// MXFP4: the E2M1 values doubled, 0 1 2 3 4 6 8 12 and their negatives (index 8, -0, is 0)
+const uvec4 KV_MXFP4 = uvec4(0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
+
+#if defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
+#define QK 32
+// planar: qs plane 16 bytes per block (one uvec4), then the scale plane: IQ4_NL f16 (at f16 index
+// 8 * blocks), MXFP4 one E8M0 byte (at byte index 16 * blocks)
+#if defined(QTYPE_IQ4_NL)
+#define Q_TABLE KV_IQ4NL
+float q_block_scale(uint b) { return float(wf16[8 * q_chunk_blocks + b]); }
+#else
+#define Q_TABLE KV_MXFP4
+// 2^(e-128) as gguf's e8m0_to_fp32_half builds it: a normal float for e >= 2, a denormal below
+float q_block_scale(uint b) {
+    uint e = uint(wu8[16 * q_chunk_blocks + b]);
+    return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+}
+#endif
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
+    uint b = row * (cols / QK) + u;
+    float d = q_block_scale(b);
+    uint q = wu32[4 * b + i];
+    a = d * kv_lookup4(Q_TABLE, q & 0x0F0F0F0Fu);
+    c = d * kv_lookup4(Q_TABLE, (q >> 4) & 0x0F0F0F0Fu);
+}
+
+#else   // IQ4_XS
+#define QK 256
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
+    uint ib = row * (cols / QK) + u / 8, s = u % 8;
+    uint b = ib * 34;  // 136 bytes = 34 words of 32 bits: d | scales_h << 16, scales_l[4], qs[128]
+    uint w0 = wu32[b];
+    uint ls = ((wu32[b + 1] >> (4 * s)) & 0xFu) | (((w0 >> (16 + 2 * s)) & 3u) << 4);
+    float dl = half_bits(w0) * float(int(ls) - 32);
+    uint q = wu32[b + 2 + 4 * s + i];
+    a = dl * kv_lookup4(KV_IQ4NL, q & 0x0F0F0F0Fu);
+    c = dl * kv_lookup4(KV_IQ4NL, (q >> 4) & 0x0F0F0F0Fu);
+}
+#endif
 
 #else
 #error "quants.glsl: define one QTYPE_*"

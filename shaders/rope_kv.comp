@@ -8,6 +8,10 @@
 //   vcache[pos]     = f16(v[t])
 // It replaces two RoPE and two KV-store dispatches and one dependent stage. Work items of a token,
 // in order: q pairs, k pairs, k dims past rope_dim, v elements. Grid (ceil(items / WG), n_tokens).
+// QK_NORM (qwen3's per-head RMS norm of q and k before RoPE, rope_dim == head_dim): the norms too,
+// another dispatch and stage fewer. Then a workgroup is one head (q heads, then k heads; WG >=
+// head_dim / 2 threads, thread i the pair i) or a block of WG v elements: grid (n_heads +
+// n_heads_kv + ceil(kv_width / WG), n_tokens).
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
 #ifdef HAS_FREQS
@@ -21,12 +25,65 @@ layout(std430, binding = B0 + 1) readonly buffer K { float k[]; };
 layout(std430, binding = B0 + 2) readonly buffer V { float v[]; };
 layout(std430, binding = B0 + 3) writeonly buffer KC { float16_t kcache[]; };
 layout(std430, binding = B0 + 4) writeonly buffer VC { float16_t vcache[]; };
+#ifdef QK_NORM
+layout(std430, binding = B0 + 5) readonly buffer QN { float qn[]; };
+layout(std430, binding = B0 + 6) readonly buffer KN { float kn[]; };
+#endif
 layout(push_constant) uniform Push {
     uint n_tokens; uint n_heads; uint head_dim; uint rope_dim; uint neox;
     float log2_theta_scale; float freq_scale; float ext_factor; float attn_factor; float corr_low; float corr_high;
     uint n_heads_kv; uint n_ctx;
+#ifdef QK_NORM
+    float eps;
+#endif
 } p;
 #include "rope_common.glsl"
+
+#ifdef QK_NORM
+shared float red[64];
+
+void main() {
+    const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, i = gl_LocalInvocationID.x;
+    const uint pos = step[0] + t;
+    if (t >= p.n_tokens || pos >= p.n_ctx) return;   // uniform per workgroup
+    const uint hd = p.head_dim, half_dim = hd / 2, kv_width = p.n_heads_kv * hd;
+    if (h >= p.n_heads + p.n_heads_kv) {             // a block of v
+        const uint j = (h - p.n_heads - p.n_heads_kv) * gl_WorkGroupSize.x + i;
+        if (j < kv_width) vcache[pos * kv_width + j] = float16_t(v[t * kv_width + j]);
+        return;
+    }
+    const bool is_q = h < p.n_heads;
+    const uint head = is_q ? h : h - p.n_heads;
+    const uvec2 e = rope_pair(min(i, half_dim - 1));
+    float x0 = 0.0, x1 = 0.0;
+    if (i < half_dim) {
+        const uint base = is_q ? (t * p.n_heads + head) * hd : t * kv_width + head * hd;
+        x0 = is_q ? q[base + e.x] : k[base + e.x];
+        x1 = is_q ? q[base + e.y] : k[base + e.y];
+    }
+    // the head's sum of squares: subgroups, then shared memory
+    float ss = subgroupAdd(x0 * x0 + x1 * x1);
+    if (subgroupElect()) red[gl_SubgroupID] = ss;
+    barrier();
+    ss = 0.0;
+    for (uint s = 0; s < gl_NumSubgroups; ++s) ss += red[s];
+    const float scale = inversesqrt(ss / float(hd) + p.eps);
+    if (i >= half_dim) return;
+    x0 *= scale * (is_q ? qn[e.x] : kn[e.x]);
+    x1 *= scale * (is_q ? qn[e.y] : kn[e.y]);
+    const vec2 cs = rope_cos_sin(i, float(rope_position(pos)));
+    const float r0 = x0 * cs.x - x1 * cs.y, r1 = x0 * cs.y + x1 * cs.x;
+    if (is_q) {
+        const uint base = (t * p.n_heads + head) * hd;
+        q[base + e.x] = r0;
+        q[base + e.y] = r1;
+    } else {
+        const uint base = pos * kv_width + head * hd;
+        kcache[base + e.x] = float16_t(r0);
+        kcache[base + e.y] = float16_t(r1);
+    }
+}
+#else
 
 void main() {
     uint j = gl_GlobalInvocationID.x;
@@ -65,3 +122,4 @@ void main() {
     j -= k_rest;
     if (j < kv_width) vcache[pos * kv_width + j] = float16_t(v[t * kv_width + j]);
 }
+#endif

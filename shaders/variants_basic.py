@@ -4,6 +4,6 @@ VARIANTS = {
     "axpb_params": ("axpb_params.comp", {}),
     "matvec_f32": ("matvec_float.comp", {"WTYPE": "float"}),
     "matvec_f16": ("matvec_float.comp", {"WTYPE": "float16_t"}),
-    # examples/bench_chain.py: dependent streaming reads, the ceiling of a chain of products
+    # benchmarks/bench_chain.py: dependent streaming reads, the ceiling of a chain of products
     "bench_chain": ("bench_chain.comp", {}),
 }

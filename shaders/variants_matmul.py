@@ -1,5 +1,6 @@
 # Quantized matrix kernels (llamavk/kernels/matmul.py): one variant per kernel x weight type.
-_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
+_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+          "iq4_nl", "iq4_xs", "mxfp4"]
 
 VARIANTS = {}
 for _t in _TYPES:
@@ -9,12 +10,17 @@ for _t in _TYPES:
     VARIANTS[f"mul_mm_coop_{_t}"] = ("matmul_coop.comp", dict(_d))   # cooperative matrices (KHR)
     VARIANTS[f"mul_mm_coop_big_{_t}"] = ("matmul_coop.comp", dict(_d, WARPS_M="4", NBUF="1"))   # 256 x 128 tiles
     VARIANTS[f"get_rows_{_t}"] = ("get_rows.comp", dict(_d))
-# phases of the cooperative-matrix kernel, for examples/bench_matmul.py only: 1 multiplies only, 2 loads only
+    # mixture of experts: products with each token's chosen experts (decode; prompts grouped by expert)
+    VARIANTS[f"mul_mv_id_{_t}"] = ("matvec_id.comp", dict(_d))
+    VARIANTS[f"mul_mm_id_{_t}"] = ("matmul.comp", dict(_d, MUL_MAT_ID="1"))
+    # on cooperative matrices, 128 rows x 64 tokens: an expert sees few of a batch's tokens
+    VARIANTS[f"mul_mm_coop_id_{_t}"] = ("matmul_coop.comp", dict(_d, MUL_MAT_ID="1", WARPS_N="2"))
+# phases of the cooperative-matrix kernel, for benchmarks/bench_matmul.py only: 1 multiplies only, 2 loads only
 for _ph in (1, 2):
     VARIANTS[f"mul_mm_coopP{_ph}_q4_0"] = ("matmul_coop.comp", {"QTYPE_Q4_0": "1", "PHASE": str(_ph)})
 
 # Matrix-vector alternatives (llamavk/kernels/matmul.py MATVEC_KERNELS): the "wide" work split
-# (matvec_wide.comp) and, for examples/bench_matvec.py only, pure-read kernels with the loads of the
+# (matvec_wide.comp) and, for benchmarks/bench_matvec.py only, pure-read kernels with the loads of the
 # base ("read") and wide ("wide_read") kernels.
 for _t in ["q4_0", "q8_0", "q4_k"]:
     _d = {f"QTYPE_{_t.upper()}": "1"}

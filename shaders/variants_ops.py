@@ -6,6 +6,8 @@ VARIANTS = {
     "rope_freqs_f32": ("rope.comp", {"HAS_FREQS": "1"}),
     "rope_kv_f32": ("rope_kv.comp", {}),
     "rope_kv_freqs_f32": ("rope_kv.comp", {"HAS_FREQS": "1"}),
+    "rope_kv_norm_f32": ("rope_kv.comp", {"QK_NORM": "1"}),
+    "rope_kv_norm_freqs_f32": ("rope_kv.comp", {"QK_NORM": "1", "HAS_FREQS": "1"}),
     "kv_store_f16": ("kv_store.comp", {}),
     "attention_f16_br4": ("attention.comp", {"BR": "4"}),
     "attention_f16_br8": ("attention.comp", {"BR": "8"}),
@@ -23,4 +25,13 @@ VARIANTS = {
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),
     "swiglu_f32": ("elementwise.comp", {"OP_SWIGLU": "1"}),
     "add_bias_f32": ("elementwise_bias.comp", {}),
+    # mixture of experts: router top-k, tokens grouped by expert, weighted sum; shared expert's gate
+    "moe_route_f32": ("moe_route.comp", {}),
+    # decode: the router's product and its top-k as one dispatch, per router weight type
+    "moe_router_f32": ("moe_router.comp", {"QTYPE_F32": "1"}),
+    "moe_router_f16": ("moe_router.comp", {"QTYPE_F16": "1"}),
+    "moe_router_bf16": ("moe_router.comp", {"QTYPE_BF16": "1"}),
+    "moe_group": ("moe_group.comp", {}),
+    "moe_sum_f32": ("moe_sum.comp", {}),
+    "scale_sigmoid_f32": ("scale_sigmoid.comp", {}),
 }

@@ -46,7 +46,7 @@ def botchan_text() -> str:
 @pytest.fixture(scope="session")
 def synthetic_model(tmp_path_factory):
     """Factory: path of a tiny synthetic GGUF (written once per (arch, type, seed) per session)."""
-    from llamavk.synthetic import write_synthetic_model
+    from llamavk.synthetic import MOE_ARCHS, write_synthetic_model
 
     root = tmp_path_factory.mktemp("synthetic")
     cache: dict = {}
@@ -55,7 +55,9 @@ def synthetic_model(tmp_path_factory):
         key = (arch, qtype, seed, tuple(sorted(overrides.items())))
         if key not in cache:
             path = root / f"{arch}-{qtype}-{seed}-{len(cache)}.gguf"
-            write_synthetic_model(path, "tiny", qtype, arch, seed=seed, **overrides)
+            # mixture-of-experts architectures take the tiny preset with experts
+            preset = "tiny-moe" if arch in MOE_ARCHS else "tiny"
+            write_synthetic_model(path, preset, qtype, arch, seed=seed, **overrides)
             cache[key] = path
         return cache[key]
 

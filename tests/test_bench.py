@@ -140,7 +140,15 @@ def test_file_type_names():
     assert ftype_name({"general.file_type": 2}, []) == "Q4_0"
     assert ftype_name({"general.file_type": 15}, []) == "Q4_K - Medium"
     assert ftype_name({"general.file_type": 0}, []) == "all F32"
-    assert ftype_name({}, ["F32", "Q6_K", "Q6_K"]) == "Q6_K (guessed)"
+    assert ftype_name({}, ["F32", "Q6_K", "Q6_K"]) == "(guessed) Q6_K"
+    # as llama-bench (0c1e570) printed them for synthetic tiny models of these types, with and
+    # without general.file_type
+    assert ftype_name({"general.file_type": 25}, []) == "IQ4_NL - 4.5 bpw"
+    assert ftype_name({"general.file_type": 30}, []) == "IQ4_XS - 4.25 bpw"
+    assert ftype_name({"general.file_type": 38}, []) == "MXFP4 MoE"
+    assert ftype_name({}, ["F32", "IQ4_NL", "IQ4_NL"]) == "(guessed) IQ4_NL - 4.5 bpw"
+    assert ftype_name({}, ["F32", "IQ4_XS", "IQ4_XS"]) == "(guessed) IQ4_XS - 4.25 bpw"
+    assert ftype_name({}, ["F32", "MXFP4", "MXFP4"]) == "(guessed) all F32"
 
 
 def test_model_info_of_a_synthetic_model(synthetic_model):
@@ -150,6 +158,21 @@ def test_model_info_of_a_synthetic_model(synthetic_model):
     info = model_info(synthetic_model("llama", "q4_0"))
     assert info.n_params == plan.n_params and info.size == plan.total_bytes
     assert info.type == "llama 150K Q4_0"      # no size label in the file: from the parameter count
+
+
+@pytest.mark.parametrize("qtype,label", [("iq4_nl", "llama 150K IQ4_NL - 4.5 bpw"),
+                                         ("iq4_xs", "llama 1.4M IQ4_XS - 4.25 bpw"),
+                                         ("mxfp4", "llama 150K MXFP4 MoE")])
+def test_model_type_of_iq4_and_mxfp4_models(synthetic_model, qtype, label):
+    """llama-bench (0c1e570) printed "llama ?B <these names>" for the same synthetic files; run and
+    perplexity -v print the file type the same way."""
+    import llamavk
+    from llamavk.cli.common import describe_model
+
+    path = synthetic_model("llama", qtype)
+    assert model_info(path).type == label
+    with llamavk.load(path, n_ctx=32, warn=lambda m: None) as m:
+        assert f"file type {label.split(' ', 2)[2]}," in describe_model(m)[0]
 
 
 def test_model_info_of_smollm2(smollm2_path):
@@ -293,7 +316,7 @@ def test_repetition_fills_depth_then_times_prompt_and_decodes():
     samples = run_test(m, t, reps=2, warmup=True, rng=np.random.default_rng(0))
     assert len(samples) == 2 and all(ns > 0 for ns in samples)
     shape = [(kind, n_past, len(x) if kind == "eval" else 1) for kind, n_past, x in m.calls]
-    warmup = [("eval", 0, 8), ("step", 8, 1)]
+    warmup = [("eval", 0, 8), ("step", 8, 1), ("step", 9, 1), ("step", 10, 1)]   # decodes as the test (<= 64)
     rep = [("eval", 0, 16), ("eval", 16, 8), ("step", 24, 1), ("step", 25, 1), ("step", 26, 1)]
     assert shape == warmup + rep + rep
     prompts = [x for kind, n_past, x in m.calls if kind == "eval"]

@@ -13,7 +13,8 @@ import llamavk
 from llamavk.models import load_model_file
 from llamavk.reference import ReferenceModel
 
-ARCH_TYPES = [(a, q) for a in ("llama", "qwen2", "qwen3") for q in ("f16", "q8_0", "q4_0", "q4_k", "q6_k")]
+ARCH_TYPES = [(a, q) for a in ("llama", "qwen2", "qwen3") for q in ("f16", "q8_0", "q4_0", "q4_k", "q6_k")] + \
+    [("llama", "iq4_nl"), ("qwen2", "iq4_xs"), ("qwen3", "mxfp4")]   # every 2-D weight of these types
 
 
 def quiet_load(path, **kw):

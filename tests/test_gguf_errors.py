@@ -122,3 +122,70 @@ def test_missing_metadata_key(tmp_path):
     # a qwen2 file whose metadata uses llama.* keys: qwen2.* keys are missing
     msg = error_of(write_gguf(tmp_path / "a.gguf", arch="qwen2"))
     assert "qwen2." in msg and "missing" in msg
+
+
+def _same_as_gguf_reader(path):
+    """llamavk's own parser gives what gguf.GGUFReader (the gguf package's independent one) gives."""
+    from llamavk.gguf_file import GGUFFile
+
+    ours = GGUFFile(path)
+    ref = gguf.GGUFReader(path, "r")
+    want = {k: f.contents() for k, f in ref.fields.items() if not k.startswith("GGUF.")}
+    assert ours.metadata.keys() == want.keys()
+    for k, v in want.items():
+        assert ours.metadata[k] == v and type(ours.metadata[k]) is type(v), k
+        if isinstance(v, list) and v:
+            assert {type(x) for x in ours.metadata[k]} == {type(x) for x in v}, k
+    assert list(ours.tensors) == [t.name for t in ref.tensors]
+    for t in ref.tensors:
+        got = ours.tensor_data(t.name)
+        assert got.dtype == t.data.dtype and got.shape == t.data.shape and np.array_equal(got, t.data), t.name
+        assert ours.tensor_type(t.name) == t.tensor_type
+
+
+@pytest.mark.parametrize("qtype", ["f16", "q4_k", "iq4_nl", "mxfp4"])
+def test_parser_matches_gguf_reader_on_synthetic_models(tmp_path, qtype):
+    _same_as_gguf_reader(write_synthetic_model(tmp_path / "m.gguf", "tiny", qtype, "qwen2"))
+
+
+def test_parser_matches_gguf_reader_on_smollm2(smollm2_path):
+    _same_as_gguf_reader(smollm2_path)
+
+
+def _header_bytes(path):
+    from llamavk.gguf_file import read_header
+
+    data = path.read_bytes()
+    return data, read_header(path)
+
+
+def test_duplicate_key_and_tensor_names(tmp_path):
+    p = write_synthetic_model(tmp_path / "m.gguf", "tiny", "q4_0")
+    data = p.read_bytes()
+    # rename the second key to the first one's name where both have the same length
+    first, second = b"general.type", b"general.name"
+    bad = tmp_path / "dup.gguf"
+    bad.write_bytes(data.replace(second, first, 1))
+    assert "metadata key general.type appears twice" in error_of(bad)
+    bad.write_bytes(data.replace(b"blk.1.attn_q.weight", b"blk.0.attn_q.weight", 1))
+    assert "tensor blk.0.attn_q.weight appears twice" in error_of(bad)
+
+
+def test_bad_utf8_and_tensor_offsets(tmp_path):
+    p = write_synthetic_model(tmp_path / "m.gguf", "tiny", "q4_0")
+    data = p.read_bytes()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(data.replace(b"synthetic-tiny", b"synthetic\xfftiny", 1))
+    assert "metadata general.name: string at byte" in error_of(bad) and "not valid UTF-8" in error_of(bad)
+    # the second tensor's data offset made to point into the first one's data
+    from llamavk.gguf_file import read_header
+
+    h = read_header(p)
+    second = list(h.tensors.values())[1]
+    rel = (second.offset - h.data_start).to_bytes(8, "little")
+    at = data.index(second.name.encode()) + len(second.name) + 4 + 8 * len(second.shape) + 4
+    assert data[at:at + 8] == rel
+    bad.write_bytes(data[:at] + (32).to_bytes(8, "little") + data[at + 8:])
+    assert "overlap" in error_of(bad)
+    bad.write_bytes(data[:at] + (second.offset - h.data_start + 1).to_bytes(8, "little") + data[at + 8:])
+    assert "not a multiple of the alignment 32" in error_of(bad)

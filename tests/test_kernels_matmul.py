@@ -19,10 +19,14 @@ from llamavk.vk import Buffer, CommandSequence
 
 
 QUANTIZABLE = {T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1}
-# Byte offsets of the f16 scale fields of the K-quant blocks (random bytes elsewhere are valid).
-F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+# Byte offsets of the f16 scale fields of the K-quant and IQ4 blocks (random bytes elsewhere are valid).
+F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,),
+              T.IQ4_NL: (0,), T.IQ4_XS: (0,)}
+# Byte offsets of E8M0 exponent fields (2^(e-128)): random bytes would reach inf. gguf can quantize
+# MXFP4, but its quantizer never writes code 8 (-0), which random blocks do.
+E8M0_FIELDS = {T.MXFP4: (0,)}
 ALL_TYPES = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
-             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4]
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +44,11 @@ def make_weight(qtype, rows, cols, seed):
     else:
         nb = cols // info.block_size
         raw = rng.integers(0, 256, (rows, nb, info.type_size), dtype=np.uint8)
-        for off in F16_FIELDS[qtype]:
+        for off in F16_FIELDS.get(qtype, ()):
             scale = rng.uniform(0.5, 1.5, (rows, nb)).astype(np.float16) / np.float16(64)
             raw[:, :, off:off + 2] = scale.view(np.uint8).reshape(rows, nb, 2)
+        for off in E8M0_FIELDS.get(qtype, ()):
+            raw[:, :, off] = rng.integers(122, 130, (rows, nb), dtype=np.uint8)
         raw = raw.reshape(rows, -1)
     assert raw.shape == (rows, info.row_bytes(cols))
     ref = np.asarray(quants.dequantize(raw, qtype), dtype=np.float64).reshape(rows, cols)
@@ -150,7 +156,8 @@ def test_matmul_coopmat(dev, kc, qtype):
 
 
 # The 256 x 128-tile form, chosen for large weights and batches (forced here on a small one).
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.IQ4_NL, T.IQ4_XS, T.MXFP4],
+                         ids=lambda t: t.name)
 def test_matmul_coopmat_big_tiles(dev, kc, qtype, monkeypatch):
     if not selection.has_coopmat(kc):
         pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {selection.COOPMAT_SHAPE}")

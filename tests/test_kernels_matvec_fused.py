@@ -19,7 +19,8 @@ def f32(dev, a):
     return buf
 
 
-@pytest.mark.parametrize("qtype,cols", [(T.Q4_0, 96), (T.Q8_0, 160), (T.Q4_K, 256), (T.F16, 100), (T.Q6_K, 512)])
+@pytest.mark.parametrize("qtype,cols", [(T.Q4_0, 96), (T.Q8_0, 160), (T.Q4_K, 256), (T.F16, 100), (T.Q6_K, 512),
+                                        (T.IQ4_NL, 96), (T.IQ4_XS, 256), (T.MXFP4, 160)])
 @pytest.mark.parametrize("n_tokens", [1, 3])
 @pytest.mark.parametrize("chunked", [False, True])
 def test_norm_and_residual_fused(dev, qtype, cols, n_tokens, chunked):

@@ -105,3 +105,45 @@ def test_rope_in_qkv_products_equals_product_then_rope_kv(dev, monkeypatch, kern
     np.testing.assert_allclose(q1, q2, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(k1[row].astype(np.float32), k2[row].astype(np.float32), rtol=2e-3, atol=1e-3)
     np.testing.assert_array_equal(v1[row], v2[row])
+
+
+@pytest.mark.parametrize("neox,hd,freqs", [(True, 128, False), (False, 64, True), (True, 16, False)])
+@pytest.mark.parametrize("n_tokens,n_past,seq_len", [(1, 9, 0), (6, 0, 0), (6, 2, 3)])
+def test_rope_kv_with_head_norms_equals_norm_then_rope_kv(dev, neox, hd, freqs, n_tokens, n_past, seq_len):
+    """qwen3's per-head Q/K RMS norms folded into rope_kv (one workgroup per head) write what
+    rms_norm per head (tested against numpy) followed by the plain rope_kv writes."""
+    from llamavk.kernels.norm import rms_norm
+
+    n_heads, n_kv, n_ctx, eps = 4, 2, 16, 1e-6
+    rng = np.random.default_rng(hd + n_tokens + n_past)
+    q = (rng.standard_normal((n_tokens, n_heads * hd)) * 3).astype(np.float32)
+    k = rng.standard_normal((n_tokens, n_kv * hd)).astype(np.float32)
+    v = rng.standard_normal((n_tokens, n_kv * hd)).astype(np.float32)
+    qn, kn = (rng.uniform(0.5, 1.5, hd).astype(np.float32) for _ in range(2))
+    fr = host(dev, rng.uniform(1, 4, hd // 2).astype(np.float32)) if freqs else None
+    params = RopeParams(dim=hd, base=10000.0, neox=neox, freqs=View.whole(fr) if fr else None)
+    kc = KernelCache(dev)
+    step = View.whole(host(dev, np.array([n_past, n_tokens, n_past + n_tokens, 0, seq_len], np.uint32)))
+    QN, KN = View.whole(host(dev, qn)), View.whole(host(dev, kn))
+    outs = []
+    for fused in (True, False):
+        Q, K, V = host(dev, q), host(dev, k), host(dev, v)
+        caches = [host(dev, np.full(n_ctx * n_kv * hd, np.nan, np.float16)) for _ in range(2)]
+        seq = CommandSequence(dev).begin()
+        if fused:
+            rope_kv(seq, kc, View.whole(Q), View.whole(K), View.whole(V), View.whole(caches[0]), View.whole(caches[1]),
+                    step, n_tokens, n_heads, n_kv, hd, params, n_ctx, q_norm=QN, k_norm=KN, eps=eps)
+        else:
+            rms_norm(seq, kc, View.whole(Q), View.whole(Q), n_tokens * n_heads, hd, eps, QN)
+            rms_norm(seq, kc, View.whole(K), View.whole(K), n_tokens * n_kv, hd, eps, KN)
+            rope_kv(seq, kc, View.whole(Q), View.whole(K), View.whole(V), View.whole(caches[0]), View.whole(caches[1]),
+                    step, n_tokens, n_heads, n_kv, hd, params, n_ctx)
+        seq.end().run()
+        outs.append([Q.array(np.float32).copy()] + [c.array(np.float16).copy() for c in caches])
+    (q1, k1, v1), (q2, k2, v2) = outs
+    rows = slice(n_past * n_kv * hd, (n_past + n_tokens) * n_kv * hd)
+    assert np.isfinite(k1[rows]).all() and np.isfinite(v1[rows]).all()
+    assert np.isnan(np.delete(k1, np.arange(rows.start, rows.stop))).all()
+    np.testing.assert_allclose(q1, q2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(k1[rows].astype(np.float32), k2[rows].astype(np.float32), rtol=2e-3, atol=2e-3)
+    np.testing.assert_array_equal(v1[rows], v2[rows])

@@ -24,13 +24,17 @@ def tiny_models(tmp_path_factory):
 
 
 def test_registry():
-    assert sorted(ARCHITECTURES) == ARCHS
+    assert sorted(ARCHITECTURES) == sorted(ARCHS + ["qwen3moe"])
     for module in ARCHITECTURES.values():
         assert callable(module.config) and callable(module.weight_specs)
 
 
 def test_quant_table():
-    assert len(SUPPORTED_TYPES) == 13
+    assert len(SUPPORTED_TYPES) == 16
+    # ggml-common.h: block_iq4_nl {d, qs[16]}, block_iq4_xs {d, scales_h, scales_l[4], qs[128]},
+    # block_mxfp4 {e, qs[16]}
+    assert [(QUANT_INFO[t].block_size, QUANT_INFO[t].type_size) for t in (T.IQ4_NL, T.IQ4_XS, T.MXFP4)] == \
+        [(32, 18), (256, 136), (32, 17)]
     assert (QUANT_INFO[T.Q4_0].block_size, QUANT_INFO[T.Q4_0].type_size) == (32, 18)
     assert (QUANT_INFO[T.Q6_K].block_size, QUANT_INFO[T.Q6_K].type_size) == (256, 210)
     assert (QUANT_INFO[T.F16].block_size, QUANT_INFO[T.F16].type_size) == (1, 2)

@@ -19,7 +19,7 @@ from llamavk.split.base import SplitOptions, partition, proportions
 
 MODES = ["layer", "row", "tensor", "graph"]
 LAYOUTS = [(2, None), (2, [2, 1]), (3, None), (4, [1, 2, 1, 1])]
-ARCH_TYPES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k")]
+ARCH_TYPES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k"), ("qwen3moe", "q4_0")]
 REL_TOL = 5e-3
 
 
@@ -127,3 +127,19 @@ def test_staging_copies_where_devices_cannot_import_host_memory(references, monk
         tokens = list(m.generate(prompt, n=6, temp=0))
     assert np.abs(got - want).max() < REL_TOL * np.abs(want).max()
     assert tokens == want_tokens
+
+
+@pytest.mark.parametrize("qtype", ["iq4_nl", "iq4_xs", "mxfp4"])
+def test_split_new_weight_types(synthetic_model, qtype):
+    """IQ4_NL / IQ4_XS / MXFP4 weights cut by rows (row mode) and by columns (tensor mode on 3 devices:
+    IQ4_XS's 256-wide blocks are cut off their edges, so those parts run as f32) give -sm none's answer."""
+    path = synthetic_model("llama", qtype)
+    prompt = [int(t) for t in np.random.default_rng(6).integers(0, 500, 40)]
+    with quiet(path, n_ctx=64, split_mode="none") as m:
+        want, want_tokens = m.logits(prompt, all=True), list(m.generate(prompt, n=4, temp=0))
+    for mode, n_dev, ts in (("row", 2, [2, 1]), ("tensor", 3, [2, 1, 1])):
+        with quiet(path, n_ctx=64, devices=",".join(["Vulkan0"] * n_dev), split_mode=mode, tensor_split=ts) as m:
+            got, tokens = m.logits(prompt, all=True), list(m.generate(prompt, n=4, temp=0))
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err < REL_TOL, f"{qtype} {mode} on {n_dev} devices: max |dlogit| / max |logit| = {err:.2e}"
+        assert tokens == want_tokens, f"{qtype} {mode} on {n_dev} devices"

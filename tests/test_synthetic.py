@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as T
 from llamavk.errors import LlamavkError
 from llamavk.gguf_file import GGUFFile
 from llamavk.models import load_model_file
-from llamavk.synthetic import (PRESETS, parse_synthetic_name, synthetic_model_path, synthetic_plan,
+from llamavk.synthetic import (PRESETS, SYNTHETIC_TYPES, parse_synthetic_name, synthetic_model_path, synthetic_plan,
                                synthetic_vocab, write_synthetic_model)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def test_big_preset_plans_match_spec(preset, qtype):
 
 def test_tiny_preset_dims_fit_every_type():
     assert (PRESETS["tiny"].n_embd, PRESETS["tiny"].n_ff) == (64, 160)
-    for qtype in ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k"):
+    for qtype in SYNTHETIC_TYPES:
         for arch in ("llama", "qwen2", "qwen3"):
             synthetic_plan("tiny", qtype, arch)
 

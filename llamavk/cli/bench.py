@@ -89,6 +89,10 @@ def bench(
     max_gpu: list[str] = typer.Option(None, "--max-gpu", help="graph mode: use at most this many devices (default 0: all)."),
     reduce_type: list[str] = typer.Option(None, "--reduce-type", help="graph mode: type of partial sums sent between devices for batches > 32 tokens: f16, bf16, f32 (default f16)."),
     flash_attn: list[str] = typer.Option(None, "--flash-attn", "-fa", help="1: llamavk's attention is always a flash-attention kernel."),
+    gpu_layers: list[str] = typer.Option(None, "--n-gpu-layers", "-ngl", help="llama-bench's layers on the GPU: llamavk keeps every layer there (the ngl column is 99), so -1, all or at least the layer count."),
+    cache_type_k: list[str] = typer.Option(None, "--cache-type-k", "-ctk", help="KV cache type for K: f16."),
+    cache_type_v: list[str] = typer.Option(None, "--cache-type-v", "-ctv", help="KV cache type for V: f16."),
+    threads: list[str] = typer.Option(None, "--threads", "-t", help="Accepted for llama-bench command lines; no effect (the GPUs compute)."),
     output: str = typer.Option("md", "--output", "-o", help="md, csv, json or jsonl."),
     progress: bool = typer.Option(False, "--progress", help="Progress on stderr (always shown live on a terminal)."),
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip each test's untimed warm-up run."),
@@ -103,8 +107,11 @@ def bench(
         params = parse_params(model=model, n_prompt=n_prompt, n_gen=n_gen, pg=pg, n_depth=n_depth,
                               batch=batch_size, ubatch=ubatch_size, split_mode=split_mode,
                               tensor_split=tensor_split, main_gpu=main_gpu, device=device, max_gpu=max_gpu,
-                              reduce_type=reduce_type, flash_attn=flash_attn,
+                              reduce_type=reduce_type, flash_attn=flash_attn, gpu_layers=gpu_layers,
+                              cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                               repetitions=repetitions, output=output, no_warmup=no_warmup)
+        if verbose and threads:
+            eprint(f"-t {','.join(threads)}: no effect (the GPUs compute; the CPU only orchestrates)")
         shown = LiveProgress() if sys.stderr.isatty() else TextProgress() if progress else None
         write, warn = _write, eprint
         if isinstance(shown, LiveProgress):

@@ -71,10 +71,15 @@ def split_kwargs(split_mode: str, tensor_split: str | None, main_gpu: int, max_g
 
 def describe_model(m) -> list[str]:
     """-v: the model, where it runs, and for a split which device holds what."""
+    from ..bench import ftype_name
+
     rt = m.runtime
     c = m.config
-    head = (f"{m.path.name}: {c.arch}, {c.n_layer} layers, context {m.n_ctx}; weights "
-            f"{rt.weight_bytes() / 2**20:.1f} MiB, upload {rt.upload_seconds:.2f} s")
+    ftype = ftype_name(m.file.metadata, [m.file.tensor_type(n).name for n in m.file.weights])
+    experts = (f" ({rt.weight_bytes(experts_only=True) / 2**20:.1f} MiB of {c.n_expert} experts, "
+               f"{c.n_expert_used} used per token)" if c.n_expert else "")
+    head = (f"{m.path.name}: {c.arch}, {c.n_layer} layers, file type {ftype}, context {m.n_ctx}; weights "
+            f"{rt.weight_bytes() / 2**20:.1f} MiB{experts}, upload {rt.upload_seconds:.2f} s")
     if m.split_mode == "none":
         return [f"{head}; on {rt.device.name} ({rt.device.info.name})"]
     return [f"{head}; split mode {m.split_mode} over {len(m.devices)} devices:"] + rt.describe()

@@ -27,8 +27,11 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
+from ..llamacpp_compat import check_common, no_effect_notes
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
+from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, THREADS
+from .load_progress import LoadProgress
 
 TASK_PARALLEL = 4        # llama-perplexity's n_parallel for task scores: the context is 4 * -c
 
@@ -56,6 +59,12 @@ def perplexity(
     winogrande_tasks: int = typer.Option(0, "--winogrande-tasks", help="Number of Winogrande tasks (0: all)."),
     multiple_choice: bool = typer.Option(False, "--multiple-choice", help="Multiple-choice score of the -f/-bf file."),
     multiple_choice_tasks: int = typer.Option(0, "--multiple-choice-tasks", help="Number of multiple-choice tasks (0: all)."),
+    gpu_layers: str = GPU_LAYERS,
+    flash_attn: str = FLASH_ATTN,
+    cache_type_k: str = CACHE_TYPE_K,
+    cache_type_v: str = CACHE_TYPE_V,
+    threads: int = THREADS,
+    no_warmup: bool = NO_WARMUP,
     verbose: bool = VERBOSE,
 ) -> None:
     """Perplexity of a model over a text file, KL divergence against a base run, or task scores, as
@@ -63,6 +72,10 @@ def perplexity(
     from ..api import load
 
     with user_errors(verbose):
+        n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
+        if verbose:
+            for note in no_effect_notes(threads, no_warmup):
+                eprint(note)
         if ctx_size < 4:
             raise UsageError("-c must be at least 4")
         if chunks == 0:
@@ -75,14 +88,19 @@ def perplexity(
             raise UsageError("task counts cannot be negative")
         if kld and kld_base is None:
             raise UsageError("--kl-divergence needs --kl-divergence-base FILE (written by a base run)")
-        kwargs = dict(devices=device, n_ubatch=ubatch_size, verbose=verbose, warn=eprint,
-                      **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+
+        def load_model(n_ctx: int, n_batch: int):
+            with LoadProgress(model.name if model else "default model") as progress:
+                return load(model, devices=device, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=ubatch_size,
+                            n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint, progress=progress,
+                            **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+
         if task:
             data = binary_file or file
             if data is None:
                 raise UsageError(f"give the {task[0]} task file with -f FILE")
             n_ctx = TASK_PARALLEL * ctx_size
-            with load(model, n_ctx=n_ctx, n_batch=min(batch_size, n_ctx), **kwargs) as m:
+            with load_model(n_ctx, min(batch_size, n_ctx)) as m:
                 if verbose:
                     for line in describe_model(m):
                         eprint(line)
@@ -95,7 +113,7 @@ def perplexity(
                 ctx_size, base_chunks = base.n_ctx, base.n_chunks
             n_chunks = base_chunks if chunks < 0 else min(chunks, base_chunks)
             n_seq = min(max(1, batch_size // ctx_size), max(1, n_chunks))
-            with load(model, n_ctx=ctx_size * n_seq, n_batch=batch_size, **kwargs) as m:
+            with load_model(ctx_size * n_seq, batch_size) as m:
                 if verbose:
                     for line in describe_model(m):
                         eprint(line)
@@ -112,7 +130,7 @@ def perplexity(
         if chunks >= 0:
             n_seq = min(n_seq, max(1, chunks))
         t_start = time.perf_counter()
-        with load(model, n_ctx=ctx_size * n_seq, n_batch=batch_size, **kwargs) as m:
+        with load_model(ctx_size * n_seq, batch_size) as m:
             if verbose:
                 for line in describe_model(m):
                     eprint(line)

@@ -2,6 +2,14 @@
 
 Prints the prompt, streams the completion to stdout, and the timing summary to stderr in
 llama.cpp's shape. Ctrl-C stops generation cleanly and still prints the timings (exit 130).
+
+llama.cpp's flags work as in llama-completion (llamavk/llamacpp_compat.py): escapes in -p/-f/-sys
+are processed unless --no-escape; --ignore-eos never samples an end-of-generation token;
+--no-display-prompt leaves the prompt out of stdout; -ngl/-fa/-ctk/-ctv are checked; -t,
+--no-warmup, -no-cnv and --jinja are accepted. --chat (or -sys) renders the model's chat template
+(llamavk/chat_template.py) with the prompt as one user turn, after a system turn with -sys: what
+llama-completion's conversation mode evaluates for a single turn (`-cnv -st --jinja`); the rendered
+text is what is displayed.
 """
 
 from __future__ import annotations
@@ -12,9 +20,13 @@ from pathlib import Path
 
 import typer
 
+from ..chat_template import chat_messages
 from ..errors import UsageError
+from ..llamacpp_compat import check_common, no_effect_notes, process_escapes
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
+from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, THREADS
+from .load_progress import LoadProgress
 
 PERF = "llamavk_perf"
 
@@ -56,12 +68,26 @@ def run(
     main_gpu: int = MAIN_GPU,
     max_gpu: int = MAX_GPU,
     reduce_type: str = REDUCE_TYPE,
+    chat: bool = typer.Option(False, "--chat", help="Apply the model's chat template: the prompt is one user turn."),
+    system_prompt: str = typer.Option(None, "--system-prompt", "-sys", help="A system turn before the prompt (implies --chat)."),
+    escape: bool = typer.Option(True, "--escape/--no-escape", "-e", help="Process escapes (\\n, \\t, \\xHH, ...) in the prompt, as llama.cpp does."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Never sample an end-of-generation token."),
+    display_prompt: bool = typer.Option(True, "--display-prompt/--no-display-prompt", help="Print the prompt before the completion."),
+    gpu_layers: str = GPU_LAYERS,
+    flash_attn: str = FLASH_ATTN,
+    cache_type_k: str = CACHE_TYPE_K,
+    cache_type_v: str = CACHE_TYPE_V,
+    threads: int = THREADS,
+    no_warmup: bool = NO_WARMUP,
+    no_conversation: bool = typer.Option(False, "-no-cnv", "--no-conversation", help="Accepted: run is always one-shot."),
+    jinja: bool = typer.Option(False, "--jinja", help="Accepted: --chat always renders the template with jinja2."),
     verbose: bool = VERBOSE,
 ) -> None:
     """Generate a completion of a prompt."""
     from ..api import load
 
     with user_errors(verbose):
+        n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
         if prompt is not None and file is not None:
             raise UsageError("give either -p or -f, not both")
         if file is not None:
@@ -70,25 +96,38 @@ def run(
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"cannot read prompt file {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
         prompt = prompt or ""
+        if escape:
+            prompt = process_escapes(prompt)
+            system_prompt = process_escapes(system_prompt) if system_prompt is not None else None
+        if verbose:
+            for note in no_effect_notes(threads, no_warmup, no_conversation, jinja):
+                eprint(note)
         t_start = time.perf_counter()
-        m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
-                 n_ubatch=ubatch_size, verbose=verbose, warn=eprint,
-                 **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+        with LoadProgress(model.name if model else "default model") as progress:
+            m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
+                     n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
+                     progress=progress, **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
             if verbose:
                 for line in describe_model(m):
                     eprint(line)
+            if chat or system_prompt is not None:
+                if m.chat_template is None:
+                    eprint("warning: the model has no chat template (tokenizer.chat_template); using ChatML")
+                prompt = m.apply_chat_template(chat_messages(prompt, system_prompt))
             tokens = m.tokenize(prompt)
             if not tokens:
                 raise UsageError("the prompt is empty and the model adds no BOS token: nothing to continue")
             out = sys.stdout
-            out.write(prompt)
-            out.flush()
+            if display_prompt:
+                out.write(prompt)
+                out.flush()
             stream = m.tokenizer.stream()
             interrupted = False
             try:
                 for token in m.generate(tokens, n=n_predict, temp=temp, top_k=top_k, top_p=top_p, min_p=min_p,
-                                        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed):
+                                        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
+                                        ignore_eos=ignore_eos):
                     out.write(stream.feed(token))
                     out.flush()
             except KeyboardInterrupt:

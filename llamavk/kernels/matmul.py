@@ -47,7 +47,7 @@ def type_suffix(qtype) -> str:
 #              column part (long rows; the last workgroup adds the parts)
 #   stream_dp  the same with x staged as two int8 levels and 4-wide integer dot products (devices
 #              with VK_KHR_shader_integer_dot_product)
-#   read, wide_read   benchmark only (examples/bench_matvec.py): the loads of base / wide, no arithmetic
+#   read, wide_read   benchmark only (benchmarks/bench_matvec.py): the loads of base / wide, no arithmetic
 #   stream_dp_nox, stream_read   benchmark only: stream_dp without the x staging / without staging
 #              and arithmetic
 # Every kernel supports every fused input (norm, residual, glu, bias) and chunked weights; all but

@@ -107,22 +107,30 @@ def rope(seq, kc, x, step, n_tokens: int, n_heads: int, head_dim: int, rope: Rop
 
 
 def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: int, n_heads_kv: int,
-            head_dim: int, rope: RopeParams, n_ctx: int) -> None:
+            head_dim: int, rope: RopeParams, n_ctx: int, q_norm=None, k_norm=None, eps: float = 0.0) -> None:
     """One dispatch: rotate q in place, write rotate(k) and v (f16) into the caches at row n_past + t
     (shaders/rope_kv.comp; the angle of row p is that of position p % L with a step seq_len L > 0).
-    Equivalent to rope(q), rope(k), kv_store(k), kv_store(v)."""
+    Equivalent to rope(q), rope(k), kv_store(k), kv_store(v). q_norm, k_norm (float32 [head_dim],
+    rope.dim == head_dim): each head of q and k RMS-normed with these weights first (qwen3)."""
     if n_tokens <= 0:
         return
     if rope.dim % 2 or not 0 < rope.dim <= head_dim:
         raise ValueError(f"rope dim {rope.dim} must be even and at most head_dim {head_dim}")
     half = rope.dim // 2
-    items = n_heads * half + n_heads_kv * half + n_heads_kv * (head_dim - rope.dim) + n_heads_kv * head_dim
     push = rope.push(n_tokens, n_heads, head_dim) + struct.pack("<2I", n_heads_kv, n_ctx)
     tensors = [_range(q), _range(k), _range(v), _range(k_cache), _range(v_cache)]
-    if rope.freqs is None:
-        kernel = kc.get("rope_kv_f32", "rwrrww", push_size=len(push), spec=(WG,))
-        buffers = [_range(step)] + tensors
-    else:
-        kernel = kc.get("rope_kv_freqs_f32", "rrwrrww", push_size=len(push), spec=(WG,))
-        buffers = [_range(step), _range(rope.freqs)] + tensors
-    seq.dispatch(kernel, buffers, ((items + WG - 1) // WG, n_tokens, 1), push)
+    freqs = [] if rope.freqs is None else [_range(rope.freqs)]
+    suffix = "_f32" if rope.freqs is None else "_freqs_f32"
+    if q_norm is not None:
+        if rope.dim != head_dim or half > 1024:
+            raise ValueError("rope_kv: the per-head norm needs rope_dim == head_dim")
+        wg = max(kc.info.subgroup_size or 32, 1 << (half - 1).bit_length())
+        kernel = kc.get("rope_kv_norm" + suffix, "r" * (1 + len(freqs)) + "wrrwwrr", push_size=len(push) + 4,
+                        spec=(wg,))
+        groups = n_heads + n_heads_kv + (n_heads_kv * head_dim + wg - 1) // wg
+        seq.dispatch(kernel, [_range(step)] + freqs + tensors + [_range(q_norm), _range(k_norm)],
+                     (groups, n_tokens, 1), push + struct.pack("<f", eps))
+        return
+    items = n_heads * half + n_heads_kv * half + n_heads_kv * (head_dim - rope.dim) + n_heads_kv * head_dim
+    kernel = kc.get("rope_kv" + suffix, "r" * (1 + len(freqs)) + "wrrww", push_size=len(push), spec=(WG,))
+    seq.dispatch(kernel, [_range(step)] + freqs + tensors, ((items + WG - 1) // WG, n_tokens, 1), push)

@@ -50,12 +50,19 @@ def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
 # 1016, pp64 1705 -> 1068; 1.1B Q4_0 pp16 1668 -> 4234, pp32 3379 -> 5117; 7.2B Q4_K pp16 387 -> 398,
 # pp32 764 -> 418 (its 8-token kernel is slower). So 16. Software devices: not measured, the same.
 MATVEC_BATCHED_MAX = {"gpu": 16, "cpu": 16}
+# Products of at most this many rows (a mixture of experts' router: 128 x 2048 in Qwen3-30B-A3B) take
+# the matrix-vector kernel once per MATVEC_MAX_TOKENS tokens at any batch: cooperative-matrix tiles of
+# 128 rows x 128 tokens gave a 512-token prompt 4 workgroups (H100: 180 us per router product).
+# GPUs only: software devices run a few workgroups at a time anyway.
+SMALL_ROWS = 256
 
 # 1. Weight products: the first row that applies wins.
 PRODUCT_KERNELS = (
     # name              applies when (kc, n_tokens, rows, cols)                why
     ("mul_mv",          lambda kc, n, rows, cols: n <= MATVEC_MAX_TOKENS),    # one pass over W for all tokens
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
+    ("mul_mv_batched",  lambda kc, n, rows, cols: rows <= SMALL_ROWS and rows % 8 == 0 and cols % 8 == 0
+                        and not kc.info.is_cpu),   # few rows (a router): 128-row tiles leave a few workgroups
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
@@ -68,6 +75,29 @@ _SKIP = {"mul_mm": {"mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMA
 def product_kernel(kc, n_tokens: int, rows: int, cols: int) -> str:
     """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight on kc's device."""
     return next(name for name, applies in PRODUCT_KERNELS if name not in _SKIP and applies(kc, n_tokens, rows, cols))
+
+
+# Expert products of a prompt (kernels/moe.py): tokens grouped by expert, so each expert's tile sees a
+# few of the batch's tokens (512 tokens x 8 of 128 experts: 32 on average). Cooperative matrices with
+# 128-row x 64-token tiles where the device has them, else the portable f32 tiles. H100, 30B-A3B
+# Q4_0 pp512: 9,200 t/s; 256 x 32 tiles (fewer wasted token columns, twice the rows per workgroup)
+# 7,553. LLAMAVK_MOE_MATMUL names a family (comparisons on one device).
+MOE_PRODUCT_KERNELS = (
+    ("mul_mm_coop_id", lambda kc, cols: _coopmat_ok(kc, cols)),
+    ("mul_mm_id", lambda kc, cols: True),
+)
+
+
+def moe_product_kernel(kc, cols: int, type_name: str) -> str:
+    forced = os.environ.get("LLAMAVK_MOE_MATMUL")
+    if forced:
+        return forced
+    return next(name for name, applies in MOE_PRODUCT_KERNELS
+                if name not in _SKIP_MOE and applies(kc, cols))
+
+
+# LLAMAVK_MATMUL=mul_mm (the portable tiles only) applies here too
+_SKIP_MOE = {"mul_mm_coop_id"} if os.environ.get("LLAMAVK_MATMUL") == "mul_mm" else set()
 
 
 # 2. Matrix-vector kernels.
@@ -100,7 +130,7 @@ class MatvecConfig:
 
 # Kernel and work split: the first row whose kind of device, weight type and condition (on the device,
 # tokens, weight rows and columns) apply, and whose kernel fits the product (matmul.matvec_config),
-# wins. Measured with examples/bench_matvec.py (docs/PERFORMANCE.md).
+# wins. Measured with benchmarks/bench_matvec.py (docs/PERFORMANCE.md).
 _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
@@ -162,6 +192,11 @@ MATVEC_CONFIGS = (
      MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=2, ks=16, u=1, kernel="stream_dp", xfirst=1)),
+    # A mixture of experts' router (Qwen3-30B-A3B: 128 rows of 2048 f32 weights): 8 rows per
+    # workgroup leave 16 workgroups for the whole GPU; one row each, its 8 subgroups on parts of the
+    # columns, 128.
+    ("gpu", ("f32", "f16", "bf16"), lambda kc, n, rows, cols: rows <= 1024,
+     MatvecConfig(wg=256, nr=1, ks=8, u=1)),
     # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
     ("gpu", ("q4_k",), _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide")),
     # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step

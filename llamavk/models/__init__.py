@@ -15,17 +15,17 @@ from types import ModuleType
 from ..errors import LlamavkError
 from ..gguf_file import GGUFFile
 from ..quant import quant_info
-from . import llama, qwen2, qwen3
-from .base import ModelConfig, ModelFile, RopeScaling, WeightSpec
+from . import llama, qwen2, qwen3, qwen3moe
+from .base import ModelConfig, ModelFile, RopeScaling, WeightSpec, check_config
 
-ARCHITECTURES: dict[str, ModuleType] = {m.ARCH: m for m in (llama, qwen2, qwen3)}
+ARCHITECTURES: dict[str, ModuleType] = {m.ARCH: m for m in (llama, qwen2, qwen3, qwen3moe)}
 
 __all__ = ["ARCHITECTURES", "ModelConfig", "ModelFile", "RopeScaling", "WeightSpec",
            "arch_module", "build_graph", "config_from_metadata", "load_model_file"]
 
 
 def arch_module(arch: str | None) -> ModuleType:
-    module = ARCHITECTURES.get(arch or "")
+    module = ARCHITECTURES.get(arch) if isinstance(arch, str) else None
     if module is None:
         raise LlamavkError(f"model architecture {arch!r} is not supported; "
                            f"supported: {', '.join(sorted(ARCHITECTURES))}")
@@ -35,7 +35,7 @@ def arch_module(arch: str | None) -> ModuleType:
 def config_from_metadata(metadata: dict, tensor_names=()) -> ModelConfig:
     """ModelConfig from metadata; `tied_output` is true when no output.weight is among tensor_names."""
     module = arch_module(metadata.get("general.architecture"))
-    cfg = module.config(metadata)
+    cfg = check_config(module.config(metadata))
     return dataclasses.replace(cfg, tied_output="output.weight" not in set(tensor_names))
 
 
@@ -43,6 +43,14 @@ def load_model_file(path: str | Path) -> ModelFile:
     """Open and validate a GGUF model. Every problem is a one-line LlamavkError."""
     g = GGUFFile(path)
     cfg = config_from_metadata(g.metadata, g.tensors.keys())
+    if cfg.n_layer > len(g.tensors):   # every layer has tensors: a corrupt count, not a model
+        raise LlamavkError(f"{g.path}: {cfg.arch}.block_count = {cfg.n_layer}, but the file has only "
+                           f"{len(g.tensors)} tensors")
+    tokens = g.metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list) and len(tokens) != cfg.n_vocab:
+        raise LlamavkError(f"{g.path}: tokenizer.ggml.tokens has {len(tokens)} tokens but the model's "
+                           f"vocabulary is {cfg.n_vocab} ({cfg.arch}.vocab_size or the token count): some "
+                           "ids would have no text or no embedding")
     module = arch_module(cfg.arch)
     weights: dict[str, WeightSpec] = {}
     for spec in module.weight_specs(cfg):

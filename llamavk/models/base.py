@@ -9,6 +9,7 @@ Conventions (see docs/MODELS.md):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,11 @@ ROLES = (
     "attn_norm", "q", "k", "v", "o", "q_bias", "k_bias", "v_bias", "q_norm", "k_norm",
     "ffn_norm", "gate", "up", "down",
     "rope_freqs",  # optional Llama-3 style per-frequency divisors (n_rot/2,), shared by all layers
+    # mixture of experts: the router (n_expert, n_embd), the experts' stacked matrices
+    # (n_expert, rows, cols), and the optional shared expert with its sigmoid gate (1, n_embd)
+    "router", "gate_exps", "up_exps", "down_exps", "gate_shexp", "up_shexp", "down_shexp", "router_shexp",
 )
+EXPERT_ROLES = frozenset({"gate_exps", "up_exps", "down_exps"})
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,14 @@ class ModelConfig:
     qkv_bias: bool
     qk_norm: bool
     tied_output: bool                 # no output.weight: token_embd is used as the output matrix
+    # mixture of experts (n_expert 0: a dense FFN of n_ff)
+    n_expert: int = 0
+    n_expert_used: int = 0            # experts each token runs (top-k of the router)
+    n_ff_exp: int = 0                 # one expert's FFN width
+    expert_gating: str = "softmax"    # router probabilities: "softmax" or "sigmoid" over the experts
+    expert_norm: bool = False         # the chosen experts' weights renormalized to sum 1
+    expert_weights_scale: float = 1.0
+    n_ff_shexp: int = 0               # the shared expert's FFN width (0: none)
 
     @property
     def n_gqa(self) -> int:
@@ -82,8 +95,15 @@ class WeightSpec:
     optional: bool = False
 
 
+# Largest dimension or count a metadata value may give: kernels take them as 32-bit push constants.
+MAX_COUNT = 2**31 - 1
+_MISSING = object()
+
+
 class Meta:
-    """Typed access to `{arch}.*` metadata keys with one-line errors for missing ones."""
+    """Typed access to `{arch}.*` metadata keys, with one-line errors for missing keys and for values
+    of the wrong type or range (a GGUF is untrusted input: a string where a number belongs, a head
+    count of 0). `get` / `require` return values unchecked; `count`, `number` and `text` check them."""
 
     def __init__(self, metadata: dict[str, Any], arch: str):
         self.metadata, self.arch = metadata, arch
@@ -101,75 +121,167 @@ class Meta:
                                f"{self.arch} model")
         return self.metadata[k]
 
+    def _value(self, key: str, default: Any) -> Any:
+        return self.require(key) if default is _MISSING else self.get(key, default)
+
+    def _bad(self, key: str, value: Any, want: str) -> LlamavkError:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        return LlamavkError(f"bad GGUF metadata: {self.key(key)} = {shown} ({type(value).__name__}); "
+                            f"expected {want}")
+
+    def count(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        """An integer in [minimum, MAX_COUNT] (a dimension, a count): not a bool, float or string."""
+        v = self._value(key, default)
+        if v is default and default is not _MISSING:
+            return v
+        if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= MAX_COUNT:
+            raise self._bad(key, v, f"an integer from {minimum} to {MAX_COUNT}")
+        return v
+
+    def number(self, key: str, default: Any = _MISSING, positive: bool = False) -> float:
+        """A finite real number (an int or float value, not a bool or string); > 0 if positive."""
+        v = self._value(key, default)
+        if v is default and default is not _MISSING:
+            return v
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or \
+                (positive and v <= 0):
+            raise self._bad(key, v, "a positive number" if positive else "a finite number")
+        return float(v)
+
+    def text(self, key: str, default: Any = _MISSING) -> str:
+        v = self._value(key, default)
+        if v is default and default is not _MISSING:
+            return v
+        if not isinstance(v, str):
+            raise self._bad(key, v, "a string")
+        return v
+
 
 def common_config(metadata: dict[str, Any], arch: str, *, rope_neox: bool, qkv_bias: bool,
-                  qk_norm: bool) -> ModelConfig:
-    """The hyper-parameters shared by llama-like architectures, read the way llama.cpp reads them."""
+                  qk_norm: bool, moe: dict[str, Any] | None = None) -> ModelConfig:
+    """The hyper-parameters shared by llama-like architectures, read the way llama.cpp reads them;
+    `moe`: the mixture-of-experts fields (moe_config) of an architecture that has them."""
     m = Meta(metadata, arch)
-    n_embd = int(m.require("{arch}.embedding_length"))
-    n_head = int(m.require("{arch}.attention.head_count"))
-    n_head_kv = int(m.get("{arch}.attention.head_count_kv", n_head))
-    head_dim = int(m.get("{arch}.attention.key_length", n_embd // n_head))
-    n_vocab = m.get("{arch}.vocab_size")
+    n_embd = m.count("{arch}.embedding_length")
+    n_head = m.count("{arch}.attention.head_count")
+    n_head_kv = m.count("{arch}.attention.head_count_kv", n_head)
+    head_dim = m.count("{arch}.attention.key_length", n_embd // n_head)
+    n_vocab = m.count("{arch}.vocab_size", None)
     if n_vocab is None:
         tokens = metadata.get("tokenizer.ggml.tokens")
         if tokens is None:
             raise LlamavkError(f"GGUF metadata has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
+        if not isinstance(tokens, list):
+            raise m._bad("tokenizer.ggml.tokens", tokens, "an array of strings")
         n_vocab = len(tokens)
-    n_ff = m.require("{arch}.feed_forward_length")
+    # a mixture of experts may have no dense FFN width (its experts' is expert_feed_forward_length)
+    n_ff = m.get("{arch}.feed_forward_length") if moe else m.require("{arch}.feed_forward_length")
     if isinstance(n_ff, list):  # per-layer list in some converters; llama-likes use one value
-        n_ff = n_ff[0]
-    if n_head_kv <= 0 or n_head % n_head_kv != 0:
-        raise LlamavkError(f"{arch}: head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
-    return ModelConfig(
+        if not n_ff or any(v != n_ff[0] for v in n_ff):
+            raise m._bad("{arch}.feed_forward_length", n_ff, f"one value for all layers of a {arch} model")
+        n_ff = n_ff[0]          # its type and range: check_config
+    else:
+        n_ff = m.count("{arch}.feed_forward_length", 0 if moe else _MISSING, minimum=0 if moe else 1)
+    return check_config(ModelConfig(
         arch=arch,
-        n_vocab=int(n_vocab),
+        n_vocab=n_vocab,
         n_embd=n_embd,
-        n_layer=int(m.require("{arch}.block_count")),
+        n_layer=m.count("{arch}.block_count"),
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
-        n_ff=int(n_ff),
-        n_ctx_train=int(m.get("{arch}.context_length", 4096)),
-        rms_eps=float(m.get("{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_base=float(m.get("{arch}.rope.freq_base", 10000.0)),
-        rope_dim=int(m.get("{arch}.rope.dimension_count", head_dim)),
+        n_ff=n_ff,
+        n_ctx_train=m.count("{arch}.context_length", 4096),
+        rms_eps=m.number("{arch}.attention.layer_norm_rms_epsilon", 1e-5, positive=True),
+        rope_base=m.number("{arch}.rope.freq_base", 10000.0, positive=True),
+        rope_dim=m.count("{arch}.rope.dimension_count", head_dim),
         rope_neox=rope_neox,
         rope_scaling=rope_scaling(m),
         qkv_bias=qkv_bias,
         qk_norm=qk_norm,
         tied_output=False,  # decided by load_model_file from the tensors present
-    )
+        **(moe or {}),
+    ))
+
+
+def check_config(cfg: ModelConfig) -> ModelConfig:
+    """Invariants every architecture's config must hold, whatever the metadata said (values that
+    came from defaults included): one-line errors instead of a crash or garbage later."""
+    moe = cfg.n_expert > 0
+    for name, lowest in (("n_vocab", 1), ("n_embd", 1), ("n_layer", 1), ("n_head", 1), ("n_head_kv", 1),
+                         ("head_dim", 1), ("n_ff", 0 if moe else 1), ("n_ctx_train", 1), ("rope_dim", 1),
+                         ("n_ff_exp", 1 if moe else 0), ("n_ff_shexp", 0)):
+        v = getattr(cfg, name)
+        if not isinstance(v, int) or isinstance(v, bool) or not lowest <= v <= MAX_COUNT:
+            raise LlamavkError(f"bad GGUF metadata: {cfg.arch} model with {name} = {v!r}")
+    if cfg.n_head % cfg.n_head_kv:
+        raise LlamavkError(f"{cfg.arch}: head_count {cfg.n_head} is not a multiple of head_count_kv "
+                           f"{cfg.n_head_kv}")
+    if cfg.rope_dim % 2 or cfg.rope_dim > cfg.head_dim:
+        raise LlamavkError(f"bad GGUF metadata: {cfg.arch} rope.dimension_count {cfg.rope_dim} must be "
+                           f"even and at most the head size {cfg.head_dim}")
+    for name in ("rms_eps", "rope_base"):
+        v = getattr(cfg, name)
+        if not math.isfinite(v) or v <= 0:
+            raise LlamavkError(f"bad GGUF metadata: {cfg.arch} model with {name} = {v!r}")
+    return cfg
+
+
+def moe_config(metadata: dict[str, Any], arch: str, *, gating: str, norm: bool) -> dict[str, Any]:
+    """The mixture-of-experts fields of ModelConfig, read as llama.cpp reads them (`{arch}.expert_*`);
+    `gating` and `norm` are what llama.cpp's graph for the architecture does."""
+    m = Meta(metadata, arch)
+    n_expert = m.count("{arch}.expert_count")
+    n_used = m.count("{arch}.expert_used_count")
+    if not 0 < n_used <= n_expert:
+        raise LlamavkError(f"{arch}: expert_used_count {n_used} must be in 1..expert_count ({n_expert})")
+    if n_used > MAX_EXPERTS_USED or n_expert > MAX_EXPERTS:
+        raise LlamavkError(f"{arch}: {n_expert} experts, {n_used} used per token: llamavk supports at most "
+                           f"{MAX_EXPERTS} experts and {MAX_EXPERTS_USED} used")
+    n_ff_exp = m.count("{arch}.expert_feed_forward_length", None) or m.count("{arch}.feed_forward_length")
+    scale = m.number("{arch}.expert_weights_scale", 0.0) or 1.0   # llama.cpp: 0 means unscaled
+    return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp, expert_gating=gating,
+                expert_norm=norm, expert_weights_scale=scale,
+                n_ff_shexp=m.count("{arch}.expert_shared_feed_forward_length", 0, minimum=0))
+
+
+# The router kernel keeps every expert's probability of a token in shared memory and picks the used
+# ones in registers (shaders/moe_route.comp).
+MAX_EXPERTS = 1024
+MAX_EXPERTS_USED = 32
 
 
 def rope_scaling(m: Meta) -> RopeScaling | None:
-    kind = m.get("{arch}.rope.scaling.type")
-    factor = m.get("{arch}.rope.scaling.factor")
+    kind = m.text("{arch}.rope.scaling.type", None)
+    factor = m.number("{arch}.rope.scaling.factor", None)
     if kind is None and factor is None:  # older files: rope.scale_linear
-        lin = m.get("{arch}.rope.scale_linear")
-        if lin is not None and float(lin) != 1.0:
-            return RopeScaling("linear", float(lin), int(m.get("{arch}.context_length", 0)))
+        lin = m.number("{arch}.rope.scale_linear", None, positive=True)
+        if lin is not None and lin != 1.0:
+            return RopeScaling("linear", lin, m.count("{arch}.context_length", 0, minimum=0))
         return None
     kind = (kind or "linear").lower()
-    factor = float(factor or 1.0)
+    factor = factor or 1.0
     if kind == "none" or factor in (0.0, 1.0):
         return None
     if kind not in ("linear", "yarn"):
         raise LlamavkError(f"{m.arch}.rope.scaling.type = {kind!r} is not supported (linear, yarn)")
+    if factor < 0:
+        raise m._bad("{arch}.rope.scaling.factor", factor, "a positive number")
     return RopeScaling(
         type=kind,
         factor=factor,
-        orig_ctx=int(m.get("{arch}.rope.scaling.original_context_length",
-                           m.get("{arch}.context_length", 0))),
-        attn_factor=float(m.get("{arch}.rope.scaling.attn_factor", 1.0)),
-        beta_fast=float(m.get("{arch}.rope.scaling.yarn_beta_fast", 32.0)),
-        beta_slow=float(m.get("{arch}.rope.scaling.yarn_beta_slow", 1.0)),
-        ext_factor=float(m.get("{arch}.rope.scaling.yarn_ext_factor", 1.0)) if kind == "yarn" else 0.0,
+        orig_ctx=m.count("{arch}.rope.scaling.original_context_length",
+                         m.count("{arch}.context_length", 0, minimum=0), minimum=0),
+        attn_factor=m.number("{arch}.rope.scaling.attn_factor", 1.0),
+        beta_fast=m.number("{arch}.rope.scaling.yarn_beta_fast", 32.0),
+        beta_slow=m.number("{arch}.rope.scaling.yarn_beta_slow", 1.0),
+        ext_factor=m.number("{arch}.rope.scaling.yarn_ext_factor", 1.0) if kind == "yarn" else 0.0,
     )
 
 
 def llama_like_specs(cfg: ModelConfig) -> list[WeightSpec]:
-    """Tensors of a llama-style decoder: pre-norm attention + SwiGLU FFN, optional biases / QK norm."""
+    """Tensors of a llama-style decoder: pre-norm attention + SwiGLU FFN (or a mixture of experts),
+    optional biases / QK norm."""
     E, D, F = cfg.n_embd, cfg.head_dim, cfg.n_ff
     q_out, kv_out = cfg.n_head * D, cfg.n_head_kv * D
     specs = [
@@ -199,11 +311,32 @@ def llama_like_specs(cfg: ModelConfig) -> list[WeightSpec]:
                 WeightSpec(b + "attn_q_norm.weight", "q_norm", i, (D,)),
                 WeightSpec(b + "attn_k_norm.weight", "k_norm", i, (D,)),
             ]
-        specs += [
-            WeightSpec(b + "ffn_norm.weight", "ffn_norm", i, (E,)),
+        specs.append(WeightSpec(b + "ffn_norm.weight", "ffn_norm", i, (E,)))
+        specs += moe_specs(cfg, i) if cfg.n_expert else [
             WeightSpec(b + "ffn_gate.weight", "gate", i, (F, E)),
             WeightSpec(b + "ffn_up.weight", "up", i, (F, E)),
             WeightSpec(b + "ffn_down.weight", "down", i, (E, F)),
+        ]
+    return specs
+
+
+def moe_specs(cfg: ModelConfig, i: int) -> list[WeightSpec]:
+    """A mixture-of-experts FFN's tensors as llama.cpp names them (GGUF ne [n_embd, n_ff_exp, n_expert]
+    is numpy (n_expert, n_ff_exp, n_embd)), with the shared expert where the config has one."""
+    b, E, X, F = f"blk.{i}.", cfg.n_embd, cfg.n_expert, cfg.n_ff_exp
+    specs = [
+        WeightSpec(b + "ffn_gate_inp.weight", "router", i, (X, E)),
+        WeightSpec(b + "ffn_gate_exps.weight", "gate_exps", i, (X, F, E)),
+        WeightSpec(b + "ffn_up_exps.weight", "up_exps", i, (X, F, E)),
+        WeightSpec(b + "ffn_down_exps.weight", "down_exps", i, (X, E, F)),
+    ]
+    if cfg.n_ff_shexp:
+        S = cfg.n_ff_shexp
+        specs += [
+            WeightSpec(b + "ffn_gate_inp_shexp.weight", "router_shexp", i, (E,)),
+            WeightSpec(b + "ffn_gate_shexp.weight", "gate_shexp", i, (S, E)),
+            WeightSpec(b + "ffn_up_shexp.weight", "up_shexp", i, (S, E)),
+            WeightSpec(b + "ffn_down_shexp.weight", "down_shexp", i, (E, S)),
         ]
     return specs
 

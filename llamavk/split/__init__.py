@@ -44,17 +44,24 @@ def choose_devices(opts: SplitOptions, entries) -> tuple[list[int], list[float]]
 
 
 def build_split_runtime(model_file, devices, shares, opts: SplitOptions, graphs: dict, n_ctx: int, n_ubatch: int,
-                        profile: bool = False):
-    """Plan every graph for the devices (already opened, in `choose_devices` order) and load the
-    model onto them. opts.main_gpu must index `devices`."""
+                        profile: bool = False, progress=None):
+    """Plan every graph for the devices (already opened, in `choose_devices` order), check that each
+    device's part fits its memory, and load the model onto them. opts.main_gpu must index `devices`.
+    progress(done_bytes, total_bytes): as the weights reach the devices."""
+    from ..memory_fit import check_fit, estimate_device_need, free_memory, weight_progress
     from .runtime import SplitRuntime
 
     module = MODULES[opts.mode]
     blocks = {}
-    for role, name in (("down", "blk.0.ffn_down.weight"), ("o", "blk.0.attn_output.weight")):
+    for role, name in (("down", "blk.0.ffn_down.weight"), ("o", "blk.0.attn_output.weight"),
+                       ("down_exps", "blk.0.ffn_down_exps.weight"), ("down_shexp", "blk.0.ffn_down_shexp.weight")):
         if name in model_file.weights:
             blocks[role] = quant_info(model_file.tensor_type(name), name).block_size
     plans = {key: module.plan(g, shares, opts, blocks) for key, g in graphs.items()}
     if opts.mode == "graph":
         plans.update({f"{key}@large": module.plan(g, shares, opts, blocks, large=True) for key, g in graphs.items()})
-    return SplitRuntime(model_file, devices, plans, n_ctx, n_ubatch, choose_sync(devices), profile=profile)
+    needs = [estimate_device_need(model_file, {k: dg.graphs[i] for k, dg in plans.items()}, n_ctx, n_ubatch, dev)
+             for i, dev in enumerate(devices)]
+    check_fit(needs, free_memory(devices), n_available=len(devices))
+    return SplitRuntime(model_file, devices, plans, n_ctx, n_ubatch, choose_sync(devices), profile=profile,
+                        progress=weight_progress(progress, sum(n.weights for n in needs)))

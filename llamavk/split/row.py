@@ -1,5 +1,7 @@
 """-sm row: every weight matrix split by output rows across devices (per -ts); norms, attention and
-the KV cache stay on the main device (-mg).
+the KV cache stay on the main device (-mg). So do a mixture of experts' stacked expert matrices (as
+in llama.cpp, whose row split leaves them whole): splitting each of a token's few small expert
+products would cost a broadcast and a gather per product for little work; the router is split.
 
 Before each group of products that share an input (Q/K/V; gate/up; each other one alone) the main
 device broadcasts the input; after it, every device's rows are gathered on the main device in one
@@ -58,8 +60,9 @@ def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
         fulls = gather_columns(dg, [(op.out.width, pieces) for op, pieces in outs], mg, group[0].layer)
         for (op, _), full in zip(outs, fulls):
             dg.bind(mg, op.out, full)
+    what, width = ("router", cfg.n_expert) if cfg.n_expert else ("FFN", cfg.n_ff)
     for d in range(n):
-        rows = partition(cfg.n_ff, shares)[d]
-        dg.holds[d] = [f"{100 * shares[d]:.0f}% of every matrix's rows (e.g. FFN rows {rows[0]}-{rows[1] - 1})"]
-    dg.holds[mg].append("norms, attention, KV cache")
+        rows = partition(width, shares)[d]
+        dg.holds[d] = [f"{100 * shares[d]:.0f}% of every matrix's rows (e.g. {what} rows {rows[0]}-{rows[1] - 1})"]
+    dg.holds[mg].append("norms, attention, KV cache" + (", the experts" if cfg.n_expert else ""))
     return dg

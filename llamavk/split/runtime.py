@@ -23,7 +23,7 @@ from .exchange import PART_BYTES
 
 class SplitRuntime:
     def __init__(self, model_file, devices, plans: dict, n_ctx: int, n_ubatch: int, sync: str,
-                 profile: bool = False):
+                 profile: bool = False, progress=None):
         """plans: graph key -> DeviceGraphs (split/base.py), all over the same devices."""
         self.devices = devices
         self.plans = plans
@@ -37,7 +37,7 @@ class SplitRuntime:
         t0 = time.perf_counter()
         for i, dev in enumerate(devices):
             rt = DeviceRuntime(model_file, dev, n_ctx, n_ubatch, {k: dg.graphs[i] for k, dg in plans.items()},
-                               profile=profile)
+                               profile=profile, progress=progress)
             rt.comm = DeviceComm(self.shared, i, rt.kc)
             self.runtimes.append(rt)
         self.upload_seconds = time.perf_counter() - t0
@@ -46,6 +46,11 @@ class SplitRuntime:
         self.logits_parts = plans["last"].logits_parts
         self.host_seconds = 0.0
         self.device = devices[0]
+
+    def prerecord(self) -> None:
+        """Record every device's one-token step now (DeviceRuntime.prerecord)."""
+        for rt in self.runtimes:
+            rt.prerecord()
 
     # -- execution -----------------------------------------------------------------------------
     def _submit(self, key: str, tokens, n_past: int, slot: int = 0, seq_len: int = 0) -> list:
@@ -151,15 +156,18 @@ class SplitRuntime:
         return out
 
     # -- reporting -----------------------------------------------------------------------------
-    def weight_bytes(self) -> int:
-        return sum(rt.weight_bytes() for rt in self.runtimes)
+    def weight_bytes(self, experts_only: bool = False) -> int:
+        return sum(rt.weight_bytes(experts_only) for rt in self.runtimes)
 
     def describe(self) -> list[str]:
         """What each device holds (-v), and the host-memory traffic of one decoded token."""
         lines = []
         for rt, holds in zip(self.runtimes, self.plans["last"].holds):
+            experts = rt.weight_bytes(experts_only=True)
+            of_which = f" ({experts / 2**20:.1f} MiB of experts)" if self.cfg.n_expert else ""
             lines.append(f"  {rt.device.name} ({rt.device.info.name}): {', '.join(holds) or 'nothing'}; "
-                         f"weights {rt.weight_bytes() / 2**20:.1f} MiB, KV cache {rt.kv_bytes() / 2**20:.1f} MiB")
+                         f"weights {rt.weight_bytes() / 2**20:.1f} MiB{of_which}, "
+                         f"KV cache {rt.kv_bytes() / 2**20:.1f} MiB")
         written, read, points = traffic_per_token(self.runtimes)
         lines.append(f"  per token: {points} exchange points, {written / 1024:.1f} KiB written to and "
                      f"{read / 1024:.1f} KiB read from shared host memory ({self.sync} sync)")

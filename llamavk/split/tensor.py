@@ -8,6 +8,12 @@ split with them. Norms and the embedding are mirrored; the output matrix is spli
 and the host assembles the logits. A device may get no heads (more devices than KV heads) or no
 FFN columns: it then contributes no partial to that sum.
 
+A mixture of experts is split like the dense FFN, expert by expert: every device holds the same
+rows of every expert's gate/up and the same columns of its down matrix (and a slice of the shared
+expert, where there is one). The router is mirrored, so each device picks the same experts; the
+weighted sum of the slots is linear, so each device sums its partials and the one all-reduce per
+layer comes after it, not once per expert.
+
 build() is shared with -sm graph (split/graph.py), which changes how the sums are made.
 """
 
@@ -16,8 +22,10 @@ from __future__ import annotations
 from .base import DeviceGraphs, partition
 from .exchange import all_reduce
 
-# q, k, v, gate, up are split by output rows; these by input columns, giving partial sums:
-ROW_PARALLEL = {"o", "down"}
+# q, k, v, gate, up (and the experts' and shared expert's) are split by output rows; these by input
+# columns, giving partial sums; the router is mirrored:
+ROW_PARALLEL = {"o", "down", "down_exps", "down_shexp"}
+MIRRORED = {"router"}
 
 
 def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
@@ -35,11 +43,19 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
     ff_block = blocks.get("down", 32)
     ff = partition(cfg.n_ff, shares, ff_block if cfg.n_ff // ff_block >= n else 32)
     vocab = partition(cfg.n_vocab, shares)
+
+    def ffn_parts(width, block_role):
+        block = blocks.get(block_role, 32)
+        return partition(width, shares, block if width // block >= n else 32)
+
+    exp = ffn_parts(cfg.n_ff_exp, "down_exps") if cfg.n_expert else []
+    shexp = ffn_parts(cfg.n_ff_shexp, "down_shexp") if cfg.n_ff_shexp else []
     rows_of = {                                                   # role -> device -> output rows
         "q": [(a * group * D, b * group * D) for a, b in kv],
         "k": [(a * D, b * D) for a, b in kv], "v": [(a * D, b * D) for a, b in kv],
-        "gate": ff, "up": ff,
+        "gate": ff, "up": ff, "gate_exps": exp, "up_exps": exp, "gate_shexp": shexp, "up_shexp": shexp,
         "o": [(a * group * D, b * group * D) for a, b in kv], "down": ff,   # input columns
+        "down_exps": exp, "down_shexp": shexp,
     }
     role = {}                        # model activation -> role of the product that made it
     partial = {}                     # model activation -> {device: partial sum or None}
@@ -52,23 +68,42 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
                     dg.set_logits(d, dg.emit(d, "matmul", [w.sliced(0, r0, r1), dg.tensor(d, op.inputs[1])],
                                              r1 - r0, op.layer))
             dg.logits_parts = [(d, r0, r1) for d, (r0, r1) in enumerate(vocab) if r1 > r0]
-        elif k == "matmul":
+        elif k == "matmul" and op.inputs[0].role in MIRRORED:
+            for d in devices:
+                dg.place(d, op)
+        elif k in ("matmul", "matmul_id"):
             w, x = op.inputs[0], op.inputs[1]
-            bias = op.inputs[2] if len(op.inputs) > 2 else None
+            extra = list(op.inputs[2:])                   # matmul: a bias; matmul_id: the route
             parts = rows_of[w.role]
             role[op.out] = w.role
             if w.role in ROW_PARALLEL:
                 partial[op.out] = {}
+            slots = op.inputs[2].width // 2 if k == "matmul_id" else 1
             for d, (a, b) in enumerate(parts):
                 if b <= a or not dg.has(d, x):
                     if w.role in ROW_PARALLEL:
                         partial[op.out][d] = None
                     continue
-                if w.role in ROW_PARALLEL:
-                    partial[op.out][d] = dg.emit(d, "matmul", [w.sliced(1, a, b), dg.tensor(d, x)], w.rows, op.layer)
+                if k == "matmul_id":
+                    extra_d = [dg.tensor(d, extra[0])]
                 else:
-                    inputs = [w.sliced(0, a, b), dg.tensor(d, x)] + ([bias.sliced(0, a, b)] if bias is not None else [])
-                    dg.bind(d, op.out, dg.emit(d, "matmul", inputs, b - a, op.layer))
+                    extra_d = [extra[0].sliced(0, a, b)] if extra else []
+                if w.role in ROW_PARALLEL:
+                    partial[op.out][d] = dg.emit(d, k, [w.sliced(1, a, b), dg.tensor(d, x)] + extra_d,
+                                                 op.out.width, op.layer)
+                else:
+                    dg.bind(d, op.out, dg.emit(d, k, [w.sliced(0, a, b), dg.tensor(d, x)] + extra_d,
+                                               slots * (b - a), op.layer))
+        elif k in ("moe_sum", "scale_sigmoid") and op.inputs[0] in partial:
+            # linear in the partial expert outputs: each device's partial of the sum (or gated sum)
+            partial[op.out] = {d: dg.emit(d, k, [p] + [dg.tensor(d, t) for t in op.inputs[1:]], op.out.width,
+                                          op.layer, **op.attrs)
+                               if p is not None else None for d, p in partial[op.inputs[0]].items()}
+        elif k == "add" and op.inputs[0] in partial and op.inputs[1] in partial:
+            # two partials (the experts' and the shared expert's): their sum is still one
+            pa, pb = partial[op.inputs[0]], partial[op.inputs[1]]
+            partial[op.out] = {d: dg.emit(d, "add", [pa[d], pb[d]], op.out.width, op.layer)
+                               if pa[d] is not None and pb[d] is not None else pa[d] or pb[d] for d in devices}
         elif k == "add" and op.inputs[1] in partial:
             x = op.inputs[0]
             out = all_reduce(dg, partial[op.inputs[1]], {d: dg.tensor(d, x) for d in devices}, x.width,
@@ -86,16 +121,19 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
             for d, (a, b) in enumerate(kv):
                 if b > a:
                     dg.place(d, op, n_head=(b - a) * group, n_head_kv=b - a)
-        elif k == "swiglu":
-            for d, (a, b) in enumerate(ff):
-                if b > a:
+        elif k == "swiglu":                          # where the device holds a part of the FFN
+            for d in devices:
+                if dg.has(d, op.inputs[0]):
                     dg.place(d, op)
         else:                                        # embed, norms, last_row: mirrored
             for d in devices:
                 dg.place(d, op)
     for d in devices:
         (h0, h1), (f0, f1), (v0, v1) = kv[d], ff[d], vocab[d]
-        dg.holds[d] = [f"KV heads {h0}-{h1 - 1}" if h1 > h0 else "no heads",
-                       f"FFN columns {f0}-{f1 - 1}" if f1 > f0 else "no FFN columns",
+        ffn = f"FFN columns {f0}-{f1 - 1}" if f1 > f0 else "no FFN columns"
+        if cfg.n_expert:
+            e0, e1 = exp[d]
+            ffn = f"columns {e0}-{e1 - 1} of every expert" if e1 > e0 else "no expert columns"
+        dg.holds[d] = [f"KV heads {h0}-{h1 - 1}" if h1 > h0 else "no heads", ffn,
                        f"vocab {v0}-{v1 - 1}" if v1 > v0 else "no vocab rows"]
     return dg

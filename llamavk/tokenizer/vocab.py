@@ -6,6 +6,7 @@ set of "special" tokens parsed in prompts match llama.cpp when keys are missing 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,24 +73,43 @@ def _get(meta: dict[str, Any], key: str, kind: type, default: Any = None) -> Any
     return v
 
 
+def _get_list(meta: dict[str, Any], key: str, kind: type | tuple) -> list | None:
+    """An array value whose every element is of `kind` (bools are not numbers); None if absent."""
+    v = _get(meta, key, list)
+    if v is not None:
+        for i, x in enumerate(v):
+            if isinstance(x, bool) or not isinstance(x, kind) or x != x:   # x != x: NaN
+                raise LlamavkError(f"bad GGUF metadata: {_K}{key}[{i}] = {x!r} is not "
+                                   f"{'a string' if kind is str else 'a number'}")
+    return v
+
+
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
 def load_vocab(meta: dict[str, Any]) -> Vocab:
-    model = meta.get(_K + "model")
+    model = _get(meta, "model", str)
     if model is None:
         raise LlamavkError("GGUF metadata has no tokenizer (tokenizer.ggml.model missing)")
     if model not in ("llama", "gpt2"):
         raise LlamavkError(f"unsupported tokenizer.ggml.model '{model}' (supported: llama, gpt2)")
 
-    tokens = _get(meta, "tokens", list)
+    tokens = _get_list(meta, "tokens", str)
     if not tokens:
         raise LlamavkError("GGUF metadata has no tokenizer vocabulary (tokenizer.ggml.tokens)")
     n = len(tokens)
     # llama.cpp renames empty tokens so that every text maps back to one id
     tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-    types = _get(meta, "token_type", list) or [NORMAL] * n
-    scores = _get(meta, "scores", list) or [0.0] * n
+    types = _get_list(meta, "token_type", int) or [NORMAL] * n
+    scores = _get_list(meta, "scores", (int, float)) or [0.0] * n
     if len(types) != n or len(scores) != n:
         raise LlamavkError("bad GGUF metadata: tokenizer token_type/scores length differs from tokens")
     types = [t if t in (NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE) else 0 for t in types]
+    if model == "llama":   # SPM byte tokens are decoded from their text
+        for i, t in enumerate(types):
+            if t == BYTE and not _BYTE_TOKEN.fullmatch(tokens[i]):
+                raise LlamavkError(f"bad GGUF metadata: token {i} has type BYTE but its text "
+                                   f"{tokens[i][:20]!r} is not <0xXX>")
     token_to_id = {t: i for i, t in enumerate(tokens)}  # later duplicates win, as in llama.cpp
 
     ids: dict[str, int | None] = {k: None for _, k in _ID_KEYS}
@@ -99,7 +119,7 @@ def load_vocab(meta: dict[str, Any]) -> Vocab:
         add_bos, add_eos, add_space_prefix, clean_spaces, ignore_merges = True, False, True, False, False
         family = None
     else:
-        merges = _get(meta, "merges", list)
+        merges = _get_list(meta, "merges", str)
         if merges is None:
             raise LlamavkError("bad GGUF metadata: gpt2 tokenizer without tokenizer.ggml.merges")
         pre = _get(meta, "pre", str)
@@ -110,6 +130,9 @@ def load_vocab(meta: dict[str, Any]) -> Vocab:
         add_eos, add_space_prefix = False, False
 
     add_space_prefix = _get(meta, "add_space_prefix", bool, add_space_prefix)
+    for name, v in ids.items():   # a default that the vocabulary is too small for names no token
+        if v is not None and v >= n:
+            ids[name] = None
     for key, name in _ID_KEYS:
         v = _get(meta, key, int)
         if v is not None and 0 <= v < n:  # out-of-range ids keep the default, like llama.cpp

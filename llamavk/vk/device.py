@@ -26,7 +26,7 @@ OPTIONAL_EXTENSIONS = (
 )
 
 # Diagnostics: LLAMAVK_PIPELINE_STATS=1 asks the driver for every pipeline's statistics (on NVIDIA:
-# registers per thread, shared memory, ...), read by Kernel.statistics() (examples/kernel_stats.py).
+# registers per thread, shared memory, ...), read by Kernel.statistics() (benchmarks/kernel_stats.py).
 PIPELINE_STATS_EXTENSION = "VK_KHR_pipeline_executable_properties"
 
 HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
@@ -51,6 +51,9 @@ class Device:
         pool_info = vk.VkCommandPoolCreateInfo(
             flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=self.queue_family)
         self.command_pool = vk.vkCreateCommandPool(self.handle, pool_info, None)
+        from .pipeline_cache import PipelineCache
+        # Compiled pipelines from earlier runs (vk/pipeline_cache.py); written back by close().
+        self.pipeline_cache = PipelineCache(self)
         self._descriptor_pools: list = []
         self._descriptor_free = 0
         self._closables: list = []      # resources released (in reverse) by close()
@@ -158,18 +161,20 @@ class Device:
         """Wait for everything submitted so far (bounded: a hang becomes an error)."""
         self.timeline.wait(self._submitted)
 
+    @property
+    def transfer(self):
+        """Staged host <-> device copies (vk/transfer.py), created on first use."""
+        from .transfer import Transfer
+        if self._transfer is None:
+            self._transfer = Transfer(self)
+        return self._transfer
+
     def upload(self, buffer, data, offset: int = 0) -> None:
         """Copy host bytes into any buffer (through a staging buffer when it is not host-visible)."""
-        from .transfer import Transfer
-        if self._transfer is None:
-            self._transfer = Transfer(self)
-        self._transfer.upload(buffer, data, offset)
+        self.transfer.upload(buffer, data, offset)
 
     def download(self, buffer, size: int, offset: int = 0) -> bytes:
-        from .transfer import Transfer
-        if self._transfer is None:
-            self._transfer = Transfer(self)
-        return self._transfer.download(buffer, size, offset)
+        return self.transfer.download(buffer, size, offset)
 
     def register(self, resource) -> None:
         """Release `resource` (anything with .close()) when the device closes."""
@@ -184,6 +189,7 @@ class Device:
         for res in reversed(self._closables):
             res.close()
         self._closables.clear()
+        self.pipeline_cache.close()
         self.timeline.close()
         for pool in self._descriptor_pools:
             vk.vkDestroyDescriptorPool(self.handle, pool, None)

@@ -104,7 +104,9 @@ class Kernel:
         pipe_info = new_struct("VkComputePipelineCreateInfo", vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
                                flags=flags, stage=stage[0], layout=self.layout)
         out_pipe = ffi.new("VkPipeline*")
-        check(lib.vkCreateComputePipelines(dev, ffi.NULL, 1, pipe_info, ffi.NULL, out_pipe),
+        cache = getattr(device, "pipeline_cache", None)     # compiled code kept between runs
+        cache = cache.handle if cache is not None and cache.handle is not None else ffi.NULL
+        check(lib.vkCreateComputePipelines(dev, cache, 1, pipe_info, ffi.NULL, out_pipe),
               f"vkCreateComputePipelines({self.name})")
         self.pipeline = out_pipe[0]
         del code, spec_entries, spec_buf, spec_info, entry, stage, subgroup_info

@@ -68,6 +68,8 @@ class DeviceInfo:
     host_import_alignment: int = 0
     coopmat: list[str] = field(default_factory=list)   # "16x16x16 f16->f32", ...
     coopmat2: bool = False       # VK_NV_cooperative_matrix2
+    driver_version: int = 0      # VkPhysicalDeviceProperties.driverVersion (vendor-encoded)
+    pipeline_cache_uuid: str = ""   # hex: pipeline caches are compatible only with the same UUID
 
     @property
     def vendor(self) -> str:
@@ -135,7 +137,7 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
     feats2 = new_struct("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, f12)
     lib.vkGetPhysicalDeviceFeatures2(handle, feats2)
 
-    heaps = _memory_heaps(handle, has("VK_EXT_memory_budget"))
+    heaps = read_memory_heaps(handle, has("VK_EXT_memory_budget"))
     info = DeviceInfo(
         index=index,
         name=struct_string(p.deviceName),
@@ -170,6 +172,8 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
         host_import_alignment=host_props.minImportedHostPointerAlignment if host_props is not None else 0,
         coopmat=_coopmat_shapes(instance, handle) if has("VK_KHR_cooperative_matrix") else [],
         coopmat2=has("VK_NV_cooperative_matrix2"),
+        driver_version=p.driverVersion,
+        pipeline_cache_uuid=bytes(ffi.buffer(p.pipelineCacheUUID, 16)).hex(),
     )
     return info
 
@@ -178,7 +182,8 @@ def p_api_at_least_13(handle) -> bool:
     return vk.vkGetPhysicalDeviceProperties(handle).apiVersion >= vk.VK_MAKE_VERSION(1, 3, 0)
 
 
-def _memory_heaps(handle, with_budget: bool) -> list[MemoryHeap]:
+def read_memory_heaps(handle, with_budget: bool) -> list[MemoryHeap]:
+    """The memory heaps of a physical device, with budget and usage now (VK_EXT_memory_budget)."""
     budget = None
     head = ffi.NULL
     if with_budget:

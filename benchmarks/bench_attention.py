@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Decode attention alone on the first device: a chain of dependent one-token attention dispatches
+(q and out swap roles, so each waits for the previous one), 7.2B shapes by default, per n_kv and per
+minimum split chunk; a chain of one-workgroup rms_norm stages first (the floor of any stage).
+Prints host wall time per stage over whole replays (no timestamps, which add their own cost).
+
+    python3 benchmarks/bench_attention.py [--nkv 16,64,128,160,256,1024,4096] [--chunks 32,64,128]
+                                        [--heads 32/8] [--head-dim 128] [--n-ctx 4224]
+"""
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from llamavk.devices import open_devices, select
+from llamavk.kernels import KernelCache
+from llamavk.kernels import attention as attn
+from llamavk.kernels import norm
+from llamavk.vk import Buffer, CommandSequence, get_instance
+
+STAGES = 192
+
+
+def per_stage_us(dev, record, reps=20) -> float:
+    seq = CommandSequence(dev).begin()
+    record(seq)
+    seq.end()
+    for _ in range(5):   # clocks up
+        seq.run()
+    best = 1e9
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        seq.run()
+        best = min(best, time.perf_counter() - t0)
+    seq.close()
+    return best / STAGES * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nkv", default="16,64,128,160,256,1024,4096")
+    ap.add_argument("--chunks", default="32,64,128", help="minimum positions per active split")
+    ap.add_argument("--heads", default="32/8")
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--n-ctx", type=int, default=4224)
+    a = ap.parse_args()
+    n_head, n_head_kv = map(int, a.heads.split("/"))
+    hd, n_ctx = a.head_dim, a.n_ctx
+    dev = open_devices(select(get_instance().devices)[0][:1])[0]
+    kc = KernelCache(dev)
+    rng = np.random.default_rng(0)
+    qs = [Buffer(dev, 4 * n_head * hd) for _ in range(2)]
+    for q in qs:
+        q.write(rng.standard_normal(n_head * hd).astype(np.float32))
+    caches = [Buffer(dev, 2 * n_ctx * n_head_kv * hd) for _ in range(2)]
+    for c in caches:
+        c.write(rng.standard_normal(n_ctx * n_head_kv * hd).astype(np.float16))
+    step = Buffer(dev, 32)
+
+    def norms(seq):
+        for s in range(STAGES):
+            norm.rms_norm(seq, kc, qs[s % 2], qs[1 - s % 2], 1, n_head * hd, 1e-5)
+
+    print(f"{dev.info.name}: {STAGES} stages; rms_norm (one workgroup) {per_stage_us(dev, norms):.2f} us per stage")
+    chunks = [int(c) for c in a.chunks.split(",")]
+    print("n_kv    " + "".join(f"  >= {c:4d} per split" for c in chunks) + "   (us per attention stage)")
+    for n_kv in (int(v) for v in a.nkv.split(",")):
+        if n_kv > n_ctx:
+            continue
+        step.write(np.array([n_kv - 1, 1, n_kv, 0, 0, 0, 0, 0], np.uint32))
+        line = f"{n_kv:6d}  "
+        for chunk in chunks:
+            os.environ["LLAMAVK_ATTN_MIN_CHUNK"] = str(chunk)   # the engine's plan for that minimum
+            n_splits, _ = attn.split_plan(kc, n_ctx, n_head_kv, 1, attn.DEC_BLOCK)
+
+            def chain(seq):
+                for s in range(STAGES):
+                    attn.attention(seq, kc, qs[s % 2], caches[0], caches[1], qs[1 - s % 2], step, 1, n_head,
+                                   n_head_kv, hd, n_ctx, n_splits=n_splits, min_chunk=chunk)
+            line += f"  {per_stage_us(dev, chain):17.2f}"
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

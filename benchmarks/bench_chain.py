@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""What a chain of dependent products can reach on the first device: N dispatches, each streaming a
+buffer of a product's size (shaders/bench_chain.comp: 16-byte loads, all issued at once) and reading
+the previous one's output. Prints microseconds per stage and GB/s, for each buffer size and
+
+    mode 0  a barrier between stages (how the engine records a decode step)
+    mode 1  no barriers: workgroups wait for a counter of the previous stage, loads issued first
+    mode 2  the same, loads issued after the wait
+
+    python3 benchmarks/bench_chain.py [--stages 192] [--sizes "0.004:1 9.4:4 33:4 66:8"]
+
+A size is MB:U (U loads of 16 bytes per lane). Weight copies rotate so that the L2 cache never holds
+the buffer read next. Host wall time over whole replays (no per-dispatch timestamps, which add their
+own cost to every dispatch).
+"""
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from llamavk.devices import open_devices, select
+from llamavk.vk import Buffer, CommandSequence, get_instance
+from llamavk.vk.kernel import Kernel
+
+SIZES = "0.004:1 2.36:4 9.4:4 14.2:4 33:4 66:8"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stages", type=int, default=192, help="dispatches per replay (a 7.2B decode step: 193)")
+    ap.add_argument("--sizes", default=SIZES)
+    ap.add_argument("--modes", default="0,1,2")
+    a = ap.parse_args()
+    dev = open_devices(select(get_instance().devices)[0][:1])[0]
+    n = a.stages
+    io = Buffer(dev, 4 * 4096 * (n + 1))
+    flags = Buffer(dev, 4 * 1024, host_visible=True)
+    print(f"{dev.info.name}; {n} stages per replay")
+    for spec in a.sizes.split():
+        mb, u = spec.split(":")
+        u = int(u)
+        per_wg = 256 * 16 * u
+        groups = max(1, round(float(mb) * 1e6 / per_wg))
+        if groups > 4096:
+            raise SystemExit(f"{spec}: more than 4096 workgroups (raise U)")
+        nbytes = groups * per_wg
+        copies = max(2, min(48, math.ceil(160e6 / nbytes)))
+        ws = [Buffer(dev, nbytes) for _ in range(copies)]
+        for mode in map(int, a.modes.split(",")):
+            # mode 0 declares its outputs written (the recorder then puts a barrier between stages);
+            # modes 1 and 2 declare them read, so no barriers are recorded and the counters order them
+            k = Kernel(dev, "bench_chain", "rww" if mode == 0 else "rrr", push_size=16, spec=(u, mode))
+            seq = CommandSequence(dev).begin()
+            seq.fill(io, 0)
+            seq.fill(flags, 0)
+            seq.barrier()
+            for s in range(n):
+                push = np.array([s, groups, s * 4096, (s + 1) * 4096], np.uint32).tobytes()
+                seq.dispatch(k, [ws[s % copies], io, flags], (groups, 1, 1), push)
+            seq.end()
+            t0 = time.time()
+            while time.time() - t0 < 0.3:   # clocks up
+                seq.run()
+            times = []
+            for _ in range(15):
+                t = time.perf_counter()
+                seq.run()
+                times.append(time.perf_counter() - t)
+            fl = flags.array(np.uint32)
+            us = float(np.median(times)) / n * 1e6
+            note = ""
+            if mode:
+                note = f"  (waits given up: {int(fl[1023])}, counters complete: {bool((fl[:n] == groups).all())})"
+            print(f"{nbytes / 1e6:8.2f} MB  U={u}  {groups:5d} workgroups  mode {mode}: {us:7.2f} us/stage "
+                  f"{nbytes / us / 1e3:6.0f} GB/s{note}", flush=True)
+            seq.close()
+            k.close()
+        for w in ws:
+            w.close()
+
+
+if __name__ == "__main__":
+    main()

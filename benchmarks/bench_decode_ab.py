@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Decode speed of one model under kernel-choice changes and with parts of the step left out: the A/B
+and "where does the step go" runs of docs/PERFORMANCE.md.
+
+    python3 benchmarks/bench_decode_ab.py -m model.gguf|synthetic:PRESET [--rule SHAPE=KERNEL:wg,nr[,ks[,steps]]] ...
+                                        [--no-pairs] [--ablate]
+
+--rule puts a MATVEC_CONFIGS row first for one class of weight shape (one token): down (cols > rows),
+gateup (rows > cols, rows < 20000), square, kv (rows < cols <= 8192). --no-pairs keeps gate and up as
+two products. --ablate re-records the step with each part left out in turn (its dispatches not
+recorded at all) and prints the t/s of each: the difference is what that part costs per token.
+tg: 3 x 128 single-token steps after 32 warm-up steps (an idle GPU's clocks read low), best kept.
+"""
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import llamavk
+import llamavk.runtime as R
+from llamavk.benchmark import decode
+from llamavk.kernels import matmul as mm
+from llamavk.kernels import selection
+from llamavk.synthetic import synthetic_model_path
+
+SHAPES = {"down": lambda r, c: c > r, "gateup": lambda r, c: c < r < 20000, "square": lambda r, c: c == r,
+          "kv": lambda r, c: r < c <= 8192}
+PARTS = ("down", "gateup", "qkv", "o", "attn", "rope", "output")
+
+
+def product_part(w, kw) -> str:
+    """Which product of a llama layer a weight is, from its shape and fused inputs."""
+    if w.cols > w.rows:
+        return "down"
+    if w.rows > 20000:
+        return "output"
+    if w.rows > w.cols or kw.get("pair") is not None:
+        return "gateup"
+    return "qkv" if kw.get("norm") is not None else "o"
+
+
+def leave_out(rt, parts: set) -> None:
+    """Re-record the runtime's steps without the dispatches of `parts`."""
+    mm_orig, attn_orig, rope_orig = leave_out.originals
+
+    def matmul(seq, kc, w, x, y, n, **kw):
+        if product_part(w, kw) not in parts:
+            mm_orig(seq, kc, w, x, y, n, **kw)
+    R.matmul.matmul = matmul
+    R.attn_k.attention = (lambda *a, **k: None) if "attn" in parts else attn_orig
+    R.rope.rope_kv = (lambda *a, **k: None) if "rope" in parts else rope_orig
+    rt.recordings.clear()
+
+
+leave_out.originals = (R.matmul.matmul, R.attn_k.attention, R.rope.rope_kv)
+
+
+def tg(m, rng, n: int = 128) -> float:
+    decode(m, 32, rng, 0)
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        decode(m, n, rng, 32)
+        best = max(best, n / (time.perf_counter() - t0))
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("--rule", action="append", default=[])
+    ap.add_argument("--no-pairs", action="store_true")
+    ap.add_argument("--ablate", action="store_true")
+    a = ap.parse_args()
+    for rule in a.rule:   # later rules first, like a table read top down
+        shape, _, spec = rule.partition("=")
+        kernel, _, nums = spec.partition(":")
+        v = [int(x) for x in nums.split(",")] + [1, 1]
+        applies = (lambda f: lambda kc, n, rows, cols: n == 1 and f(rows, cols))(SHAPES[shape])
+        cfg = selection.MatvecConfig(wg=v[0], nr=v[1], ks=v[2], u=1, kernel=kernel, steps=v[3])
+        selection.MATVEC_CONFIGS = (("gpu", "*", applies, cfg),) + selection.MATVEC_CONFIGS
+    if a.no_pairs:
+        mm.matvec_pairs = lambda *args: False
+    path = str(synthetic_model_path(a.model)) if a.model.startswith("synthetic:") else a.model
+    rng = np.random.default_rng(0)
+    with llamavk.load(path, n_ctx=512, n_ubatch=16) as m:
+        base = tg(m, rng)
+        print(f"{a.model} {' '.join(a.rule)}{' no pairs' if a.no_pairs else ''}: tg128 {base:.1f} t/s", flush=True)
+        if a.ablate:
+            for parts in [(p,) for p in PARTS] + [("attn", "rope")]:
+                leave_out(m.runtime, set(parts))
+                r = tg(m, rng)
+                per_layer = (1 / base - 1 / r) / m.runtime.cfg.n_layer * 1e6
+                print(f"   without {'+'.join(parts):10s} {r:8.1f} t/s   costs {per_layer:5.1f} us per layer", flush=True)
+            leave_out(m.runtime, set())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

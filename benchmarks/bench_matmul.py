@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Prompt-batch weight products (matmul.comp / matmul_coop.comp) on the first device: TFLOP/s.
+
+    python3 benchmarks/bench_matmul.py [--types q4_0,q8_0] [--tokens 512] [--shapes "4096x4096 14336x4096"]
+Every matrix-matrix row of llamavk.kernels.selection.PRODUCT_KERNELS the device can run is timed (forced,
+whatever the table would choose): 20 products (barrier-separated, rotating over 2 weight copies),
+replayed for 0.3 s first (an idle GPU's clocks measure several times
+slower), mean GPU time per product from timestamps; 2 * rows * cols * tokens / time.
+`--extra mul_mm_coopP1,mul_mm_coopP2` adds the cooperative-matrix kernel's phases alone (Q4_0 only:
+multiplications without loads, loads without multiplications) to see which one bounds it.
+"""
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+import llamavk
+from llamavk.devices import open_devices, select
+from llamavk.kernels import KernelCache, View, upload_qweight
+from llamavk.kernels import matmul as mm
+from llamavk.quant import qtype_from_name, quant_info
+from llamavk.vk import Buffer, CommandSequence, get_instance
+
+SPV = Path(llamavk.__file__).parent / "spv"
+SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (2048, 2048), (8192, 2048)]
+
+
+def random_raw(qtype, rows, cols, rng):
+    info = quant_info(qtype)
+    raw = rng.integers(0, 256, (rows, cols // info.block_size, info.type_size), dtype=np.uint8)
+    raw[:, :, 0:2] = np.array([0.01], np.float16).view(np.uint8)   # sane f16 scales where d comes first
+    return raw.reshape(rows, -1)
+
+
+def time_family(dev, kc, family, weights, x, y, n_tokens, reps=20):
+    """Median GPU seconds per dispatch of kernel family `family`, forced (not the table's choice)."""
+    chosen = mm.product_kernel
+    mm.product_kernel = lambda *a: family
+    try:
+        seq = CommandSequence(dev, profile=True).begin()
+        for i in range(reps):
+            mm.matmul(seq, kc, weights[i % len(weights)], x, y, n_tokens)
+            seq.barrier()
+        seq.end()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.3:    # clocks up: an idle GPU measures several times slower
+            seq.run()
+        seq.run()
+        times = [sum(us for _, us in seq.profile_results()) / reps]
+        seq.close()
+    finally:
+        mm.product_kernel = chosen
+    return float(np.median(times)) * 1e-6
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--types", default="q4_0,q8_0,q4_k,q6_k")
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--shapes", default=None)
+    ap.add_argument("--extra", default="", help="more kernel families (benchmark variants), comma-separated")
+    a = ap.parse_args()
+    dev = open_devices(select(get_instance().devices)[0][:1])[0]
+    kc = KernelCache(dev)
+    rng = np.random.default_rng(0)
+    shapes = SHAPES if a.shapes is None else [tuple(map(int, s.split("x"))) for s in a.shapes.split()]
+    families = ["mul_mm"] + (["mul_mm_coop", "mul_mm_coop_big"] if mm.has_coopmat(kc) else [])
+    families += [f for f in a.extra.split(",") if f]
+    for f in families:   # benchmark variants: the tiles of the kernel they vary
+        mm.MATMUL_TILES.setdefault(f, mm.MATMUL_TILES["mul_mm_coop_big" if "big" in f else "mul_mm_coop"])
+    n = a.tokens
+    print(f"{dev.info.name}; {n} tokens; TFLOP/s (2 * rows * cols * tokens / GPU time)")
+    print("type  shape         " + " ".join(f.rjust(12) for f in families))
+    for tname in a.types.split(","):
+        qtype = qtype_from_name(tname)
+        for rows, cols in shapes:
+            raw = random_raw(qtype, rows, cols, rng)
+            weights = [upload_qweight(dev, raw, qtype, rows, cols) for _ in range(2)]
+            x = Buffer(dev, 4 * cols * n)
+            x.write(rng.standard_normal(cols * n).astype(np.float32))
+            y = Buffer(dev, 4 * rows * n)
+            cells = []
+            for fam in families:
+                if not (SPV / f"{fam}_{tname}.spv").exists():
+                    cells.append(f"{'-':>12}")
+                    continue
+                t = time_family(dev, kc, fam, weights, View.whole(x), View.whole(y), n)
+                cells.append(f"{2 * rows * cols * n / t / 1e12:12.1f}")
+            print(f"{tname:5s} {rows:5d}x{cols:<6d} " + " ".join(cells), flush=True)
+            for w in weights:
+                for ch in w.chunks:
+                    ch.buffer.close()
+            for b in (x, y):
+                b.close()
+    dev.close()
+
+
+if __name__ == "__main__":
+    main()

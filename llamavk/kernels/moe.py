@@ -1,0 +1,205 @@
+"""Mixture-of-experts recorders: the router's choice, the products with the chosen experts, their
+weighted sum, and the shared expert's gate (shaders/moe_*.comp, matvec_id.comp, matmul.comp
+MUL_MAT_ID, scale_sigmoid.comp).
+
+A route tensor holds per token the n_used chosen expert ids (uint32 bits) and then their n_used
+weights. Expert ids never leave the GPU: the products read them there.
+
+- the router (decode): its product and the top-k in one dispatch, `moe_router.comp`; else the
+  product (kernels/matmul.py) and `moe_route.comp`.
+- one to MATVEC_MAX_TOKENS tokens (decode): `matvec_id.comp`, a grid of (row blocks, token x slot);
+  each workgroup reads its slot's expert id and only that expert's rows. With `sum`, the down
+  product adds the weighted slots (and the residual) itself: (row blocks, token) workgroups, each
+  taking its rows of every slot.
+- more tokens (prompts): `moe_group.comp` lists, per expert, the (token, slot) pairs that chose it
+  (in a scratch buffer of the device); `matmul.comp` MUL_MAT_ID then multiplies each expert's tile
+  of rows with its listed tokens only (workgroups past an expert's count return at once).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..errors import LlamavkError
+from ..vk import Buffer
+from . import KernelCache, QWeight, View, groups_2d
+from .matmul import MATMUL_TILES, MATVEC_MAX_TOKENS, _check_view, type_suffix
+from .selection import moe_product_kernel
+
+# prompt kernels (selection.moe_product_kernel): name prefix -> (rows, tokens) per workgroup tile
+MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64)}
+ROUTER_WG = 256       # moe_router.comp: one workgroup per (expert, token), the row over all its threads
+MATVEC_ID_WG = 128
+MATVEC_ID_RED = 2048    # matvec_id.comp RED_LEN: slots x rows of a SUM workgroup
+GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
+
+
+def route(seq, kc: KernelCache, logits: View, out: View, n_tokens: int, n_expert: int, n_used: int,
+          gating: str, norm: bool, scale: float) -> None:
+    """out[t] = the n_used most probable experts' ids and weights from the router's logits[t]."""
+    if n_tokens <= 0:
+        return
+    _check_view(logits, 4 * n_tokens * n_expert, "moe_route logits")
+    _check_view(out, 8 * n_tokens * n_used, "moe_route out")
+    sg = kc.info.subgroup_size or 32
+    kernel = kc.get("moe_route_f32", "rw", push_size=24, spec=(sg,))
+    push = struct.pack("<5If", n_tokens, n_expert, n_used, gating == "sigmoid", bool(norm), scale)
+    seq.dispatch(kernel, [logits.range, out.range], groups_2d(n_tokens), push)
+
+
+ROUTER_TYPES = ("f32", "f16", "bf16")
+
+
+def router_ok(w: QWeight) -> bool:
+    """Whether the router product and its top-k can be one dispatch (moe_router.comp): a float
+    matrix in one buffer."""
+    return type_suffix(w.qtype) in ROUTER_TYPES and len(w.chunks) == 1 and not w.experts
+
+
+def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, n_used: int, gating: str,
+           norm: bool, scale: float, norm_w: View | None = None, eps: float = 0.0) -> None:
+    """out[t] = the route of token t from its router logits W x'[t] (x' = rms_norm(x[t]) * norm_w where
+    given), product and top-k in one dispatch: n_tokens <= MATVEC_MAX_TOKENS (decode)."""
+    if n_tokens <= 0:
+        return
+    if not router_ok(w) or n_tokens > MATVEC_MAX_TOKENS:
+        raise LlamavkError("moe router: a float matrix in one buffer and at most "
+                           f"{MATVEC_MAX_TOKENS} tokens (else the product, then moe_route)")
+    n_expert = w.rows
+    _check_view(x, 4 * n_tokens * w.cols, "moe router x")
+    _check_view(out, 8 * n_tokens * n_used, "moe router out")
+    cache = kc.__dict__.setdefault("_moe_router", {})
+    scratch = cache.get(n_expert)
+    if scratch is None:
+        counts = Buffer(kc.device, 4 * MATVEC_MAX_TOKENS)
+        counts.write(np.zeros(MATVEC_MAX_TOKENS, np.uint32))     # zero between runs (the kernel resets it)
+        scratch = cache[n_expert] = (Buffer(kc.device, 4 * MATVEC_MAX_TOKENS * n_expert), counts)
+    logits, counts = scratch
+    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwww", push_size=28,
+                    spec=(ROUTER_WG, norm_w is not None))
+    push = struct.pack("<5I2f", n_expert, w.cols, n_used, gating == "sigmoid", bool(norm), scale, eps)
+    seq.dispatch(kernel, [w.chunks[0].buffer, x.range, (norm_w or x).range, out.range, logits, counts],
+                 (n_expert, n_tokens, 1), push)
+
+
+def group_scratch(kc: KernelCache, n_expert: int, n_tokens: int) -> View:
+    """The device's buffer of per-expert token lists (moe_group.comp), shared by every layer: the
+    recorder's barriers order one layer's grouping after the previous layer's products."""
+    cache = kc.__dict__.setdefault("_moe_groups", {})
+    words = n_expert * (n_tokens + 1) + GROUP_PAD
+    buf = cache.get(n_expert)
+    if buf is None or buf.size < 4 * words:
+        buf = cache[n_expert] = Buffer(kc.device, 4 * words)
+    return View(buf, 0, 4 * words)
+
+
+def group(seq, kc: KernelCache, route_view: View, groups: View, n_tokens: int, n_used: int, n_expert: int) -> None:
+    """groups = per expert, the count and list of (token, slot) pairs that chose it."""
+    kernel = kc.get("moe_group", "rw", push_size=12)
+    seq.dispatch(kernel, [route_view.range, groups.range], (n_expert, 1, 1),
+                 struct.pack("<3I", n_tokens, n_used, n_expert))
+
+
+def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tuple[int, int, int]:
+    """matvec_id.comp's (TPR lanes per row, C units per lane, RJ rows per lane) for rows of `cols`
+    weights: whole rows in at most 4 units per lane, without idle lanes where a power of two up to
+    the subgroup divides the row's units; rows per lane as far as a lane's weight loads stay <= 8
+    (16-byte loads: Q8_0 takes two per unit, a pair twice as many)."""
+    units = cols // 32
+    tprs = [1 << k for k in range(subgroup.bit_length()) if 1 << k <= min(subgroup, units)]
+    exact = [t for t in tprs if units % t == 0 and units // t <= 4]
+    tpr = max(exact) if exact else max(tprs)
+    c = -(-units // tpr)
+    loads = c * (2 if pair else 1) * (2 if type_name == "q8_0" else 1)
+    rj = max(1, min(4, 8 // loads))
+    return tpr, c, rj
+
+
+def matvec_id_pairs(w: QWeight, p: QWeight) -> bool:
+    """Whether the one-token expert product can take w and p as a gate/up pair (matvec_id.comp PAIR):
+    planar types (16-byte loads of both), the same type, shape and expert chunks."""
+    return (type_suffix(w.qtype) in ("q4_0", "q8_0") and (w.qtype, w.rows, w.cols, w.experts) ==
+            (p.qtype, p.rows, p.cols, p.experts) and [c.n_rows for c in w.chunks] == [c.n_rows for c in p.chunks])
+
+
+def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: View, n_tokens: int,
+              n_used: int, xslot: bool, groups: View | None = None, norm: View | None = None, eps: float = 0.0,
+              glu: View | None = None, sum_slots: bool = False, residual: View | None = None,
+              pair: QWeight | None = None) -> None:
+    """y[t, s] = W[id(t, s)] x'[t(, s)] for t < n_tokens, s < n_used (y: [n_tokens][n_used][R]);
+    with sum_slots, y[t] = residual[t] + sum_s weight(t, s) W[id(t, s)] x'[t, s] (y: [n_tokens][R]);
+    with pair (a second stack of experts P, where matvec_id_pairs allows), y[t, s] =
+    silu(W[id(t, s)] x') * (P[id(t, s)] x').
+
+    w: stacked experts (w.experts of R = w.expert_rows rows). x: [n_tokens][(n_used if xslot)][cols].
+    norm (x' = rms_norm(x) * norm), glu (x' = silu(x) * glu, glu shaped as x), sum_slots and residual
+    and pair are the decode forms (n_tokens <= MATVEC_MAX_TOKENS); larger batches need `groups` (group())."""
+    if n_tokens <= 0:
+        return
+    if not w.experts:
+        raise LlamavkError("matmul_id: the weight is not a stack of experts")
+    name = type_suffix(w.qtype)
+    R, cols = w.expert_rows, w.cols
+    _check_view(x, 4 * n_tokens * (n_used if xslot else 1) * cols, "matmul_id x")
+    _check_view(y, 4 * n_tokens * (1 if sum_slots else n_used) * R, "matmul_id y")
+    if n_tokens <= MATVEC_MAX_TOKENS:
+        if cols % 32:
+            raise LlamavkError(f"matmul_id: expert rows of {cols} weights (not a multiple of 32) are not supported")
+        if sum_slots and len(w.chunks) > 1:
+            raise LlamavkError("matmul_id: the weighted sum of slots needs the experts in one chunk")
+        if pair is not None and not matvec_id_pairs(w, pair):
+            raise LlamavkError("matmul_id: a gate/up pair needs two planar Q4_0/Q8_0 matrices of one shape")
+        sg = kc.info.subgroup_size or 32
+        tpr, c, rj = matvec_id_split(name, cols, sg, pair is not None)
+        g = sg // tpr
+        if sum_slots:
+            wg, rows_per_wg = n_used * sg, g * rj           # one subgroup per slot
+            if wg > (kc.info.max_workgroup_invocations or 1024) or n_used * rows_per_wg > MATVEC_ID_RED:
+                raise LlamavkError(f"matmul_id: {n_used} experts per token do not fit one workgroup here")
+        else:
+            wg = max(MATVEC_ID_WG, sg)
+            rows_per_wg = wg // sg * g * rj
+        spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
+                pair is not None)
+        kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrr", push_size=28, spec=spec)
+        grid = ((R + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
+        pair_chunks = pair.chunks if pair is not None else w.chunks
+        for ch, pch in zip(w.chunks, pair_chunks):
+            push = struct.pack("<6If", R, cols, n_used, ch.row_start // R, ch.n_rows // R, rows_per_wg, eps)
+            seq.dispatch(kernel, [ch.buffer, x.range, route_view.range, y.range, (norm or x).range,
+                                  (residual or x).range, (glu or x).range, pch.buffer], grid, push)
+        return
+    if norm is not None or glu is not None or sum_slots or residual is not None or pair is not None:
+        raise LlamavkError("matmul_id: fused norm/glu/sum/residual inputs exist for small batches only")
+    if groups is None:
+        raise LlamavkError("matmul_id: a batch needs the tokens grouped by expert (moe.group)")
+    family = moe_product_kernel(kc, cols, name)
+    tile_rows, tile_tokens = MOE_TILES[family]
+    kernel = kc.get(f"{family}_{name}", "rrrwr", push_size=40)
+    for ch in w.chunks:
+        grid = ((R + tile_rows - 1) // tile_rows, (n_tokens + tile_tokens - 1) // tile_tokens, ch.n_rows // R)
+        push = struct.pack("<10I", R, cols, R, 0, 0, n_tokens, n_used, ch.row_start // R, w.experts, xslot)
+        seq.dispatch(kernel, [ch.buffer, x.range, x.range, y.range, groups.range], grid, push)
+
+
+def moe_sum(seq, kc: KernelCache, y: View, route_view: View, out: View, n_tokens: int, n_used: int,
+            width: int) -> None:
+    """out[t] = sum_s weight(t, s) y[t, s] (y: [n_tokens][n_used][width])."""
+    if n_tokens <= 0:
+        return
+    kernel = kc.get("moe_sum_f32", "rrw", push_size=12)
+    n = n_tokens * width
+    seq.dispatch(kernel, [y.range, route_view.range, out.range], groups_2d((n + 255) // 256),
+                 struct.pack("<3I", n_tokens, width, n_used))
+
+
+def scale_sigmoid(seq, kc: KernelCache, y: View, x: View, w: View, out: View, n_tokens: int, width: int,
+                  cols: int) -> None:
+    """out[t] = y[t] * sigmoid(w . x[t]) (y, out: [n_tokens][width]; x: [n_tokens][cols])."""
+    if n_tokens <= 0:
+        return
+    kernel = kc.get("scale_sigmoid_f32", "rrrw", push_size=12)
+    seq.dispatch(kernel, [y.range, x.range, w.range, out.range], groups_2d(n_tokens),
+                 struct.pack("<3I", n_tokens, width, cols))

@@ -1,0 +1,60 @@
+"""Building blocks of decoder graphs, shared by the architecture modules: attention, the SwiGLU FFN
+and the mixture-of-experts FFN. Each appends one block's ops to a Graph and returns its output
+(the caller adds the residual)."""
+
+from __future__ import annotations
+
+from ..graph import Graph, Tensor
+
+
+def vec(g: Graph, name: str, n: int, role: str, layer: int | None = None) -> Tensor:
+    return g.weight(name, 1, n, role, layer)
+
+
+def attention(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
+    """Self-attention of normalized input h: Q/K/V (+ biases), per-head Q/K norm, RoPE, causal GQA
+    attention over this layer's KV cache, output projection."""
+    b, E, D = f"blk.{i}.", cfg.n_embd, cfg.head_dim
+    q_out, kv_out = cfg.n_head * D, cfg.n_head_kv * D
+
+    def bias(n, k, role):
+        return vec(g, b + f"attn_{n}.bias", k, role, i) if cfg.qkv_bias else None
+
+    q = g.matmul(g.weight(b + "attn_q.weight", q_out, E, "q", i), h, bias("q", q_out, "q_bias"))
+    k = g.matmul(g.weight(b + "attn_k.weight", kv_out, E, "k", i), h, bias("k", kv_out, "k_bias"))
+    v = g.matmul(g.weight(b + "attn_v.weight", kv_out, E, "v", i), h, bias("v", kv_out, "v_bias"))
+    if cfg.qk_norm:
+        q = g.head_norm(q, vec(g, b + "attn_q_norm.weight", D, "q_norm", i), cfg.n_head, cfg.rms_eps)
+        k = g.head_norm(k, vec(g, b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
+    q = g.rope(q, cfg.n_head)
+    k = g.rope(k, cfg.n_head_kv)
+    a = g.attention(q, k, v)
+    return g.matmul(g.weight(b + "attn_output.weight", E, q_out, "o", i), a)
+
+
+def swiglu_ffn(g: Graph, cfg, i: int, h: Tensor, n_ff: int | None = None, suffix: str = "",
+               roles: tuple[str, str, str] = ("gate", "up", "down")) -> Tensor:
+    """down(silu(gate h) * up h): the dense FFN, or (suffix "_shexp") a shared expert."""
+    b, E, F = f"blk.{i}.", cfg.n_embd, n_ff or cfg.n_ff
+    gate = g.matmul(g.weight(b + f"ffn_gate{suffix}.weight", F, E, roles[0], i), h)
+    up = g.matmul(g.weight(b + f"ffn_up{suffix}.weight", F, E, roles[1], i), h)
+    return g.matmul(g.weight(b + f"ffn_down{suffix}.weight", E, F, roles[2], i), g.swiglu(gate, up))
+
+
+def moe_ffn(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
+    """Mixture of experts: the router picks cfg.n_expert_used of cfg.n_expert experts per token;
+    their SwiGLU outputs are summed with the router's weights; a shared expert, where the model has
+    one, is added gated by sigmoid(w . h)."""
+    b, E, X, F = f"blk.{i}.", cfg.n_embd, cfg.n_expert, cfg.n_ff_exp
+    logits = g.matmul(g.weight(b + "ffn_gate_inp.weight", X, E, "router", i), h)
+    route = g.moe_route(logits, cfg.n_expert_used, cfg.expert_gating, cfg.expert_norm, cfg.expert_weights_scale)
+    gate = g.matmul_id(g.weight(b + "ffn_gate_exps.weight", F, E, "gate_exps", i, experts=X), h, route)
+    up = g.matmul_id(g.weight(b + "ffn_up_exps.weight", F, E, "up_exps", i, experts=X), h, route)
+    down = g.matmul_id(g.weight(b + "ffn_down_exps.weight", E, F, "down_exps", i, experts=X),
+                       g.swiglu(gate, up), route)
+    out = g.moe_sum(down, route)
+    if cfg.n_ff_shexp:
+        shared = swiglu_ffn(g, cfg, i, h, cfg.n_ff_shexp, "_shexp", ("gate_shexp", "up_shexp", "down_shexp"))
+        gated = g.scale_sigmoid(shared, h, vec(g, b + "ffn_gate_inp_shexp.weight", E, "router_shexp", i))
+        out = g.add(out, gated)
+    return out

@@ -1,0 +1,211 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+// Products with the experts a token's router chose (decode and small batches of a mixture of
+// experts): the matrix-vector form of matmul_id, reading only the chosen experts' rows.
+//
+// Weights: n_exp experts' matrices of R rows x cols stacked in one chunk (expert e0 first); route
+// rows hold per token the n_used chosen expert ids (uint bits) and then their weights.
+//
+//   plain: y[t, s, r] = sum_c W[id(t, s), r, c] * x'[t(, s), c]
+//   PAIR:  y[t, s, r] = silu(W[id(t, s), r] . x') * (P[id(t, s), r] . x')   (gate and up as one product)
+//   SUM:   y[t, r] = resid[t, r] + sum_s weight(t, s) * (W[id(t, s), r] . x'[t, s])
+// x' = x, or rms_norm(x[t]) * nw (NORM: the norm feeding the product, folded in as in matvec.comp), or
+// silu(x) * up (GLU: the SwiGLU feeding the down product). XSLOT: x holds one row per (token, slot)
+// (the down product's input), else one per token (gate and up read the token's state).
+// A slot whose expert lies outside this chunk [e0, e0 + n_exp) is left to another dispatch.
+//
+// Work split (units: 32 weights, one block of the 32-blocks or a sub-block of a super-block): TPR
+// lanes per row (a power of two up to the subgroup), each taking units c + TPR i (i < C) of RJ rows
+// g + G j (G = S / TPR row groups per subgroup); sums meet by xor shuffles over the TPR lanes.
+// Planar Q4_0 / Q8_0 (QPLANAR): every weight load of a lane (16-byte quants, its block scales) is
+// issued before any arithmetic, so a subgroup has C x RJ x (PAIR ? 2 : 1) loads in flight (the
+// memory-level parallelism that streams the weights; loads issued inside the loop wait one by one).
+// Other types dequantize unit by unit (quants.glsl dequant_unit).
+// Grids: plain / PAIR: (row blocks of the subgroups' rows, tokens x slots), each subgroup its own rows;
+// SUM: (row blocks of G * RJ rows, tokens), one subgroup per slot (the workgroup is n_used subgroups),
+// the slots' weighted sums added in slot order through shared memory (deterministic), then the
+// residual.
+// Specialization: 0 workgroup size, 1 TPR, 2 C, 3 RJ, 4 NORM, 5 GLU, 6 SUM, 7 XSLOT, 8 RESID, 9 PAIR.
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint TPR = 32;
+layout(constant_id = 2) const uint C = 1;
+layout(constant_id = 3) const uint RJ = 2;
+layout(constant_id = 4) const bool NORM = false;
+layout(constant_id = 5) const bool GLU = false;
+layout(constant_id = 6) const bool SUM = false;
+layout(constant_id = 7) const bool XSLOT = false;
+layout(constant_id = 8) const bool RESID = false;
+layout(constant_id = 9) const bool PAIR = false;
+const uint NM = PAIR ? 2 : 1;   // matrices per product
+
+#include "quants.glsl"
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+layout(std430, binding = 2) readonly buffer Route { float route[]; };
+layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, binding = 4) readonly buffer NormW4 { vec4 nw4[]; };
+layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
+layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
+layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };     // PAIR: the up matrix
+layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
+layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
+layout(push_constant) uniform Push {
+    uint rows;         // R: rows of one expert
+    uint cols;
+    uint n_used;       // slots per token
+    uint e0;           // first expert of this chunk
+    uint n_exp;        // experts in this chunk
+    uint rows_per_wg;
+    float eps;
+} p;
+
+#define RED_LEN 2048
+shared float red[RED_LEN];   // SUM: per slot, the workgroup's rows (n_used x rows_per_wg <= RED_LEN)
+
+// x' for the 8 vec4s of unit u of x row xrow (the sum of squares of x goes to ss)
+void xunit(uint xrow, uint u, inout float ss, out vec4 xv[8]) {
+    [[unroll]] for (uint k = 0; k < 8; ++k) {
+        uint kk = 8 * u + k, idx = (xrow * p.cols) / 4 + kk;
+        vec4 v = x4[idx];
+        if (NORM) { ss += dot(v, v); v *= nw4[kk]; }
+        if (GLU) v = v / (1.0 + exp(min(-v, vec4(80.0)))) * up4[idx];
+        xv[k] = v;
+    }
+}
+
+// the sum over this row group's TPR lanes (an xor butterfly within the subgroup)
+float lanes_sum(float v) {
+    [[unroll]] for (uint m = TPR / 2; m > 0; m /= 2) v += subgroupShuffleXor(v, m);
+    return v;
+}
+
+#if defined(QTYPE_Q4_0)
+#define NQ 1
+#elif defined(QTYPE_Q8_0)
+#define NQ 2
+#endif
+
+void main() {
+    q_chunk_blocks = p.n_exp * p.rows * (p.cols / QK);
+    uint S = gl_SubgroupSize, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
+    uint G = S / TPR, g = lane / TPR, c = lane % TPR;
+    uint t, s, r0;
+    if (SUM) {
+        t = gl_WorkGroupID.y;
+        s = sg;
+        r0 = gl_WorkGroupID.x * p.rows_per_wg;
+    } else {
+        t = gl_WorkGroupID.y / p.n_used;
+        s = gl_WorkGroupID.y % p.n_used;
+        r0 = gl_WorkGroupID.x * p.rows_per_wg + sg * G * RJ;
+    }
+    uint rbase = t * 2 * p.n_used;
+    uint e = floatBitsToUint(route[rbase + s]);
+    bool mine = s < p.n_used && e >= p.e0 && e < p.e0 + p.n_exp && r0 < p.rows;   // uniform per subgroup
+    uint xrow = XSLOT ? t * p.n_used + s : t;
+    uint n_units = p.cols / 32;
+
+    float acc[NM][RJ], ss = 0.0;
+    [[unroll]] for (uint m = 0; m < NM; ++m)
+        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[m][j] = 0.0;
+    uint wrow[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) wrow[j] = (e - p.e0) * p.rows + min(r0 + g + G * j, p.rows - 1);
+
+    if (mine) {
+#if defined(QPLANAR)
+        // every weight load first (header)
+        uvec4 wq[C][NM][RJ][NQ];
+        float wd[C][NM][RJ];
+        [[unroll]] for (uint i = 0; i < C; ++i) {
+            uint u = min(c + TPR * i, n_units - 1);
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint b = wrow[j] * n_units + u;
+                [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][0][j][k] = wu4[NQ * b + k];
+                wd[i][0][j] = block_scale(b);
+                if (PAIR) {
+                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][NM - 1][j][k] = pu4[NQ * b + k];
+                    wd[i][NM - 1][j] = float(pf16[QD_PLANE * q_chunk_blocks + b]);
+                }
+            }
+        }
+        [[unroll]] for (uint i = 0; i < C; ++i) {
+            uint u = c + TPR * i;
+            if (u < n_units) {
+                vec4 xv[8];
+                xunit(xrow, u, ss, xv);
+                [[unroll]] for (uint m = 0; m < NM; ++m) {
+                    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                        float tq = 0.0;
+                        [[unroll]] for (uint w = 0; w < 4; ++w) {
+                            vec4 a, cc;
+#if defined(QTYPE_Q4_0)
+                            nib_fma(wq[i][m][j][0][w], 8.0, a, cc);
+#else
+                            a = sbytes_fma(wq[i][m][j][0][w]);
+                            cc = sbytes_fma(wq[i][m][j][1][w]);
+#endif
+                            tq += dot(a, xv[w]) + dot(cc, xv[4 + w]);
+                        }
+                        acc[m][j] += wd[i][m][j] * tq;
+                    }
+                }
+            }
+        }
+#elif defined(QFLOAT)
+        for (uint u = c; u < n_units; u += TPR) {
+            vec4 xv[8];
+            xunit(xrow, u, ss, xv);
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint base = wrow[j] * p.cols + 32 * u;
+                [[unroll]] for (uint k = 0; k < 8; ++k) {
+                    uint o = base + 4 * k;
+                    acc[0][j] += dot(vec4(wfloat(o), wfloat(o + 1), wfloat(o + 2), wfloat(o + 3)), xv[k]);
+                }
+            }
+        }
+#else
+        for (uint u = c; u < n_units; u += TPR) {
+            vec4 xv[8];
+            xunit(xrow, u, ss, xv);
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                vec4 w[8];
+                dequant_unit(wrow[j], u, p.cols, w);
+                [[unroll]] for (uint k = 0; k < 8; ++k) acc[0][j] += dot(w[k], xv[k]);
+            }
+        }
+#endif
+    }
+    float scale = 1.0;
+    if (NORM) scale = inversesqrt(lanes_sum(ss) / float(p.cols) + p.eps);
+    [[unroll]] for (uint m = 0; m < NM; ++m)
+        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[m][j] = lanes_sum(acc[m][j]) * scale;
+
+    if (SUM) {
+        // each slot's rows to shared memory (0 where this chunk lacks its expert), then per row the
+        // weighted slots in order and the residual
+        float wt = s < p.n_used ? route[rbase + p.n_used + s] : 0.0;
+        if (c == 0) {
+            [[unroll]] for (uint j = 0; j < RJ; ++j) red[s * p.rows_per_wg + g + G * j] = mine ? acc[0][j] * wt : 0.0;
+        }
+        barrier();
+        for (uint i = gl_LocalInvocationIndex; i < p.rows_per_wg && r0 + i < p.rows; i += gl_WorkGroupSize.x) {
+            float v = 0.0;
+            for (uint k = 0; k < p.n_used; ++k) v += red[k * p.rows_per_wg + i];
+            uint o = t * p.rows + r0 + i;
+            if (RESID) v += resid[o];
+            y[o] = v;
+        }
+    } else if (mine && c == 0) {
+        [[unroll]] for (uint j = 0; j < RJ; ++j) {
+            uint row = r0 + g + G * j;
+            if (row < p.rows) {
+                float v = acc[0][j];
+                if (PAIR) v = v / (1.0 + exp(min(-v, 80.0))) * acc[NM - 1][j];
+                uint o = (t * p.n_used + s) * p.rows + row;
+                if (RESID) v += resid[o];
+                y[o] = v;
+            }
+        }
+    }
+}

@@ -1,0 +1,100 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+// A mixture of experts' router for a few tokens (decode), its top-k included: one workgroup per
+// (expert row, token) computes the router logit s * (W[e] . x'[t]) (x' = x * nw, s = 1/rms(x) when
+// NORM: the FFN norm folded in); the workgroup that finishes a token last (an atomic count per
+// token) picks that token's experts from all its logits as moe_route.comp does, writes the route
+// row and resets the count. One dependent stage instead of two (product, then top-k).
+//   route[t] = [id_0 .. id_{n_used-1} (uint bits), weight_0 .. weight_{n_used-1}]
+// Deterministic: the pick reads the finished logits, whichever workgroup does it.
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const bool NORM = false;
+#include "quants.glsl"
+layout(std430, binding = 1) readonly buffer X { float x[]; };
+layout(std430, binding = 2) readonly buffer NormW { float nw[]; };
+layout(std430, binding = 3) writeonly buffer Route { float route[]; };
+layout(std430, binding = 4) volatile coherent buffer Logits { float logits[]; };   // [n_tokens][n_expert]
+layout(std430, binding = 5) volatile coherent buffer Count { uint count[]; };      // [n_tokens], 0 between runs
+layout(push_constant) uniform Push {
+    uint n_expert; uint cols; uint n_used; uint sigmoid; uint norm; float scale; float eps;
+} p;
+
+#define MAX_EXPERTS 1024
+#define MAX_USED 32
+shared float red[64];
+shared float red2[64];
+shared bool last;
+shared float prob[MAX_EXPERTS];
+shared uint pick_id[MAX_USED];
+shared float pick_w[MAX_USED];
+
+// the sum over the workgroup of every thread's v (and w)
+vec2 wg_sum(float v, float w) {
+    v = subgroupAdd(v);
+    w = subgroupAdd(w);
+    if (subgroupElect()) { red[gl_SubgroupID] = v; red2[gl_SubgroupID] = w; }
+    barrier();
+    vec2 s = vec2(0.0);
+    for (uint i = 0; i < gl_NumSubgroups; ++i) s += vec2(red[i], red2[i]);
+    barrier();
+    return s;
+}
+
+void main() {
+    uint e = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationIndex;
+    float acc = 0.0, ss = 0.0;
+    for (uint c = tid; c < p.cols; c += gl_WorkGroupSize.x) {
+        float v = x[t * p.cols + c];
+        if (NORM) { ss += v * v; v *= nw[c]; }
+        acc += wfloat(e * p.cols + c) * v;
+    }
+    vec2 s = wg_sum(acc, ss);
+    if (tid == 0) {
+        logits[t * p.n_expert + e] = NORM ? s.x * inversesqrt(s.y / float(p.cols) + p.eps) : s.x;
+        memoryBarrierBuffer();
+        last = atomicAdd(count[t], 1u) == p.n_expert - 1;
+    }
+    barrier();
+    if (!last) return;   // uniform: another workgroup picks this token's experts
+    memoryBarrierBuffer();
+    // the pick, by the first subgroup (moe_route.comp's algorithm)
+    if (gl_SubgroupID != 0) return;
+    uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize, base = t * p.n_expert;
+    float m = -3.4e38;
+    for (uint i = lane; i < p.n_expert; i += S) m = max(m, logits[base + i]);
+    m = subgroupMax(m);
+    float sum = 0.0;
+    for (uint i = lane; i < p.n_expert; i += S) {
+        float v = logits[base + i];
+        v = p.sigmoid != 0 ? 1.0 / (1.0 + exp(-v)) : exp(v - m);
+        prob[i] = v;
+        sum += v;
+    }
+    float inv = p.sigmoid != 0 ? 1.0 : 1.0 / subgroupAdd(sum);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    float chosen_sum = 0.0;
+    for (uint k = 0; k < p.n_used; ++k) {
+        float bv = -2.0;
+        uint bi = 0xFFFFFFFFu;
+        for (uint i = lane; i < p.n_expert; i += S) {
+            float v = prob[i];
+            if (v > bv) { bv = v; bi = i; }
+        }
+        float best = subgroupMax(bv);
+        uint id = subgroupMin(bv == best ? bi : 0xFFFFFFFFu);
+        chosen_sum += best * inv;
+        if (lane == 0) { pick_id[k] = id; pick_w[k] = best * inv; }
+        if (id % S == lane) prob[id] = -1.0;
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+    }
+    float f = p.norm != 0 ? p.scale / chosen_sum : p.scale;
+    uint ob = t * 2 * p.n_used;
+    for (uint k = lane; k < p.n_used; k += S) {
+        route[ob + k] = uintBitsToFloat(pick_id[k]);
+        route[ob + p.n_used + k] = pick_w[k] * f;
+    }
+    if (lane == 0) count[t] = 0u;
+}

@@ -1,0 +1,297 @@
+"""Mixture of experts (qwen3moe): the kernels against numpy, the model against the numpy reference.
+
+Kernels: the router's top-k (softmax and sigmoid gating, renormalized or not, scaled), the products
+with each token's chosen experts in both forms (matrix-vector for decode with its fused norm / SwiGLU
+input / weighted sum + residual; tiled and grouped by expert for prompts), experts cut into several
+buffers, the weighted sum and the shared expert's sigmoid gate. Expert weights come from the same
+generator as the dense kernel tests (gguf.quants quantization or random valid blocks), the reference
+is gguf.quants.dequantize in float64. Outputs are poisoned with NaN: every element must be written.
+
+Models: tiny qwen3moe files (10 experts of 96 rows, 3 per token: rows not multiples of the kernels'
+row blocks) of several types, with and without a shared expert: all-token logits of a prompt
+(grouped products) and one-token decode steps against reference.ReferenceModel.
+"""
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+import llamavk
+from llamavk.errors import LlamavkError
+from llamavk.kernels import KernelCache, View, moe, selection, upload_qweight
+from llamavk.models import load_model_file
+from llamavk.quant import quant_info
+from llamavk.reference import ReferenceModel, silu, softmax
+from llamavk.vk import Buffer, CommandSequence
+
+from .test_kernels_matmul import host_f32, make_weight, small_cols
+
+TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.Q5_1, T.IQ4_NL, T.MXFP4]
+
+
+@pytest.fixture(scope="module")
+def kc(dev):
+    return KernelCache(dev)
+
+
+def device_array(dev, a):
+    a = np.ascontiguousarray(a)
+    buf = Buffer(dev, max(a.nbytes, 4))
+    buf.write(a)
+    return View.whole(buf)
+
+
+def route_rows(ids, weights):
+    """Route tensor rows as the kernels read them: ids as uint32 bits, then weights (float32)."""
+    return np.concatenate([np.asarray(ids, np.uint32).view(np.float32), np.asarray(weights, np.float32)], axis=1)
+
+
+def reference_route(logits, n_used, gating, norm, scale):
+    x = logits.astype(np.float64)
+    probs = softmax(x) if gating == "softmax" else 1.0 / (1.0 + np.exp(-x))
+    ids = np.argsort(-probs, axis=1, kind="stable")[:, :n_used]
+    w = np.take_along_axis(probs, ids, axis=1)
+    if norm:
+        w = w / w.sum(axis=1, keepdims=True)
+    return ids, w * scale
+
+
+@pytest.mark.parametrize("gating,norm,scale", [("softmax", True, 1.0), ("softmax", False, 2.5),
+                                               ("sigmoid", True, 1.0), ("sigmoid", False, 1.0)])
+@pytest.mark.parametrize("n_expert,n_used", [(70, 6), (300, 8), (5, 5)])
+def test_route(dev, kc, gating, norm, scale, n_expert, n_used):
+    n_tokens = 5
+    logits = np.random.default_rng(n_expert + n_used).standard_normal((n_tokens, n_expert)).astype(np.float32) * 2
+    out = host_f32(dev, n_tokens * 2 * n_used)
+    seq = CommandSequence(dev).begin()
+    moe.route(seq, kc, device_array(dev, logits), View.whole(out), n_tokens, n_expert, n_used, gating, norm, scale)
+    seq.end().run()
+    got = out.array(np.float32, n_tokens * 2 * n_used).reshape(n_tokens, 2 * n_used)
+    ids, w = reference_route(logits, n_used, gating, norm, scale)
+    np.testing.assert_array_equal(got[:, :n_used].view(np.uint32), ids)     # most probable first
+    np.testing.assert_allclose(got[:, n_used:], w, rtol=2e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("qtype", [T.F32, T.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize("gating,norm", [("softmax", True), ("sigmoid", False)])
+def test_router_product_and_pick_in_one_dispatch(dev, kc, qtype, gating, norm):
+    """moe_router.comp: the router's product (the FFN norm folded in) and the top-k, for a few tokens,
+    twice in a row (the per-token counts must be back at 0 after a run)."""
+    n_tokens, n_expert, cols, n_used = 3, 70, 96, 5
+    rng = np.random.default_rng(21)
+    raw, wref = make_weight(qtype, n_expert, cols, 22)
+    w = upload_qweight(dev, raw, qtype, n_expert, cols)
+    assert moe.router_ok(w)
+    nw = rng.uniform(0.05, 0.15, cols).astype(np.float32)   # logits of std ~1: sigmoid does not saturate
+    for rep in range(2):
+        x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
+        h = x.astype(np.float64) / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * nw
+        ids, weights = reference_route(h @ wref.T, n_used, gating, norm, 1.5)
+        out = host_f32(dev, n_tokens * 2 * n_used)
+        seq = CommandSequence(dev).begin()
+        moe.router(seq, kc, w, device_array(dev, x), View.whole(out), n_tokens, n_used, gating, norm, 1.5,
+                   norm_w=device_array(dev, nw), eps=1e-5)
+        seq.end().run()
+        got = out.array(np.float32, n_tokens * 2 * n_used).reshape(n_tokens, 2 * n_used)
+        np.testing.assert_array_equal(got[:, :n_used].view(np.uint32), ids)
+        np.testing.assert_allclose(got[:, n_used:], weights, rtol=1e-4, atol=1e-6)
+
+
+def test_route_ties_take_the_lower_expert(dev, kc):
+    logits = np.zeros((1, 9), np.float32)
+    logits[0, [2, 7]] = 1.0           # two equal winners, then seven equal others
+    out = host_f32(dev, 8)
+    seq = CommandSequence(dev).begin()
+    moe.route(seq, kc, device_array(dev, logits), View.whole(out), 1, 9, 4, "softmax", True, 1.0)
+    seq.end().run()
+    got = out.array(np.float32, 8)
+    assert list(got[:4].view(np.uint32)) == [2, 7, 0, 1]
+
+
+def expert_weight(dev, qtype, n_expert, rows, cols, seed, max_chunk_bytes=None):
+    raw, ref = make_weight(qtype, n_expert * rows, cols, seed)
+    w = upload_qweight(dev, raw, qtype, n_expert * rows, cols, max_chunk_bytes=max_chunk_bytes, experts=n_expert)
+    return w, ref.reshape(n_expert, rows, cols)
+
+
+def random_routes(rng, n_tokens, n_expert, n_used):
+    ids = np.stack([rng.permutation(n_expert)[:n_used] for _ in range(n_tokens)])
+    return ids, rng.uniform(0.1, 1.0, (n_tokens, n_used))
+
+
+def run_matmul_id(dev, kc, qtype, n_tokens, *, n_expert=7, rows=37, n_used=3, xslot=False, norm=False,
+                  glu=False, sum_slots=False, residual=False, chunk_experts=None, pair=False, seed=0):
+    rng = np.random.default_rng(seed)
+    cols = small_cols(qtype) if quant_info(qtype).block_size > 1 else 96   # expert rows: multiples of 32
+    info = quant_info(qtype)
+    max_chunk = chunk_experts * rows * info.row_bytes(cols) if chunk_experts else None
+    w, wref = expert_weight(dev, qtype, n_expert, rows, cols, seed, max_chunk)
+    if chunk_experts:
+        assert len(w.chunks) == -(-n_expert // chunk_experts)
+    ids, weights = random_routes(rng, n_tokens, n_expert, n_used)
+    x = rng.standard_normal((n_tokens, n_used if xslot else 1, cols)).astype(np.float32)
+    xin = x.astype(np.float64)
+    kw = {}
+    if norm:
+        nw = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+        kw.update(norm=device_array(dev, nw), eps=1e-5)
+        xin = xin / np.sqrt((xin ** 2).mean(-1, keepdims=True) + 1e-5) * nw
+    if glu:
+        up = rng.standard_normal(x.shape).astype(np.float32)
+        kw["glu"] = device_array(dev, up)
+        xin = silu(xin) * up
+    out_rows = 1 if sum_slots else n_used
+    ref = np.stack([[wref[ids[t, s]] @ xin[t, s if xslot else 0] for s in range(n_used)] for t in range(n_tokens)])
+    if pair:
+        p, pref = expert_weight(dev, qtype, n_expert, rows, cols, seed + 100, max_chunk)
+        kw["pair"] = p
+        ref = silu(ref) * np.stack([[pref[ids[t, s]] @ xin[t, s if xslot else 0] for s in range(n_used)]
+                                    for t in range(n_tokens)])
+    if sum_slots:
+        ref = (ref * weights[:, :, None]).sum(1, keepdims=True)
+        kw["sum_slots"] = True
+    if residual:
+        res = rng.standard_normal((n_tokens, out_rows, rows)).astype(np.float32)
+        kw["residual"] = device_array(dev, res)
+        ref = ref + res
+    groups = moe.group_scratch(kc, n_expert, n_tokens) if n_tokens > moe.MATVEC_MAX_TOKENS else None
+    route_view = device_array(dev, route_rows(ids, weights))
+    y = host_f32(dev, n_tokens * out_rows * rows)
+    seq = CommandSequence(dev).begin()
+    if groups is not None:
+        moe.group(seq, kc, route_view, groups, n_tokens, n_used, n_expert)
+    moe.matmul_id(seq, kc, w, device_array(dev, x), route_view, View.whole(y), n_tokens, n_used, xslot,
+                  groups=groups, **kw)
+    seq.end().run()
+    got = y.array(np.float32, n_tokens * out_rows * rows).reshape(ref.shape).astype(np.float64)
+    assert np.isfinite(got).all(), "some outputs were not written"
+    err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    # cooperative matrices multiply f16-rounded weights and activations (2^-11 relative each)
+    assert err < (3e-3 if groups is not None and selection.has_coopmat(kc) else 1e-3), \
+        f"{qtype.name}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_matmul_id_decode(dev, kc, qtype):
+    run_matmul_id(dev, kc, qtype, 1, seed=1)                                      # gate/up: x per token
+    run_matmul_id(dev, kc, qtype, 3, norm=True, seed=2)                           # + the RMS norm folded in
+    run_matmul_id(dev, kc, qtype, 2, xslot=True, glu=True, seed=3)                # down: x per slot, SwiGLU in
+    run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=4)
+    run_matmul_id(dev, kc, qtype, 4, n_used=1, xslot=True, sum_slots=True, seed=5)
+    if qtype in (T.Q4_0, T.Q8_0):                                                 # gate and up as one product
+        run_matmul_id(dev, kc, qtype, 2, norm=True, pair=True, seed=6)
+        run_matmul_id(dev, kc, qtype, 1, pair=True, chunk_experts=3, seed=7)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_matmul_id_prompt(dev, kc, qtype):
+    # 4 experts x 2 slots over 150 tokens: ~75 tokens per expert (two token tiles of 64), 70 rows
+    # (two row tiles): partial tiles both ways; and a batch where some experts get no token at all
+    run_matmul_id(dev, kc, qtype, 150, n_expert=4, rows=70, n_used=2, seed=6)
+    run_matmul_id(dev, kc, qtype, 23, n_expert=40, rows=37, n_used=2, xslot=True, seed=7)
+
+
+@pytest.mark.parametrize("n_tokens", [2, 40])
+def test_matmul_id_experts_in_several_buffers(dev, kc, n_tokens):
+    run_matmul_id(dev, kc, T.Q4_0, n_tokens, n_expert=7, chunk_experts=3, seed=8)
+    run_matmul_id(dev, kc, T.Q8_0, n_tokens, n_expert=7, chunk_experts=2, xslot=True, seed=9)
+
+
+def test_matmul_id_sum_needs_one_buffer(dev, kc):
+    with pytest.raises(LlamavkError, match="one chunk"):
+        run_matmul_id(dev, kc, T.Q4_0, 1, xslot=True, sum_slots=True, chunk_experts=3, seed=10)
+
+
+def test_moe_sum_and_shared_gate(dev, kc):
+    rng = np.random.default_rng(11)
+    n_tokens, n_used, width, cols = 6, 3, 70, 64
+    ids, weights = random_routes(rng, n_tokens, 9, n_used)
+    y = rng.standard_normal((n_tokens, n_used, width)).astype(np.float32)
+    out = host_f32(dev, n_tokens * width)
+    seq = CommandSequence(dev).begin()
+    moe.moe_sum(seq, kc, device_array(dev, y), device_array(dev, route_rows(ids, weights)), View.whole(out),
+                n_tokens, n_used, width)
+    seq.end().run()
+    np.testing.assert_allclose(out.array(np.float32, n_tokens * width).reshape(n_tokens, width),
+                               (y * weights[:, :, None]).sum(1), rtol=1e-5, atol=1e-5)
+    shared = rng.standard_normal((n_tokens, width)).astype(np.float32)
+    x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
+    gw = rng.standard_normal(cols).astype(np.float32) / 8
+    out2 = host_f32(dev, n_tokens * width)
+    seq = CommandSequence(dev).begin()
+    moe.scale_sigmoid(seq, kc, device_array(dev, shared), device_array(dev, x), device_array(dev, gw),
+                      View.whole(out2), n_tokens, width, cols)
+    seq.end().run()
+    want = shared / (1.0 + np.exp(-(x.astype(np.float64) @ gw)))[:, None]
+    np.testing.assert_allclose(out2.array(np.float32, n_tokens * width).reshape(n_tokens, width), want,
+                               rtol=1e-5, atol=1e-6)
+
+
+# -- models ---------------------------------------------------------------------------------------
+
+MODEL_CASES = [("q4_0", {}), ("q8_0", {"n_ff_shexp": 64}), ("q4_k", {}), ("f16", {})]
+
+
+@pytest.mark.parametrize("qtype,overrides", MODEL_CASES, ids=[c[0] + ("-shexp" if c[1] else "") for c in MODEL_CASES])
+def test_tiny_moe_matches_reference(synthetic_model, qtype, overrides):
+    path = synthetic_model("qwen3moe", qtype, seed=3, **overrides)
+    mf = load_model_file(path)
+    c = mf.config
+    assert (c.arch, c.n_expert, c.n_expert_used, c.expert_gating, c.expert_norm) == ("qwen3moe", 10, 3, "softmax", True)
+    assert mf.weights["blk.1.ffn_down_exps.weight"].shape == (10, c.n_embd, c.n_ff_exp)
+    assert bool(c.n_ff_shexp) == bool(overrides)
+    ref = ReferenceModel(mf)
+    prompt = [int(t) for t in np.random.default_rng(4).integers(3, c.n_vocab, 40)]
+    want = ref.logits(prompt)
+    scale = np.abs(want).max()
+    with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
+        got = m.logits(prompt, all=True)                      # 40 tokens: grouped expert products
+        assert np.abs(got - want).max() < 3e-3 * scale
+        m.logits(prompt[:30])
+        for i in range(30, 34):                               # one-token steps: the fused decode form
+            m.runtime.run_batch("last", [prompt[i]], i)
+            assert np.abs(m.runtime.logits(1)[0] - want[i]).max() < 3e-3 * scale
+        assert list(m.generate(prompt[:12], n=5, temp=0)) == ref.generate_greedy(prompt[:12], 5)
+
+
+def test_moe_decode_reads_only_chosen_experts(synthetic_model):
+    """The one-token step runs the MoE as fused matrix-vector forms: the router product picking the
+    experts itself, gate and up as one product with the norm folded in, writing silu(gate) * up; the
+    down product with the weighted sum and the residual add folded in."""
+    with llamavk.load(synthetic_model("qwen3moe", "q4_0", seed=3), n_ctx=32, warn=lambda m: None) as m:
+        ops = [op for op in m.runtime.fused_one["last"].ops if op.layer == 0]
+    kinds = [op.kind for op in ops]
+    assert "moe_sum" not in kinds and "swiglu" not in kinds and "moe_route" not in kinds
+    router = next(op for op in ops if op.kind == "matmul" and op.inputs[0].role == "router")
+    assert "route" in router.attrs and "norm" in router.attrs
+    ids = [op for op in ops if op.kind == "matmul_id"]
+    assert [op.inputs[0].role for op in ids] == ["gate_exps", "down_exps"]
+    assert ids[0].attrs["pair"].role == "up_exps" and "norm" in ids[0].attrs
+    assert {"sum", "residual"} <= set(ids[1].attrs) and "glu" not in ids[1].attrs
+
+
+def test_moe_metadata_errors():
+    from llamavk.models import config_from_metadata
+    meta = {"general.architecture": "qwen3moe", "qwen3moe.embedding_length": 64, "qwen3moe.block_count": 1,
+            "qwen3moe.attention.head_count": 4, "qwen3moe.vocab_size": 100, "qwen3moe.expert_count": 8,
+            "qwen3moe.expert_used_count": 9, "qwen3moe.expert_feed_forward_length": 32}
+    with pytest.raises(LlamavkError, match="expert_used_count 9"):
+        config_from_metadata(meta)
+    meta["qwen3moe.expert_used_count"] = 2
+    cfg = config_from_metadata(meta)
+    assert (cfg.n_expert, cfg.n_expert_used, cfg.n_ff_exp, cfg.n_ff) == (8, 2, 32, 0)
+    del meta["qwen3moe.expert_count"]
+    with pytest.raises(LlamavkError, match="is missing"):
+        config_from_metadata(meta)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16], ids=lambda t: t.name)
+def test_matmul_id_prompt_coopmat(dev, kc, qtype):
+    """The cooperative-matrix form of the grouped expert products (GPUs with VK_KHR_cooperative_matrix):
+    partial 128-row and 64-token tiles, several token tiles for one expert, experts in two buffers."""
+    if not selection.has_coopmat(kc):
+        pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {selection.COOPMAT_SHAPE}")
+    cols = small_cols(qtype) if quant_info(qtype).block_size > 1 else 96
+    assert selection.moe_product_kernel(kc, cols, qtype.name.lower()) == "mul_mm_coop_id"
+    run_matmul_id(dev, kc, qtype, 150, n_expert=4, rows=140, n_used=2, seed=12)
+    run_matmul_id(dev, kc, qtype, 40, n_expert=9, rows=37, n_used=3, xslot=True, chunk_experts=5, seed=13)
