@@ -186,11 +186,55 @@ class Model:
             tm.eval_runs += 1
 
     def perplexity(self, text: str, n_ctx: int | None = None, chunks: int = -1, on_chunk=None, on_scored=None,
-                   n_seq: int | None = None):
+                   n_seq: int | None = None, kl_divergence_base=None):
         """llama-perplexity over `text` (see llamavk.perplexity): chunks of n_ctx tokens (default: the
-        model's context), second half of each scored. Returns a PerplexityResult."""
+        model's context), second half of each scored. Returns a PerplexityResult.
+        kl_divergence_base: also save this run's token distributions to that file (llama.cpp's
+        --kl-divergence-base format, see llamavk.kld), for `kl_divergence` with another model."""
         bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
-        return self.perplexity_tokens(self.tokenize(text), n_ctx, chunks, bos, on_chunk, on_scored, n_seq=n_seq)
+        tokens = self.tokenize(text, parse_special=False)     # as llama-perplexity tokenizes its -f text
+        return self.perplexity_tokens(tokens, n_ctx, chunks, bos, on_chunk, on_scored, n_seq=n_seq,
+                                      kl_divergence_base=kl_divergence_base)
+
+    def kl_divergence(self, base, chunks: int = -1, on_chunk=None, n_seq: int | None = None):
+        """Compare this model with a KL-divergence base file (written by `perplexity(...,
+        kl_divergence_base=...)` or by llama-perplexity): the base's chunks are evaluated again and
+        each token's distribution compared. Returns a kld_stats.KLDivergenceResult (mean KLD,
+        percentiles, Δp, same top token...). `on_chunk(i, stats)` after each chunk (a KLDStats:
+        `stats.chunk_line(i + 1)` is llama-perplexity's line)."""
+        from .kld import KLDBase
+        from .kld_stats import KLDStats
+
+        b = KLDBase(base)
+        try:
+            b.check_model(self.config.n_vocab)
+            stats = KLDStats()
+            n_chunks = b.n_chunks if chunks is None or chunks < 0 else min(chunks, b.n_chunks)
+            bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
+            self.perplexity_tokens(b.tokens, b.n_ctx, n_chunks, bos,
+                                   on_chunk=(lambda i, ppl: on_chunk(i, stats)) if on_chunk else None,
+                                   on_scored=lambda logits, targets: stats.add(logits, targets, b.read_rows(len(logits))),
+                                   min_chunks=1, n_seq=n_seq)
+        finally:
+            b.close()
+        return stats.result()
+
+    def hellaswag(self, path, tasks: int = 400, emit=None, log=None):
+        """HellaSwag score of a llama.cpp task file (6 lines per task), as llama-perplexity
+        --hellaswag computes it: a tasks.TaskScore (accuracy = acc_norm in percent). `emit` gets
+        the lines llama-perplexity prints, `log` its progress notes."""
+        from .tasks import hellaswag, read_task_file
+        return hellaswag.score(self, read_task_file(path), tasks, emit, log)
+
+    def winogrande(self, path, tasks: int = 0, emit=None, log=None):
+        """Winogrande score of a llama.cpp CSV (llama-perplexity --winogrande); tasks 0: all."""
+        from .tasks import read_task_file, winogrande
+        return winogrande.score(self, read_task_file(path), tasks, emit, log)
+
+    def multiple_choice(self, path, tasks: int = 0, emit=None, log=None):
+        """Multiple-choice score of a llama.cpp binary task file (llama-perplexity --multiple-choice)."""
+        from .tasks import multiple_choice, read_task_file
+        return multiple_choice.score(self, read_task_file(path, binary=True), tasks, emit, log)
 
     def perplexity_n_seq(self, n_ctx: int) -> int:
         """Chunks of n_ctx tokens one batch can evaluate as parallel sequences: n_batch / n_ctx (as
@@ -198,11 +242,25 @@ class Model:
         return max(1, min(self.n_batch, self.n_ctx) // n_ctx)
 
     def perplexity_tokens(self, tokens, n_ctx: int | None = None, chunks: int = -1, bos_id: int | None = None,
-                          on_chunk=None, on_scored=None, min_chunks: int = 2, n_seq: int | None = None):
+                          on_chunk=None, on_scored=None, min_chunks: int = 2, n_seq: int | None = None,
+                          kl_divergence_base=None):
         """As perplexity(), over tokens; `bos_id` replaces each chunk's first token (None: as is).
         `n_seq` chunks are evaluated at once as parallel sequences (default perplexity_n_seq(n_ctx)); the
         loaded context must hold n_seq * n_ctx tokens."""
-        from .perplexity import perplexity
+        from .perplexity import chunk_plan, perplexity
+
+        if kl_divergence_base is not None:
+            from .kld import KLDBaseWriter
+
+            n_chunks = chunk_plan(len(tokens), n_ctx or self.n_ctx, chunks, min_chunks)
+            with KLDBaseWriter(kl_divergence_base, n_ctx or self.n_ctx, self.config.n_vocab, n_chunks,
+                               list(tokens)) as writer:
+                def scored(logits, targets):
+                    writer.add(logits, targets)
+                    if on_scored:
+                        on_scored(logits, targets)
+
+                return self.perplexity_tokens(tokens, n_ctx, n_chunks, bos_id, on_chunk, scored, min_chunks, n_seq)
 
         n_ctx = n_ctx or self.n_ctx
         if n_ctx > self.n_ctx:

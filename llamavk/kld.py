@@ -1,142 +1,160 @@
-"""KL divergence between a base run's token distributions and this run's (llama-perplexity's
---kl-divergence-base / --kl-divergence).
+"""KL-divergence base files in llama.cpp's format (llama-perplexity --kl-divergence-base).
 
-Base file format (little endian), written by `KLDBaseWriter`, read by `KLDComparer`:
+A base run saves, for every scored position, its whole token distribution; a later run of another
+model (a quantization, a split mode, another engine) is compared with it (kld_stats.py). The file
+is llama-perplexity's own, so a base written by llama.cpp is read here and the other way round.
 
-    8 bytes   magic b"LVKLD\\x00\\x01\\x00"
-    4 x u32   n_ctx, n_vocab, n_chunks, scored = n_ctx - 1 - n_ctx/2 positions per chunk
-    i32[n_chunks * n_ctx]             the evaluated tokens (BOS substitution included)
-    per scored position, in order:    f32 lo, f32 step, u16[n_vocab] q  with  log p ~= lo + step * q
+Layout, little endian:
 
-Log-probabilities are stored to 1/65535 of their range (~4e-4 nats for SmolLM2): 2 bytes per
-vocabulary entry, like llama.cpp's own base files. A run compared with its own base file gives a
-KL divergence of ~1e-8 (the rounding), not exactly 0.
+    8 bytes      b"_logits_"
+    i32 n_ctx    i32 n_vocab    i32 n_chunks
+    i32[n_chunks * n_ctx]  the text's tokens, as tokenized (a model that adds BOS puts it into
+                           each chunk's first slot when evaluating; the file keeps the original)
+    per chunk, per scored position (n_ctx - 1 - n_ctx/2 of them, positions n_ctx/2 ... n_ctx - 2):
+        u16[nv], nv = 2 * ceil(n_vocab / 2) + 4:
+        f32 scale, f32 min_log_prob (the first 4 words), then one u16 q per vocabulary entry
+        (and a zero word where n_vocab is odd): log p ~= min_log_prob + scale * q
+
+Log-probabilities are stored over the 16 nats below the top one (anything less likely becomes
+q = 0), so one step of q is 16/65535 nats at most. `encode_rows` computes them in single
+precision the way llama-perplexity does, so the same logits give the same bytes.
 """
 
 from __future__ import annotations
 
-import math
+import os
 import struct
 
 import numpy as np
 
 from .errors import LlamavkError
 
-MAGIC = b"LVKLD\x00\x01\x00"
+MAGIC = b"_logits_"
+HEADER = struct.Struct("<8s3i")
+LOG_PROB_RANGE = 16.0          # nats below the most likely token that the quantization covers
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = logits.astype(np.float64)
-    m = x.max(axis=1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+def row_words(n_vocab: int) -> int:
+    """u16 words per stored position: scale and minimum (2 floats) + n_vocab, rounded up to even."""
+    return 2 * ((n_vocab + 1) // 2) + 4
+
+
+def scored_positions(n_ctx: int) -> int:
+    return n_ctx - 1 - n_ctx // 2
+
+
+def _exp_sum(x: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """sum(exp(x - top)) per row: each term in single precision, the sum in double (as llama.cpp)."""
+    return np.exp(x - top[:, None]).sum(axis=1, dtype=np.float64)
+
+
+def encode_rows(logits: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Quantized log-probabilities of these rows (u16 [rows, row_words]) and each row's NLL of its
+    target token (float64), computed in llama-perplexity's single-precision steps."""
+    x = np.asarray(logits, dtype=np.float32)
+    rows, n_vocab = x.shape
+    top = x.max(axis=1)
+    low = np.maximum(x.min(axis=1), top - np.float32(LOG_PROB_RANGE))
+    log_sum = np.log(_exp_sum(x, top)).astype(np.float32)
+    out = np.zeros((rows, row_words(n_vocab)), dtype="<u2")
+    scale = (top - low) / np.float32(65535)
+    head = np.empty((rows, 2), dtype="<f4")
+    head[:, 0] = scale
+    head[:, 1] = (low - top) - log_sum          # log p of the lowest stored value
+    out[:, :4] = head.view("<u2")
+    live = scale != 0                           # a flat row stores q = 0 everywhere
+    if live.any():
+        inv = np.float32(1) / scale[live]
+        lo = low[live][:, None]
+        q = np.rint(inv[:, None] * (x[live] - lo))
+        out[live, 4:4 + n_vocab] = np.where(x[live] > lo, np.minimum(q, 65535), 0).astype("<u2")
+    nll = (top + log_sum) - x[np.arange(rows), np.asarray(targets)]
+    return out, nll.astype(np.float64)
+
+
+def decode_rows(words: np.ndarray, n_vocab: int) -> np.ndarray:
+    """Stored rows (u16 [rows, row_words]) -> log-probabilities (float32 [rows, n_vocab])."""
+    head = np.ascontiguousarray(words[:, :4]).view("<f4")
+    return head[:, 0:1] * words[:, 4:4 + n_vocab].astype(np.float32) + head[:, 1:2]
 
 
 class KLDBaseWriter:
+    """Writes a base file while a perplexity run scores its chunks (`add` is its on_scored hook)."""
+
     def __init__(self, path, n_ctx: int, n_vocab: int, n_chunks: int, tokens: list[int]):
-        self.f = open(path, "wb")
-        self.n_vocab = n_vocab
-        scored = n_ctx - 1 - n_ctx // 2
-        self.f.write(MAGIC + struct.pack("<4I", n_ctx, n_vocab, n_chunks, scored))
+        try:
+            self.f = open(path, "wb")
+        except OSError as exc:
+            raise LlamavkError(f"cannot write KL-divergence base file {path}: {exc.strerror}") from None
+        self.f.write(HEADER.pack(MAGIC, n_ctx, n_vocab, n_chunks))
         self.f.write(np.asarray(tokens[:n_chunks * n_ctx], dtype="<i4").tobytes())
 
-    def add(self, logits: np.ndarray, targets: np.ndarray | None = None) -> None:
-        """Store the log-probabilities of these scored rows (targets: unused, same hook as compare)."""
-        lp = log_softmax(logits)
-        lo = lp.min(axis=1, keepdims=True)
-        step = np.maximum(-lo / 65535.0, 1e-30)
-        q = np.rint((lp - lo) / step).clip(0, 65535).astype("<u2")
-        for row in range(len(lp)):
-            self.f.write(struct.pack("<2f", float(lo[row, 0]), float(step[row, 0])))
-            self.f.write(q[row].tobytes())
+    def add(self, logits: np.ndarray, targets: np.ndarray) -> None:
+        words, _ = encode_rows(logits, targets)
+        self.f.write(words.tobytes())
 
     def close(self) -> None:
         self.f.close()
 
+    def __enter__(self):
+        return self
 
-class KLDComparer:
+    def __exit__(self, *exc):
+        self.close()
+
+
+class KLDBase:
+    """A base file opened for comparison: header and tokens read and checked, then the stored rows
+    are read in order, chunk by chunk, with `read_rows`. The file is untrusted input: counts are
+    checked against its size before anything is allocated."""
+
     def __init__(self, path):
+        self.path = path
         try:
             self.f = open(path, "rb")
+            size = os.fstat(self.f.fileno()).st_size
         except OSError as exc:
             raise LlamavkError(f"cannot read KL-divergence base file {path}: {exc.strerror}") from None
-        head = self.f.read(len(MAGIC) + 16)
-        if len(head) < len(MAGIC) + 16 or head[:len(MAGIC)] != MAGIC:
-            raise LlamavkError(f"{path} is not a llamavk KL-divergence base file")
-        self.n_ctx, self.n_vocab, self.n_chunks, self.scored = struct.unpack("<4I", head[len(MAGIC):])
-        raw = self.f.read(4 * self.n_chunks * self.n_ctx)
-        if len(raw) != 4 * self.n_chunks * self.n_ctx:
-            raise LlamavkError(f"{path} is truncated")
-        self.tokens = np.frombuffer(raw, dtype="<i4").tolist()
-        self.kld, self.dp, self.same_top = [], [], []
-        self.nll_q, self.nll_base = [], []
+        head = self.f.read(HEADER.size)
+        if len(head) < HEADER.size or head[:8] != MAGIC:
+            self.f.close()
+            raise LlamavkError(f"{path} is not a KL-divergence base file (llama-perplexity --kl-divergence-base)")
+        _, self.n_ctx, self.n_vocab, self.n_chunks = HEADER.unpack(head)
+        if self.n_ctx < 4 or self.n_vocab < 1 or self.n_chunks < 1:
+            self.f.close()
+            raise LlamavkError(f"{path}: bad header (n_ctx {self.n_ctx}, n_vocab {self.n_vocab}, "
+                               f"{self.n_chunks} chunks)")
+        self.scored = scored_positions(self.n_ctx)
+        self.row_bytes = 2 * row_words(self.n_vocab)
+        need = HEADER.size + 4 * self.n_ctx * self.n_chunks + self.n_chunks * self.scored * self.row_bytes
+        if size < need:
+            self.f.close()
+            raise LlamavkError(f"{path} is truncated: {self.n_chunks} chunks of {self.n_ctx} tokens over "
+                               f"{self.n_vocab} entries need {need} bytes, the file has {size}")
+        raw = self.f.read(4 * self.n_ctx * self.n_chunks)
+        tokens = np.frombuffer(raw, dtype="<i4")
+        bad = (tokens < 0) | (tokens >= self.n_vocab)
+        if bad.any():
+            self.f.close()
+            raise LlamavkError(f"{path}: token id {int(tokens[bad][0])} is outside its vocabulary of {self.n_vocab}")
+        self.tokens = tokens.tolist()
 
     def check_model(self, n_vocab: int) -> None:
         if n_vocab != self.n_vocab:
             raise LlamavkError(f"the base file has {self.n_vocab} vocabulary entries, this model {n_vocab}")
 
-    def _read_base(self, rows: int) -> np.ndarray:
-        out = np.empty((rows, self.n_vocab))
-        size = 8 + 2 * self.n_vocab
-        for r in range(rows):
-            b = self.f.read(size)
-            if len(b) != size:
-                raise LlamavkError("the KL-divergence base file is truncated")
-            lo, step = struct.unpack("<2f", b[:8])
-            out[r] = lo + step * np.frombuffer(b[8:], dtype="<u2")
-        return out
-
-    def add(self, logits: np.ndarray, targets: np.ndarray) -> None:
-        lq = log_softmax(logits)
-        lb = self._read_base(len(lq))
-        pb = np.exp(lb)
-        pb /= pb.sum(axis=1, keepdims=True)
-        idx = np.arange(len(targets))
-        self.kld.extend((pb * (np.log(pb) - lq)).sum(axis=1).tolist())
-        self.dp.extend((np.exp(lq[idx, targets]) - pb[idx, targets]).tolist())
-        self.same_top.extend((lq.argmax(axis=1) == lb.argmax(axis=1)).tolist())
-        self.nll_q.extend((-lq[idx, targets]).tolist())
-        self.nll_base.extend((-lb[idx, targets]).tolist())
-
-    def report(self) -> list[str]:
-        """llama-perplexity's three statistics blocks."""
-        kld, dp = np.array(self.kld), np.array(self.dp)
-        same = np.array(self.same_top, dtype=np.float64)
-        nq, nb = np.array(self.nll_q), np.array(self.nll_base)
-        n = len(kld)
-
-        def mean_unc(v):
-            return v.mean(), (v.std(ddof=1) / math.sqrt(n) if n > 1 else 0.0)
-
-        ln_ratio = nq - nb
-        m_ratio, u_ratio = mean_unc(ln_ratio)
-        ppl_q, ppl_b = math.exp(nq.mean()), math.exp(nb.mean())
-        cor = float(np.corrcoef(nq, nb)[0, 1]) if n > 1 and nq.std() > 0 and nb.std() > 0 else 1.0
-        lines = ["====== Perplexity statistics ======",
-                 f"Mean PPL(Q)                   : {ppl_q:10.6f}",
-                 f"Mean PPL(base)                : {ppl_b:10.6f}",
-                 f"Cor(ln(PPL(Q)), ln(PPL(base))): {100 * cor:6.2f}%",
-                 f"Mean ln(PPL(Q)/PPL(base))     : {m_ratio:10.6f} ± {u_ratio:10.6f}",
-                 f"Mean PPL(Q)/PPL(base)         : {math.exp(m_ratio):10.6f} ± {math.exp(m_ratio) * u_ratio:10.6f}",
-                 f"Mean PPL(Q)-PPL(base)         : {ppl_q - ppl_b:10.6f}",
-                 "", "====== KL divergence statistics ======"]
-        m, u = mean_unc(kld)
-        lines.append(f"Mean    KLD: {m:10.6f} ± {u:10.6f}")
-        for label, q in (("Maximum", 100), ("99.9%  ", 99.9), ("99.0%  ", 99), ("Median ", 50), ("10.0%  ", 10),
-                         (" 5.0%  ", 5), (" 1.0%  ", 1), (" 0.1%  ", 0.1), ("Minimum", 0)):
-            lines.append(f"{label} KLD: {np.percentile(kld, q):10.6f}")
-        lines += ["", "====== Token probability statistics ======"]
-        m, u = mean_unc(dp)
-        lines.append(f"Mean    Δp: {100 * m:6.3f} ± {100 * u:5.3f} %")
-        for label, q in (("Maximum", 100), ("99.9%  ", 99.9), ("99.0%  ", 99), ("95.0%  ", 95), ("90.0%  ", 90),
-                         ("75.0%  ", 75), ("Median ", 50), ("25.0%  ", 25), ("10.0%  ", 10), (" 5.0%  ", 5),
-                         (" 1.0%  ", 1), (" 0.1%  ", 0.1), ("Minimum", 0)):
-            lines.append(f"{label} Δp: {100 * np.percentile(dp, q):6.3f}%")
-        rms = math.sqrt(float((dp ** 2).mean()))
-        rms_unc = float((dp ** 2).std(ddof=1)) / math.sqrt(n) / (2 * rms) if n > 1 and rms > 0 else 0.0
-        lines.append(f"RMS Δp    : {100 * rms:6.3f} ± {100 * rms_unc:5.3f} %")
-        m, u = mean_unc(same)
-        lines.append(f"Same top p: {100 * m:6.3f} ± {100 * u:5.3f} %")
-        return lines
+    def read_rows(self, rows: int) -> np.ndarray:
+        """The next `rows` stored positions, u16 [rows, row_words]."""
+        raw = self.f.read(rows * self.row_bytes)
+        if len(raw) != rows * self.row_bytes:
+            raise LlamavkError(f"{self.path} is truncated")
+        return np.frombuffer(raw, dtype="<u2").reshape(rows, -1)
 
     def close(self) -> None:
         self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -49,6 +49,8 @@ def chunk_plan(n_tokens: int, n_ctx: int, chunks: int, min_chunks: int = 2) -> i
     if n_tokens < min_chunks * n_ctx:
         raise UsageError(f"you need at least {2 * n_ctx} tokens to evaluate perplexity with a context of "
                          f"{n_ctx} (the text has {n_tokens})")
+    if chunks == 0:
+        raise UsageError("--chunks 0 leaves nothing to evaluate")
     n_max = n_tokens // n_ctx
     return n_max if chunks is None or chunks < 0 else min(chunks, n_max)
 
@@ -100,6 +102,8 @@ def evaluated_tokens(tokens: list[int], n_ctx: int, n_chunks: int, bos_id: int |
 
 def read_text(path) -> str:
     """A text file for evaluation: UTF-8, BOM dropped, CRLF line ends as LF (SPEC §7 prepares
-    botchan.txt this way; llama.cpp's reference figures are for the prepared text)."""
+    botchan.txt this way; llama.cpp's reference figures are for the prepared text), and one final
+    line break dropped, as llama-perplexity's -f does."""
     with open(path, "rb") as f:
-        return f.read().decode("utf-8-sig").replace("\r\n", "\n")
+        text = f.read().decode("utf-8-sig").replace("\r\n", "\n")
+    return text[:-1] if text.endswith("\n") else text

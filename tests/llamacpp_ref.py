@@ -71,6 +71,17 @@ def run_tool(name: str, *args, timeout: float = 600) -> str:
     return out
 
 
+def run_tool_until(name: str, marker: str, *args, tries: int = 5, timeout: float = 600) -> str:
+    """run_tool, repeated until the output holds `marker`: llama.cpp logs from a thread of its own,
+    and a process that ends quickly has been seen to lose its last lines (up to 3 runs in 10 of a
+    tiny model's KL-divergence statistics on a busy machine)."""
+    for _ in range(tries):
+        out = run_tool(name, *args, timeout=timeout)
+        if marker in out:
+            return out
+    raise AssertionError(f"no {marker!r} in {name}'s output after {tries} runs:\n{out[-3000:]}")
+
+
 FINAL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
 
 

@@ -23,6 +23,8 @@ def test_token_nll():
 def test_too_short_text_is_a_usage_error():
     with pytest.raises(UsageError, match="at least 64 tokens"):
         perplexity(list(range(63)), 32, lambda c: None, None)
+    with pytest.raises(UsageError, match="--chunks 0 leaves nothing to evaluate"):
+        perplexity(list(range(64)), 32, lambda c: None, None, chunks=0)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -189,47 +191,20 @@ def test_cli_parallel_sequences(synthetic_model, words):
     assert short.returncode == 0 and "batch_size=64, n_seq=2" in short.stderr
 
 
-def kld_stats(stdout):
-    out = {}
-    for line in stdout.splitlines():
-        if line.startswith("Mean    KLD:"):
-            out["kld"] = float(line.split(":")[1].split("±")[0])
-        elif line.startswith("Same top p:"):
-            out["same"] = float(line.split(":")[1].split("±")[0])
-        elif line.startswith("RMS Δp    :"):
-            out["rms_dp"] = float(line.split(":")[1].split("±")[0])
-    return out
-
-
-def test_kl_divergence_of_a_run_against_itself_and_another_model(synthetic_model, words, tmp_path):
-    base = tmp_path / "base.kld"
-    a, b = synthetic_model("llama", "q8_0", seed=1), synthetic_model("llama", "q8_0", seed=2)
-    r = kld_cli("-m", a, "-f", words, "-c", "32", "--kl-divergence-base", base)
-    assert r.returncode == 0, r.stderr
-    assert base.stat().st_size > 0
-    same = kld_cli("-m", a, "-c", "32", "--kl-divergence-base", base, "--kl-divergence")
-    assert same.returncode == 0, same.stderr
-    s = kld_stats(same.stdout)
-    # stored log-probs are rounded to 1/65535 of their range: KL ~1e-8, not exactly 0
-    assert abs(s["kld"]) < 1e-5 and s["same"] == 100.0 and s["rms_dp"] < 0.01
-    assert same.stdout.splitlines()[0] == r.stdout.splitlines()[0]          # same running PPL
-    other = kld_stats(kld_cli("-m", b, "-c", "32", "--kl-divergence-base", base, "--kl-divergence").stdout)
-    assert other["kld"] > 0.05 and other["same"] < 100.0
-
-
-def test_kl_divergence_file_errors(synthetic_model, tmp_path):
-    bad = tmp_path / "bad.kld"
-    bad.write_bytes(b"nonsense" * 10)
-    r = kld_cli("-m", synthetic_model("llama", "q4_0"), "--kl-divergence-base", bad, "--kl-divergence")
-    assert r.returncode == 1 and "not a llamavk KL-divergence base file" in r.stderr and "Traceback" not in r.stderr
-    r = kld_cli("-m", synthetic_model("llama", "q4_0"), "--kl-divergence")
-    assert r.returncode == 2 and "needs --kl-divergence-base" in r.stderr
+def kld_table_totals(stdout):
+    """Mean KLD, RMS Δp and same-top share over all chunks: the last line of llama-perplexity's
+    per-chunk table (its statistics blocks only come from 100 compared tokens on)."""
+    lines = stdout.splitlines()
+    last = lines[lines.index(next(l for l in lines if l.startswith("chunk "))) + 1:]
+    last = [l for l in last if l.strip()][-1].replace("%", "").split("±")
+    # "   3    PPL", " unc  ratio", " unc  KLD", " unc  rms", " unc  same", " unc"
+    return {"kld": float(last[2].split()[1]), "rms_dp": float(last[3].split()[1]), "same": float(last[4].split()[1])}
 
 
 def test_kl_divergence_of_tensor_split_against_none(smollm2_path, botchan_text, tmp_path):
     """Issue 7: -sm tensor on two virtual devices against -sm none, SmolLM2 on botchan. Measured:
-    mean KLD 1.0e-6 (the stored log-probs' own rounding is ~1e-8), same top token 98.9% (one of 96
-    scored tokens, a near tie, flips); on two H200s
+    mean KLD below the table's 5 decimals (-0.00000: the stored log-probs' own rounding is ~1e-6),
+    RMS Δp 0.025%, same top token 98.9% (one of 93 scored tokens, a near tie, flips); on two H200s
     over the full -c 512 text: 99th percentile KLD 4e-6, same top 99.96% (docs/PERFORMANCE.md)."""
     text = tmp_path / "botchan.txt"
     text.write_text(botchan_text[:6000])
@@ -239,6 +214,6 @@ def test_kl_divergence_of_tensor_split_against_none(smollm2_path, botchan_text, 
     assert r.returncode == 0, r.stderr
     split = kld_cli(*common, "--kl-divergence", "-sm", "tensor", "-dev", "Vulkan0,Vulkan0", "-ts", "2,1")
     assert split.returncode == 0, split.stderr
-    s = kld_stats(split.stdout)
+    s = kld_table_totals(split.stdout)
     print(f"tensor vs none: mean KLD {s['kld']:.2e}, RMS dp {s['rms_dp']:.4f}%, same top {s['same']:.2f}%")
     assert s["kld"] < 1e-4 and s["same"] > 97.0 and s["rms_dp"] < 0.5

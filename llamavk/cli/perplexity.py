@@ -1,14 +1,21 @@
-"""`llamavk perplexity`: llama-perplexity's algorithm and output.
+"""`llamavk perplexity`: llama-perplexity's algorithms and output.
 
-Running values `[i]PPL,` go to stdout as chunks finish, then `Final estimate: PPL = X +/- Y`.
-Progress goes to stderr: a bar with ETA on a terminal, llama.cpp's "seconds per pass - ETA" line
-otherwise. `--kl-divergence-base FILE` saves this run's token distributions (llamavk/kld.py documents
-the format); adding `--kl-divergence` evaluates the base file's tokens instead of a text and prints
-llama-perplexity's KL-divergence, Δp and same-top-token statistics against it.
+Perplexity: running values `[i]PPL,` go to stdout as chunks finish, then `Final estimate: PPL = X
++/- Y`. Progress goes to stderr: a bar with ETA on a terminal, llama.cpp's "seconds per pass - ETA"
+line otherwise. As llama-perplexity, n_seq = min(n_batch / n_ctx, chunks) chunks are evaluated per
+batch as parallel sequences, so the model is loaded with a context of n_seq * n_ctx tokens.
 
-As llama-perplexity, n_seq = min(n_batch / n_ctx, chunks) chunks are evaluated per batch as parallel
-sequences, so the model is loaded with a context of n_seq * n_ctx tokens (before the text is
-tokenized, the chunk count is only bounded by --chunks or the KL-divergence base file).
+`--kl-divergence-base FILE` saves the run's token distributions in llama.cpp's base-file format
+(llamavk/kld.py); with `--kl-divergence` the base file's chunks are evaluated again (its context;
+-f is not needed) and compared: llama-perplexity's per-chunk table, then its statistics blocks.
+
+`--hellaswag`, `--winogrande`, `--multiple-choice` score llama.cpp's task files (-f; -bf reads the
+binary multiple-choice file as is) with llama-perplexity's task selection, scoring and lines
+(llamavk/tasks/). As llama-perplexity, the model is loaded with a context of 4 * -c tokens, the
+budget of one batch of parallel sequences.
+
+What goes where: result lines on stdout (llama-perplexity's own stdout lines, and the final
+estimates and scores that it logs on stderr), progress and notes on stderr.
 """
 
 from __future__ import annotations
@@ -26,10 +33,13 @@ from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_
 from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, THREADS
 from .load_progress import LoadProgress
 
+TASK_PARALLEL = 4        # llama-perplexity's n_parallel for task scores: the context is 4 * -c
+
 
 def perplexity(
     model: Path = typer.Option(None, "--model", "-m", help="GGUF model file (default: the bundled SmolLM2-135M)."),
-    file: Path = typer.Option(None, "--file", "-f", help="Text file to evaluate (not needed with --kl-divergence)."),
+    file: Path = typer.Option(None, "--file", "-f", help="Text (or task file) to evaluate (not needed with --kl-divergence)."),
+    binary_file: Path = typer.Option(None, "--binary-file", "-bf", help="Binary task file (--multiple-choice), read as is."),
     ctx_size: int = typer.Option(512, "--ctx-size", "-c", help="Chunk size = context of each evaluation."),
     batch_size: int = typer.Option(2048, "--batch-size", "-b", help="Logical batch size."),
     ubatch_size: int = typer.Option(512, "--ubatch-size", "-ub", help="Micro-batch size."),
@@ -40,8 +50,15 @@ def perplexity(
     main_gpu: int = MAIN_GPU,
     max_gpu: int = MAX_GPU,
     reduce_type: str = REDUCE_TYPE,
-    kld_base: Path = typer.Option(None, "--kl-divergence-base", help="Save log-probs here (or, with --kl-divergence, compare with them)."),
+    kld_base: Path = typer.Option(None, "--kl-divergence-base", "--save-all-logits",
+                                  help="Save log-probs here (or, with --kl-divergence, compare with them)."),
     kld: bool = typer.Option(False, "--kl-divergence", help="Compare with the --kl-divergence-base file."),
+    hellaswag: bool = typer.Option(False, "--hellaswag", help="HellaSwag score of the task file given with -f."),
+    hellaswag_tasks: int = typer.Option(400, "--hellaswag-tasks", help="Number of HellaSwag tasks (random ones)."),
+    winogrande: bool = typer.Option(False, "--winogrande", help="Winogrande score of the CSV given with -f."),
+    winogrande_tasks: int = typer.Option(0, "--winogrande-tasks", help="Number of Winogrande tasks (0: all)."),
+    multiple_choice: bool = typer.Option(False, "--multiple-choice", help="Multiple-choice score of the -f/-bf file."),
+    multiple_choice_tasks: int = typer.Option(0, "--multiple-choice-tasks", help="Number of multiple-choice tasks (0: all)."),
     gpu_layers: str = GPU_LAYERS,
     flash_attn: str = FLASH_ATTN,
     cache_type_k: str = CACHE_TYPE_K,
@@ -50,10 +67,9 @@ def perplexity(
     no_warmup: bool = NO_WARMUP,
     verbose: bool = VERBOSE,
 ) -> None:
-    """Perplexity of a model over a text file, as llama-perplexity computes it."""
+    """Perplexity of a model over a text file, KL divergence against a base run, or task scores, as
+    llama-perplexity computes them."""
     from ..api import load
-    from ..kld import KLDBaseWriter, KLDComparer
-    from ..perplexity import chunk_plan, evaluated_tokens, read_text
 
     with user_errors(verbose):
         n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
@@ -62,80 +78,150 @@ def perplexity(
                 eprint(note)
         if ctx_size < 4:
             raise UsageError("-c must be at least 4")
+        if chunks == 0:
+            raise UsageError("--chunks 0 leaves nothing to evaluate")
+        task = [name for name, on in (("hellaswag", hellaswag), ("winogrande", winogrande),
+                                      ("multiple-choice", multiple_choice)) if on]
+        if len(task) + kld > 1:
+            raise UsageError("give one of --hellaswag, --winogrande, --multiple-choice, --kl-divergence")
+        if min(hellaswag_tasks, winogrande_tasks, multiple_choice_tasks) < 0:
+            raise UsageError("task counts cannot be negative")
         if kld and kld_base is None:
             raise UsageError("--kl-divergence needs --kl-divergence-base FILE (written by a base run)")
-        comparer = KLDComparer(kld_base) if kld else None
-        text = None
-        if comparer is not None:
-            ctx_size = comparer.n_ctx                  # the base run's chunks, evaluated again
-        elif file is None:
+
+        def load_model(n_ctx: int, n_batch: int):
+            with LoadProgress(model.name if model else "default model") as progress:
+                return load(model, devices=device, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=ubatch_size,
+                            n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint, progress=progress,
+                            **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+
+        if task:
+            data = binary_file or file
+            if data is None:
+                raise UsageError(f"give the {task[0]} task file with -f FILE")
+            n_ctx = TASK_PARALLEL * ctx_size
+            with load_model(n_ctx, min(batch_size, n_ctx)) as m:
+                if verbose:
+                    for line in describe_model(m):
+                        eprint(line)
+                run_tasks(m, task[0], data, hellaswag_tasks, winogrande_tasks, multiple_choice_tasks)
+            return
+        if kld:
+            from ..kld import KLDBase
+
+            with KLDBase(kld_base) as base:      # the base run's chunks are evaluated again
+                ctx_size, base_chunks = base.n_ctx, base.n_chunks
+            n_chunks = base_chunks if chunks < 0 else min(chunks, base_chunks)
+            n_seq = min(max(1, batch_size // ctx_size), max(1, n_chunks))
+            with load_model(ctx_size * n_seq, batch_size) as m:
+                if verbose:
+                    for line in describe_model(m):
+                        eprint(line)
+                compare_with_base(m, kld_base, n_chunks, n_seq, batch_size)
+            return
+        if file is None:
             raise UsageError("give the text to evaluate with -f FILE")
-        else:
-            try:
-                text = read_text(file)
-            except (OSError, UnicodeDecodeError) as exc:
-                raise UsageError(f"cannot read {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
+        from ..perplexity import read_text
+        try:
+            text = read_text(file)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
         n_seq = max(1, batch_size // ctx_size)          # llama-perplexity's n_batch / n_ctx
-        if comparer is not None:
-            n_seq = min(n_seq, max(1, comparer.n_chunks if chunks < 0 else min(chunks, comparer.n_chunks)))
-        elif chunks >= 0:
+        if chunks >= 0:
             n_seq = min(n_seq, max(1, chunks))
         t_start = time.perf_counter()
-        with LoadProgress(model.name if model else "default model") as progress:
-            m = load(model, devices=device, n_ctx=ctx_size * n_seq, n_batch=batch_size,
-                     n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
-                     progress=progress, **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
-        with m:
+        with load_model(ctx_size * n_seq, batch_size) as m:
             if verbose:
                 for line in describe_model(m):
                     eprint(line)
-            if comparer is not None:
-                comparer.check_model(m.config.n_vocab)
-                tokens, bos = comparer.tokens, None
-                chunks = comparer.n_chunks if chunks < 0 else min(chunks, comparer.n_chunks)
-            else:
-                tokens = m.tokenize(text)
-                bos = m.tokenizer.bos_id if m.tokenizer.add_bos else None
-            n_tokens = len(tokens)
-            min_chunks = 1 if comparer is not None else 2
-            n_chunks = chunk_plan(n_tokens, ctx_size, chunks, min_chunks)
-            n_seq = max(1, min(n_seq, n_chunks))
-            writer = None
-            if kld_base is not None and comparer is None:
-                writer = KLDBaseWriter(kld_base, ctx_size, m.config.n_vocab, n_chunks,
-                                       evaluated_tokens(tokens, ctx_size, n_chunks, bos))
-            eprint(f"perplexity: tokenized the input into {n_tokens} tokens")
-            eprint(f"perplexity: calculating perplexity over {n_chunks} chunks, n_ctx={ctx_size}, "
-                   f"batch_size={min(batch_size, ctx_size * n_seq)}, n_seq={n_seq}")
-            bar = None
-            if sys.stderr.isatty():
-                from tqdm import tqdm
-                bar = tqdm(total=n_chunks, unit="chunk", file=sys.stderr, leave=False)
-            t0 = time.perf_counter()
+            run_perplexity(m, text, ctx_size, chunks, n_seq, batch_size, kld_base)
+        eprint(f"perplexity: {time.perf_counter() - t_start:.2f} s in all")
 
-            def on_chunk(i: int, ppl: float) -> None:
-                if bar is not None:
-                    bar.update(1)
-                elif i == 0:
-                    per = time.perf_counter() - t0
-                    passes = -(-n_chunks // n_seq)
-                    eprint(f"perplexity: {per:.2f} seconds per pass - ETA {per * passes / 60:.2f} minutes")
-                sys.stdout.write(f"[{i + 1}]{ppl:.4f},")
-                sys.stdout.flush()
 
-            sink = comparer or writer
-            on_scored = (comparer.add if comparer else writer.add) if sink else None
-            result = m.perplexity_tokens(tokens, ctx_size, n_chunks, bos, on_chunk, on_scored, min_chunks, n_seq)
-            if bar is not None:
-                bar.close()
+class _Progress:
+    """Chunks done: a tqdm bar on a terminal, else llama.cpp's one "seconds per pass" line."""
+
+    def __init__(self, name: str, n_chunks: int, n_seq: int):
+        self.name, self.n_chunks, self.n_seq = name, n_chunks, n_seq
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=n_chunks, unit="chunk", file=sys.stderr, leave=False)
+        self.t0 = time.perf_counter()
+
+    def chunk(self, i: int) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+        elif i == 0:
+            per = time.perf_counter() - self.t0
+            passes = -(-self.n_chunks // self.n_seq)
+            eprint(f"{self.name}: {per:.2f} seconds per pass - ETA {per * passes / 60:.2f} minutes")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_perplexity(m, text: str, ctx_size: int, chunks: int, n_seq: int, batch_size: int, kld_base) -> None:
+    from ..perplexity import chunk_plan
+
+    tokens = m.tokenize(text, parse_special=False)
+    n_chunks = chunk_plan(len(tokens), ctx_size, chunks)
+    n_seq = max(1, min(n_seq, n_chunks))
+    eprint(f"perplexity: tokenized the input into {len(tokens)} tokens")
+    if kld_base is not None:
+        eprint(f"perplexity: saving all logits to {kld_base}")
+    eprint(f"perplexity: calculating perplexity over {n_chunks} chunks, n_ctx={ctx_size}, "
+           f"batch_size={min(batch_size, ctx_size * n_seq)}, n_seq={n_seq}")
+    progress = _Progress("perplexity", n_chunks, n_seq)
+
+    def on_chunk(i: int, ppl: float) -> None:
+        progress.chunk(i)
+        sys.stdout.write(f"[{i + 1}]{ppl:.4f},")
+        sys.stdout.flush()
+
+    bos = m.tokenizer.bos_id if m.tokenizer.add_bos else None
+    result = m.perplexity_tokens(tokens, ctx_size, n_chunks, bos, on_chunk, n_seq=n_seq, kl_divergence_base=kld_base)
+    progress.close()
+    print()
+    print(f"Final estimate: PPL = {result.ppl:.4f} +/- {result.uncertainty:.5f}")
+    eprint(f"perplexity: {result.count} tokens scored")
+
+
+def compare_with_base(m, kld_base, n_chunks: int, n_seq: int, batch_size: int) -> None:
+    from ..kld_stats import CHUNK_HEADER, report
+
+    ctx_size = m.n_ctx // n_seq
+    eprint(f"kl_divergence: computing over {n_chunks} chunks, n_ctx={ctx_size}, batch_size={batch_size}, "
+           f"n_seq={n_seq}")
+    progress = _Progress("kl_divergence", n_chunks, n_seq)
+
+    def on_chunk(i: int, stats) -> None:
+        progress.chunk(i)
+        if i == 0:
             print()
-            print(f"Final estimate: PPL = {result.ppl:.4f} +/- {result.uncertainty:.5f}")
-            if comparer is not None:
-                print()
-                for line in comparer.report():
-                    print(line)
-                comparer.close()
-            if writer is not None:
-                writer.close()
-                eprint(f"perplexity: saved the base log-probs of {result.count} tokens to {kld_base}")
-            eprint(f"perplexity: {result.count} tokens scored, {time.perf_counter() - t_start:.2f} s in all")
+            print(CHUNK_HEADER)
+        print(stats.chunk_line(i + 1), flush=True)
+
+    result = m.kl_divergence(kld_base, n_chunks, on_chunk, n_seq=n_seq)
+    progress.close()
+    print()
+    if result.count < 100:
+        eprint(f"kl_divergence: {result.count} tokens compared: too few for the statistics (llama-perplexity "
+               f"prints them from 100 on)")
+    for line in report(result):
+        print(line)
+    print()                                  # llama-perplexity ends its output with an empty line
+
+
+def run_tasks(m, task: str, path, hellaswag_tasks: int, winogrande_tasks: int, multiple_choice_tasks: int) -> None:
+    def emit(line: str) -> None:
+        print(line, flush=True)
+
+    if task == "hellaswag":
+        m.hellaswag(path, hellaswag_tasks, emit, eprint)
+    elif task == "winogrande":
+        m.winogrande(path, winogrande_tasks, emit, eprint)
+    else:
+        m.multiple_choice(path, multiple_choice_tasks, emit, eprint)
+    print()                                  # llama-perplexity ends its output with an empty line
