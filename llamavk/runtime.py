@@ -178,7 +178,9 @@ class DeviceRuntime:
 
     # -- weights -------------------------------------------------------------------------------
     def _upload(self, name: str, t: Tensor):
-        if t.rows == 1:
+        # vectors, and the DeltaNet convolution's taps (a float table read as one vector), as plain f32;
+        # matrices in their blocks, even a part of one row (a split of a small matrix)
+        if len(self.model.weights[t.source or name].shape) == 1 or t.role in FLOAT_TABLES:
             return self._upload_vector(t.source or name, t.part)
         raw, qtype = weight_part(self.model, t.source or name, t.part)
         return upload_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts)
@@ -475,6 +477,7 @@ class DeviceRuntime:
 
 
 EXCHANGE_OPS = frozenset({"put", "sync", "get", "copy_cols", "reduce"})   # recorded by split/comm.py
+FLOAT_TABLES = frozenset({"ssm_conv"})   # 2-D weights the graph reads as one float32 vector
 
 
 def weight_part(model, name: str, part):
