@@ -27,8 +27,10 @@ layout(push_constant) uniform Push { uint n_tokens; uint n_k_heads; uint n_v_hea
 #include "gdn_common.glsl"
 
 #define CH 64
+#define TD 32              // key/query columns staged per pass of the dot products
+#define PAIRS 16           // (r, s) pairs per thread: CH * CH / workgroup size (256)
 
-shared float Lm[CH * CH];
+shared float Lm[CH * CH];  // first the staged k and q columns (2 x CH x TD), then L
 shared float gc[CH], bet[CH], inv_q[CH], inv_k[CH], part_q[gl_WorkGroupSize.x], part_k[gl_WorkGroupSize.x];
 shared uint seg[CH], starts[CH];
 
@@ -84,21 +86,40 @@ void main() {
         }
     }
     barrier();
-    // 3. L (shared) and Aqk (scratch)
-    for (uint idx = tid; idx < CH * CH; idx += WG) {
-        const uint r = idx / CH, s = idx % CH;
+    // 3. the chunk's k_r.k_s and q_r.k_s (s <= r), TD columns of k and q staged at a time
+    float kk[PAIRS], qk[PAIRS];
+    [[unroll]] for (uint m = 0; m < PAIRS; ++m) {
+        kk[m] = 0.0;
+        qk[m] = 0.0;
+    }
+    for (uint d0 = 0; d0 < D; d0 += TD) {
+        for (uint idx = tid; idx < CH * TD; idx += WG) {
+            const uint r = idx / TD, dd = idx % TD, t = t0 + r;
+            const bool ok = r < n && d0 + dd < D;
+            Lm[idx] = ok ? x[gdn_k_at(t, kh) + d0 + dd] : 0.0;
+            Lm[CH * TD + idx] = ok ? x[gdn_q_at(t, kh) + d0 + dd] : 0.0;
+        }
+        barrier();
+        [[unroll]] for (uint m = 0; m < PAIRS; ++m) {
+            const uint idx = m * WG + tid, r = idx / CH, s = idx % CH;
+            if (s <= r) {
+                for (uint dd = 0; dd < TD; ++dd) {
+                    const float ks = Lm[s * TD + dd];
+                    kk[m] += Lm[r * TD + dd] * ks;
+                    qk[m] += Lm[CH * TD + r * TD + dd] * ks;
+                }
+            }
+        }
+        barrier();
+    }
+    // L (shared, replacing the staged columns) and Aqk (scratch), within one segment only
+    [[unroll]] for (uint m = 0; m < PAIRS; ++m) {
+        const uint idx = m * WG + tid, r = idx / CH, s = idx % CH;
         float l = 0.0, aqk = 0.0;
         if (r < n && s <= r && seg[r] == seg[s]) {
-            const uint qr = gdn_q_at(t0 + r, kh), kr = gdn_k_at(t0 + r, kh), ks = gdn_k_at(t0 + s, kh);
-            float kk = 0.0, qk = 0.0;
-            for (uint i = 0; i < D; ++i) {
-                const float kv = x[ks + i];
-                kk += x[kr + i] * kv;
-                qk += x[qr + i] * kv;
-            }
             const float dec = exp(gc[r] - gc[s]);
-            l = s < r ? bet[r] * dec * kk * inv_k[r] * inv_k[s] : 0.0;
-            aqk = scale * dec * qk * inv_q[r] * inv_k[s];
+            l = s < r ? bet[r] * dec * kk[m] * inv_k[r] * inv_k[s] : 0.0;
+            aqk = scale * dec * qk[m] * inv_q[r] * inv_k[s];
         }
         Lm[idx] = l;
         sc[AQK_AT + idx] = aqk;

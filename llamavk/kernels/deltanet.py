@@ -34,7 +34,7 @@ CHUNK = 64               # gdn_chunk_*.comp CH
 CHUNKED_FROM = 16        # batches of at least this many tokens take the chunked form
 CONV_WG = 128
 GDN_WG = 256
-PREP_WG = 256
+PREP_WG = 256           # gdn_chunk_prep.comp: CH * CH = 16 pairs per thread (PAIRS)
 
 
 def state_bytes(n_v_heads: int, head_dim: int) -> int:
