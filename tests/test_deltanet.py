@@ -227,3 +227,55 @@ def test_q_norm_and_output_gate(dev, kc, n_tokens, n_heads, D):
     np.testing.assert_allclose(qmem, ref_rms(qg[:, :, 0], w, 1e-6).reshape(n_tokens, -1), rtol=2e-5, atol=2e-6)
     gate = qg[:, :, 1].reshape(n_tokens, -1).astype(np.float64)
     np.testing.assert_allclose(omem, att / (1.0 + np.exp(-gate)), rtol=2e-6, atol=1e-7)
+
+
+# -- IMROPE for text -------------------------------------------------------------------------------
+
+def ref_imrope(x, positions, head_dim, n_dims, base, sections):
+    """ggml's IMROPE (GGML_ROPE_TYPE_IMROPE, ggml_mrope_cache_init) in numpy: pair i takes the time,
+    height, width or extra position by its interleaved sector; text tokens have positions (p, p, p, 0);
+    NEOX pairs (i, i + n_dims/2); the dims past n_dims unchanged."""
+    n, nh = x.shape[0], x.shape[1] // head_dim
+    xs = x.reshape(n, nh, head_dim).astype(np.float64)
+    out = xs.copy()
+    total = sum(sections)
+    for t, p in enumerate(positions):
+        pos = {"t": p, "h": p, "w": p, "e": 0}
+        for i in range(n_dims // 2):
+            sector = i % total
+            if sector % 3 == 1 and sector < 3 * sections[1]:
+                which = "h"
+            elif sector % 3 == 2 and sector < 3 * sections[2]:
+                which = "w"
+            elif sector % 3 == 0 and sector < 3 * sections[0]:
+                which = "t"
+            else:
+                which = "e"
+            theta = pos[which] * base ** (-2.0 * i / n_dims)
+            c, s = np.cos(theta), np.sin(theta)
+            x0, x1 = xs[t, :, i], xs[t, :, i + n_dims // 2]
+            out[t, :, i], out[t, :, i + n_dims // 2] = x0 * c - x1 * s, x0 * s + x1 * c
+    return out.reshape(n, -1)
+
+
+@pytest.mark.parametrize("n_tokens,n_past", [(1, 0), (7, 2000), (40, 0)])
+def test_imrope_of_text_is_what_the_engine_turns(dev, kc, n_tokens, n_past):
+    """Qwen3.5's IMROPE with its sections [11, 11, 10, 0] on 64 of 256 dims, for text positions, equals
+    the engine's partial NEOX rotation (the rope kernel with the qwen35 config); sections leaving a
+    pair unturned are refused by the config (tests/test_qwen35.py)."""
+    from llamavk.kernels.rope import RopeParams, rope
+    from llamavk.models import config_from_metadata
+
+    from .test_qwen35 import hybrid_meta
+    meta = hybrid_meta(**{"attention.key_length": 256, "rope.dimension_count": 64, "rope.freq_base": 1e7,
+                          "attention.head_count": 4, "rope.dimension_sections": [11, 11, 10, 0]})
+    cfg = config_from_metadata(meta)
+    assert (cfg.rope_dim, cfg.head_dim, cfg.rope_neox) == (64, 256, True)
+    rng = np.random.default_rng(n_tokens)
+    x = rng.standard_normal((n_tokens, 4 * 256)).astype(np.float32)
+    xv, mem = host(dev, x)
+    step, smem = step_buffer(dev)
+    set_step(smem, n_past, n_tokens)
+    run(dev, lambda seq: rope(seq, kc, xv, step, n_tokens, 4, 256, RopeParams.from_config(cfg)))
+    want = ref_imrope(x, np.arange(n_past, n_past + n_tokens), 256, 64, 1e7, [11, 11, 10, 0])
+    np.testing.assert_allclose(mem, want, rtol=0, atol=4e-5 + 2e-7 * (n_past + n_tokens) * 4)
