@@ -50,7 +50,8 @@ def test_hybrid_config_from_metadata():
     flags = [False, True, True, False, True]
     assert config_from_metadata(hybrid_meta(**{"attention.recurrent_layers": flags})).recurrent_layers == tuple(flags)
     moe = config_from_metadata(hybrid_meta("qwen35moe", expert_count=8, expert_used_count=2,
-                                           expert_feed_forward_length=32))
+                                           expert_feed_forward_length=32, expert_weights_scale=2.5))
+    assert moe.expert_weights_scale == 1.0          # llama.cpp's qwen35moe does not read the key
     # llama.cpp's qwen35moe always has the shared expert: as wide as feed_forward_length unless given
     assert (moe.n_expert, moe.expert_gating, moe.expert_norm, moe.n_ff_shexp) == (8, "softmax", True, 96)
 

@@ -44,6 +44,8 @@ def hybrid_config(metadata: dict[str, Any], arch: str, moe: bool) -> ModelConfig
     moe_fields = None
     if moe:
         moe_fields = moe_config(metadata, arch, gating="softmax", norm=True)
+        # llama.cpp's qwen35moe does not read expert_weights_scale: the weights are never scaled
+        moe_fields["expert_weights_scale"] = 1.0
         # llama.cpp's qwen35moe always has the shared expert: its width defaults to feed_forward_length
         if not moe_fields["n_ff_shexp"]:
             moe_fields["n_ff_shexp"] = m.count("{arch}.feed_forward_length", 0, minimum=0)
