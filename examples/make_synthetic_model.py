@@ -4,8 +4,10 @@
     python examples/make_synthetic_model.py --preset 8b --type q4_0 -o /tmp/llama-8b-q4_0.gguf
     python examples/make_synthetic_model.py --preset 70b --type q4_0 --dry-run
 
-Presets tiny/1b/8b/32b/70b (1b..70b: the exact shapes of llama.cpp's reference runs in SPEC §10);
-types f32, f16, q8_0, q4_0, q4_k, q6_k, iq4_nl, iq4_xs, mxfp4; architectures llama, qwen2, qwen3.
+Presets tiny/1b/8b/32b/70b (1b..70b: the exact shapes of llama.cpp's reference runs in SPEC §10),
+tiny-moe/30b-a3b (qwen3moe), tiny-qwen35/0.8b (qwen35), tiny-qwen35moe/35b-a3b (qwen35moe: Qwen3.6-35B-A3B's
+shape); types f32, f16, q8_0, q4_0, q4_k, q6_k, iq4_nl, iq4_xs, mxfp4; architectures llama, qwen2, qwen3 for
+the llama presets.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="tiny", choices=list(PRESETS))
     ap.add_argument("--type", default="q4_0", choices=list(SYNTHETIC_TYPES))
     ap.add_argument("--arch", default=None, choices=sorted(ARCHITECTURES),
-                    help="default: the preset's (llama; qwen3moe for tiny-moe and 30b-a3b)")
+                    help="default: the preset's (llama; qwen3moe for tiny-moe and 30b-a3b; qwen35 for "
+                         "tiny-qwen35 and 0.8b; qwen35moe for tiny-qwen35moe and 35b-a3b)")
     ap.add_argument("-o", "--output", help="output .gguf path (default: synthetic-PRESET-TYPE-ARCH.gguf)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, help="override the number of layers")

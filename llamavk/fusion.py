@@ -72,7 +72,7 @@ def fuse_rope_kv(graph: Graph) -> Graph:
             # qwen3's per-head Q/K norms feeding only the rotation: into the same dispatch
             norms = [producer.get(t) for t in (q, k)]
             cfg = graph.config
-            if all(n is not None and n.kind == "head_norm" and consumers[n.out] == [r, op]
+            if all(n is not None and n.kind == "head_norm" and consumers[n.out] == [r, op] and "stride" not in n.attrs
                    for n, r in zip(norms, sorted(ropes, key=lambda r: r.inputs[0] is k))) \
                     and cfg.rope_dim == cfg.head_dim:
                 dropped.update(id(n) for n in norms)

@@ -21,7 +21,8 @@ class Tensor:
     role: str | None = None          # weights: WeightSpec role
     layer: int | None = None
     # weights cut by a split mode: the GGUF tensor this is part of, and which part:
-    # (axis, start, stop) with axis 0 = rows (output features), 1 = columns (input features).
+    # (axis, start, stop) with axis 0 = rows (output features), 1 = columns (input features); or
+    # (axis, start0, stop0, start1, stop1, ...): several ranges side by side (gathered())
     source: str | None = None
     part: tuple[int, int, int] | None = None
     # stacked expert matrices (n_expert, rows, cols): rows and width are one expert's, and a part
@@ -38,6 +39,23 @@ class Tensor:
                           self.layer, self.name, (0, start, stop), self.experts)
         return Tensor(f"{self.name}[c{start}:{stop}]", stop - start, "weight", self.rows, self.role,
                       self.layer, self.name, (1, start, stop), self.experts)
+
+    def gathered(self, axis: int, ranges) -> "Tensor":
+        """Several ranges of this weight along one axis, side by side, as one part: a device's share
+        of a DeltaNet layer, whose value heads of one key head lie apart (every n_k_heads-th)."""
+        ranges = [(a, b) for a, b in ranges if b > a]
+        if len(ranges) == 1:
+            return self.sliced(axis, *ranges[0])
+        n = sum(b - a for a, b in ranges)
+        part = (0 if self.rows == 1 and not self.experts else axis,) + tuple(v for r in ranges for v in r)
+        tag = ",".join(f"{a}:{b}" for a, b in ranges)
+        if self.rows == 1 and not self.experts:
+            return Tensor(f"{self.name}[{tag}]", n, "weight", 1, self.role, self.layer, self.name, part)
+        if axis == 0:
+            return Tensor(f"{self.name}[r{tag}]", self.width, "weight", n, self.role, self.layer, self.name, part,
+                          self.experts)
+        return Tensor(f"{self.name}[c{tag}]", n, "weight", self.rows, self.role, self.layer, self.name, part,
+                      self.experts)
 
     def __repr__(self):
         return f"Tensor({self.name}, {self.kind}, width={self.width})"
@@ -96,8 +114,13 @@ class Graph:
     def rms_norm(self, x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
         return self._op("rms_norm", [x] + ([weight] if weight is not None else []), x.width, eps=eps)
 
-    def head_norm(self, x: Tensor, weight: Tensor, n_heads: int, eps: float) -> Tensor:
-        """RMS norm of each head's slice (qwen3's Q/K norm)."""
+    def head_norm(self, x: Tensor, weight: Tensor, n_heads: int, eps: float, stride: int = 0) -> Tensor:
+        """RMS norm of each head's slice (qwen3's Q/K norm). stride > 0: x holds each head in `stride`
+        values of which the first weight.width are normed (qwen35's Q beside its output gate); the
+        output is the normed heads alone, weight.width each."""
+        if stride:
+            return self._op("head_norm", [x, weight], n_heads * weight.width, eps=eps, n_heads=n_heads,
+                            stride=stride)
         return self._op("head_norm", [x, weight], x.width, eps=eps, n_heads=n_heads)
 
     def matmul(self, w: Tensor, x: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -132,6 +155,29 @@ class Graph:
     def scale_sigmoid(self, y: Tensor, x: Tensor, w: Tensor) -> Tensor:
         """y[t] * sigmoid(w . x[t]): the shared expert's output, gated per token."""
         return self._op("scale_sigmoid", [y, x, w], y.width)
+
+    def attn_gate(self, a: Tensor, qg: Tensor, n_heads: int, head_dim: int) -> Tensor:
+        """a * sigmoid(gate), the gate being the second head_dim values of each head's 2 * head_dim in qg
+        (qwen35's gated attention: the Q product yields [q | gate] per head)."""
+        return self._op("attn_gate", [a, qg], n_heads * head_dim, n_heads=n_heads, head_dim=head_dim)
+
+    def ssm_conv(self, x: Tensor, w: Tensor, d_conv: int) -> Tensor:
+        """Causal depthwise convolution of each channel over the last d_conv tokens (earlier ones from
+        the layer's conv state), then SiLU. w: channels x d_conv taps, the last for the current token."""
+        return self._op("ssm_conv", [x, w], x.width, channels=x.width, d_conv=d_conv)
+
+    def delta_net(self, x: Tensor, alpha: Tensor, beta: Tensor, dt: Tensor, a: Tensor, n_k_heads: int,
+                  n_v_heads: int, head_dim: int, eps: float) -> Tensor:
+        """The gated delta rule over this layer's recurrent state. x per token: [q | k | v] (n_k_heads,
+        n_k_heads, n_v_heads heads of head_dim; value head h reads key head h % n_k_heads); q and k
+        L2-normed; decay exp(softplus(alpha + dt) * a), write strength sigmoid(beta), per value head.
+        Output: n_v_heads heads of head_dim."""
+        return self._op("delta_net", [x, alpha, beta, dt, a], n_v_heads * head_dim, n_k_heads=n_k_heads,
+                        n_v_heads=n_v_heads, head_dim=head_dim, eps=eps)
+
+    def gated_norm(self, x: Tensor, z: Tensor, w: Tensor, n_heads: int, eps: float) -> Tensor:
+        """RMS norm of each head of x (weight w), times silu(z)."""
+        return self._op("gated_norm", [x, z, w], n_heads * w.width, n_heads=n_heads, eps=eps)
 
     def swiglu(self, gate: Tensor, up: Tensor) -> Tensor:
         return self._op("swiglu", [gate, up], gate.width)

@@ -19,6 +19,11 @@ One transformer block, for every supported architecture:
     x = x + sum_{e in E} w_e Wdown_e (silu(Wgate_e h) * Wup_e h)
           (+ sigmoid(w_shexp . h) * shared expert's SwiGLU FFN of h, where the model has one)
 logits = Wout rms_norm(x) * output_norm                     Wout = token_embd when tied
+
+The qwen35 hybrids (models/hybrid.py has the math) replace attention in their Gated DeltaNet layers
+by `delta_net` (causal convolution and the gated delta rule, token by token, over a per-layer conv
+state and recurrent state), and gate their attention output with sigmoid of the Q product's second
+half; RoPE turns the first rope_dim dims of each head (partial rotary).
 """
 
 from __future__ import annotations
@@ -137,6 +142,11 @@ class ReferenceModel:
         empty = np.zeros((0, c.n_head_kv, c.head_dim), dtype=np.float32)
         self.k_cache = [empty] * c.n_layer   # per layer: (n_past, n_head_kv, head_dim)
         self.v_cache = [empty] * c.n_layer
+        # DeltaNet layers: the last d_conv - 1 convolution inputs and the state S (value heads,
+        # key dim, value dim), float64
+        channels = (2 * c.ssm_n_group + c.ssm_dt_rank) * c.ssm_d_state
+        self.conv_state = [np.zeros((max(c.ssm_d_conv - 1, 0), channels)) for _ in range(c.n_layer)]
+        self.ssm_state = [np.zeros((c.ssm_dt_rank, c.ssm_d_state, c.ssm_d_state)) for _ in range(c.n_layer)]
         self.n_past = 0
 
     # -- forward ---------------------------------------------------------------------------------
@@ -153,6 +163,10 @@ class ReferenceModel:
             start_pos = self.n_past
         if not 0 <= start_pos <= self.n_past:
             raise LlamavkError(f"start_pos {start_pos} is beyond the {self.n_past} cached tokens")
+        if c.recurrent_layers and start_pos != self.n_past:
+            if start_pos:
+                raise LlamavkError(f"a recurrent state cannot rewind from {self.n_past} to {start_pos} tokens")
+            self.reset()
         tokens = np.asarray(tokens, dtype=np.int64)
         if tokens.size and (tokens.min() < 0 or tokens.max() >= c.n_vocab):
             raise LlamavkError(f"token id out of range [0, {c.n_vocab})")
@@ -162,7 +176,10 @@ class ReferenceModel:
 
         x = self.weight("token_embd")[tokens]                      # (n, n_embd)
         for layer in range(c.n_layer):
-            x = x + self.attention(layer, x, cos, sin, start_pos)
+            if c.is_recurrent(layer):
+                x = x + self.delta_net(layer, x)
+            else:
+                x = x + self.attention(layer, x, cos, sin, start_pos)
             x = x + self.feed_forward(layer, x)
         self.n_past = start_pos + n
 
@@ -177,6 +194,10 @@ class ReferenceModel:
         q, k, v = h @ w("q").T, h @ w("k").T, h @ w("v").T
         if c.qkv_bias:
             q, k, v = q + w("q_bias"), k + w("k_bias"), v + w("v_bias")
+        gate = None
+        if c.attn_output_gate:                      # qwen35: [q | gate] per head
+            qg = q.reshape(n, c.n_head, 2, c.head_dim)
+            q, gate = qg[:, :, 0], qg[:, :, 1].reshape(n, c.n_head * c.head_dim)
         q = q.reshape(n, c.n_head, c.head_dim)
         k = k.reshape(n, c.n_head_kv, c.head_dim)
         v = v.reshape(n, c.n_head_kv, c.head_dim)
@@ -201,7 +222,44 @@ class ReferenceModel:
             scores = (q[:, head, :] @ keys[:, kv_head, :].T) * scale     # (n, n_kv)
             scores = np.where(mask, -np.inf, scores)
             out[:, head, :] = softmax(scores) @ values[:, kv_head, :]
-        return out.reshape(n, c.n_head * c.head_dim) @ w("o").T
+        out = out.reshape(n, c.n_head * c.head_dim)
+        if gate is not None:
+            out = out / (1.0 + np.exp(-gate))
+        return out @ w("o").T
+
+    def delta_net(self, layer: int, x: np.ndarray) -> np.ndarray:
+        """A Gated DeltaNet layer's mixer (before the residual add), token by token over the layer's
+        conv and recurrent state, in float64."""
+        c, w = self.cfg, (lambda role: self.weight(role, layer))
+        n, D, Hk, Hv = x.shape[0], c.ssm_d_state, c.ssm_n_group, c.ssm_dt_rank
+        h = rms_norm(x, w("attn_norm"), c.rms_eps).astype(np.float64)
+        qkv, z = h @ w("ssm_qkv").T, h @ w("ssm_z").T
+        beta = 1.0 / (1.0 + np.exp(-(h @ w("ssm_beta").T)))                          # (n, Hv)
+        decay = np.exp(np.logaddexp(0.0, h @ w("ssm_alpha").T + w("ssm_dt")) * w("ssm_a"))
+        # causal convolution: tap d_conv - 1 multiplies the current token
+        taps = w("ssm_conv").astype(np.float64)                                     # (channels, d_conv)
+        window = np.concatenate([self.conv_state[layer], qkv])
+        K = c.ssm_d_conv
+        conv = np.stack([(window[t:t + K] * taps.T).sum(axis=0) for t in range(n)])
+        self.conv_state[layer] = window[n:] if K > 1 else window[:0]
+        conv = conv / (1.0 + np.exp(-conv))                                         # silu
+        q = conv[:, :Hk * D].reshape(n, Hk, D)
+        k = conv[:, Hk * D:2 * Hk * D].reshape(n, Hk, D)
+        v = conv[:, 2 * Hk * D:].reshape(n, Hv, D)
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + c.rms_eps)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + c.rms_eps)
+        S = self.ssm_state[layer]                                                   # (Hv, D_k, D_v)
+        out = np.empty((n, Hv, D))
+        for t in range(n):
+            for hv in range(Hv):
+                kh = hv % Hk                                    # the tiled order of value heads
+                S[hv] *= decay[t, hv]
+                delta = beta[t, hv] * (v[t, hv] - S[hv].T @ k[t, kh])
+                S[hv] += np.outer(k[t, kh], delta)
+                out[t, hv] = S[hv].T @ q[t, kh] / math.sqrt(D)
+        out = out / np.sqrt((out * out).mean(-1, keepdims=True) + c.rms_eps) * w("ssm_norm")
+        out = out.reshape(n, Hv * D) * (z / (1.0 + np.exp(-z)))
+        return (out @ w("ssm_out").T).astype(np.float32)
 
     def feed_forward(self, layer: int, x: np.ndarray) -> np.ndarray:
         c, w = self.cfg, (lambda role: self.weight(role, layer))

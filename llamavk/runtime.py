@@ -19,7 +19,7 @@ from .graph import Graph, Tensor
 from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_SYNC_BASE, STEP_WORDS, VIEW_ALIGN,
                       KernelCache, QWeight, View, upload_qweight)
 from .kernels import attention as attn_k
-from .kernels import elementwise, matmul, moe, norm, rope
+from .kernels import deltanet, elementwise, matmul, moe, norm, rope
 from .kernels.chain import ChainCounters
 from .kernels.selection import chain_edges
 from .quant import quant_info
@@ -122,6 +122,20 @@ class DeviceRuntime:
                 if op.kind == "attention" and op.layer not in self.kv:
                     width = op.attrs.get("n_head_kv", self.cfg.n_head_kv) * self.cfg.head_dim
                     self.kv[op.layer] = (Buffer(device, n_ctx * width * 2), Buffer(device, n_ctx * width * 2))
+        # Recurrent state of the DeltaNet layers that run here (qwen35), beside the KV cache: the
+        # convolution's last inputs and the delta rule's state, as wide as the channels and heads held.
+        # One sequence at a time: the state is that of the tokens evaluated so far (state_pos of them).
+        self.ssm: dict[int, dict[str, Buffer]] = {}
+        for g in graphs.values():
+            for op in g.ops:
+                a = op.attrs
+                if op.kind == "ssm_conv":
+                    self.ssm.setdefault(op.layer, {}).setdefault(
+                        "conv", Buffer(device, deltanet.conv_state_bytes(a["channels"], a["d_conv"])))
+                elif op.kind == "delta_net":
+                    self.ssm.setdefault(op.layer, {}).setdefault(
+                        "state", Buffer(device, deltanet.state_bytes(a["n_v_heads"], a["head_dim"])))
+        self.state_pos = 0
         self.step = Buffer(device, SLOTS * VIEW_ALIGN, host_visible=True)
         self.step_words = [self.step.array(np.uint32, STEP_WORDS, s * VIEW_ALIGN) for s in range(SLOTS)]
         self.ids_stride = _align(n_ubatch * 4)
@@ -168,16 +182,20 @@ class DeviceRuntime:
 
     # -- weights -------------------------------------------------------------------------------
     def _upload(self, name: str, t: Tensor):
-        if t.rows == 1:
+        # vectors, and the DeltaNet convolution's taps (a float table read as one vector), as plain f32;
+        # matrices in their blocks, even a part of one row (a split of a small matrix)
+        if len(self.model.weights[t.source or name].shape) == 1 or t.role in FLOAT_TABLES:
             return self._upload_vector(t.source or name, t.part)
         raw, qtype = weight_part(self.model, t.source or name, t.part)
         return upload_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts,
                               flush=False)
 
     def _upload_vector(self, name: str, part=None) -> Buffer:
+        """A float32 table (a vector, or a small matrix flattened: the DeltaNet convolution's taps),
+        or its part: element ranges side by side."""
         data = np.ascontiguousarray(self.model.dequantize(name), dtype=np.float32).reshape(-1)
         if part is not None:
-            data = np.ascontiguousarray(data[part[1]:part[2]])
+            data = np.ascontiguousarray(np.concatenate([data[a:b] for a, b in part_ranges(part)]))
         buf = Buffer(self.device, data.nbytes)
         buf.write(data)
         return buf
@@ -193,6 +211,10 @@ class DeviceRuntime:
 
     def kv_bytes(self) -> int:
         return sum(k.size + v.size for k, v in self.kv.values())
+
+    def state_bytes(self) -> int:
+        """Bytes of the DeltaNet layers' recurrent and convolution state on this device."""
+        return sum(b.size for bufs in self.ssm.values() for b in bufs.values())
 
     # -- recording -----------------------------------------------------------------------------
     def _view(self, plan: ActivationPlan, t: Tensor, n_tokens: int) -> View:
@@ -240,6 +262,10 @@ class DeviceRuntime:
                 x = op.inputs[0]
                 weight = vec(op.inputs[1]) if len(op.inputs) > 1 else None
                 norm.rms_norm(seq, kc, act(x), act(op.out), rows_out, x.width, op.attrs["eps"], weight)
+            elif k == "head_norm" and op.attrs.get("stride"):   # the Q half of qwen35's [q | gate]
+                x, w = op.inputs
+                deltanet.head_norm_strided(seq, kc, act(x), vec(w), act(op.out), n_tokens, op.attrs["n_heads"],
+                                           w.width, op.attrs["stride"], op.attrs["eps"])
             elif k == "head_norm":
                 x, w = op.inputs
                 n_heads = op.attrs["n_heads"]
@@ -311,6 +337,24 @@ class DeviceRuntime:
             elif k == "scale_sigmoid":
                 y, x, w = op.inputs
                 moe.scale_sigmoid(seq, kc, act(y), act(x), vec(w), act(op.out), rows_out, y.width, x.width)
+            elif k == "attn_gate":
+                a, qg = op.inputs
+                deltanet.attn_gate(seq, kc, act(a), act(qg), act(op.out), rows_out, op.attrs["n_heads"],
+                                   op.attrs["head_dim"])
+            elif k == "ssm_conv":
+                x, w = op.inputs
+                deltanet.ssm_conv(seq, kc, act(x), vec(w), View.whole(self.ssm[op.layer]["conv"]), act(op.out), step,
+                                  n_tokens, op.attrs["channels"], op.attrs["d_conv"])
+            elif k == "delta_net":
+                x, alpha, beta, dt, a_ = op.inputs
+                at = op.attrs
+                deltanet.delta_net(seq, kc, act(x), act(alpha), act(beta), vec(dt), vec(a_),
+                                   View.whole(self.ssm[op.layer]["state"]), act(op.out), step, n_tokens,
+                                   at["n_k_heads"], at["n_v_heads"], at["head_dim"], at["eps"])
+            elif k == "gated_norm":
+                x, z, w = op.inputs
+                deltanet.gated_norm(seq, kc, act(x), act(z), vec(w), act(op.out), rows_out, op.attrs["n_heads"],
+                                    w.width, op.attrs["eps"])
             elif k == "swiglu":
                 gate, up = op.inputs
                 elementwise.swiglu(seq, kc, act(gate), act(up), act(op.out), rows_out * gate.width)
@@ -376,6 +420,7 @@ class DeviceRuntime:
         seq_len > 0: the KV cache holds whole sequences of seq_len tokens back to back, row p being
         position p % seq_len of sequence p // seq_len (several perplexity chunks in one batch)."""
         n = len(tokens)
+        self._advance_state(n_past, n)
         segs = self.sequence(key, n, slot)
         self.ids_words[slot][:n] = tokens
         words = self.step_words[slot]
@@ -385,6 +430,18 @@ class DeviceRuntime:
         words[STEP_SYNC_BASE] = sync_base
         words[STEP_SEQ_LEN] = seq_len
         return segs
+
+    def _advance_state(self, n_past: int, n: int) -> None:
+        """The recurrent state follows the tokens evaluated: a batch either starts a fresh sequence
+        (n_past 0: the kernels restart the state) or continues where the last one ended. Going back
+        (or skipping ahead) is impossible for a recurrent state, unlike a KV cache."""
+        if not self.ssm:
+            return
+        if n_past not in (0, self.state_pos):
+            raise LlamavkError(f"this model's recurrent (DeltaNet) state holds the first {self.state_pos} tokens of "
+                               f"the sequence; it cannot continue from position {n_past} (it cannot rewind): "
+                               "evaluate the sequence again from its start")
+        self.state_pos = n_past + n
 
     # -- execution -----------------------------------------------------------------------------
     def check_batch(self, key: str, n: int, n_past: int) -> None:
@@ -436,6 +493,7 @@ def _stored_bytes(weight) -> int:
 
 
 EXCHANGE_OPS = frozenset({"put", "sync", "get", "copy_cols", "reduce"})   # recorded by split/comm.py
+FLOAT_TABLES = frozenset({"ssm_conv"})   # 2-D weights the graph reads as one float32 vector
 
 
 def weight_part(model, name: str, part):
@@ -447,13 +505,21 @@ def weight_part(model, name: str, part):
     raw, qtype = model.raw(name), model.tensor_type(name)
     if part is None:
         return raw, qtype
-    axis, start, stop = part
+    axis, ranges = part[0], part_ranges(part)
     shape = model.weights[name].shape          # (rows, cols), or (experts, rows, cols): each cut alike
     experts, rows, cols = shape if len(shape) == 3 else (1,) + tuple(shape)
     info = quant_info(qtype, name)
     data = np.asarray(raw).view(np.uint8).reshape(experts, rows, info.row_bytes(cols))
     if axis == 0:
-        return np.ascontiguousarray(data[:, start:stop]), qtype
-    if start % info.block_size == 0 and stop % info.block_size == 0:
-        return np.ascontiguousarray(data[:, :, info.row_bytes(start):info.row_bytes(stop)]), qtype
-    return np.ascontiguousarray(model.dequantize(name)[..., start:stop]), gguf.GGMLQuantizationType.F32
+        return np.ascontiguousarray(np.concatenate([data[:, a:b] for a, b in ranges], axis=1)), qtype
+    if all(a % info.block_size == 0 and b % info.block_size == 0 for a, b in ranges):
+        return np.ascontiguousarray(np.concatenate(
+            [data[:, :, info.row_bytes(a):info.row_bytes(b)] for a, b in ranges], axis=2)), qtype
+    full = model.dequantize(name)
+    return (np.ascontiguousarray(np.concatenate([full[..., a:b] for a, b in ranges], axis=-1)),
+            gguf.GGMLQuantizationType.F32)
+
+
+def part_ranges(part) -> list[tuple[int, int]]:
+    """The (start, stop) ranges of a weight part (axis, start, stop[, start, stop ...]), in order."""
+    return [(part[i], part[i + 1]) for i in range(1, len(part), 2)]

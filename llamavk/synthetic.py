@@ -28,7 +28,8 @@ from .models.base import ModelConfig, WeightSpec
 from .quant import quant_info, qtype_from_name, tensor_nbytes
 
 SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
-MOE_ARCHS = ("qwen3moe",)
+MOE_ARCHS = ("qwen3moe", "qwen35moe")
+HYBRID_ARCHS = ("qwen35", "qwen35moe")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
 
 
@@ -50,6 +51,14 @@ class Preset:
     n_expert_used: int = 0
     n_ff_exp: int = 0
     n_ff_shexp: int = 0           # a shared expert of this width (0: none)
+    # Gated DeltaNet hybrids (arch qwen35, qwen35moe): key head size, key heads, value heads, conv taps,
+    # every full_attention_interval-th layer attends; RoPE on rope_dim dims of each head (None: all)
+    ssm_d_state: int = 0
+    ssm_n_group: int = 0
+    ssm_dt_rank: int = 0
+    ssm_d_conv: int = 4
+    full_attention_interval: int = 4
+    rope_dim: int | None = None
 
 
 PRESETS: dict[str, Preset] = {
@@ -66,9 +75,37 @@ PRESETS: dict[str, Preset] = {
     "30b-a3b": Preset(n_embd=2048, n_layer=48, n_ff=6144, n_head=32, n_head_kv=4, n_vocab=151936,
                       head_dim=128, rope_base=1e6, rms_eps=1e-6, arch="qwen3moe", n_expert=128,
                       n_expert_used=8, n_ff_exp=768),
+    # tests: the qwen35 hybrids, 3 DeltaNet layers then gated attention; 2 key heads and 4 value heads
+    # of 16 (the tiled value-head order exercised), attention heads of 32 with RoPE on 8 dims
+    "tiny-qwen35": Preset(n_embd=64, n_layer=4, n_ff=160, n_head=4, n_head_kv=2, n_vocab=500, n_ctx=512,
+                          head_dim=32, rope_dim=8, rope_base=1e7, rms_eps=1e-6, arch="qwen35", ssm_d_state=16,
+                          ssm_n_group=2, ssm_dt_rank=4),
+    "tiny-qwen35moe": Preset(n_embd=64, n_layer=4, n_ff=160, n_head=4, n_head_kv=2, n_vocab=500, n_ctx=512,
+                             head_dim=32, rope_dim=8, rope_base=1e7, rms_eps=1e-6, arch="qwen35moe",
+                             ssm_d_state=16, ssm_n_group=2, ssm_dt_rank=4, n_expert=10, n_expert_used=3,
+                             n_ff_exp=96, n_ff_shexp=64),
+    # Qwen3.5-0.8B's published shape: 24 layers (18 DeltaNet, 16/16 heads of 128; 6 attention, 8/2 heads
+    # of 256, RoPE on 64 dims), ffn 3584, vocab 248320, tied embeddings
+    "0.8b": Preset(n_embd=1024, n_layer=24, n_ff=3584, n_head=8, n_head_kv=2, n_vocab=248320, n_ctx=262144,
+                   head_dim=256, rope_dim=64, rope_base=1e7, rms_eps=1e-6, tied_output=True, arch="qwen35",
+                   ssm_d_state=128, ssm_n_group=16, ssm_dt_rank=16),
+    # Qwen3.6-35B-A3B's (= Qwen3.5-35B-A3B's) published shape: dim 2048, 40 layers (30 DeltaNet, 16 key /
+    # 32 value heads of 128, 4 taps; 10 attention, 16/2 heads of 256, RoPE on 64), 256 experts of 512,
+    # 8 used + a shared expert of 512, vocab 248320, rope base 1e7, router f32 (SPEC §10's MoE rules)
+    "35b-a3b": Preset(n_embd=2048, n_layer=40, n_ff=0, n_head=16, n_head_kv=2, n_vocab=248320, n_ctx=262144,
+                      head_dim=256, rope_dim=64, rope_base=1e7, rms_eps=1e-6, arch="qwen35moe", n_expert=256,
+                      n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, ssm_d_state=128, ssm_n_group=16,
+                      ssm_dt_rank=32),
 }
 TINY_KQUANT = dict(n_embd=256, n_ff=512)
-TINY_PRESETS = ("tiny", "tiny-moe")
+TINY_PRESETS = ("tiny", "tiny-moe", "tiny-qwen35", "tiny-qwen35moe")
+
+
+def tiny_preset(arch: str) -> str:
+    """The test preset of an architecture."""
+    if arch in HYBRID_ARCHS:
+        return f"tiny-{arch}"
+    return "tiny-moe" if arch in MOE_ARCHS else "tiny"
 
 _FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q8_0: 7, T.Q4_K: 15, T.Q6_K: 18,   # llama_ftype
               T.IQ4_NL: 25, T.IQ4_XS: 30, T.MXFP4: 38}                            # (38: MXFP4_MOE)
@@ -114,13 +151,16 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
     p = PRESETS[preset]
     arch = arch or p.arch
     arch_module(arch)  # unknown architecture -> error listing the supported ones
-    if bool(p.n_expert) != (arch in MOE_ARCHS):
+    if bool(p.n_expert) != (arch in MOE_ARCHS) or bool(p.ssm_d_state) != (arch in HYBRID_ARCHS):
         raise LlamavkError(f"synthetic preset {preset!r} does not fit architecture {arch!r} "
-                           f"(mixture-of-experts presets go with {', '.join(MOE_ARCHS)})")
+                           f"(mixture-of-experts presets go with {', '.join(MOE_ARCHS)}, DeltaNet hybrid "
+                           f"presets with {', '.join(HYBRID_ARCHS)})")
     wtype = qtype_from_name(qtype)
     info = quant_info(wtype)
     if preset in TINY_PRESETS and info.block_size == 256:
-        p = dataclasses.replace(p, **TINY_KQUANT, **({"n_ff_exp": 256} if p.n_expert else {}))
+        p = dataclasses.replace(p, **TINY_KQUANT, **({"n_ff_exp": 256} if p.n_expert else {}),
+                                **({"n_ff_shexp": 256} if p.n_ff_shexp else {}),
+                                **({"ssm_d_state": 64, "head_dim": 128, "rope_dim": 32} if p.ssm_d_state else {}))
     if preset in TINY_PRESETS and arch in ("qwen3", "qwen3moe"):
         p = dataclasses.replace(p, head_dim=2 * p.n_embd // p.n_head)
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Preset)}
@@ -129,7 +169,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
     p = dataclasses.replace(p, **overrides)
     head_dim = p.head_dim or p.n_embd // p.n_head
     for what, n in (("n_embd", p.n_embd), ("n_ff", p.n_ff), ("n_head*head_dim", p.n_head * head_dim),
-                    ("n_ff_exp", p.n_ff_exp), ("n_ff_shexp", p.n_ff_shexp)):
+                    ("n_ff_exp", p.n_ff_exp), ("n_ff_shexp", p.n_ff_shexp),
+                    ("ssm value heads x head size", p.ssm_dt_rank * p.ssm_d_state)):
         if n % info.block_size:
             raise LlamavkError(f"{what} = {n} is not a multiple of the {info.name} block size "
                                f"{info.block_size}")
@@ -144,18 +185,23 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         "token_embd": 1.0, "output": 2.0 / np.sqrt(E),
         "q": 1 / np.sqrt(E), "k": 1 / np.sqrt(E), "v": 1 / np.sqrt(E),
         "o": 1 / np.sqrt(cfg.n_head * cfg.head_dim),
-        "gate": 1 / np.sqrt(E), "up": 1 / np.sqrt(E), "down": 1 / np.sqrt(cfg.n_ff),
+        "gate": 1 / np.sqrt(E), "up": 1 / np.sqrt(E), "down": 1 / np.sqrt(max(cfg.n_ff, 1)),
         # router logits of std ~1.5: distinct experts win per token, none takes every token
         "router": 1.5 / np.sqrt(E), "gate_exps": 1 / np.sqrt(E), "up_exps": 1 / np.sqrt(E),
         "down_exps": 1 / np.sqrt(max(cfg.n_ff_exp, 1)), "gate_shexp": 1 / np.sqrt(E),
         "up_shexp": 1 / np.sqrt(E), "down_shexp": 1 / np.sqrt(max(cfg.n_ff_shexp, 1)),
+        # DeltaNet: convolution taps of std 0.5 (d_conv of them), products as above
+        "ssm_qkv": 1 / np.sqrt(E), "ssm_z": 1 / np.sqrt(E), "ssm_beta": 1 / np.sqrt(E),
+        "ssm_alpha": 1 / np.sqrt(E), "ssm_conv": 0.5,
+        "ssm_out": 1 / np.sqrt(max(cfg.ssm_dt_rank * cfg.ssm_d_state, 1)),
     }
     tensors = []
     for spec in arch_module(arch).weight_specs(cfg):
         if spec.optional:
             continue
-        # every matrix of the chosen type but the router, which stays f32 as converters write it
-        t = wtype if len(spec.shape) >= 2 and spec.role != "router" else T.F32
+        # every matrix of the chosen type but the router and the convolution taps, which stay f32 as
+        # converters write them
+        t = wtype if len(spec.shape) >= 2 and spec.role not in ("router", "ssm_conv") else T.F32
         tensors.append(PlannedTensor(spec, t, tensor_nbytes(t, spec.shape),
                                      float(std_by_role.get(spec.role, 0.0))))
     return SyntheticPlan(cfg, meta, tensors)
@@ -177,14 +223,22 @@ def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dic
         f"{arch}.attention.head_count_kv": p.n_head_kv,
         f"{arch}.attention.layer_norm_rms_epsilon": p.rms_eps,
         f"{arch}.rope.freq_base": p.rope_base,
-        f"{arch}.rope.dimension_count": head_dim,
+        f"{arch}.rope.dimension_count": p.rope_dim or head_dim,
     }
+    if p.n_ff == 0:            # a mixture of experts without a dense FFN width
+        del meta[f"{arch}.feed_forward_length"]
     if p.n_expert:
         meta.update({f"{arch}.expert_count": p.n_expert, f"{arch}.expert_used_count": p.n_expert_used,
                      f"{arch}.expert_feed_forward_length": p.n_ff_exp})
         if p.n_ff_shexp:
             meta[f"{arch}.expert_shared_feed_forward_length"] = p.n_ff_shexp
-    if head_dim != p.n_embd // p.n_head or arch in ("qwen3", "qwen3moe"):
+    if p.ssm_d_state:          # the DeltaNet layers, as llama.cpp's converter writes them
+        meta.update({f"{arch}.ssm.conv_kernel": p.ssm_d_conv, f"{arch}.ssm.state_size": p.ssm_d_state,
+                     f"{arch}.ssm.group_count": p.ssm_n_group, f"{arch}.ssm.time_step_rank": p.ssm_dt_rank,
+                     f"{arch}.ssm.inner_size": p.ssm_dt_rank * p.ssm_d_state,
+                     f"{arch}.full_attention_interval": p.full_attention_interval,
+                     f"{arch}.rope.dimension_sections": _rope_sections((p.rope_dim or head_dim) // 2)})
+    if head_dim != p.n_embd // p.n_head or arch in ("qwen3", "qwen3moe") + HYBRID_ARCHS:
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim
     meta.update({
@@ -201,6 +255,13 @@ def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dic
         "tokenizer.ggml.add_space_prefix": True,
     })
     return meta
+
+
+def _rope_sections(pairs: int) -> list[int]:
+    """IMROPE sections covering `pairs` rotated pairs the way Qwen3.5's [11, 11, 10] covers 32."""
+    t = -(-pairs // 3)
+    h = -(-(pairs - t) // 2)
+    return [t, h, pairs - t - h, 0]
 
 
 def synthetic_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
@@ -360,6 +421,10 @@ def _vector(rng: np.random.Generator, spec: WeightSpec) -> np.ndarray:
         return (rng.standard_normal(spec.shape) * 0.1).astype(np.float32)
     if spec.role == "router_shexp":      # the shared expert's gate: logits of std ~1
         return (rng.standard_normal(spec.shape) / np.sqrt(spec.shape[0])).astype(np.float32)
+    if spec.role == "ssm_dt":            # DeltaNet decay: softplus(alpha + dt) * a, a = -exp(A_log) < 0;
+        return (rng.standard_normal(spec.shape) * 0.5).astype(np.float32)
+    if spec.role == "ssm_a":             # per-token decays from ~0.97 to ~0.25: the state remembers
+        return (-np.exp(rng.uniform(np.log(0.05), np.log(2.0), spec.shape))).astype(np.float32)
     return (1.0 + 0.1 * rng.standard_normal(spec.shape)).astype(np.float32)
 
 
@@ -395,11 +460,16 @@ def synthetic_model_path(name: str, cache_dir: str | Path | None = None, seed: i
 def describe_plan(plan: SyntheticPlan) -> str:
     c = plan.config
     ffn = f"{c.n_expert} experts of {c.n_ff_exp}, {c.n_expert_used} used" if c.n_expert else f"ffn {c.n_ff}"
+    if c.n_ff_shexp:
+        ffn += f" + a shared expert of {c.n_ff_shexp}"
+    if c.recurrent_layers:
+        ffn += (f", {sum(c.recurrent_layers)} DeltaNet layers ({c.ssm_n_group}/{c.ssm_dt_rank} heads of "
+                f"{c.ssm_d_state})")
     return (f"{c.arch}: dim {c.n_embd}, {c.n_layer} layers, {ffn}, heads {c.n_head}/"
             f"{c.n_head_kv}, head_dim {c.head_dim}, vocab {c.n_vocab}; {plan.n_params / 1e9:.2f}B "
             f"params, {plan.total_bytes / 2**30:.2f} GiB of tensor data")
 
 
-__all__ = ["PRESETS", "SYNTHETIC_TYPES", "Preset", "SyntheticPlan", "synthetic_plan",
+__all__ = ["PRESETS", "SYNTHETIC_TYPES", "Preset", "tiny_preset", "SyntheticPlan", "synthetic_plan",
            "write_synthetic_model", "synthetic_vocab", "parse_synthetic_name", "synthetic_model_path", "random_blocks", "describe_plan",
            "ARCHITECTURES"]

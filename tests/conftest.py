@@ -46,7 +46,7 @@ def botchan_text() -> str:
 @pytest.fixture(scope="session")
 def synthetic_model(tmp_path_factory):
     """Factory: path of a tiny synthetic GGUF (written once per (arch, type, seed) per session)."""
-    from llamavk.synthetic import MOE_ARCHS, write_synthetic_model
+    from llamavk.synthetic import tiny_preset, write_synthetic_model
 
     root = tmp_path_factory.mktemp("synthetic")
     cache: dict = {}
@@ -55,8 +55,8 @@ def synthetic_model(tmp_path_factory):
         key = (arch, qtype, seed, tuple(sorted(overrides.items())))
         if key not in cache:
             path = root / f"{arch}-{qtype}-{seed}-{len(cache)}.gguf"
-            # mixture-of-experts architectures take the tiny preset with experts
-            preset = "tiny-moe" if arch in MOE_ARCHS else "tiny"
+            # mixture-of-experts and hybrid architectures take their own tiny preset
+            preset = tiny_preset(arch)
             write_synthetic_model(path, preset, qtype, arch, seed=seed, **overrides)
             cache[key] = path
         return cache[key]

@@ -253,3 +253,59 @@ def test_bad_metadata():
     tok = Tokenizer.from_metadata(spm_meta(CHARS))
     with pytest.raises(LlamavkError):
         tok.token_to_piece(10**6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Qwen3.5 (byte-level BPE, pre "qwen35"): llama.cpp's own test vectors, and combining marks vs HF
+
+QWEN35_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")                        # tokenizer.json's, as llama.cpp quotes it
+MARKS = ["cafe\u0301 nai\u0308ve", "नमस्ते दुनिया", "ที่นี่ ไม่", "\u0915\u094d\u0937 a\u0300\u0301b", "x\u20d7 + y\u20d7"]
+
+
+@pytest.fixture(scope="module")
+def qwen35_vocab():
+    """llama.cpp's models/ggml-vocab-qwen35.gguf + .inp/.out (scripts/fetch-test-data.sh puts them in
+    ~/.cache/llamavk/vocab, or $LLAMAVK_VOCAB_DIR)."""
+    import os
+    from pathlib import Path
+
+    d = Path(os.environ.get("LLAMAVK_VOCAB_DIR") or Path.home() / ".cache/llamavk/vocab")
+    path = d / "ggml-vocab-qwen35.gguf"
+    if not (path.is_file() and path.with_suffix(".gguf.out").is_file()):
+        pytest.skip(f"llama.cpp's tokenizer test vectors not found in {d} (scripts/fetch-test-data.sh)")
+    return path
+
+
+def test_qwen35_matches_llamacpp_test_vectors(qwen35_vocab):
+    """Every case of llama.cpp's tests/test-tokenizer-0 for this vocabulary (add_special and
+    parse_special false, as there)."""
+    from llamavk.gguf_file import GGUFFile
+
+    tok = Tokenizer.from_metadata(GGUFFile(qwen35_vocab).metadata)
+    raw = qwen35_vocab.with_suffix(".gguf.inp").read_bytes().decode()
+    texts = raw.split("\n__ggml_vocab_test__\n")
+    if texts and texts[-1] == "":               # the file ends with a separator
+        texts.pop()
+    ids = [[int(v) for v in line.split()] for line in qwen35_vocab.with_suffix(".gguf.out").read_text().splitlines()]
+    assert len(texts) == len(ids) == 50
+    for text, want in zip(texts, ids):
+        assert tok.encode(text, add_special=False, parse_special=False) == want, repr(text)
+        assert tok.decode(want) == text
+
+
+def test_qwen35_pretokenizer_keeps_marks_in_words(smollm2_meta):
+    """Qwen3.5's pattern counts combining marks (\\p{M}) as part of a word, where Qwen2's splits them
+    off: against HF tokenizers with tokenizer.json's regex, on text where the two differ."""
+    Regex = pytest.importorskip("tokenizers").Regex
+    from tokenizers import pre_tokenizers as pt
+
+    meta = dict(smollm2_meta, **{"tokenizer.ggml.pre": "qwen35"})
+    tok = Tokenizer.from_metadata(meta)
+    hf = _hf_reference(meta, pt.Sequence([pt.Split(Regex(QWEN35_REGEX), behavior="isolated"),
+                                          pt.ByteLevel(add_prefix_space=False, use_regex=False)]))
+    for text in MARKS + TRICKY:
+        assert tok.encode(text, add_special=False, parse_special=False) == hf.encode(text, add_special_tokens=False).ids, text
+    qwen2, qwen35 = PreTokenizer("qwen2"), PreTokenizer("qwen35")
+    assert qwen35.split("cafe\u0301 x") == ["cafe\u0301", " x"]
+    assert all(qwen2.split(t) != qwen35.split(t) for t in MARKS)

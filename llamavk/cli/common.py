@@ -78,8 +78,10 @@ def describe_model(m) -> list[str]:
     ftype = ftype_name(m.file.metadata, [m.file.tensor_type(n).name for n in m.file.weights])
     experts = (f" ({rt.weight_bytes(experts_only=True) / 2**20:.1f} MiB of {c.n_expert} experts, "
                f"{c.n_expert_used} used per token)" if c.n_expert else "")
+    state = (f", recurrent state {rt.state_bytes() / 2**20:.1f} MiB ({sum(c.recurrent_layers)} DeltaNet layers)"
+             if c.recurrent_layers else "")
     head = (f"{m.path.name}: {c.arch}, {c.n_layer} layers, file type {ftype}, context {m.n_ctx}; weights "
-            f"{rt.weight_bytes() / 2**20:.1f} MiB{experts}, upload {rt.upload_seconds:.2f} s")
+            f"{rt.weight_bytes() / 2**20:.1f} MiB{experts}{state}, upload {rt.upload_seconds:.2f} s")
     if m.split_mode == "none":
         return [f"{head}; on {rt.device.name} ({rt.device.info.name})"]
     return [f"{head}; split mode {m.split_mode} over {len(m.devices)} devices:"] + rt.describe()

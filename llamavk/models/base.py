@@ -28,6 +28,10 @@ ROLES = (
     # mixture of experts: the router (n_expert, n_embd), the experts' stacked matrices
     # (n_expert, rows, cols), and the optional shared expert with its sigmoid gate (1, n_embd)
     "router", "gate_exps", "up_exps", "down_exps", "gate_shexp", "up_shexp", "down_shexp", "router_shexp",
+    # Gated DeltaNet layers (qwen35): the q|k|v input product, the output gate z, the causal
+    # convolution's taps (conv channels, d_conv), dt bias and A per value head, the beta and alpha
+    # products (value heads, n_embd), the gated norm (value head size), the output product
+    "ssm_qkv", "ssm_z", "ssm_conv", "ssm_dt", "ssm_a", "ssm_beta", "ssm_alpha", "ssm_norm", "ssm_out",
 )
 EXPERT_ROLES = frozenset({"gate_exps", "up_exps", "down_exps"})
 
@@ -79,11 +83,24 @@ class ModelConfig:
     expert_norm: bool = False         # the chosen experts' weights renormalized to sum 1
     expert_weights_scale: float = 1.0
     n_ff_shexp: int = 0               # the shared expert's FFN width (0: none)
+    # Gated DeltaNet hybrids (qwen35, qwen35moe; models/qwen35.py): per layer, whether it is a linear-
+    # attention (recurrent) layer; the shapes as llama.cpp reads them from `{arch}.ssm.*`
+    recurrent_layers: tuple[bool, ...] = ()
+    ssm_d_conv: int = 0               # causal convolution width (ssm.conv_kernel)
+    ssm_d_state: int = 0              # key head size = value head size (ssm.state_size)
+    ssm_n_group: int = 0              # key heads (ssm.group_count)
+    ssm_dt_rank: int = 0              # value heads (ssm.time_step_rank)
+    ssm_d_inner: int = 0              # value heads x value head size (ssm.inner_size)
+    attn_output_gate: bool = False    # the Q product also gives each head a sigmoid gate of its output
 
     @property
     def n_gqa(self) -> int:
         """Query heads per KV head."""
         return self.n_head // self.n_head_kv
+
+    def is_recurrent(self, layer: int) -> bool:
+        """Whether `layer` is a Gated DeltaNet layer (recurrent state, no KV cache)."""
+        return bool(self.recurrent_layers) and self.recurrent_layers[layer]
 
 
 @dataclass(frozen=True)

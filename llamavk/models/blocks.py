@@ -1,6 +1,6 @@
-"""Building blocks of decoder graphs, shared by the architecture modules: attention, the SwiGLU FFN
-and the mixture-of-experts FFN. Each appends one block's ops to a Graph and returns its output
-(the caller adds the residual)."""
+"""Building blocks of decoder graphs, shared by the architecture modules: attention (plain, or gated
+as in qwen35), the Gated DeltaNet mixer (qwen35), the SwiGLU FFN and the mixture-of-experts FFN.
+Each appends one block's ops to a Graph and returns its output (the caller adds the residual)."""
 
 from __future__ import annotations
 
@@ -58,3 +58,38 @@ def moe_ffn(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
         gated = g.scale_sigmoid(shared, h, vec(g, b + "ffn_gate_inp_shexp.weight", E, "router_shexp", i))
         out = g.add(out, gated)
     return out
+
+
+def gated_attention(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
+    """qwen35's full attention: attn_q yields [q | gate] per head; per-head Q/K RMS norms, RoPE, causal
+    GQA attention; the output times sigmoid(gate) before the output projection."""
+    b, E, D, H = f"blk.{i}.", cfg.n_embd, cfg.head_dim, cfg.n_head
+    kv_out = cfg.n_head_kv * D
+    qg = g.matmul(g.weight(b + "attn_q.weight", H * 2 * D, E, "q", i), h)
+    k = g.matmul(g.weight(b + "attn_k.weight", kv_out, E, "k", i), h)
+    v = g.matmul(g.weight(b + "attn_v.weight", kv_out, E, "v", i), h)
+    q = g.head_norm(qg, vec(g, b + "attn_q_norm.weight", D, "q_norm", i), H, cfg.rms_eps, stride=2 * D)
+    k = g.head_norm(k, vec(g, b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
+    q = g.rope(q, H)
+    k = g.rope(k, cfg.n_head_kv)
+    a = g.attn_gate(g.attention(q, k, v), qg, H, D)
+    return g.matmul(g.weight(b + "attn_output.weight", E, H * D, "o", i), a)
+
+
+def gated_delta_net(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
+    """qwen35's linear attention (models/hybrid.py has the math): the q|k|v, gate, beta and alpha
+    products of h, the causal convolution, the gated delta rule over the layer's recurrent state,
+    the gated per-head norm and the output projection."""
+    b, E = f"blk.{i}.", cfg.n_embd
+    D, Hk, Hv = cfg.ssm_d_state, cfg.ssm_n_group, cfg.ssm_dt_rank
+    channels = 2 * Hk * D + Hv * D
+    qkv = g.matmul(g.weight(b + "attn_qkv.weight", channels, E, "ssm_qkv", i), h)
+    z = g.matmul(g.weight(b + "attn_gate.weight", Hv * D, E, "ssm_z", i), h)
+    beta = g.matmul(g.weight(b + "ssm_beta.weight", Hv, E, "ssm_beta", i), h)
+    alpha = g.matmul(g.weight(b + "ssm_alpha.weight", Hv, E, "ssm_alpha", i), h)
+    # the taps are a float table (channels x d_conv), read as one vector
+    x = g.ssm_conv(qkv, vec(g, b + "ssm_conv1d.weight", channels * cfg.ssm_d_conv, "ssm_conv", i), cfg.ssm_d_conv)
+    o = g.delta_net(x, alpha, beta, vec(g, b + "ssm_dt.bias", Hv, "ssm_dt", i), vec(g, b + "ssm_a", Hv, "ssm_a", i),
+                    Hk, Hv, D, cfg.rms_eps)
+    o = g.gated_norm(o, z, vec(g, b + "ssm_norm.weight", D, "ssm_norm", i), Hv, cfg.rms_eps)
+    return g.matmul(g.weight(b + "ssm_out.weight", E, Hv * D, "ssm_out", i), o)

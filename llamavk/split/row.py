@@ -2,6 +2,8 @@
 the KV cache stay on the main device (-mg). So do a mixture of experts' stacked expert matrices (as
 in llama.cpp, whose row split leaves them whole): splitting each of a token's few small expert
 products would cost a broadcast and a gather per product for little work; the router is split.
+Gated DeltaNet layers (qwen35) split their products like any other; the convolution, the delta rule
+and the gated norm run on the main device, which holds their recurrent state.
 
 Before each group of products that share an input (Q/K/V; gate/up; each other one alone) the main
 device broadcasts the input; after it, every device's rows are gathered on the main device in one
@@ -64,5 +66,6 @@ def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
     for d in range(n):
         rows = partition(width, shares)[d]
         dg.holds[d] = [f"{100 * shares[d]:.0f}% of every matrix's rows (e.g. {what} rows {rows[0]}-{rows[1] - 1})"]
-    dg.holds[mg].append("norms, attention, KV cache" + (", the experts" if cfg.n_expert else ""))
+    dg.holds[mg].append("norms, attention, KV cache" + (", the experts" if cfg.n_expert else "")
+                        + (", DeltaNet convolutions and delta rule with their state" if cfg.recurrent_layers else ""))
     return dg

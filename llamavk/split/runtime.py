@@ -159,6 +159,13 @@ class SplitRuntime:
     def weight_bytes(self, experts_only: bool = False) -> int:
         return sum(rt.weight_bytes(experts_only) for rt in self.runtimes)
 
+    def state_bytes(self) -> int:
+        return sum(rt.state_bytes() for rt in self.runtimes)
+
+    @property
+    def state_pos(self) -> int:
+        return max(rt.state_pos for rt in self.runtimes)
+
     def describe(self) -> list[str]:
         """What each device holds (-v), and the host-memory traffic of one decoded token."""
         lines = []
@@ -167,7 +174,8 @@ class SplitRuntime:
             of_which = f" ({experts / 2**20:.1f} MiB of experts)" if self.cfg.n_expert else ""
             lines.append(f"  {rt.device.name} ({rt.device.info.name}): {', '.join(holds) or 'nothing'}; "
                          f"weights {rt.weight_bytes() / 2**20:.1f} MiB{of_which}, "
-                         f"KV cache {rt.kv_bytes() / 2**20:.1f} MiB")
+                         f"KV cache {rt.kv_bytes() / 2**20:.1f} MiB"
+                         + (f", recurrent state {rt.state_bytes() / 2**20:.1f} MiB" if rt.ssm else ""))
         written, read, points = traffic_per_token(self.runtimes)
         lines.append(f"  per token: {points} exchange points, {written / 1024:.1f} KiB written to and "
                      f"{read / 1024:.1f} KiB read from shared host memory ({self.sync} sync)")

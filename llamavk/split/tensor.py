@@ -14,6 +14,13 @@ expert, where there is one). The router is mirrored, so each device picks the sa
 weighted sum of the slots is linear, so each device sums its partials and the one all-reduce per
 layer comes after it, not once per expert.
 
+Gated DeltaNet layers (qwen35) are split by key heads like attention by KV heads: a device holds key
+heads [a, b) and the value heads that read them (value head h reads key head h % Hk, so those are the
+ranges j Hk + [a, b), j < Hv / Hk: gathered parts, Tensor.gathered), with their rows of the q|k|v,
+gate, beta and alpha products, their convolution channels, dt and A, and their recurrent state; the
+output product is split by those columns and summed like attention's. The gated attention's Q
+product has [q | gate] per head: its rows go by whole heads of 2 x head_dim.
+
 build() is shared with -sm graph (split/graph.py), which changes how the sums are made.
 """
 
@@ -24,8 +31,9 @@ from .exchange import all_reduce
 
 # q, k, v, gate, up (and the experts' and shared expert's) are split by output rows; these by input
 # columns, giving partial sums; the router is mirrored:
-ROW_PARALLEL = {"o", "down", "down_exps", "down_shexp"}
+ROW_PARALLEL = {"o", "down", "down_exps", "down_shexp", "ssm_out"}
 MIRRORED = {"router"}
+DELTANET_OPS = ("ssm_conv", "delta_net", "gated_norm")
 
 
 def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
@@ -50,13 +58,17 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
 
     exp = ffn_parts(cfg.n_ff_exp, "down_exps") if cfg.n_expert else []
     shexp = ffn_parts(cfg.n_ff_shexp, "down_shexp") if cfg.n_ff_shexp else []
+    qd = 2 * D if cfg.attn_output_gate else D                     # Q rows per head ([q | gate])
     rows_of = {                                                   # role -> device -> output rows
-        "q": [(a * group * D, b * group * D) for a, b in kv],
+        "q": [(a * group * qd, b * group * qd) for a, b in kv],
         "k": [(a * D, b * D) for a, b in kv], "v": [(a * D, b * D) for a, b in kv],
         "gate": ff, "up": ff, "gate_exps": exp, "up_exps": exp, "gate_shexp": shexp, "up_shexp": shexp,
         "o": [(a * group * D, b * group * D) for a, b in kv], "down": ff,   # input columns
         "down_exps": exp, "down_shexp": shexp,
     }
+    kh = partition(cfg.ssm_n_group, shares) if cfg.recurrent_layers else [(0, 0)] * n
+    if cfg.recurrent_layers:
+        rows_of.update(deltanet_parts(cfg, kh))
     role = {}                        # model activation -> role of the product that made it
     partial = {}                     # model activation -> {device: partial sum or None}
     for op in graph.ops:
@@ -74,26 +86,26 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
         elif k in ("matmul", "matmul_id"):
             w, x = op.inputs[0], op.inputs[1]
             extra = list(op.inputs[2:])                   # matmul: a bias; matmul_id: the route
-            parts = rows_of[w.role]
+            parts = [ranges_of(p) for p in rows_of[w.role]]
             role[op.out] = w.role
             if w.role in ROW_PARALLEL:
                 partial[op.out] = {}
             slots = op.inputs[2].width // 2 if k == "matmul_id" else 1
-            for d, (a, b) in enumerate(parts):
-                if b <= a or not dg.has(d, x):
+            for d, rs in enumerate(parts):
+                if not rs or not dg.has(d, x):
                     if w.role in ROW_PARALLEL:
                         partial[op.out][d] = None
                     continue
                 if k == "matmul_id":
                     extra_d = [dg.tensor(d, extra[0])]
                 else:
-                    extra_d = [extra[0].sliced(0, a, b)] if extra else []
+                    extra_d = [extra[0].gathered(0, rs)] if extra else []
                 if w.role in ROW_PARALLEL:
-                    partial[op.out][d] = dg.emit(d, k, [w.sliced(1, a, b), dg.tensor(d, x)] + extra_d,
+                    partial[op.out][d] = dg.emit(d, k, [w.gathered(1, rs), dg.tensor(d, x)] + extra_d,
                                                  op.out.width, op.layer)
                 else:
-                    dg.bind(d, op.out, dg.emit(d, k, [w.sliced(0, a, b), dg.tensor(d, x)] + extra_d,
-                                               slots * (b - a), op.layer))
+                    dg.bind(d, op.out, dg.emit(d, k, [w.gathered(0, rs), dg.tensor(d, x)] + extra_d,
+                                               slots * sum(b - a for a, b in rs), op.layer))
         elif k in ("moe_sum", "scale_sigmoid") and op.inputs[0] in partial:
             # linear in the partial expert outputs: each device's partial of the sum (or gated sum)
             partial[op.out] = {d: dg.emit(d, k, [p] + [dg.tensor(d, t) for t in op.inputs[1:]], op.out.width,
@@ -121,6 +133,12 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
             for d, (a, b) in enumerate(kv):
                 if b > a:
                     dg.place(d, op, n_head=(b - a) * group, n_head_kv=b - a)
+        elif k == "attn_gate":                       # the device's query heads
+            for d, (a, b) in enumerate(kv):
+                if b > a and dg.has(d, op.inputs[0]):
+                    dg.place(d, op, n_heads=(b - a) * group)
+        elif k in DELTANET_OPS:                      # the device's key heads and their value heads
+            place_deltanet(dg, cfg, op, kh)
         elif k == "swiglu":                          # where the device holds a part of the FFN
             for d in devices:
                 if dg.has(d, op.inputs[0]):
@@ -134,6 +152,56 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
         if cfg.n_expert:
             e0, e1 = exp[d]
             ffn = f"columns {e0}-{e1 - 1} of every expert" if e1 > e0 else "no expert columns"
-        dg.holds[d] = [f"KV heads {h0}-{h1 - 1}" if h1 > h0 else "no heads", ffn,
-                       f"vocab {v0}-{v1 - 1}" if v1 > v0 else "no vocab rows"]
+        heads = [f"KV heads {h0}-{h1 - 1}" if h1 > h0 else "no heads"]
+        if cfg.recurrent_layers:
+            k0, k1 = kh[d]
+            heads.append(f"DeltaNet key heads {k0}-{k1 - 1} (and their state)" if k1 > k0 else "no DeltaNet heads")
+        dg.holds[d] = heads + [ffn, f"vocab {v0}-{v1 - 1}" if v1 > v0 else "no vocab rows"]
     return dg
+
+
+def ranges_of(part) -> list[tuple[int, int]]:
+    """A device's part of a weight axis: (start, stop), or a list of such ranges; empty ones dropped."""
+    rs = [part] if isinstance(part, tuple) else list(part)
+    return [(a, b) for a, b in rs if b > a]
+
+
+def value_heads(cfg, a: int, b: int) -> list[tuple[int, int]]:
+    """The value heads that read key heads [a, b): j Hk + [a, b) for every j (llama.cpp's tiled order)."""
+    Hk = cfg.ssm_n_group
+    return [(j * Hk + a, j * Hk + b) for j in range(cfg.ssm_dt_rank // Hk)] if b > a else []
+
+
+def deltanet_parts(cfg, kh) -> dict:
+    """role -> device -> its ranges of a DeltaNet weight's rows (ssm_out: columns), for key heads kh."""
+    D, Hk = cfg.ssm_d_state, cfg.ssm_n_group
+    qkv, z, heads = [], [], []
+    for a, b in kh:
+        vh = value_heads(cfg, a, b)
+        heads.append(vh)
+        z.append([(h0 * D, h1 * D) for h0, h1 in vh])
+        qkv.append(([(a * D, b * D), ((Hk + a) * D, (Hk + b) * D)] if b > a else [])
+                   + [((2 * Hk + h0) * D, (2 * Hk + h1) * D) for h0, h1 in vh])
+    return {"ssm_qkv": qkv, "ssm_z": z, "ssm_beta": heads, "ssm_alpha": heads, "ssm_out": z}
+
+
+def place_deltanet(dg, cfg, op, kh) -> None:
+    """ssm_conv, delta_net, gated_norm on each device holding key heads, on its channels and heads."""
+    K = cfg.ssm_d_conv
+    parts = deltanet_parts(cfg, kh)
+    for d, (a, b) in enumerate(kh):
+        if b <= a or not dg.has(d, op.inputs[0]):
+            continue
+        n_v = cfg.ssm_dt_rank // cfg.ssm_n_group * (b - a)
+        if op.kind == "ssm_conv":
+            channels = parts["ssm_qkv"][d]
+            taps = op.inputs[1].gathered(0, [(c0 * K, c1 * K) for c0, c1 in channels])
+            dg.place(d, op, inputs=[dg.tensor(d, op.inputs[0]), taps],
+                     channels=sum(c1 - c0 for c0, c1 in channels))
+        elif op.kind == "delta_net":
+            x, alpha, beta, dt, a_ = op.inputs
+            heads = parts["ssm_beta"][d]
+            dg.place(d, op, inputs=[dg.tensor(d, x), dg.tensor(d, alpha), dg.tensor(d, beta), dt.gathered(0, heads),
+                                    a_.gathered(0, heads)], n_k_heads=b - a, n_v_heads=n_v)
+        else:
+            dg.place(d, op, n_heads=n_v)

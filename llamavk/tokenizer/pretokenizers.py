@@ -36,6 +36,12 @@ _QWEN2 = (
     + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+# Qwen3.5: Qwen2's, with combining marks (\p{M}) kept inside letter runs
+_QWEN35 = (
+    _CONTRACTIONS_CI
+    + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
 _SEED_CODER = (
     _CONTRACTIONS_CI
     + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -54,6 +60,7 @@ REGEX_SEQUENCES: dict[str, tuple[str, ...]] = {
     "gpt2": (_GPT2,),
     "llama3": (_LLAMA3,),
     "qwen2": (_QWEN2,),
+    "qwen35": (_QWEN35,),
     # SmolLM & co: every digit is its own piece first, then the GPT-2 pattern on the rest.
     "smollm": (r"\p{N}", _GPT2),
     "falcon": (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"),
@@ -89,6 +96,7 @@ _reg(("starcoder", "refact", "codeshell", "minerva-7b", "exaone"), "smollm")
 _reg(("command-r", "smollm"), "smollm", clean=False)
 _reg(("qwen2", "deepseek-r1-qwen", "kormo", "hunyuan", "grok-2"), "qwen2", clean=False)
 _reg(("stablelm2", "megrez"), "qwen2")
+_reg(("qwen35",), "qwen35", clean=False)
 _reg(("poro-chat",), "bloom", clean=False)
 _reg(("bloom", "gpt3-finnish"), "bloom")
 _reg(("viking",), "viking", clean=False)
