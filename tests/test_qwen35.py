@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import llamavk
+from llamavk.kernels import selection
 from llamavk.errors import LlamavkError
 from llamavk.models import config_from_metadata, load_model_file
 from llamavk.perplexity import read_text
@@ -91,7 +92,10 @@ def test_tiny_hybrid_matches_reference(synthetic_model, arch, qtype):
     scale = np.abs(want).max()
     with quiet(path, n_ctx=128, n_ubatch=48) as m:
         got = m.logits(prompt, all=True)       # micro-batches of 48 + 22: the chunked form, state carried
-        assert np.abs(got - want).max() < 3e-3 * scale
+        # GPUs with cooperative matrices multiply prompts' weights and activations rounded to f16; the
+        # recurrence carries that through the state: 3.6e-3 of max|logit| measured on an H100
+        tol = 6e-3 if selection.has_coopmat(m.runtime.kc) else 3e-3
+        assert np.abs(got - want).max() < tol * scale
         m.logits(prompt[:30])
         for i in range(30, 34):                # one-token steps continue the prompt's state
             m.runtime.run_batch("last", [prompt[i]], i)
