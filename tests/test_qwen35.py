@@ -111,13 +111,15 @@ def test_prompt_path_equals_token_by_token(synthetic_model, arch):
     prompt = prompt_of(45, seed=6)
     with quiet(path, n_ctx=64, n_ubatch=20) as m:
         batched = m.logits(prompt, all=True)                       # 20 + 20 + 5
+        # prompts on cooperative matrices (GPUs) multiply f16-rounded values, decode does not
+        tol = 6e-3 if selection.has_coopmat(m.runtime.kc) else 1e-3
         m.runtime.run_batch("last", prompt[:1], 0)
         rows = [m.runtime.logits(1)[0].copy()]
         for i in range(1, len(prompt)):
             m.runtime.run_batch("last", [prompt[i]], i)
             rows.append(m.runtime.logits(1)[0].copy())
     decoded = np.stack(rows)
-    assert np.abs(batched - decoded).max() < 1e-3 * np.abs(decoded).max()
+    assert np.abs(batched - decoded).max() < tol * np.abs(decoded).max()
 
 
 def test_parallel_sequences_each_keep_their_own_state(synthetic_model, botchan_text):
@@ -202,6 +204,10 @@ LAYOUTS = [(2, None), (2, [2, 1]), (3, None), (4, [1, 2, 1, 1])]
 # the partials are rounded (seen with other seeds in graph mode: one token off by 0.13 of max|logit|,
 # the rest 5e-3, greedy tokens equal), so the files here are seeds without such a tie.
 SPLIT_TOL = {"layer": 1e-4, "row": 1e-4, "tensor": 1e-4, "graph": 4e-3}
+# GPUs with cooperative matrices: a split changes the products' shapes and with them the kernel (f16
+# cooperative-matrix tiles or f32 matrix-vector products for small parts) -- H100: layer 1.3e-4, tensor
+# 3.1e-4, row 3.5e-3 (its small row parts run the f32 kernel where -sm none ran f16 tiles).
+COOPMAT_SPLIT_TOL = 8e-3
 
 
 @pytest.fixture(scope="module")
@@ -227,8 +233,9 @@ def test_split_matches_none(split_refs, arch, mode):
                    n_ubatch=48) as m:
             got = m.logits(prompt, all=True)
             tokens = list(m.generate(prompt, n=6, temp=0))
+            tol = max(SPLIT_TOL[mode], COOPMAT_SPLIT_TOL if selection.has_coopmat(m.runtime.runtimes[0].kc) else 0)
         err = np.abs(got - want).max() / scale
-        assert err < SPLIT_TOL[mode], f"{mode} on {n_dev} devices, -ts {ts}: {err:.2e}"
+        assert err < tol, f"{mode} on {n_dev} devices, -ts {ts}: {err:.2e}"
         assert tokens == want_tokens, f"{mode} on {n_dev} devices, -ts {ts}"
 
 
