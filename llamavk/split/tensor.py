@@ -23,9 +23,10 @@ from .base import DeviceGraphs, partition
 from .exchange import all_reduce
 
 # q, k, v, gate, up (and the experts' and shared expert's) are split by output rows; these by input
-# columns, giving partial sums; the router is mirrored:
+# columns, giving partial sums; the router is mirrored; the output matrix is split by vocabulary:
 ROW_PARALLEL = {"o", "down", "down_exps", "down_shexp"}
 MIRRORED = {"router"}
+OUTPUT_ROLES = {"output", "token_embd"}     # token_embd: a tied output matrix (the lookup is "embed")
 
 
 def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
@@ -61,13 +62,25 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
     partial = {}                     # model activation -> {device: partial sum or None}
     for op in graph.ops:
         k = op.kind
-        if k == "matmul" and op.out is graph.logits:
+        if any(t in partial for t in op.inputs) and not (k in ("moe_sum", "scale_sigmoid", "add")):
+            # a partial sum read by an op that is not linear in it (gemma3's norm after attention /
+            # the FFN, before the residual add): summed first, in the same one exchange per block
+            for t in [t for t in op.inputs if t in partial]:
+                out = all_reduce(dg, partial.pop(t), {d: None for d in devices}, t.width, op.layer,
+                                 ring=ring, dtype=dtype)
+                for d, full in out.items():
+                    dg.bind(d, t, full)
+        if k == "matmul" and op.inputs[0].role in OUTPUT_ROLES:
             w = op.inputs[0]
             for d, (r0, r1) in enumerate(vocab):
                 if r1 > r0:
-                    dg.set_logits(d, dg.emit(d, "matmul", [w.sliced(0, r0, r1), dg.tensor(d, op.inputs[1])],
-                                             r1 - r0, op.layer))
+                    dg.bind(d, op.out, dg.emit(d, "matmul", [w.sliced(0, r0, r1), dg.tensor(d, op.inputs[1])],
+                                               r1 - r0, op.layer))
             dg.logits_parts = [(d, r0, r1) for d, (r0, r1) in enumerate(vocab) if r1 > r0]
+        elif k == "softcap":                         # in place on each device's part of the logits
+            for d, (r0, r1) in enumerate(vocab):
+                if r1 > r0:
+                    dg.emit(d, k, [dg.tensor(d, op.inputs[0])], None, op.layer, **op.attrs)
         elif k == "matmul" and op.inputs[0].role in MIRRORED:
             for d in devices:
                 dg.place(d, op)
@@ -121,7 +134,7 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
             for d, (a, b) in enumerate(kv):
                 if b > a:
                     dg.place(d, op, n_head=(b - a) * group, n_head_kv=b - a)
-        elif k == "swiglu":                          # where the device holds a part of the FFN
+        elif k in ("swiglu", "geglu"):               # where the device holds a part of the FFN
             for d in devices:
                 if dg.has(d, op.inputs[0]):
                     dg.place(d, op)
@@ -136,4 +149,6 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
             ffn = f"columns {e0}-{e1 - 1} of every expert" if e1 > e0 else "no expert columns"
         dg.holds[d] = [f"KV heads {h0}-{h1 - 1}" if h1 > h0 else "no heads", ffn,
                        f"vocab {v0}-{v1 - 1}" if v1 > v0 else "no vocab rows"]
+        if vocab[d][1] > vocab[d][0]:
+            dg.set_logits(d, dg.tensor(d, graph.logits))
     return dg
