@@ -5,7 +5,8 @@
     python examples/make_synthetic_model.py --preset 70b --type q4_0 --dry-run
 
 Presets tiny/1b/8b/32b/70b (1b..70b: the exact shapes of llama.cpp's reference runs in SPEC §10);
-types f32, f16, q8_0, q4_0, q4_k, q6_k, iq4_nl, iq4_xs, mxfp4; architectures llama, qwen2, qwen3.
+types f32, f16, q8_0, q4_0, q4_k, q6_k, iq4_nl, iq4_xs, mxfp4; architectures llama, qwen2, qwen3,
+qwen3moe (MoE presets), gemma3.
 """
 
 from __future__ import annotations
