@@ -263,6 +263,10 @@ def test_sliding_window_pattern_and_scales():
     ("gemma3.final_logit_softcapping", -30.0, "final_logit_softcap"),
     ("gemma3.final_logit_softcapping", float("inf"), "final_logit_softcapping"),
     ("gemma3.attention.query_pre_attn_scalar", 0, "query_pre_attn_scalar"),
+    ("gemma3.attention.sliding_window", 512.0, "sliding_window"),
+    ("gemma3.attention.sliding_window_pattern", "6", "sliding_window_pattern"),
+    ("gemma3.final_logit_softcapping", "30", "final_logit_softcapping"),
+    ("gemma3.rope.freq_base_swa", True, "freq_base_swa"),
 ])
 def test_bad_gemma3_metadata_is_a_one_line_error(key, value, message):
     with pytest.raises(LlamavkError, match=message) as e:
