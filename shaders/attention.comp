@@ -10,10 +10,12 @@
 // execution time (the recording is replayed as they grow). With seq_len = step[4] > 0 the batch
 // holds whole sequences back to back (several perplexity chunks at once): the token at row
 // p = n_past + t attends to rows (p / seq_len) * seq_len .. p only, those of its own sequence.
+// A sliding window (push window = W > 0) further limits row p to rows p - W + 1 .. p.
 //
 // Grid: (ceil(n_tokens * n_gqa / BR), n_head_kv, n_splits). Split z handles the KV chunk
-// [z * chunk, (z + 1) * chunk), chunk = max(roundup(ceil(n_kv / n_splits), WG), min_chunk) computed
-// at execution time: the grid is fixed (sized for n_ctx) and workgroups past n_kv exit at once, so a
+// [base + z * chunk, base + (z + 1) * chunk), chunk = max(roundup(ceil((n_kv - base) / n_splits), WG),
+// min_chunk) computed at execution time (base: the first position the batch may see, 0 without a
+// window): the grid is fixed (sized for n_ctx) and workgroups past n_kv exit at once, so a
 // short context uses few splits (min_chunk, a multiple of WG) and a long one up to n_splits.
 // Without SPLIT the (only) split writes out = O / l; with SPLIT the splits' partial results are
 // merged by the last one to finish (attention_split.glsl). One dispatch either way.
@@ -53,6 +55,7 @@ layout(push_constant) uniform Push {
     uint n_tokens; uint n_head; uint n_head_kv; uint n_splits;
     uint min_chunk;    // positions per split at least (a multiple of WG)
     float scale;
+    uint window;       // sliding window: positions a row sees, its own included (0: all)
 } p;
 
 shared vec4 qs[BR * HD4];      // scaled queries; at the end, the c-group reduction of O
@@ -84,7 +87,7 @@ void main() {
         const uint row = row0 + min(r, rows_here - 1);
         const uint t = row / n_gqa;
         lim[r] = n_past + t;
-        lo[r] = seq_len > 0 ? lim[r] / seq_len * seq_len : 0;
+        lo[r] = first_visible(lim[r], seq_len);
         orow[r] = t * p.n_head + kvh * n_gqa + (row - t * n_gqa);
     }
     for (uint idx = tid; idx < BR * HD4; idx += WG) {
@@ -200,5 +203,5 @@ void main() {
         barrier();
     }
 
-    finish_rows(n_kv, sr.chunk, split, row0, rows_here, kvh, n_gqa, orow, m, l);
+    finish_rows(n_kv - sr.base, sr.chunk, split, row0, rows_here, kvh, n_gqa, orow, m, l);
 }

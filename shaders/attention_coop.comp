@@ -5,8 +5,8 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 // Causal GQA attention for prompts on cooperative matrices (tensor cores): what attention.comp
-// computes, with the same bindings, push constants and query-row order (read its header), for one
-// split (the prompt grids are large enough). Written against GL_NV_cooperative_matrix like
+// computes, with the same bindings, push constants (sliding window included) and query-row order
+// (read its header), for one split (the prompt grids are large enough). Written against GL_NV_cooperative_matrix like
 // matmul_coop.comp (build.py rewrites it to the KHR extension); 16 x 8 x 16 f16 -> f32 tiles,
 // 32-lane subgroups.
 //
@@ -40,6 +40,7 @@ layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past,
 layout(std430, binding = 4) writeonly buffer Out { float o[]; };
 layout(push_constant) uniform Push {
     uint n_tokens; uint n_head; uint n_head_kv; uint n_splits; uint min_chunk; float scale;
+    uint window;       // sliding window: positions a row sees, its own included (0: all)
 } p;
 
 shared uvec2 ks[BR * LDK];      // first the workgroup's q rows (f16, scaled), then K rows 0..BC-1
@@ -48,6 +49,13 @@ shared float ss[NW * 16 * BC];  // per subgroup: S (16 x BC, row-major), at the 
 shared uvec2 ps[NW * 16 * LDP]; // per subgroup: P (16 x BC f16, row-major)
 
 uvec2 pack4(vec4 v) { return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }
+
+// The first position the query at position `pos` may see: its sequence's start (seq_len > 0) or 0,
+// and with a sliding window (window = W > 0) no earlier than pos - W + 1.
+uint first_visible(const uint pos, const uint seq_len) {
+    const uint lo = seq_len > 0 ? pos / seq_len * seq_len : 0;
+    return p.window > 0 && pos + 1 > p.window ? max(lo, pos + 1 - p.window) : lo;
+}
 
 // Stage K (and V) rows pos0 .. pos0 + BC - 1 of KV head kvh; positions from `last` on repeat row
 // `last` (finite values; their probabilities are 0).
@@ -82,12 +90,12 @@ void main() {
     const uint my_row = row0 + min(my_r, rows_here - 1);
     const uint my_t = my_row / n_gqa;
     const uint lim = min(n_past + my_t, n_kv - 1);
-    const uint lo = seq_len > 0 ? (n_past + my_t) / seq_len * seq_len : 0;
+    const uint lo = first_visible(n_past + my_t, seq_len);
     const uint col0 = (lane % 2) * 16;
     // The workgroup's positions: from its first row's first visible one to its last row's last.
     const uint t_first = row0 / n_gqa, t_last = (row0 + rows_here - 1) / n_gqa;
     const uint kv_end = min(n_kv, n_past + t_last + 1);
-    const uint kv_begin = (seq_len > 0 ? (n_past + t_first) / seq_len * seq_len : 0) / BC * BC;
+    const uint kv_begin = first_visible(n_past + t_first, seq_len) / BC * BC;
 
     // q rows -> f16 in shared (scaled), then each subgroup's 16 x HD as KT A tiles in registers.
     for (uint idx = tid; idx < BR * (HD / 4); idx += 32 * NW) {

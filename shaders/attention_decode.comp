@@ -3,8 +3,9 @@
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_shuffle : require
 // Flash attention for decode: at most 4 query rows per KV head (one token and its GQA heads, or a
-// few tokens of one head), over the f16 KV cache. Same bindings, push constants, grid and split-KV
-// scheme as attention.comp (see there); this kernel is shaped for latency instead of reuse.
+// few tokens of one head), over the f16 KV cache. Same bindings, push constants, grid, split-KV
+// scheme and sliding window as attention.comp (see there); this kernel is shaped for latency
+// instead of reuse.
 //
 // Why a kernel of its own: a decode step gives attention one workgroup per KV head and split (8 on a
 // 7.2B at short context), so each workgroup's instruction chain is the cost, not the bytes. Here a
@@ -62,6 +63,7 @@ layout(push_constant) uniform Push {
     uint n_tokens; uint n_head; uint n_head_kv; uint n_splits;
     uint min_chunk;    // positions per split at least (a multiple of BP)
     float scale;
+    uint window;       // sliding window: positions a row sees, its own included (0: all)
 #ifdef CHAIN
     uint chain_slot;
 #endif
@@ -107,7 +109,7 @@ void attend() {
     const uint krow = lin / 4;                     // its position within the block
     const uint my_row = row0 + min(kq, rows_here - 1);
     const uint my_lim = n_past + my_row / n_gqa;   // last position query row kq may see
-    const uint my_lo = seq_len > 0 ? my_lim / seq_len * seq_len : 0;
+    const uint my_lo = first_visible(my_lim, seq_len);
     const bool my_live = kq < rows_here;
     // P V threads
     const uint d8 = tid % HD8;
@@ -231,7 +233,7 @@ void attend() {
         qs[idx] = sum;
     }
     barrier();
-    finish_rows(n_kv, sr.chunk, split, row0, rows_here, kvh, n_gqa, orow, mm, ll);
+    finish_rows(n_kv - sr.base, sr.chunk, split, row0, rows_here, kvh, n_gqa, orow, mm, ll);
 }
 
 void main() {

@@ -10,22 +10,31 @@
 //
 // The including kernel declares: WG, HD4, BR, NEG; buffers o (binding 4) and, with SPLIT, opart, ml,
 // counter (bindings 5-7, coherent); push constants p.n_tokens, p.n_head, p.n_head_kv, p.n_splits,
-// p.min_chunk; shared vec4 qs[BR * HD4] and bool is_last.
+// p.min_chunk, p.window; shared vec4 qs[BR * HD4] and bool is_last.
 
-// Split `split` of the row block starting at row0 covers positions [begin, end) of the n_kv in the
-// cache (begin >= n_kv: an inactive split); chunk = max(roundup(ceil(n_kv / n_splits), block),
-// min_chunk) positions per split; first = the first position any row of the block may see (its
-// first row's sequence start when seq_len > 0).
-struct SplitRange { uint chunk; uint begin; uint end; uint first; };
+// The first position the query at position `pos` may see: its sequence's start (seq_len > 0) or 0,
+// and with a sliding window (p.window = W > 0) no earlier than pos - W + 1.
+uint first_visible(const uint pos, const uint seq_len) {
+    const uint lo = seq_len > 0 ? pos / seq_len * seq_len : 0;
+    return p.window > 0 && pos + 1 > p.window ? max(lo, pos + 1 - p.window) : lo;
+}
+
+// The splits share the positions [base, n_kv), base = the first position the batch's first token
+// may see (0 without a sliding window): a windowed layer's work does not grow with the context.
+// Split `split` of the row block starting at row0 covers positions [begin, end) (begin >= n_kv: an
+// inactive split); chunk = max(roundup(ceil((n_kv - base) / n_splits), block), min_chunk) positions
+// per split; first = the first position any row of the block may see (that of its first row).
+struct SplitRange { uint chunk; uint begin; uint end; uint first; uint base; };
 
 SplitRange split_range(const uint block, const uint split, const uint row0, const uint rows_here, const uint n_gqa,
                        const uint n_past, const uint n_kv, const uint seq_len) {
     SplitRange s;
-    s.chunk = max(((n_kv + p.n_splits - 1) / p.n_splits + block - 1) / block * block, p.min_chunk);
-    s.begin = split * s.chunk;
+    s.base = p.window > 0 && n_past + 1 > p.window ? n_past + 1 - p.window : 0;
+    s.chunk = max(((n_kv - s.base + p.n_splits - 1) / p.n_splits + block - 1) / block * block, p.min_chunk);
+    s.begin = s.base + split * s.chunk;
     const uint t_last = (row0 + rows_here - 1) / n_gqa;
     s.end = min(min(s.begin + s.chunk, n_kv), n_past + t_last + 1);
-    s.first = seq_len > 0 ? (n_past + row0 / n_gqa) / seq_len * seq_len : 0;
+    s.first = first_visible(n_past + row0 / n_gqa, seq_len);
     return s;
 }
 
@@ -42,11 +51,12 @@ void fold_split(inout float mx, inout float den, inout vec4 sum, const vec2 mls,
     }
 }
 
-void finish_rows(const uint n_kv, const uint chunk, const uint split, const uint row0, const uint rows_here,
+// n_span: positions the splits share (n_kv - SplitRange.base).
+void finish_rows(const uint n_span, const uint chunk, const uint split, const uint row0, const uint rows_here,
                  const uint kvh, const uint n_gqa, const uint orow[BR], const float m[BR], const float l[BR]) {
     const uint tid = gl_LocalInvocationID.x;
 #ifdef SPLIT
-    const uint n_active = min(p.n_splits, (n_kv + chunk - 1) / chunk);
+    const uint n_active = min(p.n_splits, (n_span + chunk - 1) / chunk);
     if (n_active > 1) {
         const uint n_out_rows = p.n_tokens * p.n_head;
         [[unroll]] for (uint r = 0; r < BR; ++r) {

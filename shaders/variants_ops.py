@@ -24,6 +24,9 @@ VARIANTS = {
     "attention_coop_f16_hd128": ("attention_coop.comp", {"HD": "128"}),
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),
     "swiglu_f32": ("elementwise.comp", {"OP_SWIGLU": "1"}),
+    "geglu_f32": ("elementwise.comp", {"OP_GEGLU": "1"}),
+    "scale_f32": ("unary.comp", {"OP_SCALE": "1"}),
+    "softcap_f32": ("unary.comp", {"OP_SOFTCAP": "1"}),
     "add_bias_f32": ("elementwise_bias.comp", {}),
     # mixture of experts: router top-k, tokens grouped by expert, weighted sum; shared expert's gate
     "moe_route_f32": ("moe_route.comp", {}),

@@ -19,7 +19,7 @@ from llamavk.split.base import SplitOptions, partition, proportions
 
 MODES = ["layer", "row", "tensor", "graph"]
 LAYOUTS = [(2, None), (2, [2, 1]), (3, None), (4, [1, 2, 1, 1])]
-ARCH_TYPES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k"), ("qwen3moe", "q4_0")]
+ARCH_TYPES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k"), ("qwen3moe", "q4_0"), ("gemma3", "q8_0")]
 REL_TOL = 5e-3
 
 

@@ -51,7 +51,7 @@ def test_big_preset_plans_match_spec(preset, qtype):
 def test_tiny_preset_dims_fit_every_type():
     assert (PRESETS["tiny"].n_embd, PRESETS["tiny"].n_ff) == (64, 160)
     for qtype in SYNTHETIC_TYPES:
-        for arch in ("llama", "qwen2", "qwen3"):
+        for arch in ("llama", "qwen2", "qwen3", "gemma3"):
             synthetic_plan("tiny", qtype, arch)
 
 

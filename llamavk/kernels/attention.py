@@ -155,12 +155,15 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
 
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
               head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None,
-              signal=None) -> int:
-    """out = softmax(q k^T / sqrt(head_dim), causal) v, per query head h over KV head h // (n_head/n_head_kv).
+              signal=None, scale: float = 0.0, window: int = 0) -> int:
+    """out = softmax(scale q k^T, causal) v, per query head h over KV head h // (n_head/n_head_kv);
+    scale 0: 1/sqrt(head_dim).
 
     q, out: [n_tokens][n_head * head_dim] f32; k_cache, v_cache: [n_ctx][n_head_kv * head_dim] f16.
     Token t attends to cache positions 0 .. n_past + t (n_past, n_kv from the step buffer at run time);
-    with a step seq_len L > 0 (STEP_SEQ_LEN), row p = n_past + t attends to rows p // L * L .. p only.
+    with a step seq_len L > 0 (STEP_SEQ_LEN), row p = n_past + t attends to rows p // L * L .. p only;
+    window W > 0 (sliding-window layers): to rows p - W + 1 .. p only, and the work is that of the
+    window, not of the context (the splits share the positions the batch can see).
     `n_splits` overrides the split-KV count (tests, tuning; 1 = single dispatch) and `min_chunk` the
     minimum KV positions per active split (rounded up to the kernel's block); with `n_splits` given
     and no `min_chunk`, every split is used (chunks of ceil(n_kv / n_splits) rounded to the kernel's
@@ -171,9 +174,15 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     """
     if n_tokens <= 0:
         return 0
-    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, n_ctx, n_splits, min_chunk)
+    if window < 0:
+        raise ValueError(f"attention: window {window} must be >= 0")
+    # a sliding window: the split grid is sized for the positions the batch can see (n_kv - base in
+    # attention_split.glsl: window + n_tokens - 1 at most), not for the context
+    span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
+    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk)
     chained = signal is not None and pl.kernel.startswith("attention_dec")
-    push = struct.pack("<5If", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk, 1.0 / math.sqrt(head_dim))
+    push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
+                       scale or 1.0 / math.sqrt(head_dim), window)
     if chained:
         push += struct.pack("<I", signal.slot)
     name = pl.kernel.replace("_f16", "_chain_f16") if chained else pl.kernel

@@ -1,4 +1,5 @@
-"""Element-wise recorders: residual add, SwiGLU, broadcast bias (shaders/elementwise*.comp)."""
+"""Element-wise recorders: residual add, SwiGLU, GeGLU, broadcast bias, scale, soft-cap
+(shaders/elementwise*.comp, unary.comp)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,33 @@ def swiglu(seq, kc, gate, up, out, n: int) -> None:
         return
     kernel = kc.get("swiglu_f32", "rrw", push_size=4, spec=(WG,))
     seq.dispatch(kernel, [_range(gate), _range(up), _range(out)], _groups(n), struct.pack("<I", n))
+
+
+def geglu(seq, kc, gate, up, out, n: int) -> None:
+    """out[i] = gelu(gate[i]) * up[i] for i < n, GELU's tanh approximation; out may alias an input."""
+    if n <= 0:
+        return
+    kernel = kc.get("geglu_f32", "rrw", push_size=4, spec=(WG,))
+    seq.dispatch(kernel, [_range(gate), _range(up), _range(out)], _groups(n), struct.pack("<I", n))
+
+
+def scale(seq, kc, x, out, n: int, s: float) -> None:
+    """out[i] = s * x[i] for i < n; out may be x."""
+    _unary(seq, kc, "scale_f32", x, out, n, s)
+
+
+def softcap(seq, kc, x, out, n: int, cap: float) -> None:
+    """out[i] = cap * tanh(x[i] / cap) for i < n (cap > 0); out may be x."""
+    if not cap > 0:
+        raise ValueError(f"softcap: cap must be positive, not {cap}")
+    _unary(seq, kc, "softcap_f32", x, out, n, cap)
+
+
+def _unary(seq, kc, name: str, x, out, n: int, s: float) -> None:
+    if n <= 0:
+        return
+    kernel = kc.get(name, "rw", push_size=8, spec=(WG,))
+    seq.dispatch(kernel, [_range(x), _range(out)], _groups(n), struct.pack("<If", n, s))
 
 
 def add_bias(seq, kc, x, bias, n_tokens: int, width: int) -> None:

@@ -32,6 +32,8 @@ ROLES = (
     # convolution's taps (conv channels, d_conv), dt bias and A per value head, the beta and alpha
     # products (value heads, n_embd), the gated norm (value head size), the output product
     "ssm_qkv", "ssm_z", "ssm_conv", "ssm_dt", "ssm_a", "ssm_beta", "ssm_alpha", "ssm_norm", "ssm_out",
+    # norms of a block's output before its residual add (gemma3: sandwich norms), shape (n_embd,)
+    "attn_post_norm", "ffn_post_norm",
 )
 EXPERT_ROLES = frozenset({"gate_exps", "up_exps", "down_exps"})
 
@@ -92,6 +94,22 @@ class ModelConfig:
     ssm_dt_rank: int = 0              # value heads (ssm.time_step_rank)
     ssm_d_inner: int = 0              # value heads x value head size (ssm.inner_size)
     attn_output_gate: bool = False    # the Q product also gives each head a sigmoid gate of its output
+    # sliding-window attention (gemma3): layer i with swa_layers[i] sees only the last
+    # `sliding_window` positions (its own included) and turns RoPE by rope_base_swa, unscaled
+    sliding_window: int = 0
+    swa_layers: tuple[bool, ...] = ()
+    rope_base_swa: float = 10000.0
+    attn_scale: float = 0.0           # scale of q.k (0: 1/sqrt(head_dim))
+    final_logit_softcap: float = 0.0  # logits = c * tanh(logits / c) (0: none)
+
+    def is_swa(self, layer: int | None) -> bool:
+        """Whether `layer` is a sliding-window layer."""
+        return self.sliding_window > 0 and layer is not None and layer < len(self.swa_layers) \
+            and self.swa_layers[layer]
+
+    def window(self, layer: int | None) -> int:
+        """Positions layer `layer` attends to (its own included); 0: every earlier one."""
+        return self.sliding_window if self.is_swa(layer) else 0
 
     @property
     def n_gqa(self) -> int:
@@ -237,10 +255,19 @@ def check_config(cfg: ModelConfig) -> ModelConfig:
     if cfg.rope_dim % 2 or cfg.rope_dim > cfg.head_dim:
         raise LlamavkError(f"bad GGUF metadata: {cfg.arch} rope.dimension_count {cfg.rope_dim} must be "
                            f"even and at most the head size {cfg.head_dim}")
-    for name in ("rms_eps", "rope_base"):
+    for name in ("rms_eps", "rope_base", "rope_base_swa"):
         v = getattr(cfg, name)
         if not math.isfinite(v) or v <= 0:
             raise LlamavkError(f"bad GGUF metadata: {cfg.arch} model with {name} = {v!r}")
+    for name in ("attn_scale", "final_logit_softcap"):
+        v = getattr(cfg, name)
+        if not math.isfinite(v) or v < 0:
+            raise LlamavkError(f"bad GGUF metadata: {cfg.arch} model with {name} = {v!r}")
+    if not isinstance(cfg.sliding_window, int) or not 0 <= cfg.sliding_window <= MAX_COUNT:
+        raise LlamavkError(f"bad GGUF metadata: {cfg.arch} model with sliding_window = {cfg.sliding_window!r}")
+    if cfg.swa_layers and len(cfg.swa_layers) != cfg.n_layer:
+        raise LlamavkError(f"bad GGUF metadata: {cfg.arch} sliding-window pattern gives {len(cfg.swa_layers)} "
+                           f"layers, the model has {cfg.n_layer}")
     return cfg
 
 

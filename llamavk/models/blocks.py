@@ -1,6 +1,7 @@
 """Building blocks of decoder graphs, shared by the architecture modules: attention (plain, or gated
-as in qwen35), the Gated DeltaNet mixer (qwen35), the SwiGLU FFN and the mixture-of-experts FFN.
-Each appends one block's ops to a Graph and returns its output (the caller adds the residual)."""
+as in qwen35), the Gated DeltaNet mixer (qwen35), the gated FFN (SwiGLU or GeGLU) and the
+mixture-of-experts FFN. Each appends one block's ops to a Graph and returns its output (the caller
+adds the residual)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ def vec(g: Graph, name: str, n: int, role: str, layer: int | None = None) -> Ten
     return g.weight(name, 1, n, role, layer)
 
 
-def attention(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
+def attention(g: Graph, cfg, i: int, h: Tensor, window: int = 0, scale: float = 0.0) -> Tensor:
     """Self-attention of normalized input h: Q/K/V (+ biases), per-head Q/K norm, RoPE, causal GQA
-    attention over this layer's KV cache, output projection."""
+    attention over this layer's KV cache, output projection. window > 0: each position sees only the
+    last `window` positions (its own included); scale: of q.k (0: 1/sqrt(head_dim))."""
     b, E, D = f"blk.{i}.", cfg.n_embd, cfg.head_dim
     q_out, kv_out = cfg.n_head * D, cfg.n_head_kv * D
 
@@ -28,17 +30,19 @@ def attention(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
         k = g.head_norm(k, vec(g, b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
     q = g.rope(q, cfg.n_head)
     k = g.rope(k, cfg.n_head_kv)
-    a = g.attention(q, k, v)
+    a = g.attention(q, k, v, window=window, scale=scale)
     return g.matmul(g.weight(b + "attn_output.weight", E, q_out, "o", i), a)
 
 
 def swiglu_ffn(g: Graph, cfg, i: int, h: Tensor, n_ff: int | None = None, suffix: str = "",
-               roles: tuple[str, str, str] = ("gate", "up", "down")) -> Tensor:
-    """down(silu(gate h) * up h): the dense FFN, or (suffix "_shexp") a shared expert."""
+               roles: tuple[str, str, str] = ("gate", "up", "down"), glu: str = "swiglu") -> Tensor:
+    """down(silu(gate h) * up h): the dense FFN, or (suffix "_shexp") a shared expert;
+    glu "geglu": down(gelu_tanh(gate h) * up h) (gemma3)."""
     b, E, F = f"blk.{i}.", cfg.n_embd, n_ff or cfg.n_ff
     gate = g.matmul(g.weight(b + f"ffn_gate{suffix}.weight", F, E, roles[0], i), h)
     up = g.matmul(g.weight(b + f"ffn_up{suffix}.weight", F, E, roles[1], i), h)
-    return g.matmul(g.weight(b + f"ffn_down{suffix}.weight", E, F, roles[2], i), g.swiglu(gate, up))
+    act = g.geglu(gate, up) if glu == "geglu" else g.swiglu(gate, up)
+    return g.matmul(g.weight(b + f"ffn_down{suffix}.weight", E, F, roles[2], i), act)
 
 
 def moe_ffn(g: Graph, cfg, i: int, h: Tensor) -> Tensor:

@@ -217,17 +217,17 @@ class DeviceComm:
 
     def _reduce(self, seq, op, n_tokens: int, act) -> None:
         a = op.attrs
-        base = op.inputs[0]
-        width = base.width
+        base = act(op.inputs[0]) if op.inputs else None      # none: the sum of the partials alone
+        width = a["n_cols"]
         dtype = a["dtype"]
         parts, slot_bytes = self.shared.region(self.me, a["exchange"], self.slot, self.spin)
         part_stride = slot_bytes // collective.PART_BYTES[dtype]
         if a["to_exchange"] is None:
             collective.reduce_sum(seq, self.kc, parts, dtype, a["mask"], part_stride, act(op.out), n_tokens, width,
-                                  in_stride=width, base=act(base), base_stride=width)
+                                  in_stride=width, base=base, base_stride=width)
         else:       # ring: my column chunk, summed, into my slot of the next exchange
             c0, c1 = a["cols"]
             buf, off = self._slot(a["to_exchange"], self.me)
             out = View(buf, off, self.shared.region(self.me, a["to_exchange"], self.slot, self.spin)[1])
             collective.reduce_sum(seq, self.kc, parts, dtype, a["mask"], part_stride, out, n_tokens, c1 - c0,
-                                  in_stride=width, in_c0=c0, base=act(base), base_stride=width, base_c0=c0)
+                                  in_stride=width, in_c0=c0, base=base, base_stride=width, base_c0=c0)

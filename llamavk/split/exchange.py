@@ -84,7 +84,8 @@ def gather_columns(dg: DeviceGraphs, groups: list[tuple[int, dict]], dst: int, l
 def all_reduce(dg: DeviceGraphs, partials: dict, bases: dict, width: int, layer=None, ring: bool = False,
                dtype: str = "f32") -> dict:
     """y_d = base_d + sum of every device's partial, on every device of `bases`; partials[d] may be
-    None (the device holds no part of this product). Returns {device: y}.
+    None (the device holds no part of this product), and so may bases[d] (y_d = the sum alone).
+    Returns {device: y}.
 
     Direct: one exchange; every device reads every partial (fewest synchronisations: decode).
     Ring: reduce-scatter then all-gather, two exchanges; each device sums one column chunk, so each
@@ -99,17 +100,18 @@ def all_reduce(dg: DeviceGraphs, partials: dict, bases: dict, width: int, layer=
     dg.note_put(width, PART_BYTES[put_dtype])
     _sync_all(dg, e, layer)
     mask = _mask(contributors)
+    base = {d: (bases[d],) if bases[d] is not None else () for d in devices}
     if not ring:
-        return {d: dg.emit(d, "reduce", (bases[d],), width, layer, exchange=e.index, mask=mask, dtype="f32",
-                           cols=None, to_exchange=None) for d in devices}
+        return {d: dg.emit(d, "reduce", base[d], width, layer, exchange=e.index, mask=mask, dtype="f32",
+                           cols=None, to_exchange=None, n_cols=width) for d in devices}
     chunks = dict(zip(devices, partition(width, [1.0] * len(devices), 32 if width % 32 == 0 else 1)))
     e2 = dg.new_exchange()
     e2.producers = {d for d in devices if chunks[d][1] > chunks[d][0]}
     e2.consumers = set(devices)
     for d in devices:
         if chunks[d][1] > chunks[d][0]:
-            dg.emit(d, "reduce", (bases[d],), None, layer, exchange=e.index, mask=mask, dtype=dtype,
-                    cols=chunks[d], to_exchange=e2.index)
+            dg.emit(d, "reduce", base[d], None, layer, exchange=e.index, mask=mask, dtype=dtype,
+                    cols=chunks[d], to_exchange=e2.index, n_cols=width)
     dg.note_put(max(c1 - c0 for c0, c1 in chunks.values()))
     _sync_all(dg, e2, layer)
     out = {}

@@ -36,6 +36,10 @@ def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
     n, mg = len(shares), opts.main_gpu
     dg = DeviceGraphs(graph, n)
     for group in _matmul_groups(graph.ops):
+        if group[0].kind == "softcap" and group[0].inputs[0] is graph.logits:   # in place on each part
+            for d, _, _ in dg.logits_parts:
+                dg.emit(d, "softcap", [dg.tensor(d, graph.logits)], None, None, **group[0].attrs)
+            continue
         if group[0].kind != "matmul":
             dg.place(mg, group[0])
             continue
@@ -57,6 +61,7 @@ def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
             op, pieces = outs[-1]
             for d, (t, r0, r1) in pieces.items():
                 dg.set_logits(d, t)
+                dg.bind(d, op.out, t)
             dg.logits_parts = [(d, r0, r1) for d, (t, r0, r1) in sorted(pieces.items())]
             continue
         fulls = gather_columns(dg, [(op.out.width, pieces) for op, pieces in outs], mg, group[0].layer)

@@ -204,7 +204,7 @@ def traffic_per_token(runtimes) -> tuple[int, int, int]:
                 c0, c1 = a["cols"] or (0, op.out.width)
                 read += 4 * (c1 - c0)
             elif op.kind == "reduce":
-                read += bin(a["mask"]).count("1") * op.inputs[0].width * PART_BYTES[a["dtype"]]
+                read += bin(a["mask"]).count("1") * a["n_cols"] * PART_BYTES[a["dtype"]]
             elif op.kind == "sync":
                 points.add(a["exchange"])
     return written, read, len(points)

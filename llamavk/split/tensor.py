@@ -30,10 +30,11 @@ from .base import DeviceGraphs, partition
 from .exchange import all_reduce
 
 # q, k, v, gate, up (and the experts' and shared expert's) are split by output rows; these by input
-# columns, giving partial sums; the router is mirrored:
+# columns, giving partial sums; the router is mirrored; the output matrix is split by vocabulary:
 ROW_PARALLEL = {"o", "down", "down_exps", "down_shexp", "ssm_out"}
 MIRRORED = {"router"}
 DELTANET_OPS = ("ssm_conv", "delta_net", "gated_norm")
+OUTPUT_ROLES = {"output", "token_embd"}     # token_embd: a tied output matrix (the lookup is "embed")
 
 
 def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
@@ -73,13 +74,25 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
     partial = {}                     # model activation -> {device: partial sum or None}
     for op in graph.ops:
         k = op.kind
-        if k == "matmul" and op.out is graph.logits:
+        if any(t in partial for t in op.inputs) and not (k in ("moe_sum", "scale_sigmoid", "add")):
+            # a partial sum read by an op that is not linear in it (gemma3's norm after attention /
+            # the FFN, before the residual add): summed first, in the same one exchange per block
+            for t in [t for t in op.inputs if t in partial]:
+                out = all_reduce(dg, partial.pop(t), {d: None for d in devices}, t.width, op.layer,
+                                 ring=ring, dtype=dtype)
+                for d, full in out.items():
+                    dg.bind(d, t, full)
+        if k == "matmul" and op.inputs[0].role in OUTPUT_ROLES:
             w = op.inputs[0]
             for d, (r0, r1) in enumerate(vocab):
                 if r1 > r0:
-                    dg.set_logits(d, dg.emit(d, "matmul", [w.sliced(0, r0, r1), dg.tensor(d, op.inputs[1])],
-                                             r1 - r0, op.layer))
+                    dg.bind(d, op.out, dg.emit(d, "matmul", [w.sliced(0, r0, r1), dg.tensor(d, op.inputs[1])],
+                                               r1 - r0, op.layer))
             dg.logits_parts = [(d, r0, r1) for d, (r0, r1) in enumerate(vocab) if r1 > r0]
+        elif k == "softcap":                         # in place on each device's part of the logits
+            for d, (r0, r1) in enumerate(vocab):
+                if r1 > r0:
+                    dg.emit(d, k, [dg.tensor(d, op.inputs[0])], None, op.layer, **op.attrs)
         elif k == "matmul" and op.inputs[0].role in MIRRORED:
             for d in devices:
                 dg.place(d, op)
@@ -139,7 +152,7 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
                     dg.place(d, op, n_heads=(b - a) * group)
         elif k in DELTANET_OPS:                      # the device's key heads and their value heads
             place_deltanet(dg, cfg, op, kh)
-        elif k == "swiglu":                          # where the device holds a part of the FFN
+        elif k in ("swiglu", "geglu"):               # where the device holds a part of the FFN
             for d in devices:
                 if dg.has(d, op.inputs[0]):
                     dg.place(d, op)
@@ -157,6 +170,8 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
             k0, k1 = kh[d]
             heads.append(f"DeltaNet key heads {k0}-{k1 - 1} (and their state)" if k1 > k0 else "no DeltaNet heads")
         dg.holds[d] = heads + [ffn, f"vocab {v0}-{v1 - 1}" if v1 > v0 else "no vocab rows"]
+        if vocab[d][1] > vocab[d][0]:
+            dg.set_logits(d, dg.tensor(d, graph.logits))
     return dg
 
 
