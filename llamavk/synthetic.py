@@ -63,6 +63,12 @@ class Preset:
     swa_pattern: int = 6          # gemma3: every swa_pattern-th layer is global
     logit_softcap: float = 0.0    # gemma3: final logit soft-capping (0: none)
     query_pre_attn_scalar: int = 0  # gemma3: q.k scaled by 1/sqrt(this) (0: not in the file)
+    # Peaked models (the llama.cpp oracle tests): random weights give near-uniform attention and
+    # near-uniform token distributions, which a wrong RoPE or a missing bias hardly moves. qk_gain
+    # multiplies q and k (their matrices and biases; with QK norm, the norm weights), so attention
+    # scores grow by qk_gain^2; output_gain multiplies the output matrix, so logits grow by it.
+    qk_gain: float = 1.0
+    output_gain: float = 1.0
 
 
 PRESETS: dict[str, Preset] = {
@@ -125,7 +131,7 @@ class PlannedTensor:
     spec: WeightSpec
     qtype: T
     nbytes: int
-    std: float          # target standard deviation of the weights (matrices)
+    std: float          # matrices: the weights' target standard deviation; vectors: _vector's gain
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,10 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         "ssm_alpha": 1 / np.sqrt(E), "ssm_conv": 0.5,
         "ssm_out": 1 / np.sqrt(max(cfg.ssm_dt_rank * cfg.ssm_d_state, 1)),
     }
+    std_by_role["output"] *= p.output_gain
+    if not cfg.qk_norm:     # with QK norm, the norm weights carry the gain
+        std_by_role["q"] *= p.qk_gain
+        std_by_role["k"] *= p.qk_gain
     tensors = []
     for spec in arch_module(arch).weight_specs(cfg):
         if spec.optional:
@@ -211,8 +221,9 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         # every matrix of the chosen type but the router and the convolution taps, which stay f32 as
         # converters write them
         t = wtype if len(spec.shape) >= 2 and spec.role not in ("router", "ssm_conv") else T.F32
-        tensors.append(PlannedTensor(spec, t, tensor_nbytes(t, spec.shape),
-                                     float(std_by_role.get(spec.role, 0.0))))
+        scale = std_by_role.get(spec.role, 0.0) if len(spec.shape) >= 2 else \
+            (p.qk_gain if spec.role in ("q_norm", "k_norm", "q_bias", "k_bias") else 1.0)
+        tensors.append(PlannedTensor(spec, t, tensor_nbytes(t, spec.shape), float(scale)))
     return SyntheticPlan(cfg, meta, tensors)
 
 
@@ -319,8 +330,7 @@ def synthetic_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
 def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int, std: float) -> np.ndarray:
     """`n_blocks` random blocks of `qtype` as a flat uint8 array, values with roughly this std.
 
-    Payload bits are uniform; scales are f16 in a sane range (sub-block scales kept small so the
-    f16 super-block scale stays a normal number), never NaN/inf.
+    Payload bits are uniform; scales are f16 in a sane range, never NaN/inf.
     """
     info = quant_info(qtype)
     if qtype in (T.F32, T.F16):
@@ -337,10 +347,16 @@ def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int, std: float)
     elif qtype == T.Q4_0:     # d, nibbles[16]: w = d (q - 8)
         put_f16(0, jitter * std / 4.61)
     elif qtype == T.Q4_K:     # d, dmin, 12 bytes of 6-bit scales/mins, nibbles[128]: w = d sc q - dmin m
-        blocks[:, 4:12] &= 0x0F   # all sub-block scales and mins in 0..15
-        d = jitter * std / 66.0
+        # 6-bit sub-block scales and mins over all of 0..63, so that their top bits (packed apart
+        # from the low ones) matter in every model-level test; where that would make the f16 d
+        # subnormal (the smaller stds of large models), 0..15, keeping d as large as it can be.
+        # Divisors: the std of d sc q - dmin m for d = 1, jitter included.
+        full = 0.5 * std / 269.0 >= 2.0 ** -14
+        if not full:
+            blocks[:, 4:12] &= 0x0F
+        d = jitter * std / (269.0 if full else 66.0)
         put_f16(0, d)
-        put_f16(2, d * 7.5)       # centres the mean: E[sc q] = 7.5 * E[m]
+        put_f16(2, d * 7.5)       # centres the mean: E[sc q] = 7.5 * E[m] (E[sc] = E[m])
     elif qtype == T.Q6_K:     # ql[128], qh[64], int8 scales[16], d: w = d sc (q - 32)
         blocks[:, 192:208] = rng.integers(-16, 17, (n_blocks, 16), dtype=np.int8).view(np.uint8)
         put_f16(208, jitter * std / 175.0)
@@ -425,27 +441,28 @@ def write_synthetic_model(path: str | Path, preset: str = "tiny", qtype: str = "
                 for chunk in pools.stream(t.qtype, t.std, t.nbytes):
                     fout.write(chunk)
             else:
-                fout.write(_vector(rng, t.spec, plan.config.arch).tobytes())
+                fout.write(_vector(rng, t.spec, plan.config.arch, t.std).tobytes())
             writer.write_padding(fout, t.nbytes)
     finally:
         writer.close()
     return path
 
 
-def _vector(rng: np.random.Generator, spec: WeightSpec, arch: str = "llama") -> np.ndarray:
-    """f32 norm weights around 1.0 (+-0.1); biases small. gemma3's Q/K norms around 2.0: q.k scores
-    of std ~4, so attention is peaked and which positions a layer sees (RoPE, window) matters."""
+def _vector(rng: np.random.Generator, spec: WeightSpec, arch: str = "llama", gain: float = 1.0) -> np.ndarray:
+    """f32 norm weights around gain (+-10%); biases small (std 0.1 gain). gemma3's Q/K norms around
+    2.0 gain: q.k scores of std ~4, so attention is peaked and which positions a layer sees (RoPE,
+    window) matters."""
     if arch == "gemma3" and spec.role in ("q_norm", "k_norm"):
-        return (2.0 + 0.2 * rng.standard_normal(spec.shape)).astype(np.float32)
+        return (gain * (2.0 + 0.2 * rng.standard_normal(spec.shape))).astype(np.float32)
     if spec.role.endswith("_bias"):
-        return (rng.standard_normal(spec.shape) * 0.1).astype(np.float32)
+        return (rng.standard_normal(spec.shape) * (0.1 * gain)).astype(np.float32)
     if spec.role == "router_shexp":      # the shared expert's gate: logits of std ~1
         return (rng.standard_normal(spec.shape) / np.sqrt(spec.shape[0])).astype(np.float32)
     if spec.role == "ssm_dt":            # DeltaNet decay: softplus(alpha + dt) * a, a = -exp(A_log) < 0;
         return (rng.standard_normal(spec.shape) * 0.5).astype(np.float32)
     if spec.role == "ssm_a":             # per-token decays from ~0.97 to ~0.25: the state remembers
         return (-np.exp(rng.uniform(np.log(0.05), np.log(2.0), spec.shape))).astype(np.float32)
-    return (1.0 + 0.1 * rng.standard_normal(spec.shape)).astype(np.float32)
+    return (gain * (1.0 + 0.1 * rng.standard_normal(spec.shape))).astype(np.float32)
 
 
 def parse_synthetic_name(name: str) -> tuple[str, str, str]:

@@ -14,8 +14,8 @@ from gguf import GGMLQuantizationType as T
 from llamavk.errors import LlamavkError
 from llamavk.gguf_file import GGUFFile
 from llamavk.models import load_model_file
-from llamavk.synthetic import (PRESETS, SYNTHETIC_TYPES, parse_synthetic_name, synthetic_model_path, synthetic_plan,
-                               synthetic_vocab, write_synthetic_model)
+from llamavk.synthetic import (PRESETS, SYNTHETIC_TYPES, parse_synthetic_name, random_blocks, synthetic_model_path,
+                               synthetic_plan, synthetic_vocab, write_synthetic_model)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,12 +97,47 @@ def test_vocab():
     assert all(a > b for a, b in zip(scores[260:], scores[261:]))
 
 
-def test_tokenizer_loads_synthetic_vocab(tmp_path):
-    tok_mod = pytest.importorskip("llamavk.tokenizer")
+def test_tokenizer_on_synthetic_vocab(tmp_path):
+    """Words that are pieces ("▁" + letters) are one token each, with the id of their piece; a
+    character outside the vocabulary falls back to its UTF-8 bytes (<0xXX> = 3 + byte)."""
+    from llamavk.tokenizer import Tokenizer
+
     m = load_model_file(write_synthetic_model(tmp_path / "t.gguf"))
-    tok = tok_mod.Tokenizer.from_metadata(m.metadata)
-    ids = tok.encode("hello world") if hasattr(tok, "encode") else tok.tokenize("hello world")
-    assert ids and all(0 <= i < 500 for i in ids)
+    tok = Tokenizer.from_metadata(m.metadata)
+    tokens = m.metadata["tokenizer.ggml.tokens"]
+    words = ["a", "ab", "z", "bc", "q"]
+    assert tok.encode(" ".join(words)) == [1] + [tokens.index("\u2581" + w) for w in words]
+    assert tok.encode("é") == [1, tokens.index("\u2581"), 3 + 0xC3, 3 + 0xA9]
+    assert tok.decode(tok.encode("ab ca é")[1:]) == "ab ca é"
+
+
+@pytest.mark.parametrize("qtype", SYNTHETIC_TYPES)
+def test_random_blocks_have_the_requested_std(qtype):
+    """Decoded by gguf.quants (not by llamavk): the std asked for and a mean near 0 (Q4_0's levels
+    -8..7 have mean -0.5: -0.11 std), for a tiny model's scales and a 70B's."""
+    from gguf import quants
+
+    wtype = T[qtype.upper()]
+    for std in (1 / 16, 0.006):
+        raw = random_blocks(np.random.default_rng(3), wtype, 4096, std)
+        w = quants.dequantize(raw, wtype).ravel() if wtype not in (T.F32, T.F16) else \
+            raw.view(np.float16 if wtype == T.F16 else np.float32).astype(np.float32)
+        assert abs(w.std() / std - 1) < 0.06 and abs(w.mean()) < 0.12 * std, (std, w.std(), w.mean())
+
+
+def test_q4_k_blocks_use_every_bit_of_the_6_bit_scales():
+    """Q4_K packs 8 six-bit scales and mins in 12 bytes: the low 6 bits of sub-blocks 0-3 in bytes
+    0-7, sub-blocks 4-7 as a nibble in bytes 8-11 plus the top 2 bits of bytes 0-7. Tiny models'
+    blocks (and every block whose f16 super-block scale stays normal) set those top bits, so a wrong
+    decoding of them changes every model-level result. Where that would make the f16 scale d
+    subnormal (an 8B's stds), scales stay in 0..15 and d normal."""
+    raw = random_blocks(np.random.default_rng(4), T.Q4_K, 2048, 1 / 16).reshape(-1, 144)
+    top = raw[:, 4:12] >> 6
+    assert (top == 3).mean() > 0.2 and (top == 0).mean() > 0.2
+    small = random_blocks(np.random.default_rng(4), T.Q4_K, 2048, 1 / 64).reshape(-1, 144)
+    assert not (small[:, 4:12] >> 6).any()
+    d = small[:, 0:2].copy().view(np.float16).astype(np.float32)
+    assert (d >= 2.0 ** -14).all()                     # normal f16 numbers
 
 
 def test_1b_preset_is_written_fast(tmp_path):
