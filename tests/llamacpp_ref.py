@@ -83,10 +83,18 @@ def run_tool_until(name: str, marker: str, *args, tries: int = 5, timeout: float
 
 
 FINAL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
+RUNNING = re.compile(r"\[(\d+)\]([0-9.]+),")
 
 
 def llamacpp_perplexity(model: Path, text_file: Path, n_ctx: int, chunks: int = -1, *extra) -> tuple[float, float]:
     """llama-perplexity on the CPU: (PPL, uncertainty) of `Final estimate`."""
+    ppl, unc, _ = llamacpp_perplexity_run(model, text_file, n_ctx, chunks, *extra)
+    return ppl, unc
+
+
+def llamacpp_perplexity_run(model: Path, text_file: Path, n_ctx: int, chunks: int = -1,
+                            *extra) -> tuple[float, float, list[float]]:
+    """llama-perplexity on the CPU: (PPL, uncertainty, running PPL after each chunk)."""
     # llama.cpp logs from a thread of its own: a busy machine has been seen to lose the last lines
     # at exit (once in several hundred runs), so a run without them is repeated.
     for _ in range(3):
@@ -94,5 +102,6 @@ def llamacpp_perplexity(model: Path, text_file: Path, n_ctx: int, chunks: int = 
                        "-ngl", 0, "-t", 2, *extra)
         m = FINAL.search(out)
         if m is not None:
-            return float(m.group(1)), float(m.group(2))
+            running = [float(v) for _, v in sorted(RUNNING.findall(out), key=lambda iv: int(iv[0]))]
+            return float(m.group(1)), float(m.group(2)), running
     raise AssertionError(f"no final estimate in llama-perplexity's output:\n{out[-3000:]}")
