@@ -4,8 +4,12 @@
 Tolerance: a split changes only the order of float32 additions (a product's partial sums meet in a
 different order; an all-reduce adds the devices' partials), plus, in graph mode for batches above
 32 tokens, partial sums rounded to f16 (relative error 2^-11 on each partial, before the residual
-add). Measured: at most 3e-5 of max|logit| for the f32 paths and 4e-4 with f16 partials; the
-bound below is 5e-3 of max|logit|, and greedy tokens must be identical.
+add). Measured on llvmpipe (the cases below, models of seeds 1-3): layer and row modes bit for bit,
+tensor at most 7.1e-5 of max|logit|, graph (f16 partials) at most 5.5e-4. Bounds, ~3x those:
+REL_TOL 2e-4, REL_TOL_F16 1.5e-3; on devices with cooperative matrices (prompt products round their
+inputs to f16, so an order difference can flip a rounding) the f16 bound for every mode -- not
+measured here. For scale: a 1% error in half of one weight matrix moves these models' logits by
+1.8e-3 to 1.3e-2 of max|logit| (numpy, every role of layers 0 and 3). Greedy tokens must be identical.
 """
 
 from __future__ import annotations
@@ -15,16 +19,24 @@ import pytest
 
 import llamavk
 from llamavk.errors import UsageError
+from llamavk.kernels.selection import has_coopmat
 from llamavk.split.base import SplitOptions, partition, proportions
 
 MODES = ["layer", "row", "tensor", "graph"]
 LAYOUTS = [(2, None), (2, [2, 1]), (3, None), (4, [1, 2, 1, 1])]
 ARCH_TYPES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k"), ("qwen3moe", "q4_0"), ("gemma3", "q8_0")]
-REL_TOL = 5e-3
+REL_TOL = 2e-4
+REL_TOL_F16 = 1.5e-3
 
 
 def quiet(path, **kw):
     return llamavk.load(path, warn=lambda m: None, **kw)
+
+
+def rel_tol(m) -> float:
+    """The bound on max|Δlogit| / max|logit| for this loaded model (see the module's docstring)."""
+    coop = any(has_coopmat(rt.kc) for rt in getattr(m.runtime, "runtimes", [m.runtime]))
+    return REL_TOL_F16 if m.split_mode == "graph" or coop else REL_TOL
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +66,9 @@ def test_split_matches_none(references, arch, qtype, mode):
             assert m.split_mode == mode and len(m.devices) == n_dev
             got = m.logits(prompt, all=True)
             tokens = list(m.generate(prompt, n=6, temp=0))
+            tol = rel_tol(m)
         err = np.abs(got - want).max() / scale
-        assert err < REL_TOL, f"{mode} on {n_dev} devices, -ts {ts}: max |dlogit| / max |logit| = {err:.2e}"
+        assert err < tol, f"{mode} on {n_dev} devices, -ts {ts}: max |dlogit| / max |logit| = {err:.2e}"
         assert tokens == want_tokens, f"{mode} on {n_dev} devices, -ts {ts}"
 
 
@@ -73,7 +86,8 @@ def test_graph_mode_can_leave_devices_out(references):
     with quiet(path, n_ctx=128, devices="Vulkan0,Vulkan0,Vulkan0", split_mode="graph", tensor_split=[1, 0, 1]) as m:
         assert len(m.devices) == 2
         got = m.logits(prompt, all=True)
-    assert np.abs(got - want).max() < REL_TOL * np.abs(want).max()
+        tol = rel_tol(m)
+    assert np.abs(got - want).max() < tol * np.abs(want).max()
     with quiet(path, n_ctx=128, devices="Vulkan0,Vulkan0,Vulkan0", split_mode="graph", max_gpu=1) as m:
         assert len(m.devices) == 1 and m.split_mode == "none"
 
@@ -125,7 +139,8 @@ def test_staging_copies_where_devices_cannot_import_host_memory(references, monk
         assert m.runtime.shared.staged and m.runtime.sync == "relay"
         got = m.logits(prompt, all=True)
         tokens = list(m.generate(prompt, n=6, temp=0))
-    assert np.abs(got - want).max() < REL_TOL * np.abs(want).max()
+        tol = rel_tol(m)
+    assert np.abs(got - want).max() < tol * np.abs(want).max()
     assert tokens == want_tokens
 
 
@@ -140,6 +155,7 @@ def test_split_new_weight_types(synthetic_model, qtype):
     for mode, n_dev, ts in (("row", 2, [2, 1]), ("tensor", 3, [2, 1, 1])):
         with quiet(path, n_ctx=64, devices=",".join(["Vulkan0"] * n_dev), split_mode=mode, tensor_split=ts) as m:
             got, tokens = m.logits(prompt, all=True), list(m.generate(prompt, n=4, temp=0))
+            tol = rel_tol(m)
         err = np.abs(got - want).max() / np.abs(want).max()
-        assert err < REL_TOL, f"{qtype} {mode} on {n_dev} devices: max |dlogit| / max |logit| = {err:.2e}"
+        assert err < tol, f"{qtype} {mode} on {n_dev} devices: max |dlogit| / max |logit| = {err:.2e}"
         assert tokens == want_tokens, f"{qtype} {mode} on {n_dev} devices"
