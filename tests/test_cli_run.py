@@ -18,12 +18,21 @@ def test_greedy_completion_on_smollm2(smollm2_path):
     assert "/     5 tokens" in r.stderr and "/     4 runs" in r.stderr
 
 
-def test_same_seed_same_text(synthetic_model):
+def test_sampling_flags_and_seed_reach_the_sampler(synthetic_model):
+    """-s and the sampling flags give exactly the API's tokens for the same values (so none is
+    dropped or mixed up on the way); another seed, other text."""
+    import llamavk
+
     path = str(synthetic_model("llama", "q4_0"))
-    a = run("-m", path, "-p", "hello", "-n", "12", "-s", "7", "-c", "64")
-    b = run("-m", path, "-p", "hello", "-n", "12", "-s", "7", "-c", "64")
-    assert a.returncode == 0, a.stderr
-    assert a.stdout == b.stdout and len(a.stdout) > len("hello")
+    flags = dict(temp=1.5, top_k=7, top_p=0.9, min_p=0.02)
+    cli = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
+    a = run("-m", path, "-p", "hello", "-n", "12", "-s", "7", "-c", "64", *cli)
+    b = run("-m", path, "-p", "hello", "-n", "12", "-s", "8", "-c", "64", *cli)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
+        want = m.detokenize(list(m.generate("hello", n=12, seed=7, **flags)))
+    assert a.stdout == "hello" + want + "\n" and len(want) > 12
+    assert b.stdout != a.stdout
 
 
 def test_prompt_from_file(tmp_path, synthetic_model):

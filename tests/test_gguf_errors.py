@@ -13,9 +13,10 @@ from llamavk.quant import tensor_nbytes
 from llamavk.synthetic import synthetic_plan, write_synthetic_model
 
 
-def write_gguf(path, arch="llama", drop=(), retype=None, reshape=None, preset_arch="llama",
+def write_gguf(path, arch="llama", drop=(), retype=None, reshape=None, preset_arch="llama", data=None,
                **overrides):
-    """A tiny model written tensor by tensor (zeros), with some tensors dropped/retyped/reshaped."""
+    """A tiny model written tensor by tensor (zeros, or data[name]: a retyped tensor's raw bytes), with
+    some tensors dropped/retyped/reshaped."""
     plan = synthetic_plan("tiny", "f32", preset_arch, **overrides)
     w = gguf.GGUFWriter(path, arch)
     for key, value in plan.metadata.items():
@@ -36,12 +37,13 @@ def write_gguf(path, arch="llama", drop=(), retype=None, reshape=None, preset_ar
             continue
         shape = reshape.get(name, t.spec.shape)
         qtype = retype.get(name, T.F32)
-        if qtype == T.F32:
+        raw = (data or {}).get(name)
+        if qtype == T.F32 and raw is None:
             w.add_tensor(name, np.zeros(shape, np.float32))
-        else:  # quantized: bytes shaped (rows, bytes per row); the writer derives the element shape
+        else:  # raw bytes shaped (rows, bytes per row); the writer derives the element shape
             rows = int(np.prod(shape[:-1]))
-            data = np.zeros((rows, tensor_nbytes(qtype, shape) // rows), np.uint8)
-            w.add_tensor(name, data, raw_dtype=qtype)
+            raw = np.zeros((rows, tensor_nbytes(qtype, shape) // rows), np.uint8) if raw is None else raw
+            w.add_tensor(name, raw, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

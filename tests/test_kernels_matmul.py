@@ -213,5 +213,13 @@ def test_get_rows_chunked(dev, kc, qtype):
     np.testing.assert_allclose(got, wref[ids], rtol=1e-6, atol=1e-6 * np.abs(wref).max())
 
 
-def test_matvec_threshold_is_documented():
-    assert 4 <= MATVEC_MAX_TOKENS <= 16
+def test_product_kernel_edges(dev, kc):
+    """Where selection.PRODUCT_KERNELS switches kernels (MATVEC_MAX_TOKENS, the batched form's limit
+    for this kind of device), each side of each edge picks the kernel the table says and agrees with
+    numpy."""
+    batched_max = selection.MATVEC_BATCHED_MAX[selection.device_kind(kc)]
+    coop = selection.has_coopmat(kc)
+    for n, want in ((MATVEC_MAX_TOKENS, "mul_mv"), (MATVEC_MAX_TOKENS + 1, "mul_mv_batched"),
+                    (batched_max, "mul_mv_batched"), (batched_max + 1, "mul_mm_coop" if coop else "mul_mm")):
+        assert selection.product_kernel(kc, n, 296, 96) == want, n
+        run_matmul(dev, kc, T.Q4_0, 296, 96, n, seed=20 + n, coopmat=want.startswith("mul_mm_coop"))

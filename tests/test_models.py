@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
+from gguf import quants
 
 from llamavk.errors import LlamavkError
 from llamavk.models import ARCHITECTURES, config_from_metadata, load_model_file
@@ -111,9 +112,17 @@ def test_smollm2_config(smollm2_path):
 
 @pytest.mark.parametrize("qtype", SUPPORTED_TYPES, ids=lambda t: t.name)
 def test_every_supported_type_loads_and_dequantizes(tmp_path, qtype):
+    """Random bytes of `qtype` in an otherwise f32 model (256-wide rows, between two other tensors):
+    the loader hands gguf.quants exactly those bytes, shaped as the tensor (NaN where random scale
+    bits spell one, on both sides)."""
     from tests.test_gguf_errors import write_gguf
-    name = "blk.0.ffn_up.weight"  # zero bytes of `qtype` in an otherwise f32 model with 256-wide rows
-    m = load_model_file(write_gguf(tmp_path / "t.gguf", retype={name: qtype}, n_embd=256, n_ff=256))
+    name = "blk.0.ffn_up.weight"
+    raw = np.random.default_rng(int(qtype)).integers(0, 256, (256, quant_info(qtype).row_bytes(256)), dtype=np.uint8)
+    m = load_model_file(write_gguf(tmp_path / "t.gguf", retype={name: qtype}, data={name: raw}, n_embd=256,
+                                   n_ff=256))
     assert m.tensor_type(name) == qtype
-    w = m.dequantize(name)
-    assert w.shape == (256, 256) and w.dtype == np.float32 and not w.any()
+    with np.errstate(all="ignore"):
+        w = m.dequantize(name)
+        want = np.asarray(quants.dequantize(raw, qtype), dtype=np.float32).reshape(256, 256)
+    assert w.shape == (256, 256) and w.dtype == np.float32 and np.isfinite(want).mean() > 0.5
+    np.testing.assert_array_equal(w, want)
