@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Mutation check (issue 29): how many small, realistic bugs do the tests catch?
+
+Each mutant below replaces one exact piece of text in one file (Python or GLSL) of a copy of this
+tree, rebuilds the SPIR-V of every kernel that includes a mutated shader (shaders/build.py, needs
+glslc), runs the tests chosen to catch it, and counts it killed when they fail. The kill rate is
+printed at the end; docs/TESTING.md lists the mutants and the last measured result. Not part of
+`make test`: it runs the chosen tests once per mutant (~20 minutes on 2 cores).
+
+    .venv/bin/python scripts/mutation_check.py            # every mutant
+    .venv/bin/python scripts/mutation_check.py -k rope    # mutants whose name contains "rope"
+    .venv/bin/python scripts/mutation_check.py --list
+
+A mutant whose text no longer occurs in its file (the code moved on) is reported STALE and makes the
+script exit non-zero, as does a surviving mutant: update the mutant or strengthen the tests. A
+mutated shader whose SPIR-V comes out unchanged is reported EQUIVALENT (the compiler removed it).
+The tests chosen must pass on the unmutated copy first (the baseline), or nothing is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str                   # file, relative to the repository root
+    old: str                    # exact text, occurring once in the file
+    new: str
+    tests: tuple[str, ...]      # pytest arguments: the tests that should catch it
+    why: str                    # the bug it stands for
+
+
+ORACLE = "tests/test_llamacpp_oracle.py"
+ENGINE = "tests/test_engine.py"
+KERNELS = "tests/test_kernels_matmul.py"
+OPS = "tests/test_kernels_ops.py"
+
+MUTANTS = [
+    # -- Python: sampling, perplexity, KL divergence, tokenizer -------------------------------------
+    Mutant("sampling-temperature-multiplies", "llamavk/sampling.py",
+           "probs = _softmax(vals / p.temp)", "probs = _softmax(vals * p.temp)",
+           ("tests/test_sampling.py",), "temperature applied the wrong way round"),
+    Mutant("sampling-top-k-one-more", "llamavk/sampling.py",
+           "else min(p.top_k, len(logits))", "else min(p.top_k + 1, len(logits))",
+           ("tests/test_sampling.py",), "top-k keeps k + 1 candidates"),
+    Mutant("sampling-top-p-one-short", "llamavk/sampling.py",
+           "keep = int(np.searchsorted(np.cumsum(probs), p.top_p) + 1)",
+           "keep = max(1, int(np.searchsorted(np.cumsum(probs), p.top_p)))",
+           ("tests/test_sampling.py",), "top-p stops one token before reaching p"),
+    Mutant("sampling-min-p-absolute", "llamavk/sampling.py",
+           "probs >= p.min_p * probs[0]", "probs >= p.min_p",
+           ("tests/test_sampling.py",), "min-p as an absolute threshold, not relative to the top token"),
+    Mutant("perplexity-uncertainty-count", "llamavk/perplexity.py",
+           "math.sqrt(var / (count - 1))", "math.sqrt(var / count)",
+           ("tests/test_perplexity.py", "-k", "by_hand"), "the uncertainty divides by count, not count - 1"),
+    Mutant("perplexity-window-one-early", "llamavk/perplexity.py",
+           "first = n_ctx // 2\n", "first = n_ctx // 2 - 1\n",
+           ("tests/test_perplexity.py", "-k", "by_hand"), "scoring starts one token early"),
+    Mutant("kld-direction", "llamavk/kld.py",
+           "(pb * (np.log(pb) - lq)).sum(axis=1)", "(np.exp(lq) * (lq - np.log(pb))).sum(axis=1)",
+           ("tests/test_perplexity.py", "-k", "kl_divergence"), "KL(Q || base) instead of KL(base || Q)"),
+    Mutant("kld-delta-p-sign", "llamavk/kld.py",
+           "(np.exp(lq[idx, targets]) - pb[idx, targets])", "(pb[idx, targets] - np.exp(lq[idx, targets]))",
+           ("tests/test_perplexity.py", "-k", "kl_divergence"), "Δp = p_base - p_Q"),
+    Mutant("tokenizer-spm-rightmost-tie", "llamavk/tokenizer/spm.py",
+           "heapq.heappush(heap, (-scores[tid], left, right, len(joined)))",
+           "heapq.heappush(heap, (-scores[tid], -left, right, len(joined)))",
+           ("tests/test_tokenizer.py", "-k", "spm"), "SPM merges the rightmost pair on equal scores"),
+    Mutant("tokenizer-bpe-rank-order", "llamavk/tokenizer/bpe.py",
+           "ranks.setdefault((m[:pos], m[pos + 1:]), i)", "ranks.setdefault((m[:pos], m[pos + 1:]), -i)",
+           ("tests/test_tokenizer.py", "-k", "smollm2_basic or matches_hf"), "BPE merges the last-listed pair first"),
+    # -- Python: split planning, graph, fusion, architectures ---------------------------------------
+    Mutant("split-partition-floor", "llamavk/split/base.py",
+           "round(acc * units) * granularity", "int(acc * units) * granularity",
+           ("tests/test_split.py", "-k", "partition"), "device shares cut by floor instead of round"),
+    Mutant("split-tensor-bias-first-part", "llamavk/split/tensor.py",
+           "[bias.sliced(0, a, b)]", "[bias.sliced(0, 0, b - a)]",
+           ("tests/test_split.py", "-k", "matches_none and qwen2 and tensor"),
+           "every device adds the first device's part of the Q/K/V bias"),
+    Mutant("graph-reads-forget-fused-operands", "llamavk/graph.py",
+           "extra = tuple(v for v in self.attrs.values() if isinstance(v, Tensor))", "extra = ()",
+           (ENGINE, "-k", "greedy_decode"), "fused operands (residual, glu, norm) not seen as reads: freed early"),
+    Mutant("forward-ffn-uses-attn-norm", "llamavk/models/forward.py",
+           'vec(b + "ffn_norm.weight", E, "ffn_norm", i)', 'vec(b + "attn_norm.weight", E, "attn_norm", i)',
+           (ENGINE, "-k", "logits_match and q8_0"), "the FFN norm reads the attention norm's weight"),
+    Mutant("fusion-norm-drops-bias", "llamavk/fusion.py",
+           "u.inputs = (u.inputs[0], x) + u.inputs[2:]", "u.inputs = (u.inputs[0], x)",
+           (ENGINE, "-k", "greedy_decode and qwen2"), "folding the norm into Q/K/V products loses their biases"),
+    Mutant("fusion-glu-gate-up-swapped", "llamavk/fusion.py",
+           "gate, up = op.inputs\n", "up, gate = op.inputs\n",
+           (ENGINE, "-k", "greedy_decode"), "the decode down product reads silu(up) * gate"),
+    Mutant("qwen2-rope-not-neox", "llamavk/models/qwen2.py",
+           "rope_neox=True", "rope_neox=False",
+           (ORACLE, "-k", "qwen2"), "qwen2 with llama's RoPE pairs (reference.py reads the same flag)"),
+    Mutant("qwen3-qk-norm-after-rope", "llamavk/models/forward.py",
+           """        if cfg.qk_norm:
+            q = g.head_norm(q, vec(b + "attn_q_norm.weight", D, "q_norm", i), cfg.n_head, cfg.rms_eps)
+            k = g.head_norm(k, vec(b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
+        q = g.rope(q, cfg.n_head)
+        k = g.rope(k, cfg.n_head_kv)
+""", """        q = g.rope(q, cfg.n_head)
+        k = g.rope(k, cfg.n_head_kv)
+        if cfg.qk_norm:
+            q = g.head_norm(q, vec(b + "attn_q_norm.weight", D, "q_norm", i), cfg.n_head, cfg.rms_eps)
+            k = g.head_norm(k, vec(b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
+""", (ORACLE, "-k", "qwen3"), "qwen3's QK norm after RoPE instead of before"),
+    Mutant("qwen2-no-q-bias", "llamavk/models/forward.py",
+           'bias("q", q_out, "q_bias")', "None",
+           (ORACLE, "-k", "qwen2"), "qwen2's Q bias left out"),
+    # -- GLSL: weight decoding per type ---------------------------------------------------------------
+    Mutant("q4_0-offset-7", "shaders/quants.glsl",
+           "((q >> 24) & 0xFu))) - 8388616.0;", "((q >> 24) & 0xFu))) - 8388615.0;",
+           (KERNELS, "-k", "Q4_0"), "Q4_0 low nibbles minus 7 instead of 8"),
+    Mutant("q8_0-sign-of-byte-3", "shaders/quants.glsl",
+           "q ^= 0x80808080u;", "q ^= 0x00808080u;",
+           (KERNELS, "-k", "Q8_0"), "Q8_0's fourth byte of a word read unsigned"),
+    Mutant("q4_k-scale-top-bits", "shaders/quants.glsl",
+           "sc = (md & 0xFu) | ((uint(wu8[s8 + j - 4]) >> 6) << 4);", "sc = (md & 0xFu);",
+           (ENGINE, "-k", "logits_match and q4_k"), "Q4_K scales 4-7 lose their top 2 bits (model level)"),
+    Mutant("q4_k-stream-scale-top-bits", "shaders/quants.glsl",
+           "| ((a >> 2) & 0x3030u);", "| ((a >> 4) & 0x3030u);",
+           (ENGINE, "-k", "stream_kernel and q4_k"), "the one-token kernel's Q4_K scales 4-7: top bits misplaced"),
+    Mutant("q6_k-offset-31", "shaders/quants.glsl",
+           "else c = dl.y * (bytes4(q) - 32.0);", "else c = dl.y * (bytes4(q) - 31.0);",
+           (KERNELS, "-k", "Q6_K"), "Q6_K's second half minus 31"),
+    Mutant("q5_0-high-bit-shift", "shaders/quants.glsl",
+           "uint b = (row * (cols / QK) + u) * 11;  // 22 bytes\n    float d = half_bits(wu16[b]);\n"
+           "    uint qh = u32_at16(b + 1);\n    uint q = u32_at16(b + 3 + 2 * i);\n"
+           "    uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);\n"
+           "    uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);",
+           "uint b = (row * (cols / QK) + u) * 11;  // 22 bytes\n    float d = half_bits(wu16[b]);\n"
+           "    uint qh = u32_at16(b + 1);\n    uint q = u32_at16(b + 3 + 2 * i);\n"
+           "    uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);\n"
+           "    uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (12 + 4 * i)) << 4);",
+           (KERNELS, "-k", "Q5_0"), "Q5_0's fifth bits of the high nibbles from the wrong half of qh"),
+    Mutant("q3_k-scale-high-bits", "shaders/quants.glsl",
+           "uint hi = (uint(wu8[b8 + 104 + i % 4]) >> (2 * (i / 4))) & 0x3u;",
+           "uint hi = (uint(wu8[b8 + 104 + i % 4]) >> (2 * (i % 4))) & 0x3u;",
+           (KERNELS, "-k", "Q3_K"), "Q3_K's 6-bit scales: top bits from the wrong pair"),
+    # -- GLSL: RoPE, attention, norms, exchange ------------------------------------------------------
+    Mutant("rope-frequency-index", "shaders/rope_common.glsl",
+           "exp2(p.log2_theta_scale * float(i))", "exp2(p.log2_theta_scale * float(i + 1))",
+           (OPS, "-k", "rope"), "RoPE frequencies shifted by one pair"),
+    Mutant("rope-neox-pairs-inverted", "shaders/rope_common.glsl",
+           "return p.neox != 0 ?", "return p.neox == 0 ?",
+           (OPS, "-k", "rope"), "normal and NEOX pairings swapped"),
+    Mutant("attention-split-merge-unscaled", "shaders/attention_split.glsl",
+           "den = den * a + mls.y * b;", "den = den * a + mls.y;",
+           (OPS, "-k", "attention"), "merging KV splits: a split's softmax sum not rescaled to the common max"),
+    Mutant("rms-norm-mean-over-n-minus-1", "shaders/rms_norm.comp",
+           "inversesqrt(total / float(p.n_cols) + p.eps)", "inversesqrt(total / float(p.n_cols - 1) + p.eps)",
+           (OPS, "-k", "rms_norm"), "RMS norm divides the sum of squares by n - 1"),
+    Mutant("matvec-fused-norm-over-rows", "shaders/matvec.comp",
+           "inversesqrt(ss[t] / float(p.cols) + p.eps)", "inversesqrt(ss[t] / float(p.n_rows) + p.eps)",
+           (ENGINE, "-k", "greedy_decode"), "the decode products' folded RMS norm averages over the rows"),
+    Mutant("exchange-waits-one-too-far", "shaders/exchange_sync.comp",
+           "arrived = flags[line(peer, k)] >= value;", "arrived = flags[line(peer, k)] > value;",
+           ("tests/test_vk_multidevice.py",), "an exchange point waits for the next step's counter"),
+    Mutant("reduce-drops-the-residual", "shaders/reduce_sum.comp",
+           "float acc = p.has_base != 0u ? base[t * p.base_stride + p.base_c0 + c] : 0.0;", "float acc = 0.0;",
+           ("tests/test_split.py", "-k", "matches_none and llama and tensor"),
+           "the all-reduce leaves out the residual it adds to"),
+    Mutant("swiglu-sign", "shaders/elementwise.comp",
+           "c[i] = g / (1.0 + exp(min(-g, 80.0))) * b[i];", "c[i] = g / (1.0 + exp(min(g, 80.0))) * b[i];",
+           (OPS, "-k", "swiglu"), "silu(g) with e^g instead of e^-g"),
+]
+
+
+def copy_tree(dest: Path) -> None:
+    """The working tree as it is (tracked and untracked files git does not ignore), without .git."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def rebuild_shaders(tree: Path, shader: str) -> tuple[int, int]:
+    """Rebuild every kernel whose sources include `shader`: (kernels rebuilt, SPIR-V files changed)."""
+    sys.path.insert(0, str(tree / "shaders"))
+    try:
+        import build
+        names = [n for n, (src, _) in build.VARIANTS.items()
+                 if (tree / shader).resolve() in [p.resolve() for p in build.includes(build.HERE / src)]]
+    finally:
+        sys.path.pop(0)
+        sys.modules.pop("build", None)
+    before = {n: (tree / "llamavk/spv" / f"{n}.spv").read_bytes() for n in names}
+    subprocess.run([sys.executable, "shaders/build.py", *names], cwd=tree, check=True, capture_output=True)
+    changed = sum((tree / "llamavk/spv" / f"{n}.spv").read_bytes() != before[n] for n in names)
+    return len(names), changed
+
+
+def run_tests(tree: Path, args: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
+    shared = ROOT.parent / "shared" / "ref-llamacpp"      # the copy lives elsewhere: where the oracle is
+    if shared.is_dir():
+        env.setdefault("LLAMAVK_REF_LLAMACPP", str(shared))
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args]
+    try:
+        r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "timeout"
+    return r.returncode, (r.stdout + r.stderr).strip().splitlines()[-1] if (r.stdout + r.stderr).strip() else ""
+
+
+def check(m: Mutant, timeout: float, keep: bool) -> tuple[str, str]:
+    tmp = Path(tempfile.mkdtemp(prefix=f"mutant-{m.name}-"))
+    try:
+        copy_tree(tmp)
+        target = tmp / m.path
+        text = target.read_text()
+        if text.count(m.old) != 1:
+            return "STALE", f"the text to mutate occurs {text.count(m.old)} times in {m.path}"
+        target.write_text(text.replace(m.old, m.new))
+        if m.path.startswith("shaders/"):
+            if shutil.which("glslc") is None:
+                return "SKIPPED", "glslc not found"
+            n, changed = rebuild_shaders(tmp, m.path)
+            if not changed:
+                return "EQUIVALENT", f"none of the {n} kernels' SPIR-V changed"
+        rc, last = run_tests(tmp, m.tests, timeout)
+        if rc is None:
+            return "killed", "timed out"
+        if rc in (1, 2):                # tests failed, or collection/import errors
+            return "killed", last
+        if rc == 0:
+            return "SURVIVED", last
+        return "ERROR", f"pytest exit {rc}: {last}"
+    finally:
+        if keep:
+            print(f"    kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-k", dest="pattern", help="only mutants whose name contains this")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the chosen tests")
+    ap.add_argument("--keep", action="store_true", help="keep each mutated copy (paths printed)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per mutant's tests")
+    a = ap.parse_args()
+    chosen = [m for m in MUTANTS if not a.pattern or a.pattern in m.name]
+    if a.list:
+        for m in chosen:
+            print(f"{m.name:36} {m.path:30} {m.why}")
+        return 0
+    if not a.no_baseline:
+        tmp = Path(tempfile.mkdtemp(prefix="mutant-baseline-"))
+        try:
+            copy_tree(tmp)
+            for args in dict.fromkeys(m.tests for m in chosen):
+                rc, last = run_tests(tmp, args, a.timeout)
+                if rc != 0:
+                    print(f"baseline fails: pytest {' '.join(args)}: {last}")
+                    return 2
+            print(f"baseline: the chosen tests of {len(chosen)} mutants pass unmutated")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    results = []
+    for m in chosen:
+        t0 = time.perf_counter()
+        status, detail = check(m, a.timeout, a.keep)
+        results.append(status)
+        print(f"{status:10} {m.name:36} {time.perf_counter() - t0:6.1f}s  {detail}", flush=True)
+    killed = results.count("killed")
+    counted = sum(s in ("killed", "SURVIVED") for s in results)
+    print(f"\nkilled {killed} of {counted} mutants ({100 * killed / max(1, counted):.0f}%)"
+          + "".join(f", {results.count(s)} {s.lower()}" for s in ("STALE", "EQUIVALENT", "SKIPPED", "ERROR")
+                    if s in results))
+    return 0 if killed == counted == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
