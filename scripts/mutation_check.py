@@ -86,14 +86,14 @@ MUTANTS = [
            "round(acc * units) * granularity", "int(acc * units) * granularity",
            ("tests/test_split.py", "-k", "partition"), "device shares cut by floor instead of round"),
     Mutant("split-tensor-bias-first-part", "llamavk/split/tensor.py",
-           "[bias.sliced(0, a, b)]", "[bias.sliced(0, 0, b - a)]",
+           "[extra[0].sliced(0, a, b)] if extra", "[extra[0].sliced(0, 0, b - a)] if extra",
            ("tests/test_split.py", "-k", "matches_none and qwen2 and tensor"),
            "every device adds the first device's part of the Q/K/V bias"),
     Mutant("graph-reads-forget-fused-operands", "llamavk/graph.py",
            "extra = tuple(v for v in self.attrs.values() if isinstance(v, Tensor))", "extra = ()",
            (ENGINE, "-k", "greedy_decode"), "fused operands (residual, glu, norm) not seen as reads: freed early"),
     Mutant("forward-ffn-uses-attn-norm", "llamavk/models/forward.py",
-           'vec(b + "ffn_norm.weight", E, "ffn_norm", i)', 'vec(b + "attn_norm.weight", E, "attn_norm", i)',
+           'vec(g, b + "ffn_norm.weight", E, "ffn_norm", i)', 'vec(g, b + "attn_norm.weight", E, "attn_norm", i)',
            (ENGINE, "-k", "logits_match and q8_0"), "the FFN norm reads the attention norm's weight"),
     Mutant("fusion-norm-drops-bias", "llamavk/fusion.py",
            "u.inputs = (u.inputs[0], x) + u.inputs[2:]", "u.inputs = (u.inputs[0], x)",
@@ -104,21 +104,28 @@ MUTANTS = [
     Mutant("qwen2-rope-not-neox", "llamavk/models/qwen2.py",
            "rope_neox=True", "rope_neox=False",
            (ORACLE, "-k", "qwen2"), "qwen2 with llama's RoPE pairs (reference.py reads the same flag)"),
-    Mutant("qwen3-qk-norm-after-rope", "llamavk/models/forward.py",
-           """        if cfg.qk_norm:
-            q = g.head_norm(q, vec(b + "attn_q_norm.weight", D, "q_norm", i), cfg.n_head, cfg.rms_eps)
-            k = g.head_norm(k, vec(b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
-        q = g.rope(q, cfg.n_head)
-        k = g.rope(k, cfg.n_head_kv)
-""", """        q = g.rope(q, cfg.n_head)
-        k = g.rope(k, cfg.n_head_kv)
-        if cfg.qk_norm:
-            q = g.head_norm(q, vec(b + "attn_q_norm.weight", D, "q_norm", i), cfg.n_head, cfg.rms_eps)
-            k = g.head_norm(k, vec(b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
+    Mutant("qwen3-qk-norm-after-rope", "llamavk/models/blocks.py",
+           """    if cfg.qk_norm:
+        q = g.head_norm(q, vec(g, b + "attn_q_norm.weight", D, "q_norm", i), cfg.n_head, cfg.rms_eps)
+        k = g.head_norm(k, vec(g, b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
+    q = g.rope(q, cfg.n_head)
+    k = g.rope(k, cfg.n_head_kv)
+""", """    q = g.rope(q, cfg.n_head)
+    k = g.rope(k, cfg.n_head_kv)
+    if cfg.qk_norm:
+        q = g.head_norm(q, vec(g, b + "attn_q_norm.weight", D, "q_norm", i), cfg.n_head, cfg.rms_eps)
+        k = g.head_norm(k, vec(g, b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
 """, (ORACLE, "-k", "qwen3"), "qwen3's QK norm after RoPE instead of before"),
-    Mutant("qwen2-no-q-bias", "llamavk/models/forward.py",
+    Mutant("qwen2-no-q-bias", "llamavk/models/blocks.py",
            'bias("q", q_out, "q_bias")', "None",
            (ORACLE, "-k", "qwen2"), "qwen2's Q bias left out"),
+    Mutant("moe-route-not-renormalised", "shaders/moe_route.comp",
+           "float f = p.norm != 0 ? p.scale / chosen_sum : p.scale;", "float f = p.scale;",
+           (ORACLE, "-k", "qwen3moe"), "prompt routing: the chosen experts' weights not renormalised to sum 1"),
+    Mutant("moe-router-not-renormalised", "shaders/moe_router.comp",
+           "float f = p.norm != 0 ? p.scale / chosen_sum : p.scale;", "float f = p.scale;",
+           ("tests/test_moe.py", "-k", "router or decode"),
+           "decode routing: the chosen experts' weights not renormalised to sum 1"),
     # -- GLSL: weight decoding per type ---------------------------------------------------------------
     Mutant("q4_0-offset-7", "shaders/quants.glsl",
            "((q >> 24) & 0xFu))) - 8388616.0;", "((q >> 24) & 0xFu))) - 8388615.0;",
