@@ -213,6 +213,7 @@ def rebuild_shaders(tree: Path, shader: str) -> tuple[int, int]:
 
 
 def run_tests(tree: Path, args: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
+    """pytest's exit status (None: timed out) and its output."""
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
     shared = ROOT.parent / "shared" / "ref-llamacpp"      # the copy lives elsewhere: where the oracle is
     if shared.is_dir():
@@ -222,7 +223,14 @@ def run_tests(tree: Path, args: tuple[str, ...], timeout: float) -> tuple[int | 
         r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, "timeout"
-    return r.returncode, (r.stdout + r.stderr).strip().splitlines()[-1] if (r.stdout + r.stderr).strip() else ""
+    return r.returncode, (r.stdout + r.stderr).strip()
+
+
+def summary(output: str) -> str:
+    """The first failing test and pytest's last line."""
+    lines = output.splitlines() or [""]
+    failed = next((l.split(" - ")[0] for l in lines if l.startswith(("FAILED ", "ERROR "))), "")
+    return f"{lines[-1]}  {failed}".strip()
 
 
 def check(m: Mutant, timeout: float, keep: bool) -> tuple[str, str]:
@@ -240,14 +248,14 @@ def check(m: Mutant, timeout: float, keep: bool) -> tuple[str, str]:
             n, changed = rebuild_shaders(tmp, m.path)
             if not changed:
                 return "EQUIVALENT", f"none of the {n} kernels' SPIR-V changed"
-        rc, last = run_tests(tmp, m.tests, timeout)
+        rc, out = run_tests(tmp, m.tests, timeout)
         if rc is None:
             return "killed", "timed out"
         if rc in (1, 2):                # tests failed, or collection/import errors
-            return "killed", last
+            return "killed", summary(out)
         if rc == 0:
-            return "SURVIVED", last
-        return "ERROR", f"pytest exit {rc}: {last}"
+            return "SURVIVED", summary(out)
+        return "ERROR", f"pytest exit {rc}: {summary(out)}"
     finally:
         if keep:
             print(f"    kept {tmp}")
@@ -273,9 +281,9 @@ def main() -> int:
         try:
             copy_tree(tmp)
             for args in dict.fromkeys(m.tests for m in chosen):
-                rc, last = run_tests(tmp, args, a.timeout)
+                rc, out = run_tests(tmp, args, a.timeout)
                 if rc != 0:
-                    print(f"baseline fails: pytest {' '.join(args)}: {last}")
+                    print(f"baseline fails: pytest {' '.join(args)}:\n" + "\n".join(out.splitlines()[-40:]))
                     return 2
             print(f"baseline: the chosen tests of {len(chosen)} mutants pass unmutated")
         finally:

@@ -34,7 +34,10 @@ ratio each case then measured (f16 / q8_0 or q6_k / q4_k):
 - qwen2 with llama's RoPE pairs instead of NEOX: -4.7 / -4.6 / -5.2 (reference.py reads the same
   flag, so test_engine.py passes);
 - qwen2 without its Q bias: +0.62 / +0.39 / +0.30;
-- qwen3's QK norm after RoPE instead of before: +0.25 / +0.85 / +0.23.
+- qwen3's QK norm after RoPE instead of before: +0.25 / +0.85 / +0.23 (qwen3moe f16 / Q4_0: +0.37 /
+  +0.34);
+- qwen3moe's chosen experts' weights not renormalised to sum 1 (prompt routing): f16 +0.14 (its
+  Q4_0 case moves by only +0.004: the f16 case is the one that catches it).
 
 The KL divergence between the two engines' distributions joins these tests once llamavk reads
 llama.cpp's KL-divergence base files (llama-perplexity --kl-divergence-base).
