@@ -1,6 +1,6 @@
 """llama.cpp as the oracle (issue 29): synthetic models of every architecture (llama, qwen2, qwen3,
-qwen3moe) and several weight types, scored by llama-perplexity's CPU build (../shared/ref-llamacpp,
-`-ngl 0`) and by llamavk.
+qwen3moe, qwen35, qwen35moe) and several weight types, scored by llama-perplexity's CPU build
+(../shared/ref-llamacpp, `-ngl 0`) and by llamavk.
 
 llama.cpp shares no code with llamavk, its numpy reference or its ModelConfig, so a wrong RoPE
 layout, a missing bias, a misplaced norm, a weight decoded wrongly or a perplexity window cut
@@ -23,10 +23,10 @@ their texts, 8 chunks of 64 tokens), maxima over the seeds:
 
     weights          |d ln PPL|    running values   rel. uncertainty   mean KLD    tolerance (PPL, KLD)
     f32              2.6e-5        6.7e-5           1.7e-5             2.0e-6      1e-4, 1e-5
-    f16              1.2e-3        2.7e-3           5.9e-4             2.8e-5      3e-3, 1e-4
-    quantized        0.064 (Q6_K)  0.18             0.017              0.025       0.15, 0.06
-    f16, MoE         3.8e-3        5.0e-3           3.5e-3             1.6e-3      1e-2, 5e-3
-    quantized, MoE   0.051         0.074            0.034              0.032       0.15, 0.08
+    f16              1.2e-3        2.7e-3           5.9e-4             5.2e-5      3e-3, 1.5e-4
+    quantized        0.064 (Q6_K)  0.18             0.030              0.025       0.15, 0.06
+    f16, MoE         0.011         0.024            3.5e-3             5.5e-3      3e-2, 1.5e-2
+    quantized, MoE   0.076         0.17             0.036              0.093       0.15, 0.2
 
 (running values, the first of which covers one chunk's 31 tokens: 3x the PPL tolerance; the
 uncertainty, relative to itself: the PPL tolerance).
@@ -61,7 +61,7 @@ from llamavk.synthetic import MOE_ARCHS
 from .llamacpp_ref import llamacpp_perplexity_run, llamacpp_tool
 
 # One entry per (architecture, weight type): a new architecture is one more line (its synthetic
-# overrides, if any, in the dict; mixture-of-experts architectures take the tiny-moe preset). Types:
+# overrides, if any, in the dict; MoE and hybrid architectures take their tiny presets). Types:
 # f32 and f16 (no 8-bit activations in llama.cpp: tight), and quantized types whose decoding differs
 # (Q4_K's 6-bit packed scales, Q6_K's split bits).
 ORACLE_CASES = [
@@ -75,16 +75,20 @@ ORACLE_CASES = [
     ("qwen3", "q4_k", {}),
     ("qwen3moe", "f16", {}),
     ("qwen3moe", "q4_0", {}),
+    ("qwen35", "f16", {}),
+    ("qwen35", "q4_k", {}),
+    ("qwen35moe", "f16", {}),
+    ("qwen35moe", "q4_0", {}),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8
 
 # (|ln(PPL_llamavk / PPL_llama.cpp)|, mean KL divergence of llamavk's distributions from llama.cpp's)
 # allowed, by how llama.cpp rounds the activations of the products (measured: the module docstring)
-TOLERANCE = {"f32": (1e-4, 1e-5), "f16": (3e-3, 1e-4), "quantized": (0.15, 0.06)}
+TOLERANCE = {"f32": (1e-4, 1e-5), "f16": (3e-3, 1.5e-4), "quantized": (0.15, 0.06)}
 # Mixture of experts: where two router logits nearly tie, rounding can send a token through other
 # experts, which moves its NLL by far more than rounding moves a dense model's.
-MOE_TOLERANCE = {"f16": (1e-2, 5e-3), "quantized": (0.15, 0.08)}
+MOE_TOLERANCE = {"f16": (3e-2, 1.5e-2), "quantized": (0.15, 0.2)}
 
 
 def tolerance(arch: str, qtype: str) -> tuple[float, float]:
@@ -169,14 +173,13 @@ def measure(seeds: list[int]) -> None:
     import tempfile
     from pathlib import Path
 
-    from llamavk.synthetic import write_synthetic_model
+    from llamavk.synthetic import tiny_preset, write_synthetic_model
 
     worst: dict[str, list[float]] = {}        # class -> max |d ln PPL|, over running values, unc
     with tempfile.TemporaryDirectory() as tmp:
         for arch, qtype, overrides in ORACLE_CASES:
             for seed in seeds:
-                preset = "tiny-moe" if arch in MOE_ARCHS else "tiny"
-                path = write_synthetic_model(Path(tmp) / "m.gguf", preset, qtype, arch, seed=seed,
+                path = write_synthetic_model(Path(tmp) / "m.gguf", tiny_preset(arch), qtype, arch, seed=seed,
                                              **{**PEAKED, **overrides})
                 text_file = Path(tmp) / "t.txt"
                 text_file.write_text(sampled_text(load_model_file(path), N_CTX, N_CHUNKS, seed=seed + 4))
