@@ -27,6 +27,10 @@ LAYOUTS = [(2, None), (2, [2, 1]), (3, None), (4, [1, 2, 1, 1])]
 ARCH_TYPES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k"), ("qwen3moe", "q4_0"), ("gemma3", "q8_0")]
 REL_TOL = 2e-4
 REL_TOL_F16 = 1.5e-3
+# gemma3 renormalizes each block's output before the residual add (its post-norms) and scales the
+# embedding, which carries the order differences further: measured on llvmpipe (seeds 1-3) tensor
+# 2.1e-4, graph (f16 partials) 2.7e-3; bounds ~3x those.
+ARCH_TOL = {"gemma3": (6e-4, 8e-3)}
 
 
 def quiet(path, **kw):
@@ -36,7 +40,8 @@ def quiet(path, **kw):
 def rel_tol(m) -> float:
     """The bound on max|Δlogit| / max|logit| for this loaded model (see the module's docstring)."""
     coop = any(has_coopmat(rt.kc) for rt in getattr(m.runtime, "runtimes", [m.runtime]))
-    return REL_TOL_F16 if m.split_mode == "graph" or coop else REL_TOL
+    f32, f16 = ARCH_TOL.get(m.config.arch, (REL_TOL, REL_TOL_F16))
+    return f16 if m.split_mode == "graph" or coop else f32
 
 
 @pytest.fixture(scope="module")
