@@ -7,8 +7,7 @@ different order; an all-reduce adds the devices' partials), plus, in graph mode 
 add). Measured on llvmpipe (the cases below, models of seeds 1-3): layer and row modes bit for bit,
 tensor at most 7.1e-5 of max|logit|, graph (f16 partials) at most 5.5e-4. Bounds, ~3x those:
 REL_TOL 2e-4, REL_TOL_F16 1.5e-3; on devices with cooperative matrices (prompt products round their
-inputs to f16, so an order difference can flip a rounding) the f16 bound for every mode -- not
-measured here. For scale: a 1% error in half of one weight matrix moves these models' logits by
+inputs to f16, and a split changes which products take the f16 tiles) REL_TOL_COOP, from an H100. For scale: a 1% error in half of one weight matrix moves these models' logits by
 1.8e-3 to 1.3e-2 of max|logit| (numpy, every role of layers 0 and 3). Greedy tokens must be identical.
 """
 
@@ -37,11 +36,17 @@ def quiet(path, **kw):
     return llamavk.load(path, warn=lambda m: None, **kw)
 
 
+# Devices with cooperative matrices: a split changes the products' shapes and with them which kernel
+# runs (f16 tiles, or f32 matrix-vector products for small parts). Measured on an H100: row mode on
+# qwen2 2.0e-3 (qwen35's row mode 3.5e-3, tests/test_qwen35.py).
+REL_TOL_COOP = 8e-3
+
+
 def rel_tol(m) -> float:
     """The bound on max|Δlogit| / max|logit| for this loaded model (see the module's docstring)."""
     coop = any(has_coopmat(rt.kc) for rt in getattr(m.runtime, "runtimes", [m.runtime]))
     f32, f16 = ARCH_TOL.get(m.config.arch, (REL_TOL, REL_TOL_F16))
-    return f16 if m.split_mode == "graph" or coop else f32
+    return max(f16, REL_TOL_COOP) if coop else f16 if m.split_mode == "graph" else f32
 
 
 @pytest.fixture(scope="module")

@@ -123,9 +123,11 @@ class AttentionPlan:
 
 
 def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int,
-         n_splits: int | None = None, min_chunk: int | None = None) -> AttentionPlan:
+         n_splits: int | None = None, min_chunk: int | None = None, window: int = 0) -> AttentionPlan:
     """Which attention kernel runs a batch of n_tokens, on what grid, with how many KV splits
-    (arguments as for `attention`)."""
+    (arguments as for `attention`). Sliding-window layers (window > 0) never take the
+    cooperative-matrix kernel: its window gave wrong rows on an H100 (tests/test_gemma3.py's
+    70-token windowed cases), so they run the flash kernel, checked there and on llvmpipe."""
     if head_dim % 4 or head_dim // 4 > ATTN_WG:
         raise ValueError(f"attention: head_dim {head_dim} must be a multiple of 4 and at most {4 * ATTN_WG}")
     if n_head % n_head_kv:
@@ -143,7 +145,7 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
     min_chunk = _round_chunk(min_chunk or block, block)
     n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // min_chunk)))
     spec = (ATTN_WG, head_dim)
-    if n_splits == 1 and not dec and attention_coop_ok(kc, head_dim, rows):
+    if n_splits == 1 and not dec and not window and attention_coop_ok(kc, head_dim, rows):
         return AttentionPlan(f"attention_coop_f16_hd{head_dim}", (-(-rows // ATTENTION_COOP_ROWS), n_head_kv, 1),
                              1, min_chunk, ())
     if n_splits == 1:
@@ -179,7 +181,7 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     # a sliding window: the split grid is sized for the positions the batch can see (n_kv - base in
     # attention_split.glsl: window + n_tokens - 1 at most), not for the context
     span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
-    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk)
+    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk, window)
     chained = signal is not None and pl.kernel.startswith("attention_dec")
     push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
                        scale or 1.0 / math.sqrt(head_dim), window)
