@@ -1,5 +1,5 @@
 """llama.cpp as the oracle (issue 29): synthetic models of every architecture (llama, qwen2, qwen3,
-qwen3moe, qwen35, qwen35moe) and several weight types, scored by llama-perplexity's CPU build
+qwen3moe, qwen35, qwen35moe, gemma3) and several weight types, scored by llama-perplexity's CPU build
 (../shared/ref-llamacpp, `-ngl 0`) and by llamavk.
 
 llama.cpp shares no code with llamavk, its numpy reference or its ModelConfig, so a wrong RoPE
@@ -79,6 +79,9 @@ ORACLE_CASES = [
     ("qwen35", "q4_k", {}),
     ("qwen35moe", "f16", {}),
     ("qwen35moe", "q4_0", {}),
+    # gemma3's synthetic Q/K norms are ~2 already (peaked attention): no further gain
+    ("gemma3", "f16", {"qk_gain": 1.0}),
+    ("gemma3", "q8_0", {"qk_gain": 1.0}),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8
