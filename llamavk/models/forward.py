@@ -11,17 +11,20 @@ from ..graph import Graph
 from .blocks import attention, moe_ffn, swiglu_ffn, vec
 
 
-def llama_like(cfg, all_logits: bool = False) -> Graph:
+def llama_like(cfg, all_logits: bool = False, mixer=None, ffn_norm: str = "ffn_norm") -> Graph:
+    """mixer(g, cfg, i, h) -> layer i's token mixer (default: attention; the qwen35 hybrids pass
+    their own); ffn_norm: the GGUF name of the norm before the FFN (role ffn_norm either way)."""
     g = Graph(cfg)
     E, V = cfg.n_embd, cfg.n_vocab
     ffn = moe_ffn if cfg.n_expert else swiglu_ffn
+    mixer = mixer or attention
     x = g.embed(g.weight("token_embd.weight", V, E, "token_embd"))
     for i in range(cfg.n_layer):
         g.layer = i
         b = f"blk.{i}."
         h = g.rms_norm(x, vec(g, b + "attn_norm.weight", E, "attn_norm", i), cfg.rms_eps)
-        x = g.add(x, attention(g, cfg, i, h))
-        h = g.rms_norm(x, vec(g, b + "ffn_norm.weight", E, "ffn_norm", i), cfg.rms_eps)
+        x = g.add(x, mixer(g, cfg, i, h))
+        h = g.rms_norm(x, vec(g, b + f"{ffn_norm}.weight", E, "ffn_norm", i), cfg.rms_eps)
         x = g.add(x, ffn(g, cfg, i, h))
     g.layer = None
     if not all_logits:

@@ -30,7 +30,8 @@ from typing import Any
 from ..errors import LlamavkError
 from ..graph import Graph
 from .base import MAX_COUNT, Meta, ModelConfig, WeightSpec, common_config, moe_config, moe_specs
-from .blocks import gated_attention, gated_delta_net, moe_ffn, swiglu_ffn, vec
+from .blocks import gated_attention, gated_delta_net
+from .forward import llama_like
 
 # The DeltaNet kernels keep a head's state column in registers and its key in shared memory
 # (shaders/gdn_*.comp): head sizes up to this many values.
@@ -167,22 +168,9 @@ def hybrid_specs(cfg: ModelConfig) -> list[WeightSpec]:
 
 
 def hybrid_graph(cfg: ModelConfig, all_logits: bool = False) -> Graph:
-    g = Graph(cfg)
-    E, V = cfg.n_embd, cfg.n_vocab
-    ffn = moe_ffn if cfg.n_expert else swiglu_ffn
-    x = g.embed(g.weight("token_embd.weight", V, E, "token_embd"))
-    for i in range(cfg.n_layer):
-        g.layer = i
-        b = f"blk.{i}."
-        h = g.rms_norm(x, vec(g, b + "attn_norm.weight", E, "attn_norm", i), cfg.rms_eps)
-        mixer = gated_delta_net if cfg.is_recurrent(i) else gated_attention
-        x = g.add(x, mixer(g, cfg, i, h))
-        h = g.rms_norm(x, vec(g, b + "post_attention_norm.weight", E, "ffn_norm", i), cfg.rms_eps)
-        x = g.add(x, ffn(g, cfg, i, h))
-    g.layer = None
-    if not all_logits:
-        x = g.last_row(x)
-    x = g.rms_norm(x, vec(g, "output_norm.weight", E, "output_norm"), cfg.rms_eps)
-    out_name, role = ("token_embd.weight", "token_embd") if cfg.tied_output else ("output.weight", "output")
-    g.output(g.matmul(g.weight(out_name, V, E, role), x))
-    return g
+    """The llama-like forward pass with each layer's mixer a Gated DeltaNet or gated attention; the
+    FFN norm is stored as post_attention_norm."""
+    def mixer(g, cfg, i, h):
+        return (gated_delta_net if cfg.is_recurrent(i) else gated_attention)(g, cfg, i, h)
+
+    return llama_like(cfg, all_logits, mixer=mixer, ffn_norm="post_attention_norm")
