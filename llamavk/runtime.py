@@ -285,7 +285,7 @@ class DeviceRuntime:
                 norm_w = op.attrs.get("norm")
                 moe.router(seq, kc, self.weights[w.name], act(x), act(op.out), rows_out, r["n_used"], r["gating"],
                            r["norm"], r["scale"], norm_w=vec(norm_w) if norm_w is not None else None,
-                           eps=op.attrs.get("eps", 0.0))
+                           eps=op.attrs.get("eps", 0.0), wait=wait)
             elif k == "matmul":
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
@@ -333,13 +333,13 @@ class DeviceRuntime:
                 a = op.attrs
                 qw = self.weights[w.name]
                 n_used = route.width // 2
-                moe.matmul_id(seq, kc, qw, act(x), act(route), act(op.out), rows_out, n_used,
+                n = moe.matmul_id(seq, kc, qw, act(x), act(route), act(op.out), rows_out, n_used,
                               xslot=x.width != qw.cols,
                               groups=self._moe_groups(qw.experts, n_tokens) if rows_out > matmul.MATVEC_MAX_TOKENS else None,
                               norm=vec(a["norm"]) if "norm" in a else None, eps=a.get("eps", 0.0),
                               glu=act(a["glu"]) if "glu" in a else None, sum_slots=a.get("sum", False),
                               residual=act(a["residual"]) if "residual" in a else None,
-                              pair=self.weights[a["pair"].name] if "pair" in a else None)
+                              pair=self.weights[a["pair"].name] if "pair" in a else None, wait=wait, signal=signal)
             elif k == "moe_sum":
                 y, route = op.inputs
                 moe.moe_sum(seq, kc, act(y), act(route), act(op.out), rows_out, route.width // 2, op.out.width)
@@ -400,10 +400,18 @@ class DeviceRuntime:
     def _consumes(self, op, producer, edges: str) -> bool:
         """Whether product `op` can wait in its shader for `producer` (recorded just before it, or
         before products that also wait for it), whose output is its input x: the edge is enabled
-        (selection.chain_edges: a attention, o output projection, g gate/up, d down product) and both
+        (selection.chain_edges: a attention, o output projection, g gate/up, d down product, e the
+        experts' gate/up pair -> their down product, r output projection -> the MoE router) and both
         kernels can be chained (kernels/chain.py)."""
+        if op is not None and op.kind == "matmul_id" and producer.kind == "matmul_id":
+            return ("e" in edges and op.inputs[1] is producer.out and "pair" in producer.attrs
+                    and moe.matvec_id_chain_ok(self.weights[producer.inputs[0].name])
+                    and moe.matvec_id_chain_ok(self.weights[op.inputs[0].name]))
         if op is None or op.kind != "matmul" or op.inputs[1] is not producer.out:
             return False
+        if "route" in op.attrs:   # a router picking the experts itself (moe_router.comp): edge r
+            return ("r" in edges and producer.kind == "matmul" and producer.inputs[0].role == "o"
+                    and matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name]))
         if producer.kind == "attention":
             kind = "a"
         elif producer.kind == "matmul" and matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name]):

@@ -27,7 +27,13 @@
 // SUM: (row blocks of G * RJ rows, tokens), one subgroup per slot (the workgroup is n_used subgroups),
 // the slots' weighted sums added in slot order through shared memory (deterministic), then the
 // residual.
-// Specialization: 0 workgroup size, 1 TPR, 2 C, 3 RJ, 4 NORM, 5 GLU, 6 SUM, 7 XSLOT, 8 RESID, 9 PAIR.
+// WAIT / SIGNAL (one-token steps, kernels/chain.py; as in matvec_stream.comp): a WAIT product is
+// recorded without a barrier after its producer; its workgroups issue their weight loads (the route
+// they read was complete before the producer started), then wait in the shader for the producer's
+// workgroup count, then read x through coherent aliases. A SIGNAL product's workgroups count
+// themselves done once their stores are visible.
+// Specialization: 0 workgroup size, 1 TPR, 2 C, 3 RJ, 4 NORM, 5 GLU, 6 SUM, 7 XSLOT, 8 RESID, 9 PAIR,
+// 10 WAIT, 11 SIGNAL.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TPR = 32;
 layout(constant_id = 2) const uint C = 1;
@@ -38,6 +44,8 @@ layout(constant_id = 6) const bool SUM = false;
 layout(constant_id = 7) const bool XSLOT = false;
 layout(constant_id = 8) const bool RESID = false;
 layout(constant_id = 9) const bool PAIR = false;
+layout(constant_id = 10) const bool WAIT = false;
+layout(constant_id = 11) const bool SIGNAL = false;
 const uint NM = PAIR ? 2 : 1;   // matrices per product
 
 #include "quants.glsl"
@@ -50,6 +58,10 @@ layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };     // PAIR: the up matrix
 layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
+// WAIT: the activations through coherent aliases (every read after the wait goes to the L2)
+layout(std430, binding = 1) volatile coherent buffer X4c { vec4 x4c[]; };
+layout(std430, binding = 6) volatile coherent buffer Up4c { vec4 up4c[]; };
+layout(std430, binding = 8) volatile coherent buffer Chain { uint chain[]; };   // WAIT / SIGNAL: counters
 layout(push_constant) uniform Push {
     uint rows;         // R: rows of one expert
     uint cols;
@@ -58,6 +70,9 @@ layout(push_constant) uniform Push {
     uint n_exp;        // experts in this chunk
     uint rows_per_wg;
     float eps;
+    uint wait_slot;    // WAIT: the producer's counter
+    uint wait_n;       // WAIT: its workgroups
+    uint signal_slot;  // SIGNAL: this product's counter
 } p;
 
 #define RED_LEN 2048
@@ -67,11 +82,22 @@ shared float red[RED_LEN];   // SUM: per slot, the workgroup's rows (n_used x ro
 void xunit(uint xrow, uint u, inout float ss, out vec4 xv[8]) {
     [[unroll]] for (uint k = 0; k < 8; ++k) {
         uint kk = 8 * u + k, idx = (xrow * p.cols) / 4 + kk;
-        vec4 v = x4[idx];
+        vec4 v = WAIT ? x4c[idx] : x4[idx];
         if (NORM) { ss += dot(v, v); v *= nw4[kk]; }
-        if (GLU) v = v / (1.0 + exp(min(-v, vec4(80.0)))) * up4[idx];
+        if (GLU) v = v / (1.0 + exp(min(-v, vec4(80.0)))) * (WAIT ? up4c[idx] : up4[idx]);
         xv[k] = v;
     }
+}
+
+// WAIT: one lane polls until the producer's workgroups are all done; every lane calls this (the
+// poll count is stored where it is never read: a loop with no effect but its end may be deleted)
+void wait_for_producer() {
+    if (gl_LocalInvocationIndex == 0) {
+        uint polls = 0u;
+        while (chain[p.wait_slot] < p.wait_n) ++polls;
+        if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
+    }
+    barrier();
 }
 
 // the sum over this row group's TPR lanes (an xor butterfly within the subgroup)
@@ -112,11 +138,11 @@ void main() {
     uint wrow[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) wrow[j] = (e - p.e0) * p.rows + min(r0 + g + G * j, p.rows - 1);
 
-    if (mine) {
 #if defined(QPLANAR)
-        // every weight load first (header)
-        uvec4 wq[C][NM][RJ][NQ];
-        float wd[C][NM][RJ];
+    // every weight load first (header), then (WAIT) the producer, then the arithmetic
+    uvec4 wq[C][NM][RJ][NQ];
+    float wd[C][NM][RJ];
+    if (mine) {
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = min(c + TPR * i, n_units - 1);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
@@ -129,6 +155,11 @@ void main() {
                 }
             }
         }
+    }
+#endif
+    if (WAIT) wait_for_producer();
+    if (mine) {
+#if defined(QPLANAR)
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = c + TPR * i;
             if (u < n_units) {
@@ -207,5 +238,10 @@ void main() {
                 y[o] = v;
             }
         }
+    }
+    if (SIGNAL) {   // every store of this workgroup visible, then one count
+        memoryBarrierBuffer();
+        barrier();
+        if (gl_LocalInvocationIndex == 0) atomicAdd(chain[p.signal_slot], 1u);
     }
 }

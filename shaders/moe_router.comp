@@ -8,16 +8,24 @@
 // row and resets the count. One dependent stage instead of two (product, then top-k).
 //   route[t] = [id_0 .. id_{n_used-1} (uint bits), weight_0 .. weight_{n_used-1}]
 // Deterministic: the pick reads the finished logits, whichever workgroup does it.
+// Each thread's first RPF weights are loaded before x (they are in flight together). WAIT (one-token
+// steps, kernels/chain.py): recorded without a barrier after the product writing x; the workgroup
+// waits for that product's workgroup count between its weight loads and its reads of x.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const bool NORM = false;
+layout(constant_id = 2) const bool WAIT = false;
+#define RPF 8
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) readonly buffer NormW { float nw[]; };
 layout(std430, binding = 3) writeonly buffer Route { float route[]; };
 layout(std430, binding = 4) volatile coherent buffer Logits { float logits[]; };   // [n_tokens][n_expert]
 layout(std430, binding = 5) volatile coherent buffer Count { uint count[]; };      // [n_tokens], 0 between runs
+layout(std430, binding = 1) volatile coherent buffer Xc { float xc[]; };           // WAIT: x after the wait
+layout(std430, binding = 6) volatile coherent buffer Chain { uint chain[]; };      // WAIT: the step's counters
 layout(push_constant) uniform Push {
     uint n_expert; uint cols; uint n_used; uint sigmoid; uint norm; float scale; float eps;
+    uint wait_slot; uint wait_n;
 } p;
 
 #define MAX_EXPERTS 1024
@@ -42,10 +50,31 @@ vec2 wg_sum(float v, float w) {
 }
 
 void main() {
-    uint e = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationIndex;
+    uint e = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationIndex, WG = gl_WorkGroupSize.x;
+    float wv[RPF];
+    [[unroll]] for (uint i = 0; i < RPF; ++i) {
+        uint c = tid + WG * i;
+        wv[i] = c < p.cols ? wfloat(e * p.cols + c) : 0.0;
+    }
+    if (WAIT) {   // one lane polls (its count stored where it is never read: the loop must stay)
+        if (tid == 0) {
+            uint polls = 0u;
+            while (chain[p.wait_slot] < p.wait_n) ++polls;
+            if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
+        }
+        barrier();
+    }
     float acc = 0.0, ss = 0.0;
-    for (uint c = tid; c < p.cols; c += gl_WorkGroupSize.x) {
-        float v = x[t * p.cols + c];
+    [[unroll]] for (uint i = 0; i < RPF; ++i) {
+        uint c = tid + WG * i;
+        if (c < p.cols) {
+            float v = WAIT ? xc[t * p.cols + c] : x[t * p.cols + c];
+            if (NORM) { ss += v * v; v *= nw[c]; }
+            acc += wv[i] * v;
+        }
+    }
+    for (uint c = tid + WG * RPF; c < p.cols; c += WG) {
+        float v = WAIT ? xc[t * p.cols + c] : x[t * p.cols + c];
         if (NORM) { ss += v * v; v *= nw[c]; }
         acc += wfloat(e * p.cols + c) * v;
     }

@@ -270,6 +270,38 @@ def test_moe_decode_reads_only_chosen_experts(synthetic_model):
     assert {"sum", "residual"} <= set(ids[1].attrs) and "glu" not in ids[1].attrs
 
 
+def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch):
+    """Edges e and r (kernels/chain.py): the down product recorded without a barrier after the gate/up
+    pair, the router after the output projection, each waiting in its shader for its producer's
+    workgroup count. On a software device the wait is met at once, so the logits must be the same
+    bits as unchained; each producer counts every workgroup."""
+    from llamavk.kernels import matmul as mm
+
+    # the dense products on the stream kernel (the one that can signal), as on the GPUs that chain
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2, xfirst=1,
+                                                                   chained_steps=1)})
+    path = synthetic_model("qwen3moe", "q4_0", seed=3)
+    prompt = [int(t) for t in np.random.default_rng(4).integers(3, 500, 8)]
+    got = {}
+    for chain in ("0", "er"):
+        monkeypatch.setenv("LLAMAVK_CHAIN", chain)
+        with llamavk.load(path, n_ctx=32, warn=lambda m: None) as m:
+            rt = m.runtime
+            rows = []
+            for i, t in enumerate(prompt):
+                rt.run_batch("last", [t], i)
+                rows.append(rt.logits(1)[0].copy())
+            got[chain] = np.array(rows)
+            chains = rt.chains[("last", 1, 0)]
+            if chain == "er":
+                assert [op.inputs[0].role for op, _ in chains] == ["o", "gate_exps"] * rt.cfg.n_layer
+                words = np.frombuffer(chains[0][1].counters[0].read(), dtype=np.uint32)
+                assert all(words[w.slot] == w.n > 0 for _, w in chains)
+            else:
+                assert chains == []
+    assert np.array_equal(got["0"], got["er"])
+
+
 def test_moe_metadata_errors():
     from llamavk.models import config_from_metadata
     meta = {"general.architecture": "qwen3moe", "qwen3moe.embedding_length": 64, "qwen3moe.block_count": 1,

@@ -18,6 +18,7 @@ weights. Expert ids never leave the GPU: the products read them there.
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -32,6 +33,11 @@ from .selection import moe_product_kernel
 MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64)}
 ROUTER_WG = 256       # moe_router.comp: one workgroup per (expert, token), the row over all its threads
 MATVEC_ID_WG = 128
+# weight loads (16 bytes) a lane of matvec_id.comp issues before its arithmetic: the memory-level
+# parallelism of these short products. H100, 30B-A3B's experts (benchmarks/bench_matvec_id.py, µs per
+# dispatch): gate/up pair 25.1 at 8 loads (32 lanes x 2 units x 2 rows) -> 17.7 at 16 (4 rows);
+# down 19.1 at 6 loads (8 x 3 x 2) -> 15.7 at 12 (8 x 3 x 4). LLAMAVK_MVID=loads,wg overrides (A/B).
+MATVEC_ID_LOADS = 16
 MATVEC_ID_RED = 2048    # matvec_id.comp RED_LEN: slots x rows of a SUM workgroup
 GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
 
@@ -59,9 +65,10 @@ def router_ok(w: QWeight) -> bool:
 
 
 def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, n_used: int, gating: str,
-           norm: bool, scale: float, norm_w: View | None = None, eps: float = 0.0) -> None:
+           norm: bool, scale: float, norm_w: View | None = None, eps: float = 0.0, wait=None) -> None:
     """out[t] = the route of token t from its router logits W x'[t] (x' = rms_norm(x[t]) * norm_w where
-    given), product and top-k in one dispatch: n_tokens <= MATVEC_MAX_TOKENS (decode)."""
+    given), product and top-k in one dispatch: n_tokens <= MATVEC_MAX_TOKENS (decode). wait (a
+    chain.Wait, one token): recorded without a barrier after the product writing x."""
     if n_tokens <= 0:
         return
     if not router_ok(w) or n_tokens > MATVEC_MAX_TOKENS:
@@ -77,11 +84,15 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
         counts.write(np.zeros(MATVEC_MAX_TOKENS, np.uint32))     # zero between runs (the kernel resets it)
         scratch = cache[n_expert] = (Buffer(kc.device, 4 * MATVEC_MAX_TOKENS * n_expert), counts)
     logits, counts = scratch
-    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwww", push_size=28,
-                    spec=(ROUTER_WG, norm_w is not None))
-    push = struct.pack("<5I2f", n_expert, w.cols, n_used, gating == "sigmoid", bool(norm), scale, eps)
-    seq.dispatch(kernel, [w.chunks[0].buffer, x.range, (norm_w or x).range, out.range, logits, counts],
-                 (n_expert, n_tokens, 1), push)
+    if wait is not None and n_tokens != 1:
+        raise LlamavkError("moe router: chaining without a barrier takes one token")
+    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwwww", push_size=36,
+                    spec=(ROUTER_WG, norm_w is not None, wait is not None))
+    push = struct.pack("<5I2f2I", n_expert, w.cols, n_used, gating == "sigmoid", bool(norm), scale, eps,
+                       wait.slot if wait else 0, wait.n if wait else 0)
+    seq.dispatch(kernel, [w.chunks[0].buffer, x.range, (norm_w or x).range, out.range, logits, counts,
+                          wait.counters if wait else counts], (n_expert, n_tokens, 1), push,
+                 chained=wait is not None)
 
 
 def group_scratch(kc: KernelCache, n_expert: int, n_tokens: int) -> View:
@@ -107,14 +118,27 @@ def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tup
     weights: whole rows in at most 4 units per lane, without idle lanes where a power of two up to
     the subgroup divides the row's units; rows per lane as far as a lane's weight loads stay <= 8
     (16-byte loads: Q8_0 takes two per unit, a pair twice as many)."""
+    loads_max = matvec_id_tuning()[0]
     units = cols // 32
     tprs = [1 << k for k in range(subgroup.bit_length()) if 1 << k <= min(subgroup, units)]
     exact = [t for t in tprs if units % t == 0 and units // t <= 4]
     tpr = max(exact) if exact else max(tprs)
     c = -(-units // tpr)
     loads = c * (2 if pair else 1) * (2 if type_name == "q8_0" else 1)
-    rj = max(1, min(4, 8 // loads))
+    rj = max(1, min(4, loads_max // loads))
     return tpr, c, rj
+
+
+def matvec_id_tuning() -> tuple[int, int]:
+    """(weight loads per lane, workgroup size) of matvec_id.comp's plain and PAIR products."""
+    env = os.environ.get("LLAMAVK_MVID", "")
+    if not env:
+        return MATVEC_ID_LOADS, MATVEC_ID_WG
+    try:
+        loads, wg = (int(v) for v in env.split(","))
+    except ValueError:
+        raise LlamavkError(f"LLAMAVK_MVID={env!r}: expected LOADS,WG (e.g. 16,128)") from None
+    return loads, wg
 
 
 def matvec_id_pairs(w: QWeight, p: QWeight) -> bool:
@@ -124,10 +148,17 @@ def matvec_id_pairs(w: QWeight, p: QWeight) -> bool:
             (p.qtype, p.rows, p.cols, p.experts) and [c.n_rows for c in w.chunks] == [c.n_rows for c in p.chunks])
 
 
+def matvec_id_chain_ok(w: QWeight) -> bool:
+    """Whether w's one-token expert product can be chained without a barrier (kernels/chain.py):
+    planar Q4_0 / Q8_0 (its weight loads come first, so they are in flight while it waits), one chunk
+    (one dispatch)."""
+    return type_suffix(w.qtype) in ("q4_0", "q8_0") and len(w.chunks) == 1
+
+
 def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: View, n_tokens: int,
               n_used: int, xslot: bool, groups: View | None = None, norm: View | None = None, eps: float = 0.0,
               glu: View | None = None, sum_slots: bool = False, residual: View | None = None,
-              pair: QWeight | None = None) -> None:
+              pair: QWeight | None = None, wait=None, signal=None) -> int:
     """y[t, s] = W[id(t, s)] x'[t(, s)] for t < n_tokens, s < n_used (y: [n_tokens][n_used][R]);
     with sum_slots, y[t] = residual[t] + sum_s weight(t, s) W[id(t, s)] x'[t, s] (y: [n_tokens][R]);
     with pair (a second stack of experts P, where matvec_id_pairs allows), y[t, s] =
@@ -135,9 +166,14 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
 
     w: stacked experts (w.experts of R = w.expert_rows rows). x: [n_tokens][(n_used if xslot)][cols].
     norm (x' = rms_norm(x) * norm), glu (x' = silu(x) * glu, glu shaped as x), sum_slots and residual
-    and pair are the decode forms (n_tokens <= MATVEC_MAX_TOKENS); larger batches need `groups` (group())."""
+    and pair are the decode forms (n_tokens <= MATVEC_MAX_TOKENS); larger batches need `groups` (group()).
+    wait / signal (chain.Wait / chain.Signal; one token, matvec_id_chain_ok): recorded without a barrier
+    after the producer it waits for / counting its workgroups done. Returns the workgroups of a
+    signalling product (0 otherwise)."""
     if n_tokens <= 0:
-        return
+        return 0
+    if (wait is not None or signal is not None) and (n_tokens != 1 or not matvec_id_chain_ok(w)):
+        raise LlamavkError("matmul_id: chaining without a barrier takes one token and one planar Q4_0/Q8_0 chunk")
     if not w.experts:
         raise LlamavkError("matmul_id: the weight is not a stack of experts")
     name = type_suffix(w.qtype)
@@ -159,18 +195,22 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
             if wg > (kc.info.max_workgroup_invocations or 1024) or n_used * rows_per_wg > MATVEC_ID_RED:
                 raise LlamavkError(f"matmul_id: {n_used} experts per token do not fit one workgroup here")
         else:
-            wg = max(MATVEC_ID_WG, sg)
+            wg = max(matvec_id_tuning()[1], sg)
             rows_per_wg = wg // sg * g * rj
         spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
-                pair is not None)
-        kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrr", push_size=28, spec=spec)
+                pair is not None, wait is not None, signal is not None)
+        kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrrw", push_size=40, spec=spec)
         grid = ((R + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
         pair_chunks = pair.chunks if pair is not None else w.chunks
+        chain = wait or signal   # both name the step's counters (else an unused binding)
+        chain_push = struct.pack("<3I", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0)
         for ch, pch in zip(w.chunks, pair_chunks):
             push = struct.pack("<6If", R, cols, n_used, ch.row_start // R, ch.n_rows // R, rows_per_wg, eps)
             seq.dispatch(kernel, [ch.buffer, x.range, route_view.range, y.range, (norm or x).range,
-                                  (residual or x).range, (glu or x).range, pch.buffer], grid, push)
-        return
+                                  (residual or x).range, (glu or x).range, pch.buffer,
+                                  chain.counters if chain else y.range], grid, push + chain_push,
+                         chained=wait is not None)
+        return grid[0] * grid[1] * grid[2] if signal is not None else 0
     if norm is not None or glu is not None or sum_slots or residual is not None or pair is not None:
         raise LlamavkError("matmul_id: fused norm/glu/sum/residual inputs exist for small batches only")
     if groups is None:
@@ -182,6 +222,7 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         grid = ((R + tile_rows - 1) // tile_rows, (n_tokens + tile_tokens - 1) // tile_tokens, ch.n_rows // R)
         push = struct.pack("<10I", R, cols, R, 0, 0, n_tokens, n_used, ch.row_start // R, w.experts, xslot)
         seq.dispatch(kernel, [ch.buffer, x.range, x.range, y.range, groups.range], grid, push)
+    return 0
 
 
 def moe_sum(seq, kc: KernelCache, y: View, route_view: View, out: View, n_tokens: int, n_used: int,

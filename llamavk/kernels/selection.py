@@ -240,7 +240,8 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 # 5. Stages chained without a barrier (kernels/chain.py): the consumer's workgroups start as the
 #    producer's finish, issue their weight loads and wait for the producer's count in the shader. By
 #    producer: a decode attention (-> output projection), o output projection (-> gate/up), g gate/up
-#    (-> down), d down (-> the next layer's Q/K/V). Needs workgroups to start in submission order
+#    (-> down), d down (-> the next layer's Q/K/V), e the experts' gate/up pair (-> their down product,
+#    matvec_id.comp), r the output projection (-> the MoE router, moe_router.comp). Needs workgroups to start in submission order
 #    across dispatches: measured on these vendors' drivers (PCI vendor ids). Software devices run
 #    dispatches one after another (the wait is met at once): nothing to gain. LLAMAVK_CHAIN=0 / 1 (all) /
 #    letters overrides (A/B; tests on software devices).
@@ -249,8 +250,8 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    423.6; Q4_K a+o 407.3 / 405.9, a+o+g 409.3 / 409.9, a+o+g+d 387.6 / 387.7 (unchained 385.6 /
 #    388.2 in another run); Q8_0 262.8 / 263.2 unchained, a+o+g+d 263.0 / 263.7. At depth 4096, Q4_0
 #    330-336 unchained, a+o 346-348, a+o+g+d 350-351. a alone: Q4_K +2.5%; o alone: +0.5-2%.
-CHAIN_VENDORS = {0x10DE: "aog"}
-CHAIN_ALL = "aogd"
+CHAIN_VENDORS = {0x10DE: "aoger"}
+CHAIN_ALL = "aogder"
 
 
 def chain_edges(kc) -> str:
