@@ -5,8 +5,11 @@
         [-ts 1,1] [-p 512] [-n 128] [-r 3] [--profile]
 
 --profile (a second, profiled load per mode) prints per device the microseconds per decoded token
-spent in exchange points (kernels waiting for peers: communication plus load imbalance) against
-the whole step, from GPU timestamps (spin sync only; the relay waits on the host instead).
+spent in exchange points (exchange_sync, exchange_reduce, reduce_sum kernels: communication, load
+imbalance and the sums) against the whole step, from GPU timestamps (spin sync only; the relay waits
+on the host instead), and how many exchange points have the next product chained to them (-sm
+graph: its weight loads overlap the wait). The timestamps serialise the dispatches, so the overlap
+itself shows in tg: -sm tensor and -sm graph differ in decode only by it.
 """
 
 import argparse
@@ -44,8 +47,11 @@ def profile_decode(m, rng):
         total = collections.Counter()
         for seg in sub.recordings[("last", 1, 0)]:
             for name, us in seg.profile_results():
-                total[name] += us
-        out.append((sub.device.name, total["exchange_sync"], sum(total.values())))
+                total[name.split()[0]] += us          # "<kernel> <op label>"
+        exchange = sum(total[k] for k in ("exchange_sync", "exchange_reduce", "reduce_sum_f32"))
+        points = sum(op.kind in ("sync", "sync_reduce") for op in sub.fused_one["last"].ops)
+        chained = sum(op.kind == "sync_reduce" for op, _ in sub.chains.get(("last", 1, 0), []))
+        out.append((sub.device.name, exchange, sum(total.values()), points, chained))
     return out
 
 
@@ -76,8 +82,9 @@ def main() -> int:
                   f"   tg{a.n} {np.mean(tg):7.1f} ± {np.std(tg, ddof=1):5.1f} t/s   (load {load_s:.0f} s)", flush=True)
         if a.profile and mode != "none":
             with llamavk.load(a.model, profile=True, **kw) as m:
-                for name, wait, total in profile_decode(m, rng):
-                    print(f"        {name}: {wait:7.0f} us of {total:7.0f} us per token in exchange points", flush=True)
+                for name, wait, total, points, chained in profile_decode(m, rng):
+                    print(f"        {name}: {wait:7.0f} us of {total:7.0f} us per token in {points} exchange points"
+                          f" ({chained} with the next product chained)", flush=True)
     return 0
 
 

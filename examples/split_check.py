@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 import llamavk
-from llamavk.synthetic import write_synthetic_model
+from llamavk.synthetic import tiny_preset, write_synthetic_model
 
-CASES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k"), ("llama", "q6_k")]
+CASES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k"), ("llama", "q6_k"), ("qwen3moe", "q4_0"),
+         ("qwen35", "q8_0"), ("qwen35moe", "q8_0")]
 
 
 def main() -> int:
@@ -29,7 +30,7 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for arch, qtype in CASES:
-            path = write_synthetic_model(Path(tmp) / f"{arch}-{qtype}.gguf", "tiny", qtype, arch, seed=3)
+            path = write_synthetic_model(Path(tmp) / f"{arch}-{qtype}.gguf", tiny_preset(arch), qtype, arch, seed=3)
             prompt = [int(t) for t in np.random.default_rng(1).integers(0, 500, 70)]
             with llamavk.load(path, n_ctx=128, split_mode="none", devices=a.dev.split(",")[0]) as m:
                 want, want_tok = m.logits(prompt, all=True), list(m.generate(prompt, n=8, temp=0))

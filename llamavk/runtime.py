@@ -90,10 +90,11 @@ class DeviceRuntime:
     """One model on one device."""
 
     def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph],
-                 profile: bool = False, progress=None):
+                 profile: bool = False, progress=None, step_pass=None):
         """graphs: key -> graph ("last", "all"; a split mode may add "<key>@large" for batches above
         LARGE_BATCH tokens). progress(nbytes), if given, is called as each weight reaches the device
-        (the load's progress bar)."""
+        (the load's progress bar). step_pass(graph, one_token) -> graph: a split's last rewrite of
+        the matrix-vector step graphs (split/matvec_steps.py)."""
         self.model = model_file
         self.profile = profile
         self.cfg = model_file.config
@@ -169,6 +170,9 @@ class DeviceRuntime:
                                                    self.cfg.head_dim)
         self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
+        if step_pass is not None:
+            self.fused = {key: step_pass(g, False) for key, g in self.fused.items()}
+            self.fused_one = {key: step_pass(g, True) for key, g in self.fused_one.items()}
         self.plans = {g: plan_activations(g, n_ubatch) for g in
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
@@ -239,7 +243,9 @@ class DeviceRuntime:
         step = View(self.step, slot * VIEW_ALIGN, VIEW_ALIGN)
         ids = View(self.ids, slot * self.ids_stride, self.ids_stride)
         logits_view = View(self.logits_buf, slot * self.logits_stride, self.logits_stride) if self.n_logits else None
-        act = lambda t: self._view(plan, t, n_tokens)  # noqa: E731
+        # a split's partials that their producers write straight into shared host memory (comm.py)
+        direct = self.comm.direct_views(graph, n_tokens, slot) if self.comm is not None else {}
+        act = lambda t: direct[t] if t in direct else self._view(plan, t, n_tokens)  # noqa: E731
         vec = lambda t: View.whole(self.weights[t.name])  # noqa: E731
         rows_out = n_tokens
         # stages chained without a barrier (kernels/chain.py): the producer recorded last whose
@@ -261,7 +267,9 @@ class DeviceRuntime:
             if self.profile:
                 pair = f"+{op.attrs['pair'].role}" if "pair" in op.attrs else ""
                 seq.label = f"{k}:{op.inputs[0].role}{pair}" if k == "matmul" else k
-            if k in EXCHANGE_OPS:
+            if k == "sync_reduce":       # a split's exchange point and sum in one dispatch (comm.py)
+                n = self.comm.sync_reduce(seq, op, n_tokens, act, step, slot, chain=signal)
+            elif k in EXCHANGE_OPS:
                 if self.comm.record(seq, op, n_tokens, act, step, slot):
                     segments.append(CommandSequence(self.device, f"{name}/{len(segments)}", profile=self.profile).begin())
             elif k == "embed":
@@ -414,6 +422,9 @@ class DeviceRuntime:
                     and matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name]))
         if producer.kind == "attention":
             kind = "a"
+        elif producer.kind == "sync_reduce":   # -sm graph: the next product's loads overlap the exchange
+            return bool(edges) and producer.attrs.get("overlap", False) \
+                and matmul.matvec_chain_ok(self.kc, self.weights[op.inputs[0].name])
         elif producer.kind == "matmul" and matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name]):
             kind = {"o": "o", "gate": "g", "down": "d"}.get(producer.inputs[0].role, "")
         else:

@@ -1,6 +1,7 @@
 # Kernels of the split modes: cross-device exchange points and the reduction of partial results.
 VARIANTS = {
     "exchange_sync": ("exchange_sync.comp", {}),
+    "exchange_reduce": ("exchange_reduce.comp", {}),
     "reduce_sum_f32": ("reduce_sum.comp", {"PART_T": "float"}),
     "reduce_sum_f16": ("reduce_sum.comp", {"PART_T": "float16_t"}),
     "reduce_sum_bf16": ("reduce_sum.comp", {"PART_T": "uint16_t", "PART_BF16": "1"}),

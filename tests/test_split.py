@@ -169,3 +169,33 @@ def test_split_new_weight_types(synthetic_model, qtype):
         err = np.abs(got - want).max() / np.abs(want).max()
         assert err < tol, f"{qtype} {mode} on {n_dev} devices: max |dlogit| / max |logit| = {err:.2e}"
         assert tokens == want_tokens, f"{qtype} {mode} on {n_dev} devices"
+
+
+@pytest.mark.parametrize("mode", ["tensor", "graph"])
+def test_one_token_exchange_point_is_one_dispatch(references, monkeypatch, mode):
+    """Spin-synchronised splits (separate GPUs; forced here, and only recorded: llvmpipe cannot spin):
+    each all-reduce of a decode step is one dispatch after the product that wrote its partial straight
+    into shared host memory (split/matvec_steps.py) -- no copy, exchange_sync or reduce_sum dispatch.
+    -sm graph chains the next products to it (their weight loads overlap the exchange); tensor does not."""
+    monkeypatch.setenv("LLAMAVK_SPLIT_SYNC", "spin")
+    monkeypatch.setenv("LLAMAVK_CHAIN", "1")         # chain products as on an NVIDIA GPU,
+    from llamavk.kernels import matmul                # whose one-token products take the stream kernel
+    monkeypatch.setattr(matmul, "_MATVEC_ENV", matmul.parse_matvec_env("stream:64,2,1,1"))
+    path = references[("llama", "q4_0")][0]
+    with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0", split_mode=mode, profile=True) as m:
+        rt = m.runtime
+        assert rt.sync == "spin"
+        for sub in rt.runtimes:
+            graph = sub.fused_one["last"]
+            kinds = [op.kind for op in graph.ops]
+            assert kinds.count("sync_reduce") == 8 and "sync" not in kinds and "reduce" not in kinds  # 4 layers x 2
+            assert all(op.attrs["direct"] for op in graph.ops if op.kind == "put")
+            (seq,) = sub.sequence("last", 1, 0)
+            kernels = [name.split()[0] for name in seq.profiler.names]
+            assert kernels.count("exchange_reduce") == 8
+            assert not {"exchange_sync", "reduce_sum_f32"} & set(kernels)
+            # no partial is copied: the copies are the last row's and the fill zeroing the chain counters
+            assert seq.n_copies == kinds.count("last_row") + 1
+            # every all-reduce but the last (the output product after it is not chained) is chained
+            chained_after = [op for op, _ in sub.chains[("last", 1, 0)] if op.kind == "sync_reduce"]
+            assert len(chained_after) == (7 if mode == "graph" else 0)

@@ -132,3 +132,91 @@ def test_exchange_point_through_shared_host_memory(pair, n_lines):
     record().run()
     assert list(status.array(np.uint32)[:2]) == [2, exchange]
     shared.close()
+
+
+def test_exchange_point_and_sum_in_one_dispatch(pair):
+    """A matrix-vector step's all-reduce as one dispatch (shaders/exchange_reduce.comp): publish my
+    counter, wait for the producers', then out = base + the partials of the devices in the mask, read
+    from shared host memory. Against numpy; the peers played by the host as in the test above. A
+    chained consumer's counter is counted once, also when the wait gives up (a consumer must never
+    wait for ever); the sum is then not written."""
+    from llamavk.kernels import KernelCache, View, collective
+    from llamavk.kernels.chain import ChainCounters
+
+    a, _ = pair
+    kc = KernelCache(a)
+    n_dev, me, exchange, n_tokens, n_cols = 3, 1, 2, 2, 700
+    stride = 1536                                            # part p starts at element p * stride
+    lines_n = collective.FLAG_LINES
+    flags_mem = SharedHostMemory(collective.flag_bytes(4, n_dev, lines_n), [a])
+    flags = flags_mem.array(np.uint32)
+    parts_mem = SharedHostMemory(4 * n_dev * stride, [a])
+    rng = np.random.default_rng(7)
+    parts = rng.standard_normal((n_dev, stride), dtype=np.float32)
+    parts_mem.array(np.float32)[:n_dev * stride] = parts.reshape(-1)
+    base = Buffer(a, 4 * n_tokens * n_cols)
+    base_np = rng.standard_normal(n_tokens * n_cols, dtype=np.float32)
+    base.write(base_np)
+    out = Buffer(a, 4 * n_tokens * n_cols, host_visible=True)
+    status = Buffer(a, 16, host_visible=True)
+    step = Buffer(a, 256, host_visible=True)
+    step.array(np.uint32)[:] = 0
+    step.array(np.uint32)[3] = 40
+    value = 40 + exchange + 1
+    words = collective.FLAG_LINE_BYTES // 4
+
+    def lines(device):
+        first = (exchange * n_dev + device) * lines_n
+        return flags[first * words:(first + lines_n) * words:words]
+
+    def record(mask, chain):
+        status.array(np.uint32)[:] = 0
+        out.array(np.float32)[:] = np.nan
+        seq = CommandSequence(a).begin()
+        chain.begin(seq)
+        signal = chain.signal()
+        n = collective.exchange_reduce(seq, kc, View.whole(flags_mem.buffer(a)), View.whole(status), View.whole(step),
+                                       me, exchange, True, mask & ~(1 << me), n_dev, 3, View.whole(parts_mem.buffer(a)),
+                                       mask, stride, View.whole(out), n_tokens, n_cols, base=View.whole(base),
+                                       chain=signal)
+        assert n == 1
+        return seq.end(), signal
+
+    chain = ChainCounters(kc, 2)
+    flags[:] = 0
+    mask = 0b111
+    seq, signal = record(mask, chain)
+    publish = lambda: [lines(d).__setitem__(slice(None), value) for d in (0, 2)]   # noqa: E731
+    if a.info.is_cpu:
+        publish()
+    done = seq.submit()
+    if not a.info.is_cpu:
+        threading.Timer(0.002, publish).start()
+    a.timeline.wait(done)
+    assert int(status.array(np.uint32)[0]) == 0
+    assert (lines(me) == value).all()
+    want = base_np + sum(parts[d, :n_tokens * n_cols] for d in range(n_dev))
+    np.testing.assert_allclose(out.array(np.float32), want, rtol=1e-6, atol=1e-6)
+
+    # device 2 holds no part of this product: it is neither waited for nor summed
+    flags[:] = 0
+    seq, signal = record(0b011, ChainCounters(kc, 2))
+    lines(0)[:] = value
+    seq.run()
+    np.testing.assert_allclose(out.array(np.float32), base_np + parts[0, :n_tokens * n_cols]
+                               + parts[1, :n_tokens * n_cols], rtol=1e-6, atol=1e-6)
+
+    # a peer that never comes: status names the exchange, the sum is not written, the chain is counted
+    flags[:] = 0
+    chain = ChainCounters(kc, 2)
+    seq, signal = record(mask, chain)
+    seq.run()
+    assert list(status.array(np.uint32)[:2]) == [2, exchange]
+    assert np.isnan(out.array(np.float32)).all()
+    counters = Buffer(a, signal.counters[2], host_visible=True)
+    copy = CommandSequence(a).begin()
+    copy.copy(signal.counters[0], counters, signal.counters[2], signal.counters[1])
+    copy.end().run()
+    assert int(counters.array(np.uint32)[signal.slot]) == 1
+    flags_mem.close()
+    parts_mem.close()

@@ -96,6 +96,9 @@ class DeviceGraphs:
         # lines to poll (split/comm.py). (Relaying them through the host instead measured slower
         # and erratic on 4 H200s: GPUs idle between their turns and lose their clocks.)
         self.long_waits = False
+        # -sm graph: in one-token steps the product after an all-reduce is chained to it, so that its
+        # weight loads overlap the exchange (split/matvec_steps.py)
+        self.overlap = False
 
     # -- ops -----------------------------------------------------------------------------------
     def tensor(self, d: int, t: Tensor) -> Tensor:

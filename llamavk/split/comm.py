@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from ..kernels import STEP_SYNC_BASE, VIEW_ALIGN, View, collective
+from ..kernels import STEP_SYNC_BASE, VIEW_ALIGN, View, collective, matmul
 from ..vk import Buffer, SharedHostMemory
 
 SYNC_MODES = ("spin", "relay")
@@ -166,6 +166,7 @@ class DeviceComm:
         self.kc = kc
         self.slot = 0
         self.spin = False
+        self._direct: set = set()      # the puts of the recording in progress whose producer wrote the slot
 
     def _slot(self, exchange: int, owner: int) -> tuple[Buffer, int]:
         region, size = self.shared.region(self.me, exchange, self.slot, self.spin)
@@ -186,6 +187,8 @@ class DeviceComm:
                                          STEP_SYNC_BASE, self.shared.lines)
             return False
         if k == "put":
+            if op in self._direct:         # its producer wrote it into my slot (direct_views)
+                return False
             x = act(op.inputs[0])
             buf, off = self._slot(a["exchange"], self.me)
             n = n_tokens * op.inputs[0].width
@@ -201,8 +204,36 @@ class DeviceComm:
             x = act(op.inputs[0])
             self._copy_columns(seq, x.buffer, x.offset, act(op.out), op.out.width, a["cols"], n_tokens)
         elif k == "reduce":
-            self._reduce(seq, op, n_tokens, act)
+            self._reduce(seq, op, n_tokens, act, step)
         return False
+
+    def direct_views(self, graph, n_tokens: int, slot: int) -> dict:
+        """tensor -> the view of my slot that its producer writes instead of its activation memory,
+        for every put of the graph marked direct (split/matvec_steps.py). Only where the slot
+        position is a legal buffer offset (a gather's later columns may not be)."""
+        self.slot = slot
+        self.spin = self.shared.sync == "spin" and n_tokens <= SPIN_MAX_TOKENS
+        views, self._direct = {}, set()
+        for op in graph.ops:
+            if op.kind == "put" and op.attrs.get("direct"):
+                buf, off = self._slot(op.attrs["exchange"], self.me)
+                off += 4 * n_tokens * op.attrs["at"]
+                if off % VIEW_ALIGN == 0:
+                    views[op.inputs[0]] = View(buf, off, 4 * n_tokens * op.inputs[0].width)
+                    self._direct.add(op)
+        return views
+
+    def sync_reduce(self, seq, op, n_tokens: int, act, step: View, slot: int, chain=None) -> int:
+        """Record a sync_reduce op (split/matvec_steps.py): publish, wait and sum in one dispatch.
+        Returns its workgroup count, for a chained consumer."""
+        a = op.attrs
+        self.slot, self.spin = slot, True
+        parts, slot_bytes = self.shared.region(self.me, a["exchange"], slot, True)
+        return collective.exchange_reduce(
+            seq, self.kc, View.whole(self.shared.flags.buffer(self.device)), View.whole(self.shared.status[self.me]),
+            step, self.me, a["exchange"], a["signal"], a["wait_mask"], self.shared.n, STEP_SYNC_BASE, parts,
+            a["mask"], slot_bytes // 4, act(op.out), n_tokens, a["n_cols"],
+            base=act(op.inputs[0]) if op.inputs else None, lines=self.shared.lines, chain=chain)
 
     @staticmethod
     def _copy_columns(seq, src, src_off: int, dst: View, width: int, cols, n_tokens: int) -> None:
@@ -215,14 +246,21 @@ class DeviceComm:
         regions = [(src_off + 4 * t * w, dst.offset + 4 * (t * width + c0), 4 * w) for t in range(n_tokens)]
         seq.copy_regions(src, dst.buffer, regions)
 
-    def _reduce(self, seq, op, n_tokens: int, act) -> None:
+    def _reduce(self, seq, op, n_tokens: int, act, step: View) -> None:
         a = op.attrs
         base = act(op.inputs[0]) if op.inputs else None      # none: the sum of the partials alone
         width = a["n_cols"]
         dtype = a["dtype"]
         parts, slot_bytes = self.shared.region(self.me, a["exchange"], self.slot, self.spin)
         part_stride = slot_bytes // collective.PART_BYTES[dtype]
-        if a["to_exchange"] is None:
+        if a["to_exchange"] is None and dtype == "f32" and n_tokens <= matmul.MATVEC_MAX_TOKENS:
+            # a matrix-vector step (its devices already ordered by the host relay): the sum alone
+            # through the one-token steps' kernel, one workgroup (shaders/exchange_reduce.comp)
+            collective.exchange_reduce(seq, self.kc, View.whole(self.shared.flags.buffer(self.device)),
+                                       View.whole(self.shared.status[self.me]), step, self.me, a["exchange"],
+                                       False, 0, self.shared.n, STEP_SYNC_BASE, parts, a["mask"], part_stride,
+                                       act(op.out), n_tokens, width, base=base, lines=self.shared.lines)
+        elif a["to_exchange"] is None:
             collective.reduce_sum(seq, self.kc, parts, dtype, a["mask"], part_stride, act(op.out), n_tokens, width,
                                   in_stride=width, base=base, base_stride=width)
         else:       # ring: my column chunk, summed, into my slot of the next exchange

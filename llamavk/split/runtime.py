@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import LlamavkError
 from ..kernels import matmul
 from ..runtime import LARGE_BATCH, SLOTS, SPIN_SECONDS, DeviceRuntime
+from . import matvec_steps
 from .comm import SPIN_MAX_TOKENS, DeviceComm, SharedExchangeMemory
 from .exchange import PART_BYTES
 
@@ -34,10 +35,12 @@ class SplitRuntime:
         self.shared = SharedExchangeMemory(devices, per_token * n_ubatch, per_token * SPIN_MAX_TOKENS, n_exchanges,
                                            sync, long_waits=any(dg.long_waits for dg in plans.values()))
         self.runtimes: list[DeviceRuntime] = []
+        overlap = any(dg.overlap for dg in plans.values())
+        step_pass = lambda g, one_token: matvec_steps.rewrite(g, one_token, sync == "spin", overlap)  # noqa: E731
         t0 = time.perf_counter()
         for i, dev in enumerate(devices):
             rt = DeviceRuntime(model_file, dev, n_ctx, n_ubatch, {k: dg.graphs[i] for k, dg in plans.items()},
-                               profile=profile, progress=progress)
+                               profile=profile, progress=progress, step_pass=step_pass)
             rt.comm = DeviceComm(self.shared, i, rt.kc)
             self.runtimes.append(rt)
         self.upload_seconds = time.perf_counter() - t0
@@ -203,8 +206,8 @@ def traffic_per_token(runtimes) -> tuple[int, int, int]:
             elif op.kind == "get":
                 c0, c1 = a["cols"] or (0, op.out.width)
                 read += 4 * (c1 - c0)
-            elif op.kind == "reduce":
+            elif op.kind in ("reduce", "sync_reduce"):
                 read += bin(a["mask"]).count("1") * a["n_cols"] * PART_BYTES[a["dtype"]]
-            elif op.kind == "sync":
+            if op.kind in ("sync", "sync_reduce"):
                 points.add(a["exchange"])
     return written, read, len(points)

@@ -1,0 +1,90 @@
+#version 450
+// One all-reduce of a matrix-vector step (tensor/graph split modes) in one dispatch: publish my
+// counter, wait for the producers' counters, and sum the partials they left in shared host memory:
+//   out[t, c] = base[t, c] + sum over p in part_mask of part_p[t, c]      (t < n_tokens, c < n_cols)
+// This replaces three dependent dispatches of the general path (copy the partial into host memory,
+// exchange_sync.comp, reduce_sum.comp): the product already wrote its partial into its slot.
+//
+// One workgroup: the wait must read every counter line at most once in the submission (a GPU does
+// not re-read host memory it has read; exchange_sync.comp says why), and one waiting lane per
+// workgroup would need lines of its own per workgroup. The sum is a few thousand floats: every lane
+// loads its columns of every part back to back, so the reads cross the bus together.
+//
+// flags / lines / back-off: as exchange_sync.comp (value = step[base_word] + exchange + 1).
+// signal = 0 and wait_mask = 0: the sum alone (host-relayed steps, where the submission boundary
+// already ordered the devices).
+// chain_signal != 0: count myself done on chain[chain_slot] once `out` is visible (kernels/chain.py),
+// also after a time-out, so that a chained consumer never waits for ever (the host reports the
+// time-out from status[0] = 2 and discards the step).
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint LINES = 256;
+layout(constant_id = 1) const uint LINE_WORDS = 32;
+layout(constant_id = 2) const uint MAX_GAP = 20000;     // iterations of the back-off loop (~45 us)
+layout(std430, binding = 0) coherent volatile buffer Flags { uint flags[]; };
+layout(std430, binding = 1) buffer Status { uint status[]; };
+layout(std430, binding = 2) readonly buffer Step { uint step[]; };
+layout(std430, binding = 3) coherent readonly buffer Parts { float parts[]; };
+layout(std430, binding = 4) readonly buffer Base { float base[]; };
+layout(std430, binding = 5) writeonly buffer Out { float outv[]; };
+layout(std430, binding = 6) coherent volatile buffer Chain { uint chain[]; };
+layout(push_constant) uniform Push {
+    uint me; uint exchange; uint signal; uint wait_mask; uint n_devices; uint base_word;
+    uint n_tokens; uint n_cols; uint part_mask; uint part_stride; uint has_base;
+    uint chain_signal; uint chain_slot;
+} p;
+
+shared bool arrived_all;
+
+uint line(uint device, uint i) {
+    return ((p.exchange * p.n_devices + device) * LINES + i) * LINE_WORDS;
+}
+
+// Lane 0: read each producer's lines one by one until one holds `value` (bounded).
+bool wait_for_producers(uint value) {
+    uint noise = value;
+    for (uint peer = 0u; peer < 32u; ++peer) {
+        if ((p.wait_mask & (1u << peer)) == 0u) continue;
+        bool arrived = false;
+        for (uint k = 0u; k < LINES && !arrived; ++k) {
+            arrived = flags[line(peer, k)] >= value;
+            uint gap = k < 32u ? 0u : min(64u << min((k - 32u) / 16u, 20u), MAX_GAP);
+            for (uint j = 0u; j < gap && !arrived; ++j) noise = noise * 1664525u + 1013904223u;
+        }
+        if (!arrived) {
+            status[0] = 2u;
+            status[1] = p.exchange;
+            status[2] = noise;
+            return false;
+        }
+    }
+    return true;
+}
+
+void main() {
+    uint tid = gl_LocalInvocationIndex;
+    uint value = step[p.base_word] + p.exchange + 1u;
+    if (p.signal != 0u) {
+        for (uint i = tid; i < LINES; i += gl_WorkGroupSize.x) flags[line(p.me, i)] = value;
+    }
+    if (tid == 0u) arrived_all = wait_for_producers(value);
+    memoryBarrierBuffer();
+    barrier();
+    if (arrived_all) {
+        uint n = p.n_tokens * p.n_cols;
+        for (uint i = tid; i < n; i += gl_WorkGroupSize.x) {
+            float acc = p.has_base != 0u ? base[i] : 0.0;
+            uint mask = p.part_mask;
+            while (mask != 0u) {
+                uint part = findLSB(mask);
+                mask &= mask - 1u;
+                acc += parts[part * p.part_stride + i];
+            }
+            outv[i] = acc;
+        }
+    }
+    if (p.chain_signal != 0u) {
+        memoryBarrierBuffer();
+        barrier();
+        if (tid == 0u) atomicAdd(chain[p.chain_slot], 1u);
+    }
+}
