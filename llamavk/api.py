@@ -17,6 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
+from . import phases
 from .chat_template import CHATML, render_chat
 from .default_model import default_model_path
 from .devices import open_devices, select
@@ -60,17 +61,22 @@ class Model:
         n_ubatch = min(n_ubatch, n_batch)   # llama.cpp clamps the micro-batch to the batch
         self.path = Path(path) if path else default_model_path()
         self.file = load_model_file(self.path)
+        phases.mark("GGUF parse")
         self.config = cfg = self.file.config
         check_gpu_layers(n_gpu_layers, cfg.n_layer)
         self.tokenizer = Tokenizer.from_metadata(self.file.metadata)
+        phases.mark("vocabulary")
         requested = ",".join(devices) if isinstance(devices, (list, tuple)) else devices
-        entries, warnings = select(get_instance().devices, requested)
+        instance = get_instance()
+        phases.mark("Vulkan instance")
+        entries, warnings = select(instance.devices, requested)
         for w in warnings:
             warn(w)
         opts = SplitOptions(split_mode, list(tensor_split) if tensor_split is not None else None, main_gpu,
                             max_gpu, reduce_type)
         chosen, shares = choose_devices(opts, entries)
         self.devices = open_devices([entries[i] for i in chosen])
+        phases.mark("device")
         if n_ctx is None or n_ctx <= 0:
             n_ctx = cfg.n_ctx_train if n_ctx == 0 else min(cfg.n_ctx_train, 4096)
         self.n_ctx = n_ctx
@@ -81,13 +87,16 @@ class Model:
             if len(chosen) == 1:
                 need = estimate_device_need(self.file, graphs, n_ctx, n_ubatch, self.devices[0])
                 check_fit([need], free_memory(self.devices), n_available=len(entries))
+                phases.mark("graphs, fit check")
                 self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs, profile=profile,
                                              progress=weight_progress(progress, need.weights))
             else:
                 opts.main_gpu = chosen.index(main_gpu) if main_gpu in chosen else 0
                 self.runtime = build_split_runtime(self.file, self.devices, shares, opts, graphs, n_ctx, n_ubatch,
                                                    profile=profile, progress=progress)
+            phases.mark("KV cache, plans")
             self.runtime.prerecord()      # the decode step, recorded before anyone waits for a token
+            phases.mark("decode recording")
         except BaseException:
             self.close()
             raise

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import phases
 from .errors import LlamavkError
 from .fusion import fuse_for_matvec, fuse_one_token, fuse_rope_kv
 from .graph import Graph, Tensor
@@ -115,6 +116,7 @@ class DeviceRuntime:
             self.freqs = self._upload_vector("rope_freqs.weight")
         device.transfer.flush()          # the weights' copies were queued as the file was read
         self.upload_seconds = time.perf_counter() - t0
+        phases.mark("weight upload")
         # KV cache for the layers whose attention runs here, as wide as the KV heads it holds.
         self.kv: dict[int, tuple[Buffer, Buffer]] = {}
         for g in graphs.values():

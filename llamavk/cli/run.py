@@ -84,7 +84,10 @@ def run(
     verbose: bool = VERBOSE,
 ) -> None:
     """Generate a completion of a prompt."""
+    from .. import phases
     from ..api import load
+
+    phases.mark("imports, arguments")
 
     with user_errors(verbose):
         n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
@@ -124,17 +127,26 @@ def run(
                 out.flush()
             stream = m.tokenizer.stream()
             interrupted = False
+            first = True
             try:
                 for token in m.generate(tokens, n=n_predict, temp=temp, top_k=top_k, top_p=top_p, min_p=min_p,
                                         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
                                         ignore_eos=ignore_eos):
                     out.write(stream.feed(token))
                     out.flush()
+                    if first:
+                        phases.mark("prompt, first token")
+                        first = False
             except KeyboardInterrupt:
                 interrupted = True
             out.write(stream.flush() + "\n")
             out.flush()
+            phases.mark("generation")
             for line in perf_report(m.timings, (time.perf_counter() - t_start) * 1e3):
                 eprint(line)
-            if interrupted:
-                raise typer.Exit(130)
+        phases.mark("teardown")
+        if verbose or phases.requested():
+            for line in phases.report():
+                eprint(line)
+        if interrupted:
+            raise typer.Exit(130)

@@ -11,8 +11,10 @@ records into a `CommandSequence` given `View`s of device buffers. Conventions (d
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+from .. import phases
 from ..vk import Buffer, Kernel
 
 # Storage-buffer descriptors need aligned offsets (minStorageBufferOffsetAlignment is at most 256).
@@ -81,7 +83,9 @@ class KernelCache:
         key = (name, tuple(spec))
         kernel = self._kernels.get(key)
         if kernel is None:
+            t0 = time.perf_counter()
             kernel = Kernel(self.device, name, bindings, push_size=push_size, spec=spec)
+            phases.add("pipeline creation", time.perf_counter() - t0)
             self._kernels[key] = kernel
         return kernel
 
