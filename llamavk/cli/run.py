@@ -106,21 +106,30 @@ def run(
             for note in no_effect_notes(threads, no_warmup, no_conversation, jinja):
                 eprint(note)
         t_start = time.perf_counter()
+        text = {"prompt": prompt}
+
+        def prompt_tokens(m) -> list[int]:
+            """The prompt as the model reads it; called during the load (its steps are recorded
+            while the weights upload)."""
+            if chat or system_prompt is not None:
+                if m.chat_template is None:
+                    eprint("warning: the model has no chat template (tokenizer.chat_template); using ChatML")
+                text["prompt"] = m.apply_chat_template(chat_messages(prompt, system_prompt))
+            tokens = m.tokenize(text["prompt"])
+            if not tokens:
+                raise UsageError("the prompt is empty and the model adds no BOS token: nothing to continue")
+            return tokens
+
         with LoadProgress(model.name if model else "default model") as progress:
             m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
                      n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
-                     progress=progress, **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+                     progress=progress, prepare_prompt=prompt_tokens,
+                     **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
             if verbose:
                 for line in describe_model(m):
                     eprint(line)
-            if chat or system_prompt is not None:
-                if m.chat_template is None:
-                    eprint("warning: the model has no chat template (tokenizer.chat_template); using ChatML")
-                prompt = m.apply_chat_template(chat_messages(prompt, system_prompt))
-            tokens = m.tokenize(prompt)
-            if not tokens:
-                raise UsageError("the prompt is empty and the model adds no BOS token: nothing to continue")
+            prompt, tokens = text["prompt"], m.prepared_tokens
             out = sys.stdout
             if display_prompt:
                 out.write(prompt)
