@@ -7,6 +7,7 @@ A subcommand's module is imported only when that subcommand runs (or for the top
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # subcommand -> (module in llamavk.cli, function)
@@ -46,4 +47,30 @@ def __getattr__(name: str):
 
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else None
-    build_app([command] if command in COMMANDS else None)()
+    try:
+        build_app([command] if command in COMMANDS else None)()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    leave(code)
+
+
+def leave(code) -> None:
+    """End the process once a command is done: output flushed, then os._exit, as a C program's exit
+    would (LLAMAVK_FAST_EXIT=0: the interpreter's own shutdown instead). Everything a command opens
+    it has closed by now (devices, pipeline cache files, output files); what is left is the
+    interpreter tearing down modules and the Vulkan loader unloading drivers, 0.15-0.25 s measured
+    on llvmpipe -- a tenth of a small model's whole `run`."""
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):        # sys.exit("message")
+        print(code, file=sys.stderr)
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:                        # a closed pipe: the output is gone either way
+        code = code or 1
+    if os.environ.get("LLAMAVK_FAST_EXIT", "1").strip().lower() in ("0", "off", "false", "no"):
+        sys.exit(code)
+    os._exit(code)
