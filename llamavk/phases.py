@@ -55,12 +55,6 @@ def add(what: str, seconds: float) -> None:
     _extra[what] = _extra.get(what, 0.0) + seconds
 
 
-def reset() -> None:
-    """Forget the marks after the imports (a second load in the same process starts over)."""
-    del _marks[1:]
-    _extra.clear()
-
-
 def report() -> list[str]:
     """One line per phase: its duration and the time since process start at its end."""
     lines = []
