@@ -1,5 +1,6 @@
 """llamavk: GGUF language models on any Vulkan GPU, and split across several GPUs of any vendor."""
 
+from . import phases  # noqa: F401  (first: its clock starts the phase breakdown of `run -v`)
 from .errors import LlamavkError, UsageError
 
 

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
+from . import phases
 from .chat_template import CHATML, render_chat
 from .default_model import default_model_path
 from .devices import open_devices, select
@@ -49,10 +50,14 @@ class Model:
                  split_mode: str = DEFAULT_MODE, tensor_split: list[float] | None = None, main_gpu: int = 0,
                  max_gpu: int | None = None, reduce_type: str = "f16", n_ctx: int | None = None,
                  n_batch: int = 2048, n_ubatch: int = 512, n_gpu_layers: int | None = None,
-                 verbose: bool = False, warn=None, progress=None, profile: bool = False):
+                 verbose: bool = False, warn=None, progress=None, profile: bool = False, prepare_prompt=None):
         """n_gpu_layers: llama.cpp's -ngl, accepted when it means every layer (None, -1 or at least
         the layer count): llamavk has no CPU offload. progress(done_bytes, total_bytes) is called as
-        weights reach the devices."""
+        weights reach the devices. prepare_prompt(model) -> token ids, if given, is called during the
+        load once the tokenizer is ready (the weights are still on their way): the steps that
+        evaluating those tokens takes are recorded while the weights upload, so that the prompt's
+        evaluation (generate(those tokens)) waits for the GPU only. Its result is
+        `self.prepared_tokens`."""
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
@@ -60,40 +65,68 @@ class Model:
         n_ubatch = min(n_ubatch, n_batch)   # llama.cpp clamps the micro-batch to the batch
         self.path = Path(path) if path else default_model_path()
         self.file = load_model_file(self.path)
+        phases.mark("GGUF parse")
         self.config = cfg = self.file.config
         check_gpu_layers(n_gpu_layers, cfg.n_layer)
         self.tokenizer = Tokenizer.from_metadata(self.file.metadata)
+        phases.mark("vocabulary")
         requested = ",".join(devices) if isinstance(devices, (list, tuple)) else devices
-        entries, warnings = select(get_instance().devices, requested)
+        instance = get_instance()
+        phases.mark("Vulkan instance")
+        entries, warnings = select(instance.devices, requested)
         for w in warnings:
             warn(w)
         opts = SplitOptions(split_mode, list(tensor_split) if tensor_split is not None else None, main_gpu,
                             max_gpu, reduce_type)
         chosen, shares = choose_devices(opts, entries)
         self.devices = open_devices([entries[i] for i in chosen])
+        phases.mark("device")
         if n_ctx is None or n_ctx <= 0:
             n_ctx = cfg.n_ctx_train if n_ctx == 0 else min(cfg.n_ctx_train, 4096)
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.split_mode = opts.mode if len(chosen) > 1 else "none"
+        self.prepared_tokens = None
         graphs = {"last": build_graph(cfg), "all": build_graph(cfg, all_logits=True)}
         try:
             if len(chosen) == 1:
                 need = estimate_device_need(self.file, graphs, n_ctx, n_ubatch, self.devices[0])
                 check_fit([need], free_memory(self.devices), n_available=len(entries))
-                self.runtime = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs, profile=profile,
-                                             progress=weight_progress(progress, need.weights))
+                phases.mark("graphs, fit check")
+                # The weights stream to the device on a worker thread while this one records the
+                # decode step (and the prompt's), creating the pipelines those need.
+                self.runtime = rt = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs,
+                                                  profile=profile, progress=weight_progress(progress, need.weights),
+                                                  background_upload=True)
+                try:
+                    phases.mark("buffers, KV cache, plans")
+                    n_prompt = self._prepare(prepare_prompt)
+                    rt.prerecord(n_prompt if n_prompt <= n_ctx else 0)
+                    phases.mark("recordings")
+                finally:
+                    rt.wait_weights()
+                phases.mark("weights in (upload wait)")
             else:
                 opts.main_gpu = chosen.index(main_gpu) if main_gpu in chosen else 0
                 self.runtime = build_split_runtime(self.file, self.devices, shares, opts, graphs, n_ctx, n_ubatch,
                                                    profile=profile, progress=progress)
-            self.runtime.prerecord()      # the decode step, recorded before anyone waits for a token
+                self._prepare(prepare_prompt)
+                self.runtime.prerecord()      # the decode step, recorded before anyone waits for a token
+                phases.mark("recordings")
         except BaseException:
             self.close()
             raise
         self.n_past = 0
         self.verbose = verbose
         self.timings = Timings(load_ms=(time.perf_counter() - t0) * 1e3)
+
+    def _prepare(self, prepare_prompt) -> int:
+        """Call the load's prepare_prompt hook; the number of tokens it returned."""
+        if prepare_prompt is None:
+            return 0
+        self.prepared_tokens = list(prepare_prompt(self))
+        phases.mark("prompt tokenized")
+        return len(self.prepared_tokens)
 
     # -- text ----------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -281,6 +314,8 @@ class Model:
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:
         rt = getattr(self, "runtime", None)
+        if rt is not None and hasattr(rt, "wait_weights"):
+            rt.wait_weights(raise_error=False)   # no copy may still run when the device goes
         if rt is not None and hasattr(rt, "shared"):
             rt.close()
         for d in getattr(self, "devices", []):

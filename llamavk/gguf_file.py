@@ -37,6 +37,7 @@ _SCALAR_FMT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 1
 _NUMPY_DTYPE = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8",
                 11: "<i8", 12: "<f8"}
 _STRING, _ARRAY = 8, 9
+_U64 = struct.Struct("<Q").unpack_from
 # Fewest bytes a key-value pair (key length, value type, a one-byte value) and a tensor-info record
 # (name length, rank, type, offset) can take: counts beyond what the file can hold are corrupt.
 _MIN_KV_BYTES, _MIN_TENSOR_BYTES = 8 + 4 + 1, 8 + 4 + 4 + 8
@@ -119,8 +120,36 @@ class _Walker:
             if item_type in _SCALAR_FMT:      # one numpy read instead of count struct calls
                 start = self.take(count * item_bytes)
                 return np.frombuffer(self.buf, _NUMPY_DTYPE[item_type], count, start).tolist()
-            return [self.string(f"{what}[{i}]") for i in range(count)]
+            return self.strings(count, what)
         raise _Corrupt(f"{what}: unknown value type {vtype}")
+
+    def strings(self, count: int, what: str) -> list[str]:
+        """`count` strings one after another: the checks of string(), in one tight loop (a vocabulary
+        and its merges are 100k-300k strings, read at every load)."""
+        buf, size, pos = self.buf, self.size, self.pos
+        view = memoryview(buf)
+        out: list[str] = []
+        append = out.append
+        i = 0
+        try:
+            for i in range(count):
+                if size - pos < 8:
+                    break
+                (n,) = _U64(buf, pos)
+                if n > size - pos - 8:
+                    break
+                append(str(view[pos + 8:pos + 8 + n], "utf-8"))
+                pos += 8 + n
+            else:
+                self.pos = pos
+                return out
+        except UnicodeDecodeError:
+            pass
+        finally:
+            view.release()
+        self.pos = pos                   # the start of element i
+        self.string(f"{what}[{i}]")      # the failing element again, for the error that says why
+        raise AssertionError("unreachable: string() raises for the element that failed here")
 
 
 def read_header(path: Path) -> GGUFHeader:

@@ -8,16 +8,18 @@ reuses memory of tensors no later op reads.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import phases
 from .errors import LlamavkError
 from .fusion import fuse_for_matvec, fuse_one_token, fuse_rope_kv
 from .graph import Graph, Tensor
 from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_SYNC_BASE, STEP_WORDS, VIEW_ALIGN,
-                      KernelCache, QWeight, View, upload_qweight)
+                      KernelCache, QWeight, View, allocate_qweight)
 from .kernels import attention as attn_k
 from .kernels import deltanet, elementwise, matmul, moe, norm, rope
 from .kernels.chain import ChainCounters
@@ -90,11 +92,14 @@ class DeviceRuntime:
     """One model on one device."""
 
     def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph],
-                 profile: bool = False, progress=None, step_pass=None):
+                 profile: bool = False, progress=None, step_pass=None, background_upload: bool = False):
         """graphs: key -> graph ("last", "all"; a split mode may add "<key>@large" for batches above
         LARGE_BATCH tokens). progress(nbytes), if given, is called as each weight reaches the device
         (the load's progress bar). step_pass(graph, one_token) -> graph: a split's last rewrite of
-        the matrix-vector step graphs (split/matvec_steps.py)."""
+        the matrix-vector step graphs (split/matvec_steps.py). background_upload: the weights' buffers
+        are allocated here and their contents copied by a worker thread, so that the caller records
+        steps (prerecord) while the file streams to the device; wait_weights() joins it (the first
+        step does)."""
         self.model = model_file
         self.profile = profile
         self.cfg = model_file.config
@@ -103,19 +108,63 @@ class DeviceRuntime:
         self.kc = KernelCache(device)
         self.n_ctx = n_ctx
         self.n_ubatch = n_ubatch
-        t0 = time.perf_counter()
+        # Weights: every buffer first (recordings need only those), then their contents, copied in
+        # file order through the staging ring (vk/transfer.py) here or by a worker thread.
+        self._upload_start = time.perf_counter()
         self.weights: dict[str, object] = {}
+        fills = []
         for g in graphs.values():
             for name, t in g.weights.items():
                 if name not in self.weights:
-                    self.weights[name] = self._upload(name, t)
-                    if progress is not None:
-                        progress(_stored_bytes(self.weights[name]))
+                    self.weights[name], fill = self._allocate(name, t)
+                    fills.append((fill, _stored_bytes(self.weights[name])))
         self.freqs = None
         if "rope_freqs.weight" in model_file.weights:
-            self.freqs = self._upload_vector("rope_freqs.weight")
-        device.transfer.flush()          # the weights' copies were queued as the file was read
-        self.upload_seconds = time.perf_counter() - t0
+            self.freqs, fill = self._allocate_vector("rope_freqs.weight")
+            fills.append((fill, 0))
+        device.transfer               # created on this thread, before a worker uses it
+        self.upload_seconds = 0.0
+        self._uploader: threading.Thread | None = None
+        self._upload_error: BaseException | None = None
+        if background_upload:
+            self._uploader = threading.Thread(target=self._fill, args=(fills, progress), daemon=True,
+                                              name=f"llamavk-weights-{device.name}")
+            self._uploader.start()
+        else:
+            self._fill(fills, progress)
+            phases.mark("weight upload")
+            self.wait_weights()
+        try:
+            self._init_rest(graphs)
+        except BaseException:
+            self.wait_weights(raise_error=False)
+            raise
+
+    def _fill(self, fills, progress) -> None:
+        """Queue every weight's copies, then wait for them (on the worker thread, or inline)."""
+        try:
+            for fill, nbytes in fills:
+                fill()
+                if progress is not None and nbytes:
+                    progress(nbytes)
+            self.device.transfer.flush()      # the copies were queued as the file was read
+        except BaseException as exc:          # handed to the thread that waits (wait_weights)
+            self._upload_error = exc
+        self.upload_seconds = time.perf_counter() - self._upload_start
+
+    def wait_weights(self, raise_error: bool = True) -> None:
+        """Return once every weight is on the device; an error of the upload is raised here."""
+        if self._uploader is not None:
+            self._uploader.join()
+            self._uploader = None
+            phases.add("weight upload (worker thread)", self.upload_seconds)
+        err, self._upload_error = self._upload_error, None
+        if err is not None and raise_error:
+            raise err
+
+    def _init_rest(self, graphs) -> None:
+        """KV cache, recurrent state, step buffers, fused graphs and activation plans."""
+        device, n_ctx, n_ubatch = self.device, self.n_ctx, self.n_ubatch
         # KV cache for the layers whose attention runs here, as wide as the KV heads it holds.
         self.kv: dict[int, tuple[Buffer, Buffer]] = {}
         for g in graphs.values():
@@ -193,24 +242,23 @@ class DeviceRuntime:
         return self.fused[key] if n_tokens <= matmul.MATVEC_MAX_TOKENS else self.batch_graphs[key]
 
     # -- weights -------------------------------------------------------------------------------
-    def _upload(self, name: str, t: Tensor):
+    def _allocate(self, name: str, t: Tensor):
+        """(the weight's device buffers, a function that queues its copies)."""
         # vectors, and the DeltaNet convolution's taps (a float table read as one vector), as plain f32;
         # matrices in their blocks, even a part of one row (a split of a small matrix)
         if len(self.model.weights[t.source or name].shape) == 1 or t.role in FLOAT_TABLES:
-            return self._upload_vector(t.source or name, t.part)
+            return self._allocate_vector(t.source or name, t.part)
         raw, qtype = weight_part(self.model, t.source or name, t.part)
-        return upload_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts,
-                              flush=False)
+        return allocate_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts)
 
-    def _upload_vector(self, name: str, part=None) -> Buffer:
+    def _allocate_vector(self, name: str, part=None):
         """A float32 table (a vector, or a small matrix flattened: the DeltaNet convolution's taps),
-        or its part: element ranges side by side."""
+        or its part: element ranges side by side. Its copy is queued like a matrix's (no wait)."""
         data = np.ascontiguousarray(self.model.dequantize(name), dtype=np.float32).reshape(-1)
         if part is not None:
             data = np.ascontiguousarray(np.concatenate([data[a:b] for a, b in part_ranges(part)]))
         buf = Buffer(self.device, data.nbytes)
-        buf.write(data)
-        return buf
+        return buf, lambda: self.device.transfer.upload(buf, data, wait=False)
 
     def weight_bytes(self, experts_only: bool = False) -> int:
         """Bytes of weights on this device (experts_only: of the stacked expert matrices alone)."""
@@ -440,11 +488,15 @@ class DeviceRuntime:
         cache = View.whole(self.kv[op.layer][0 if kind == "k" else 1]) if kind != "q" else None
         return rope.RopeOut(kind, self.rope_of(op.layer), step, self.cfg.head_dim, cache, self.n_ctx)
 
-    def prerecord(self) -> None:
+    def prerecord(self, prompt_tokens: int = 0) -> None:
         """Record the one-token step now (at load), so that the first generated token does not wait
         for it: ~0.1 s for a 32-layer model, which a 128-token completion otherwise pays in its
-        decode time (H100, 7.2B: 325 against 410 t/s over the first 128 tokens)."""
+        decode time (H100, 7.2B: 325 against 410 t/s over the first 128 tokens). prompt_tokens > 0:
+        also the micro-batches that eval("last", ...) splits a prompt of that many tokens into, so
+        that the prompt's time is the GPU's (with a background upload, both overlap the copies)."""
         self.sequence("last", 1, 0)
+        for n in sorted({min(self.n_ubatch, prompt_tokens - i) for i in range(0, prompt_tokens, self.n_ubatch)}):
+            self.sequence("last", n, 0)
 
     def sequence(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
         segs = self.recordings.get((key, n_tokens, slot))
@@ -458,6 +510,8 @@ class DeviceRuntime:
         seq_len > 0: the KV cache holds whole sequences of seq_len tokens back to back, row p being
         position p % seq_len of sequence p // seq_len (several perplexity chunks in one batch)."""
         n = len(tokens)
+        if self._uploader is not None:
+            self.wait_weights()
         self._advance_state(n_past, n)
         segs = self.sequence(key, n, slot)
         self.ids_words[slot][:n] = tokens
@@ -522,6 +576,7 @@ class DeviceRuntime:
 
     def close(self) -> None:
         # Buffers, kernels and recordings are released with the device.
+        self.wait_weights(raise_error=False)
         self.recordings.clear()
 
 

@@ -89,3 +89,47 @@ def test_ctrl_c_stops_cleanly_and_prints_timings(synthetic_model, monkeypatch):
     assert r.exit_code == 130, r.output
     assert r.stdout.startswith("hello") and "Traceback" not in r.output
     assert "eval time" in r.stderr and "total time" in r.stderr
+
+
+def test_phase_breakdown(synthetic_model):
+    """LLAMAVK_PHASES=1: one line per phase in the order they run, each ending where the next
+    starts (durations add up to the time since process start); without it, no such line."""
+    import os
+    import re
+
+    path = str(synthetic_model("llama", "q4_0"))
+    r = run("-m", path, "-p", "hello", "-n", "3", "--temp", "0", "-c", "64",
+            env={**os.environ, "LLAMAVK_PHASES": "1"})
+    assert r.returncode == 0, r.stderr
+    rows = re.findall(r"^phase (.+?) +(\d+\.\d) ms   at +(\d+\.\d) ms$", r.stderr, re.M)
+    names = [n for n, _, _ in rows]
+    assert names == ["interpreter start", "imports, arguments", "GGUF parse", "vocabulary", "Vulkan instance",
+                     "device", "graphs, fit check", "buffers, KV cache, plans", "prompt tokenized", "recordings",
+                     "weights in (upload wait)", "prompt, first token", "generation", "teardown"], r.stderr
+    at = 0.0
+    for _, dur, end in rows:
+        at += float(dur)
+        assert abs(at - float(end)) < 0.15 * len(rows)
+    assert "(of which pipeline creation:" in r.stderr and "(of which weight upload (worker thread):" in r.stderr
+    quiet = run("-m", path, "-p", "hello", "-n", "3", "--temp", "0", "-c", "64")
+    assert quiet.returncode == 0 and "phase " not in quiet.stderr and quiet.stdout == r.stdout
+
+
+def test_prompt_prepared_during_the_load(synthetic_model):
+    """Model(prepare_prompt=...) tokenizes while the weights upload and records the prompt's
+    micro-batches then: generate() on those tokens records nothing more and gives the tokens of a
+    model loaded without the hook."""
+    import llamavk
+
+    path = str(synthetic_model("llama", "q4_0"))
+    text = "hello world, once more " * 3
+    with llamavk.load(path, n_ctx=128, n_ubatch=16, warn=lambda m: None,
+                      prepare_prompt=lambda m: m.tokenize(text)) as m:
+        tokens = m.prepared_tokens
+        assert tokens == m.tokenize(text) and len(tokens) > 16 and len(tokens) % 16
+        before = set(m.runtime.recordings)
+        assert {("last", 1, 0), ("last", 16, 0), ("last", len(tokens) % 16, 0)} <= before
+        got = list(m.generate(tokens, n=6, temp=0))
+        assert set(m.runtime.recordings) == before
+    with llamavk.load(path, n_ctx=128, n_ubatch=16, warn=lambda m: None) as m:
+        assert list(m.generate(tokens, n=6, temp=0)) == got

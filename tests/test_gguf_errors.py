@@ -191,3 +191,45 @@ def test_bad_utf8_and_tensor_offsets(tmp_path):
     assert "overlap" in error_of(bad)
     bad.write_bytes(data[:at] + (second.offset - h.data_start + 1).to_bytes(8, "little") + data[at + 8:])
     assert "not a multiple of the alignment 32" in error_of(bad)
+
+
+def _string_array_gguf(path, items: list[bytes], count: int | None = None):
+    """A GGUF v3 header with one key, a string array of `items` (raw bytes, lengths as stored)."""
+    import struct
+
+    key = b"tokenizer.ggml.tokens"
+    body = b"".join(struct.pack("<Q", len(s)) + s for s in items)
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+                     + struct.pack("<IIQ", 9, 8, len(items) if count is None else count) + body)
+    return path
+
+
+def test_string_arrays_read_fast_and_checked(tmp_path):
+    """String arrays (vocabularies) go through a tight loop of their own: same values, same errors."""
+    from llamavk.gguf_file import read_header
+
+    items = ["a", "", "é", "<0x0A>", "x" * 300, "日本"]
+    p = _string_array_gguf(tmp_path / "ok.gguf", [s.encode() for s in items])
+    assert read_header(p).metadata["tokenizer.ggml.tokens"] == items
+
+    def error(path):
+        with pytest.raises(LlamavkError) as info:
+            read_header(path)
+        return str(info.value)
+
+    bad = _string_array_gguf(tmp_path / "utf8.gguf", [b"a", b"b", b"c\xc3", b"d"])
+    msg = error(bad)
+    assert "tokenizer.ggml.tokens[2]" in msg and "not valid UTF-8" in msg
+    cut = _string_array_gguf(tmp_path / "cut.gguf", [b"a", b"bb", b"ccc"])
+    cut.write_bytes(cut.read_bytes()[:-2])                       # the last string's bytes cut short
+    msg = error(cut)
+    assert "tokenizer.ggml.tokens[2] (a string of 3 bytes)" in msg and "truncated" in msg
+    cut = _string_array_gguf(tmp_path / "cut2.gguf", [b"a", b"bb", b"ccc", b""])
+    cut.write_bytes(cut.read_bytes()[:-4])                       # the last length field cut short
+    assert "tokenizer.ggml.tokens[3] (a string of" not in error(cut)
+    assert "a header field at byte" in error(cut) and "needs 8 bytes, 4 are left" in error(cut)
+    huge = _string_array_gguf(tmp_path / "huge.gguf", [b"a", b"b"])
+    data = bytearray(huge.read_bytes())
+    data[-1 - 8:-1] = (2**63).to_bytes(8, "little")              # the second string claims 2^63 bytes
+    huge.write_bytes(bytes(data))
+    assert "tokenizer.ggml.tokens[1] (a string of 9223372036854775808 bytes)" in error(huge)

@@ -84,7 +84,10 @@ def run(
     verbose: bool = VERBOSE,
 ) -> None:
     """Generate a completion of a prompt."""
+    from .. import phases
     from ..api import load
+
+    phases.mark("imports, arguments")
 
     with user_errors(verbose):
         n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
@@ -103,38 +106,56 @@ def run(
             for note in no_effect_notes(threads, no_warmup, no_conversation, jinja):
                 eprint(note)
         t_start = time.perf_counter()
+        text = {"prompt": prompt}
+
+        def prompt_tokens(m) -> list[int]:
+            """The prompt as the model reads it; called during the load (its steps are recorded
+            while the weights upload)."""
+            if chat or system_prompt is not None:
+                if m.chat_template is None:
+                    eprint("warning: the model has no chat template (tokenizer.chat_template); using ChatML")
+                text["prompt"] = m.apply_chat_template(chat_messages(prompt, system_prompt))
+            tokens = m.tokenize(text["prompt"])
+            if not tokens:
+                raise UsageError("the prompt is empty and the model adds no BOS token: nothing to continue")
+            return tokens
+
         with LoadProgress(model.name if model else "default model") as progress:
             m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
                      n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
-                     progress=progress, **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+                     progress=progress, prepare_prompt=prompt_tokens,
+                     **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
             if verbose:
                 for line in describe_model(m):
                     eprint(line)
-            if chat or system_prompt is not None:
-                if m.chat_template is None:
-                    eprint("warning: the model has no chat template (tokenizer.chat_template); using ChatML")
-                prompt = m.apply_chat_template(chat_messages(prompt, system_prompt))
-            tokens = m.tokenize(prompt)
-            if not tokens:
-                raise UsageError("the prompt is empty and the model adds no BOS token: nothing to continue")
+            prompt, tokens = text["prompt"], m.prepared_tokens
             out = sys.stdout
             if display_prompt:
                 out.write(prompt)
                 out.flush()
             stream = m.tokenizer.stream()
             interrupted = False
+            first = True
             try:
                 for token in m.generate(tokens, n=n_predict, temp=temp, top_k=top_k, top_p=top_p, min_p=min_p,
                                         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
                                         ignore_eos=ignore_eos):
                     out.write(stream.feed(token))
                     out.flush()
+                    if first:
+                        phases.mark("prompt, first token")
+                        first = False
             except KeyboardInterrupt:
                 interrupted = True
             out.write(stream.flush() + "\n")
             out.flush()
+            phases.mark("generation")
             for line in perf_report(m.timings, (time.perf_counter() - t_start) * 1e3):
                 eprint(line)
-            if interrupted:
-                raise typer.Exit(130)
+        phases.mark("teardown")
+        if verbose or phases.requested():
+            for line in phases.report():
+                eprint(line)
+        if interrupted:
+            raise typer.Exit(130)

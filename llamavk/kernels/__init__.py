@@ -11,8 +11,10 @@ records into a `CommandSequence` given `View`s of device buffers. Conventions (d
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+from .. import phases
 from ..vk import Buffer, Kernel
 
 # Storage-buffer descriptors need aligned offsets (minStorageBufferOffsetAlignment is at most 256).
@@ -81,7 +83,9 @@ class KernelCache:
         key = (name, tuple(spec))
         kernel = self._kernels.get(key)
         if kernel is None:
+            t0 = time.perf_counter()
             kernel = Kernel(self.device, name, bindings, push_size=push_size, spec=spec)
+            phases.add("pipeline creation", time.perf_counter() - t0)
             self._kernels[key] = kernel
         return kernel
 
@@ -130,6 +134,18 @@ def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: in
     kernels' layout (`device_pieces`). experts > 0: `rows` holds that many stacked expert
     matrices, and chunks hold whole experts. flush=False: the copies may still be running on return
     (a model's load queues every weight, then flushes once: reading the file overlaps the copies)."""
+    weight, fill = allocate_qweight(device, raw, qtype, rows, cols, max_chunk_bytes, experts)
+    fill()
+    if flush:
+        device.transfer.flush()
+    return weight
+
+
+def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None,
+                     experts: int = 0):
+    """upload_qweight in two steps: (the QWeight, its buffers allocated but not yet written; a
+    function that queues the copies of `raw` into them). A load records the forward pass, which
+    needs only the buffers, while another thread runs the copies (runtime.py)."""
     import numpy as np
 
     from ..quant import quant_info
@@ -144,10 +160,11 @@ def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: in
     chunks = []
     for start in range(0, rows, rows_per_chunk):
         n = min(rows_per_chunk, rows - start)
-        buf = Buffer(device, n * row_bytes)
-        pieces = device_pieces(qtype, data[start * row_bytes:(start + n) * row_bytes])
-        device.transfer.upload_pieces(buf, pieces)     # in staging now; flushed below or by the caller
-        chunks.append(WeightChunk(buf, start, n))
-    if flush:
-        device.transfer.flush()
-    return QWeight(qtype, rows, cols, tuple(chunks), experts)
+        chunks.append(WeightChunk(Buffer(device, n * row_bytes), start, n))
+
+    def fill() -> None:
+        for c in chunks:     # in staging on return; flushed by the caller
+            device.transfer.upload_pieces(c.buffer, device_pieces(
+                qtype, data[c.row_start * row_bytes:(c.row_start + c.n_rows) * row_bytes]))
+
+    return QWeight(qtype, rows, cols, tuple(chunks), experts), fill

@@ -31,8 +31,9 @@ class Tokenizer:
         else:
             self._pre = PreTokenizer(vocab.pre_family)
             self._bpe = BPE(vocab.token_to_id, parse_merges(vocab.merges), vocab.ignore_merges)
-        # Every token's bytes, computed once (llama.cpp's cache_token_to_piece, special=true).
-        self._pieces: list[bytes] = [self._make_piece(i) for i in range(self.n_vocab)]
+        # Every token's bytes, computed once when first asked for (llama.cpp's cache_token_to_piece,
+        # special=true): a completion needs a few hundred of a 150k vocabulary's pieces, not all.
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any]) -> "Tokenizer":
@@ -95,7 +96,10 @@ class Tokenizer:
     def token_to_piece(self, tid: int) -> bytes:
         if not 0 <= tid < self.n_vocab:
             raise LlamavkError(f"token id {tid} out of range (vocabulary has {self.n_vocab} tokens)")
-        return self._pieces[tid]
+        piece = self._pieces[tid]
+        if piece is None:
+            piece = self._pieces[tid] = self._make_piece(tid)
+        return piece
 
     def decode(self, ids: list[int]) -> str:
         """Whole-sequence detokenisation (llama_detokenize with special tokens rendered)."""

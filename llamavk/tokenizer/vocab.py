@@ -6,6 +6,7 @@ set of "special" tokens parsed in prompts match llama.cpp when keys are missing 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,11 @@ _FIM_TEXTS = {
     "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
     "fim_sep": ("<|file_sep|>",),
 }
+
+_GPT_OSS_SHOWN = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
+# every text the loader looks for by name
+_SPECIAL_TEXTS = frozenset(_EOT_TEXTS + ("<|eom_id|>",) + sum(_FIM_TEXTS.values(), ()) + _EOG_TEXTS
+                           + _GPT_OSS_SHOWN)
 
 _K = "tokenizer.ggml."
 # metadata key suffix -> special-id field; the deprecated prefix/suffix/middle keys come last so they
@@ -76,12 +82,24 @@ def _get(meta: dict[str, Any], key: str, kind: type, default: Any = None) -> Any
 def _get_list(meta: dict[str, Any], key: str, kind: type | tuple) -> list | None:
     """An array value whose every element is of `kind` (bools are not numbers); None if absent."""
     v = _get(meta, key, list)
-    if v is not None:
+    if v is not None and not _all_of(v, kind):
         for i, x in enumerate(v):
             if isinstance(x, bool) or not isinstance(x, kind) or x != x:   # x != x: NaN
                 raise LlamavkError(f"bad GGUF metadata: {_K}{key}[{i}] = {x!r} is not "
                                    f"{'a string' if kind is str else 'a number'}")
     return v
+
+
+def _all_of(values: list, kind: type | tuple) -> bool:
+    """Every element is exactly a str (kind str) or an int/float that is not NaN (bools are not
+    numbers): one pass in C over a 150k-token vocabulary instead of a Python loop. False sends the
+    caller to its element-by-element check, which names the first bad element."""
+    if kind is str:
+        return set(map(type, values)) <= {str}
+    types = set(map(type, values))
+    if not types <= {int, float}:
+        return False
+    return float not in types or not any(map(math.isnan, values))
 
 
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
@@ -141,17 +159,19 @@ def load_vocab(meta: dict[str, Any]) -> Vocab:
     add_eos = _get(meta, "add_eos_token", bool, add_eos)
 
     # Auto-detect EOT/EOM/FIM tokens by text when no key names them; such tokens become CONTROL.
-    for i, t in enumerate(tokens):
+    # Only tokens whose text is one of those looked for matter: found by one set lookup each.
+    found = [(i, t) for i, t in enumerate(tokens) if t in _SPECIAL_TEXTS]
+    for i, t in found:
         for name, texts in (("eot", _EOT_TEXTS), ("eom", ("<|eom_id|>",)), *_FIM_TEXTS.items()):
             if ids[name] is None and t in texts:
                 ids[name] = i
                 types[i] = CONTROL
     eog: set[int] = {ids[k] for k in ("fim_pad", "fim_rep", "fim_sep") if ids[k] is not None}
-    for i, t in enumerate(tokens):
+    for i, t in found:
         if t in _EOG_TEXTS:
             eog.add(i)
             types[i] = CONTROL
-        if t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):  # gpt-oss: always shown
+        if t in _GPT_OSS_SHOWN:  # gpt-oss: always shown
             types[i] = USER_DEFINED
     eog.update(ids[k] for k in ("eos", "eot", "eom") if ids[k] is not None)
     # gpt-oss (o200k_harmony): "<|end|>" separates messages and must not stop generation

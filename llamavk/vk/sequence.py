@@ -49,13 +49,16 @@ def _mask(table, stages: int) -> int:
 class CommandSequence:
     """A primary command buffer recorded once and submitted any number of times."""
 
-    def __init__(self, device, name: str = "sequence", profile: bool = False):
+    def __init__(self, device, name: str = "sequence", profile: bool = False, pool=None):
+        """pool: the VkCommandPool to allocate from (default the device's). A pool is used by one
+        thread at a time: work recorded on another thread (vk/transfer.py's uploads) has its own."""
         self.device = device
         self.name = name
+        self.pool = pool if pool is not None else device.command_pool
         # profile: a GPU timestamp after every dispatch, for per-kernel timings (profile_results()).
         self.profiler = _Profiler(device) if profile and device.info.timestamp_period else None
         self.label = ""               # what the caller is recording now (profile entries: "kernel label")
-        alloc = vk.VkCommandBufferAllocateInfo(commandPool=device.command_pool,
+        alloc = vk.VkCommandBufferAllocateInfo(commandPool=self.pool,
                                                level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1)
         self.cmd = vk.vkAllocateCommandBuffers(device.handle, alloc)[0]
         self._written: list = []
@@ -209,7 +212,7 @@ class CommandSequence:
             self.profiler.close()
             self.profiler = None
         if self.cmd is not None and self.device.handle is not None:
-            lib.vkFreeCommandBuffers(self.device.handle, self.device.command_pool, 1,
+            lib.vkFreeCommandBuffers(self.device.handle, self.pool, 1,
                                      ffi.new("VkCommandBuffer[1]", [self.cmd]))
         self.cmd = None
 

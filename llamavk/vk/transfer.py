@@ -6,6 +6,11 @@ over the bus overlap. A write returns once its bytes are in staging; `flush()` w
 (submissions on one queue may run concurrently, so nothing may read an uploaded buffer before it:
 `upload(..., wait=True)`, the default, flushes at once).
 
+A model's weights may be uploaded from a worker thread while the main thread records the forward
+pass (runtime.py): every method holds the transfer's lock, and its command buffers come from a
+command pool of its own (a pool must not be used by two threads at once). During such a load every
+queue submission goes through here, under the lock: nothing else submits before the weights are in.
+
 Pieces (`upload_pieces`) are 1-D arrays, possibly strided views: a planar weight's quant bytes and
 its scales are copied from the file's blocks straight into staging, without a repacked copy of the
 whole tensor first.
@@ -14,9 +19,11 @@ whole tensor first.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import vulkan as vk
 
 from .buffer import Buffer
 from .sequence import CommandSequence
@@ -43,10 +50,10 @@ def _copy(out: np.ndarray, src: np.ndarray) -> None:
 
 
 class _Slot:
-    def __init__(self, device, i: int):
+    def __init__(self, device, i: int, pool):
         self.buffer = Buffer(device, SLOT_BYTES, host_visible=True)
         self.bytes = self.buffer.array(np.uint8, SLOT_BYTES)
-        self.seq = CommandSequence(device, f"upload{i}")
+        self.seq = CommandSequence(device, f"upload{i}", pool=pool)
         self.pending = 0     # timeline value of its last copy (0: none)
         self.fill = 0        # bytes filled for the copy being assembled
         self.dst = None      # (buffer, offset) the filled bytes go to
@@ -55,20 +62,29 @@ class _Slot:
 class Transfer:
     def __init__(self, device):
         self.device = device
-        self.slots = [_Slot(device, i) for i in range(SLOTS)]
+        self._lock = threading.RLock()
+        info = vk.VkCommandPoolCreateInfo(flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                          queueFamilyIndex=device.queue_family)
+        self.pool = vk.vkCreateCommandPool(device.handle, info, None)
+        self.slots = [_Slot(device, i, self.pool) for i in range(SLOTS)]
         self.current = 0
-        self.seq = CommandSequence(device, "transfer")
+        self.seq = CommandSequence(device, "transfer", pool=self.pool)
         self.staging = self.slots[0].buffer   # downloads use slot 0 (after a flush)
 
     # -- uploads --------------------------------------------------------------------------------
     def upload(self, dst, data, offset: int = 0, wait: bool = True) -> None:
-        self.upload_pieces(dst, [np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)], offset)
-        if wait:
-            self.flush()
+        with self._lock:
+            self.upload_pieces(dst, [np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)], offset)
+            if wait:
+                self.flush()
 
     def upload_pieces(self, dst, pieces, offset: int = 0) -> None:
         """Copy the pieces (1-D arrays; an element of a void type is an opaque run of bytes) one after
         another into dst from `offset` on. Returns once they are in staging (see flush)."""
+        with self._lock:
+            self._upload_pieces(dst, pieces, offset)
+
+    def _upload_pieces(self, dst, pieces, offset: int) -> None:
         slot = self._slot()
         slot.dst = (dst, offset)
         for piece in pieces:
@@ -107,27 +123,34 @@ class Transfer:
         return nxt
 
     def flush(self) -> None:
-        for slot in self.slots:
-            if slot.pending:
-                self.device.timeline.wait(slot.pending)
-                slot.pending = 0
+        with self._lock:
+            for slot in self.slots:
+                if slot.pending:
+                    self.device.timeline.wait(slot.pending)
+                    slot.pending = 0
 
     # -- downloads ------------------------------------------------------------------------------
     def download(self, src, size: int, offset: int = 0) -> bytes:
-        self.flush()
-        out = bytearray()
-        room = self.staging.size
-        for start in range(0, size, room):
-            n = min(room, size - start)
-            self.seq.begin()
-            self.seq.copy(src, self.staging, n, offset + start, 0)
-            self.seq.end().run()
-            out += self.staging.read(n)
-        return bytes(out)
+        with self._lock:
+            self.flush()
+            out = bytearray()
+            room = self.staging.size
+            for start in range(0, size, room):
+                n = min(room, size - start)
+                self.seq.begin()
+                self.seq.copy(src, self.staging, n, offset + start, 0)
+                self.seq.end().run()
+                out += self.staging.read(n)
+            return bytes(out)
 
     def close(self) -> None:
-        self.flush()
-        self.seq.close()
-        for slot in self.slots:
-            slot.seq.close()
-            slot.buffer.close()
+        with self._lock:
+            if self.pool is None:
+                return
+            self.flush()
+            self.seq.close()
+            for slot in self.slots:
+                slot.seq.close()
+                slot.buffer.close()
+            vk.vkDestroyCommandPool(self.device.handle, self.pool, None)
+            self.pool = None
