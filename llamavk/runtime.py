@@ -134,6 +134,7 @@ class DeviceRuntime:
             self._fill(fills, progress)
             phases.mark("weight upload")
             self.wait_weights()
+        self._step_pass = step_pass
         try:
             self._init_rest(graphs)
         except BaseException:
@@ -219,9 +220,9 @@ class DeviceRuntime:
                                                    self.cfg.head_dim)
         self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
-        if step_pass is not None:
-            self.fused = {key: step_pass(g, False) for key, g in self.fused.items()}
-            self.fused_one = {key: step_pass(g, True) for key, g in self.fused_one.items()}
+        if self._step_pass is not None:
+            self.fused = {key: self._step_pass(g, False) for key, g in self.fused.items()}
+            self.fused_one = {key: self._step_pass(g, True) for key, g in self.fused_one.items()}
         self.plans = {g: plan_activations(g, n_ubatch) for g in
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
