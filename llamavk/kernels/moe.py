@@ -33,11 +33,12 @@ from .selection import moe_product_kernel
 MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64)}
 ROUTER_WG = 256       # moe_router.comp: one workgroup per (expert, token), the row over all its threads
 MATVEC_ID_WG = 128
-# weight loads (16 bytes) a lane of matvec_id.comp issues before its arithmetic: the memory-level
-# parallelism of these short products. H100, 30B-A3B's experts (benchmarks/bench_matvec_id.py, µs per
-# dispatch): gate/up pair 25.1 at 8 loads (32 lanes x 2 units x 2 rows) -> 17.7 at 16 (4 rows);
-# down 19.1 at 6 loads (8 x 3 x 2) -> 15.7 at 12 (8 x 3 x 4). LLAMAVK_MVID=loads,wg overrides (A/B).
-MATVEC_ID_LOADS = 16
+# weight loads (16 bytes) a lane of matvec_id.comp issues before its arithmetic. H100, 30B-A3B's
+# experts alone (benchmarks/bench_matvec_id.py, µs per dispatch): gate/up pair 25.1 at 8 loads (32
+# lanes x 2 units x 2 rows) -> 16.7 at 16 (4 rows); down 19.1 at 6 (8 x 3 x 2) -> 13.4 at 12 (8 x 3 x
+# 4). Yet in the model's decode step 16 loses: tg128 261.8 at 8 against 244.8-253.9 at 16 (same
+# call). So 8. LLAMAVK_MVID=loads,wg overrides (A/B).
+MATVEC_ID_LOADS = 8
 MATVEC_ID_RED = 2048    # matvec_id.comp RED_LEN: slots x rows of a SUM workgroup
 GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
 

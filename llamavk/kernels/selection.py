@@ -250,7 +250,10 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    423.6; Q4_K a+o 407.3 / 405.9, a+o+g 409.3 / 409.9, a+o+g+d 387.6 / 387.7 (unchained 385.6 /
 #    388.2 in another run); Q8_0 262.8 / 263.2 unchained, a+o+g+d 263.0 / 263.7. At depth 4096, Q4_0
 #    330-336 unchained, a+o 346-348, a+o+g+d 350-351. a alone: Q4_K +2.5%; o alone: +0.5-2%.
-CHAIN_VENDORS = {0x10DE: "aoger"}
+#    e and r on the 30B-A3B (H100, tg128, one call): aog 261.8, aoge 255.7 (8 loads per lane in
+#    matvec_id); at 16 loads aog 241.3, aoge 253.3, aoger 244.8: small products gain less from
+#    loads in flight than they lose to waiting workgroups holding the SMs. Not enabled.
+CHAIN_VENDORS = {0x10DE: "aog"}
 CHAIN_ALL = "aogder"
 
 
