@@ -106,7 +106,8 @@ def run(
         with LoadProgress(model.name if model else "default model") as progress:
             m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
                      n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
-                     progress=progress, **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
+                     progress=progress, type_k=cache_type_k, type_v=cache_type_v,
+                     **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
             if verbose:
                 for line in describe_model(m):

@@ -23,7 +23,7 @@ from .exchange import PART_BYTES
 
 class SplitRuntime:
     def __init__(self, model_file, devices, plans: dict, n_ctx: int, n_ubatch: int, sync: str,
-                 profile: bool = False, progress=None):
+                 profile: bool = False, progress=None, kv_types=None):
         """plans: graph key -> DeviceGraphs (split/base.py), all over the same devices."""
         self.devices = devices
         self.plans = plans
@@ -37,7 +37,7 @@ class SplitRuntime:
         t0 = time.perf_counter()
         for i, dev in enumerate(devices):
             rt = DeviceRuntime(model_file, dev, n_ctx, n_ubatch, {k: dg.graphs[i] for k, dg in plans.items()},
-                               profile=profile, progress=progress)
+                               profile=profile, progress=progress, **({"kv_types": kv_types} if kv_types else {}))
             rt.comm = DeviceComm(self.shared, i, rt.kc)
             self.runtimes.append(rt)
         self.upload_seconds = time.perf_counter() - t0
@@ -161,6 +161,9 @@ class SplitRuntime:
 
     def state_bytes(self) -> int:
         return sum(rt.state_bytes() for rt in self.runtimes)
+
+    def kv_bytes(self) -> int:
+        return sum(rt.kv_bytes() for rt in self.runtimes)
 
     @property
     def state_pos(self) -> int:
