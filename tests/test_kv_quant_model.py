@@ -150,3 +150,4 @@ def test_bench_type_k_type_v_columns(synthetic_model):
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(r.stdout)
     assert (row["type_k"], row["type_v"]) == ("q8_0", "f16")
+
