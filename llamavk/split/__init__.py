@@ -13,6 +13,7 @@ comm.py the shared host memory and how exchange ops are recorded, runtime.py Spl
 
 from __future__ import annotations
 
+from ..kv_cache import KVTypes
 from ..quant import quant_info
 from . import graph as graph_mode
 from . import layer, row, tensor
@@ -44,7 +45,7 @@ def choose_devices(opts: SplitOptions, entries) -> tuple[list[int], list[float]]
 
 
 def build_split_runtime(model_file, devices, shares, opts: SplitOptions, graphs: dict, n_ctx: int, n_ubatch: int,
-                        profile: bool = False, progress=None, kv_types=None):
+                        profile: bool = False, progress=None, kv_types: KVTypes = KVTypes()):
     """Plan every graph for the devices (already opened, in `choose_devices` order), check that each
     device's part fits its memory, and load the model onto them. opts.main_gpu must index `devices`.
     progress(done_bytes, total_bytes): as the weights reach the devices."""
