@@ -92,10 +92,13 @@ def quant_bound(ref: np.ndarray, name: str) -> np.ndarray:
             + np.abs(ref) * 2.0 ** -10 + 1e-7)
 
 
-@pytest.mark.parametrize("types", [("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "f16"), ("f16", "q4_0")])
-@pytest.mark.parametrize("neox,rope_dim,freqs,norm", [(False, 64, False, False), (True, 64, False, False),
-                                                     (True, 48, True, False), (False, 32, False, False),
-                                                     (False, 64, False, True), (True, 64, True, True)])
+ROPE_VARIANTS = [(False, 64, False, False), (True, 64, False, False), (True, 48, True, False),
+                 (False, 32, False, False), (False, 64, False, True), (True, 64, True, True)]
+
+
+@pytest.mark.parametrize("types,neox,rope_dim,freqs,norm",
+                         [(t,) + v for t in (("q8_0", "q8_0"), ("q4_0", "q4_0")) for v in ROPE_VARIANTS]
+                         + [(t,) + v for t in (("q8_0", "f16"), ("f16", "q4_0")) for v in ROPE_VARIANTS[::4]])
 def test_rope_kv_quantized(dev, kc, types, neox, rope_dim, freqs, norm):
     """rope_kv with quantized caches (K and V types chosen separately; the qwen3 norm variant too)
     rotates q as the f16 path does and writes caches whose dequantized rows lie within half a
@@ -152,8 +155,14 @@ ATTN_CASES = [
 ]
 
 
-@pytest.mark.parametrize("types", [("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "f16"), ("f16", "q4_0")])
-@pytest.mark.parametrize("n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,n_splits", ATTN_CASES)
+# Every case with q8_0 K and V; every type mix on a decode, a split decode and a prompt case (each
+# mix is a pipeline of its own: on llvmpipe compiling them costs more than running them).
+TYPE_MIXES = [("q4_0", "q4_0"), ("q8_0", "f16"), ("f16", "q4_0")]
+ATTN_PARAMS = [(("q8_0", "q8_0"),) + c for c in ATTN_CASES] + \
+    [(t,) + ATTN_CASES[i] for t in TYPE_MIXES for i in (1, 2, 6)]
+
+
+@pytest.mark.parametrize("types,n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,n_splits", ATTN_PARAMS)
 def test_attention_quantized_cache(dev, kc, types, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
     """Attention reading q8_0 / q4_0 caches directly equals numpy attention over the dequantized
     caches (the decode kernel holds dequantized values as f16, so its reference rounds them so)."""
