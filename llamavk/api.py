@@ -22,7 +22,7 @@ from .chat_template import CHATML, render_chat
 from .default_model import default_model_path
 from .devices import open_devices, select
 from .errors import UsageError
-from .llamacpp_compat import check_gpu_layers
+from .llamacpp_compat import check_gpu_layers, kv_types_of
 from .memory_fit import check_fit, estimate_device_need, free_memory, weight_progress
 from .models import build_graph, load_model_file
 from .runtime import DeviceRuntime
@@ -50,24 +50,28 @@ class Model:
                  split_mode: str = DEFAULT_MODE, tensor_split: list[float] | None = None, main_gpu: int = 0,
                  max_gpu: int | None = None, reduce_type: str = "f16", n_ctx: int | None = None,
                  n_batch: int = 2048, n_ubatch: int = 512, n_gpu_layers: int | None = None,
-                 verbose: bool = False, warn=None, progress=None, profile: bool = False, prepare_prompt=None):
+                 verbose: bool = False, warn=None, progress=None, profile: bool = False, prepare_prompt=None,
+                 type_k: str = "f16", type_v: str = "f16"):
         """n_gpu_layers: llama.cpp's -ngl, accepted when it means every layer (None, -1 or at least
         the layer count): llamavk has no CPU offload. progress(done_bytes, total_bytes) is called as
         weights reach the devices. prepare_prompt(model) -> token ids, if given, is called during the
         load once the tokenizer is ready (the weights are still on their way): the steps that
         evaluating those tokens takes are recorded while the weights upload, so that the prompt's
         evaluation (generate(those tokens)) waits for the GPU only. Its result is
-        `self.prepared_tokens`."""
+        `self.prepared_tokens`. type_k, type_v: the KV cache's types, llama.cpp's -ctk / -ctv
+        (f16, q8_0, q4_0)."""
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
             raise UsageError("batch sizes must be positive")
         n_ubatch = min(n_ubatch, n_batch)   # llama.cpp clamps the micro-batch to the batch
+        self.kv_types = kv_types = kv_types_of(type_k, type_v)
         self.path = Path(path) if path else default_model_path()
         self.file = load_model_file(self.path)
         phases.mark("GGUF parse")
         self.config = cfg = self.file.config
         check_gpu_layers(n_gpu_layers, cfg.n_layer)
+        kv_types.check_head_dim(cfg.head_dim)
         self.tokenizer = Tokenizer.from_metadata(self.file.metadata)
         phases.mark("vocabulary")
         requested = ",".join(devices) if isinstance(devices, (list, tuple)) else devices
@@ -90,14 +94,14 @@ class Model:
         graphs = {"last": build_graph(cfg), "all": build_graph(cfg, all_logits=True)}
         try:
             if len(chosen) == 1:
-                need = estimate_device_need(self.file, graphs, n_ctx, n_ubatch, self.devices[0])
+                need = estimate_device_need(self.file, graphs, n_ctx, n_ubatch, self.devices[0], kv_types)
                 check_fit([need], free_memory(self.devices), n_available=len(entries))
                 phases.mark("graphs, fit check")
                 # The weights stream to the device on a worker thread while this one records the
                 # decode step (and the prompt's), creating the pipelines those need.
                 self.runtime = rt = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs,
                                                   profile=profile, progress=weight_progress(progress, need.weights),
-                                                  background_upload=True)
+                                                  background_upload=True, kv_types=kv_types)
                 try:
                     phases.mark("buffers, KV cache, plans")
                     n_prompt = self._prepare(prepare_prompt)
@@ -109,7 +113,7 @@ class Model:
             else:
                 opts.main_gpu = chosen.index(main_gpu) if main_gpu in chosen else 0
                 self.runtime = build_split_runtime(self.file, self.devices, shares, opts, graphs, n_ctx, n_ubatch,
-                                                   profile=profile, progress=progress)
+                                                   profile=profile, progress=progress, kv_types=kv_types)
                 self._prepare(prepare_prompt)
                 self.runtime.prerecord()      # the decode step, recorded before anyone waits for a token
                 phases.mark("recordings")

@@ -19,7 +19,8 @@ Beyond llama-bench: -m also takes synthetic:PRESET-TYPE[-ARCH] (random weights, 
 ~/.cache/llamavk/synthetic/ and reused), and -sm has llamavk's tensor and graph modes. llamavk's
 attention is always a flash-attention kernel, so -fa is 1 (the default here) and -fa 0 is refused.
 llama-bench command lines may also carry -ngl (only values meaning every layer on the GPUs, checked
-against each model's layer count before anything runs), -ctk/-ctv (f16) and -t (no effect).
+against each model's layer count before anything runs) and -t (no effect). -ctk/-ctv (KV cache types
+f16, q8_0, q4_0; lists like the other load settings) fill llama-bench's type_k / type_v fields.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class BenchParams:
     tensor_split: list[tuple[float, ...]] = field(default_factory=lambda: [()])     # (): auto
     max_gpu: list[int] = field(default_factory=lambda: [0])                        # 0: no limit
     reduce_type: list[str] = field(default_factory=lambda: ["f16"])
+    type_k: list[str] = field(default_factory=lambda: ["f16"])       # -ctk
+    type_v: list[str] = field(default_factory=lambda: ["f16"])       # -ctv
     flash_attn: list[bool] = field(default_factory=lambda: [True])
     gpu_layers: list[int] = field(default_factory=list)   # -ngl: checked to mean "every layer", see run_bench
     repetitions: int = 5
@@ -182,9 +185,8 @@ def _gpu_layers(values: list[str]) -> list[int]:
     return [parse_gpu_layers(item) for item in _items(values)]
 
 
-def _cache_types(values: list[str], flag: str) -> None:
-    for item in _items(values):
-        check_cache_type(flag, item)
+def _cache_types(values: list[str], flag: str) -> list[str]:
+    return [check_cache_type(flag, item) for item in _items(values)]
 
 
 def parse_params(*, model=(), n_prompt=(), n_gen=(), pg=(), n_depth=(), batch=(), ubatch=(),
@@ -213,9 +215,9 @@ def parse_params(*, model=(), n_prompt=(), n_gen=(), pg=(), n_depth=(), batch=()
         "devices": device and _device_lists(list(device)),
         "flash_attn": flash_attn and _flash_attn(list(flash_attn)),
         "gpu_layers": gpu_layers and _gpu_layers(list(gpu_layers)),
+        "type_k": cache_type_k and _cache_types(list(cache_type_k), "-ctk"),
+        "type_v": cache_type_v and _cache_types(list(cache_type_v), "-ctv"),
     }
-    _cache_types(list(cache_type_k or ()), "-ctk")
-    _cache_types(list(cache_type_v or ()), "-ctv")
     for name, value in parsed.items():
         if value:
             setattr(p, name, value)
@@ -247,6 +249,8 @@ class BenchTest:
     n_depth: int
     n_prompt: int
     n_gen: int
+    type_k: str = "f16"
+    type_v: str = "f16"
 
     @property
     def name(self) -> str:
@@ -263,7 +267,7 @@ class BenchTest:
     def load_key(self) -> tuple:
         """Settings fixed when a model is loaded: tests that share them share one load."""
         return (self.model, self.split_mode, self.main_gpu, self.devices, self.tensor_split, self.max_gpu,
-                self.reduce_type, self.n_batch, self.n_ubatch)
+                self.reduce_type, self.n_batch, self.n_ubatch, self.type_k, self.type_v)
 
     @property
     def n_ctx(self) -> int:
@@ -272,13 +276,13 @@ class BenchTest:
 
 def expand(p: BenchParams) -> list[BenchTest]:
     tests = []
-    for m, sm, mg, dev, ts, mx, rt, nb, nub, fa, nd in itertools.product(
+    for m, sm, mg, dev, ts, mx, rt, nb, nub, tk, tv, fa, nd in itertools.product(
             p.models, p.split_mode, p.main_gpu, p.devices, p.tensor_split, p.max_gpu, p.reduce_type, p.n_batch,
-            p.n_ubatch, p.flash_attn, p.n_depth):
+            p.n_ubatch, p.type_k, p.type_v, p.flash_attn, p.n_depth):
         shapes = [(n, 0) for n in p.n_prompt] + [(0, n) for n in p.n_gen] + list(p.n_pg)
         for n_prompt, n_gen in shapes:
             if n_prompt or n_gen:     # llama-bench skips -p 0 / -n 0 / -pg 0,0
-                tests.append(BenchTest(m, sm, mg, dev, ts, mx, rt, nb, nub, fa, nd, n_prompt, n_gen))
+                tests.append(BenchTest(m, sm, mg, dev, ts, mx, rt, nb, nub, fa, nd, n_prompt, n_gen, tk, tv))
     return tests
 
 
@@ -395,7 +399,7 @@ def _load(test: BenchTest, path: Path, n_ctx: int, verbose: bool = False, warn=N
     return load(path, devices=None if test.devices is None else ",".join(test.devices),
                 split_mode=test.split_mode, tensor_split=list(test.tensor_split) or None, main_gpu=test.main_gpu,
                 max_gpu=test.max_gpu or None, reduce_type=test.reduce_type, n_ctx=n_ctx, n_batch=test.n_batch,
-                n_ubatch=test.n_ubatch, verbose=verbose, warn=warn)
+                n_ubatch=test.n_ubatch, verbose=verbose, warn=warn, type_k=test.type_k, type_v=test.type_v)
 
 
 # Decode steps of a warm-up. llama-bench decodes one; here the first timed tg128 of a model then read

@@ -97,7 +97,7 @@ class Result:
             "cpu_info": info.cpu_info, "gpu_info": info.gpu_info, "backends": BACKEND,
             "model_filename": self.model.filename, "model_type": self.model.type,
             "model_size": self.model.size, "model_n_params": self.model.n_params,
-            "n_batch": t.n_batch, "n_ubatch": t.n_ubatch, "type_k": "f16", "type_v": "f16",
+            "n_batch": t.n_batch, "n_ubatch": t.n_ubatch, "type_k": t.type_k, "type_v": t.type_v,
             "n_gpu_layers": N_GPU_LAYERS, "split_mode": t.split_mode, "main_gpu": t.main_gpu,
             "no_kv_offload": False, "flash_attn": t.flash_attn, "devices": devices_text(t.devices),
             "tensor_split": tensor_split_text(t.tensor_split), "max_gpu": t.max_gpu, "reduce_type": t.reduce_type,
@@ -128,12 +128,13 @@ def tensor_split_text(ts: tuple[float, ...]) -> str:
 MD_COLUMNS = {
     "model": ("model", -30), "size": ("size", 10), "params": ("params", 10), "backend": ("backend", -10),
     "n_gpu_layers": ("ngl", 3), "n_batch": ("n_batch", 7), "n_ubatch": ("n_ubatch", 8),
+    "type_k": ("type_k", -10), "type_v": ("type_v", -10),
     "main_gpu": ("main_gpu", 10), "split_mode": ("sm", -10), "flash_attn": ("fa", 2),
     "devices": ("dev", -12), "tensor_split": ("ts", -12), "max_gpu": ("max_gpu", 10),
     "reduce_type": ("reduce_type", -11), "test": ("test", 15), "t/s": ("t/s", 20),
 }
 # shown only when set to something else than the default, before and after the sm column
-MD_BEFORE_SM = ("n_batch", "n_ubatch", "main_gpu")
+MD_BEFORE_SM = ("n_batch", "n_ubatch", "type_k", "type_v", "main_gpu")
 MD_AFTER_SM = ("flash_attn", "devices", "tensor_split", "max_gpu", "reduce_type")
 
 

@@ -6,8 +6,9 @@ where llamavk can honour them, and stop with a one-line usage error where it can
 - `-ngl N`: llamavk keeps every layer on the GPUs, so only values meaning "all of them" are
   accepted: -1, `all`, `auto` or N >= the model's layer count (99 is the usual spelling).
 - `-fa on|auto|1`: llamavk's attention is always a flash-attention kernel; `off`/`0` is an error.
-- `-ctk/-ctv TYPE`: the KV cache is f16. q8_0 and q4_0 (SPEC §4) are not supported yet; the other
-  types llama.cpp knows are not planned; any other name is a usage error listing llama.cpp's names.
+- `-ctk/-ctv TYPE`: the KV cache's K and V types, f16 (default), q8_0 or q4_0 (llamavk/kv_cache.py);
+  the other types llama.cpp knows are a usage error saying which llamavk has; any other name is a
+  usage error listing llama.cpp's names.
 - `-t N`, `--no-warmup`, `-no-cnv`, `--jinja`: accepted, no effect (said under -v).
 - `-e/--escape` (on by default, as in llama.cpp) / `--no-escape`: `process_escapes`.
 
@@ -16,12 +17,12 @@ Pure functions: the CLI's options are in cli/llamacpp_flags.py.
 
 from __future__ import annotations
 
-from .errors import LlamavkError, UsageError
+from .errors import UsageError
+from .kv_cache import KV_CACHE_TYPES, KVTypes
 
 # llama.cpp's -ctk/-ctv names (common/arg.cpp's kv_cache_types at 0c1e570), and what llamavk does.
 LLAMACPP_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-CACHE_TYPES = ("f16",)
-CACHE_TYPES_PLANNED = ("q8_0", "q4_0")
+CACHE_TYPES = KV_CACHE_TYPES
 
 FLASH_ATTN_ON = ("on", "enabled", "1", "true", "auto", "-1")
 FLASH_ATTN_OFF = ("off", "disabled", "0", "false")
@@ -60,17 +61,21 @@ def check_flash_attn(text: str | None) -> None:
     raise UsageError(f"-fa: bad value {text!r}; expected on, off or auto")
 
 
-def check_cache_type(flag: str, text: str) -> None:
-    """-ctk/-ctv: f16 runs; llama.cpp's other names are errors that say why; others list the names."""
-    name = text.strip().lower()
+def check_cache_type(flag: str, text: str) -> str:
+    """-ctk/-ctv: the type's name (f16, q8_0, q4_0); llama.cpp's other names are usage errors that
+    say which types llamavk has; other names list llama.cpp's."""
+    name = str(text).strip().lower()
     if name in CACHE_TYPES:
-        return
-    if name in CACHE_TYPES_PLANNED:
-        raise LlamavkError(f"{flag} {name}: quantized KV caches are not supported yet; the KV cache is f16")
+        return name
     if name in LLAMACPP_CACHE_TYPES:
-        raise UsageError(f"{flag} {name}: llamavk's KV cache is f16 (q8_0 and q4_0 are planned)")
+        raise UsageError(f"{flag} {name}: llamavk's KV cache types are {', '.join(CACHE_TYPES)}")
     raise UsageError(f"{flag}: unknown KV cache type {text!r}; llama.cpp's types are "
                      f"{', '.join(LLAMACPP_CACHE_TYPES)}")
+
+
+def kv_types_of(type_k: str, type_v: str, flags: tuple[str, str] = ("type_k", "type_v")) -> KVTypes:
+    """The KV cache types named by -ctk / -ctv (or the API's type_k= / type_v=), checked."""
+    return KVTypes(check_cache_type(flags[0], type_k), check_cache_type(flags[1], type_v))
 
 
 def check_common(gpu_layers: str | None, flash_attn: str | None, cache_type_k: str, cache_type_v: str) -> int | None:

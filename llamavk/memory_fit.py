@@ -5,7 +5,7 @@ out-of-memory code, after seconds or minutes of copying. With it, the load stops
 naming the device, the bytes needed and free, and what to change (-c, -ts, -sm, -dev).
 
 - `estimate_device_need` adds up what a DeviceRuntime will allocate for its graphs: every weight (or
-  part of one) as the runtime stores it, the f16 KV cache of the layers whose attention runs there, the
+  part of one) as the runtime stores it, the KV cache (of its -ctk/-ctv types) of the layers whose attention runs there, the
   activation arena (planned over the unfused graph: an upper bound of the fused plans) and the
   logits buffers. Small buffers (step parameters, token ids, staging, mixture-of-experts scratch)
   are left out.
@@ -107,8 +107,10 @@ def weight_bytes(model_file, t) -> int:
     return rows * info.row_bytes(t.width)
 
 
-def estimate_device_need(model_file, graphs: dict, n_ctx: int, n_ubatch: int, device) -> DeviceNeed:
-    """What a DeviceRuntime over `graphs` (key -> Graph) will allocate on `device`."""
+def estimate_device_need(model_file, graphs: dict, n_ctx: int, n_ubatch: int, device, kv_types=None) -> DeviceNeed:
+    """What a DeviceRuntime over `graphs` (key -> Graph) will allocate on `device` (the KV cache of
+    kv_types, a kv_cache.KVTypes; None: f16)."""
+    from .kv_cache import KVTypes
     from .runtime import SLOTS, _align, plan_activations
 
     cfg = model_file.config
@@ -125,7 +127,8 @@ def estimate_device_need(model_file, graphs: dict, n_ctx: int, n_ubatch: int, de
         for op in g.ops:
             if op.kind == "attention" and op.layer not in kv_layers:
                 kv_layers[op.layer] = op.attrs.get("n_head_kv", cfg.n_head_kv) * cfg.head_dim
-    kv = sum(2 * n_ctx * width * 2 for width in kv_layers.values())     # K and V, f16
+    kv_types = kv_types or KVTypes()
+    kv = sum(kv_types.layer_bytes(n_ctx, width) for width in kv_layers.values())     # K and V
     arena = max((plan_activations(g, n_ubatch).arena_bytes for g in graphs.values()), default=0)
     logits = graphs["last"].logits if "last" in graphs else None
     n_logits = logits.width if logits is not None else 0

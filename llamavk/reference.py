@@ -2,7 +2,9 @@
 
 Written to be read top to bottom, not to be fast (llama2.c style). Weights are dequantized to float32
 with gguf.quants.dequantize (once, then cached); all math is float32, the KV cache too (llama.cpp keeps
-it in f16 by default, which moves logits by a few hundredths).
+it in f16 by default, which moves logits by a few hundredths). With a quantized cache type
+(Reference(..., type_k="q8_0") etc.) each K / V row goes through gguf.quants' quantization and back
+as it enters the cache: what the engine's attention reads.
 
 One transformer block, for every supported architecture:
 
@@ -100,6 +102,21 @@ def rope_cos_sin(cfg: ModelConfig, positions: np.ndarray, freq_factors: np.ndarr
     return (np.cos(theta) * mscale).astype(np.float32), (np.sin(theta) * mscale).astype(np.float32)
 
 
+def kv_round_trip(x: np.ndarray, cache_type: str) -> np.ndarray:
+    """x (tokens, heads, head_dim) as a KV cache of `cache_type` gives it back: f32 unchanged, f16
+    rounded, q8_0 / q4_0 quantized by gguf.quants in blocks of 32 along head_dim and dequantized."""
+    if cache_type == "f32":
+        return x
+    if cache_type == "f16":
+        return x.astype(np.float16).astype(np.float32)
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    qtype = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0}[cache_type]
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
+    return dequantize(quantize(flat, qtype), qtype).reshape(x.shape).astype(np.float32)
+
+
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndarray:
     """Rotate x (n_tok, n_heads, head_dim); only the first rope_dim = 2*cos.shape[1] dims turn.
 
@@ -128,8 +145,9 @@ class ReferenceModel:
     forward(tokens, start_pos): incremental evaluation with a KV cache; start_pos may rewind the cache.
     """
 
-    def __init__(self, model_file: ModelFile):
+    def __init__(self, model_file: ModelFile, type_k: str = "f32", type_v: str = "f32"):
         self.model = model_file
+        self.type_k, self.type_v = type_k, type_v
         self.cfg = model_file.config
         self.gemma = self.cfg.arch == "gemma3"   # embedding scale, GeGLU (the rest: config / weights)
         self._cache: dict[str, np.ndarray] = {}
@@ -237,6 +255,7 @@ class ReferenceModel:
         q = apply_rope(q, cos, sin, c.rope_neox)
         k = apply_rope(k, cos, sin, c.rope_neox)
 
+        k, v = kv_round_trip(k, self.type_k), kv_round_trip(v, self.type_v)
         # append to the cache (dropping anything at or after start_pos: rewind)
         keys = np.concatenate([self.k_cache[layer][:start_pos], k])     # (n_kv_len, n_head_kv, hd)
         values = np.concatenate([self.v_cache[layer][:start_pos], v])

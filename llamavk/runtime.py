@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import phases
+from . import kv_cache, phases
 from .errors import LlamavkError
 from .fusion import fuse_for_matvec, fuse_one_token, fuse_rope_kv
 from .graph import Graph, Tensor
+from .kv_cache import KVTypes
 from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_SYNC_BASE, STEP_WORDS, VIEW_ALIGN,
                       KernelCache, QWeight, View, allocate_qweight)
 from .kernels import attention as attn_k
@@ -92,14 +93,15 @@ class DeviceRuntime:
     """One model on one device."""
 
     def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph],
-                 profile: bool = False, progress=None, step_pass=None, background_upload: bool = False):
+                 profile: bool = False, progress=None, step_pass=None, background_upload: bool = False,
+                 kv_types: KVTypes = KVTypes()):
         """graphs: key -> graph ("last", "all"; a split mode may add "<key>@large" for batches above
         LARGE_BATCH tokens). progress(nbytes), if given, is called as each weight reaches the device
         (the load's progress bar). step_pass(graph, one_token) -> graph: a split's last rewrite of
         the matrix-vector step graphs (split/matvec_steps.py). background_upload: the weights' buffers
         are allocated here and their contents copied by a worker thread, so that the caller records
         steps (prerecord) while the file streams to the device; wait_weights() joins it (the first
-        step does)."""
+        step does). kv_types: the KV cache's K and V types (kv_cache.py)."""
         self.model = model_file
         self.profile = profile
         self.cfg = model_file.config
@@ -108,6 +110,8 @@ class DeviceRuntime:
         self.kc = KernelCache(device)
         self.n_ctx = n_ctx
         self.n_ubatch = n_ubatch
+        self.kv_types = kv_types
+        kv_types.check_head_dim(self.cfg.head_dim)
         # Weights: every buffer first (recordings need only those), then their contents, copied in
         # file order through the staging ring (vk/transfer.py) here or by a worker thread.
         self._upload_start = time.perf_counter()
@@ -172,7 +176,8 @@ class DeviceRuntime:
             for op in g.ops:
                 if op.kind == "attention" and op.layer not in self.kv:
                     width = op.attrs.get("n_head_kv", self.cfg.n_head_kv) * self.cfg.head_dim
-                    self.kv[op.layer] = (Buffer(device, n_ctx * width * 2), Buffer(device, n_ctx * width * 2))
+                    self.kv[op.layer] = (Buffer(device, kv_cache.cache_bytes(self.kv_types.k, n_ctx, width)),
+                                         Buffer(device, kv_cache.cache_bytes(self.kv_types.v, n_ctx, width)))
         # Recurrent state of the DeltaNet layers that run here (qwen35), beside the KV cache: the
         # convolution's last inputs and the delta rule's state, as wide as the channels and heads held.
         # One sequence at a time: the state is that of the tokens evaluated so far (state_pos of them).
@@ -216,8 +221,9 @@ class DeviceRuntime:
             wg, wu = self.weights[g.name], self.weights[u.name]
             return moe.matvec_id_pairs(wg, wu) if wg.experts else matmul.matvec_pairs(self.kc, wg, wu)
 
-        can_rope = lambda w: matmul.matvec_rope_ok(self.kc, self.weights[w.name], self.rope_of(w.layer),  # noqa: E731
-                                                   self.cfg.head_dim)
+        # (the stream kernel writes f16 caches only: quantized ones keep the rope_kv dispatch)
+        can_rope = lambda w: not self.kv_types.quantized and matmul.matvec_rope_ok(  # noqa: E731
+            self.kc, self.weights[w.name], self.rope_of(w.layer), self.cfg.head_dim)
         self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
         if self._step_pass is not None:
@@ -370,13 +376,15 @@ class DeviceRuntime:
                     rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache), step,
                                  n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope_of(op.layer), self.n_ctx,
                                  q_norm=vec(qn) if qn is not None else None,
-                                 k_norm=vec(kn) if kn is not None else None, eps=op.attrs.get("eps", 0.0))
+                                 k_norm=vec(kn) if kn is not None else None, eps=op.attrs.get("eps", 0.0),
+                                 kv_types=self.kv_types)
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
-                    attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width)
-                    attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width)
+                    attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width, self.kv_types.k)
+                    attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width, self.kv_types.v)
                 n = attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
                                      n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, signal=signal,
-                                     scale=op.attrs.get("scale", 0.0), window=op.attrs.get("window", 0))
+                                     scale=op.attrs.get("scale", 0.0), window=op.attrs.get("window", 0),
+                                     kv_types=self.kv_types)
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs

@@ -1,7 +1,7 @@
 #version 450
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : enable
-// Causal GQA flash attention over the f16 KV cache (online softmax over KV blocks; no n_ctx^2 buffer).
+// Causal GQA flash attention over the f16 (KV_QUANT: or q8_0 / q4_0) KV cache (online softmax over KV blocks; no n_ctx^2 buffer).
 //
 // Q, out: [n_tokens][n_head * HD] f32.  K, V caches: [n_ctx][n_head_kv * HD] f16 (row = position).
 // Query row "r" of KV head g = (token t, query head h = g * n_gqa + j), rows ordered t-major, so a
@@ -44,6 +44,22 @@ layout(std430, binding = 1) readonly buffer K { f16vec4 kc[]; };
 layout(std430, binding = 2) readonly buffer V { f16vec4 vc[]; };
 layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
 layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
+#ifdef KV_QUANT
+// Either cache quantized (kv_quant.glsl), its type a specialization constant (KT, VT): read as
+// uint16 words through a second declaration of its binding, dequantized as it is loaded.
+#include "kv_quant.glsl"
+layout(constant_id = 2) const uint KT = KV_F16;
+layout(constant_id = 3) const uint VT = KV_F16;
+layout(std430, binding = 1) readonly buffer KQ { uint16_t kq16[]; };
+layout(std430, binding = 2) readonly buffer VQ { uint16_t vq16[]; };
+KV_DEQUANT4(k_dequant4, kq16)
+KV_DEQUANT4(v_dequant4, vq16)
+#define K4(i) (KT == KV_F16 ? vec4(kc[i]) : k_dequant4(KT, (i) * 4))
+#define V4(i) (VT == KV_F16 ? vec4(vc[i]) : v_dequant4(VT, (i) * 4))
+#else
+#define K4(i) vec4(kc[i])
+#define V4(i) vec4(vc[i])
+#endif
 #ifdef SPLIT
 // Written by one workgroup, read by another of the same dispatch: coherent + memoryBarrierBuffer.
 layout(std430, binding = 5) coherent buffer OPart { vec4 opart[]; };   // [n_splits][n_tokens*n_head][HD]
@@ -121,8 +137,8 @@ void main() {
             const uint kb = pos * stride4 + head_off;
             if (HD4 % 4 == 0) {   // 4 K loads in flight per iteration
                 for (uint e = 0; e < HD4; e += 4) {
-                    const vec4 k0 = vec4(kc[kb + e]), k1 = vec4(kc[kb + e + 1]);
-                    const vec4 k2 = vec4(kc[kb + e + 2]), k3 = vec4(kc[kb + e + 3]);
+                    const vec4 k0 = K4(kb + e), k1 = K4(kb + e + 1);
+                    const vec4 k2 = K4(kb + e + 2), k3 = K4(kb + e + 3);
                     [[unroll]] for (uint r = 0; r < BR; ++r) {
                         s[r] += dot(qs[r * HD4 + e], k0) + dot(qs[r * HD4 + e + 1], k1)
                               + dot(qs[r * HD4 + e + 2], k2) + dot(qs[r * HD4 + e + 3], k3);
@@ -130,7 +146,7 @@ void main() {
                 }
             } else {
                 for (uint e = 0; e < HD4; ++e) {
-                    const vec4 kk = vec4(kc[kb + e]);
+                    const vec4 kk = K4(kb + e);
                     [[unroll]] for (uint r = 0; r < BR; ++r) s[r] += dot(qs[r * HD4 + e], kk);
                 }
             }
@@ -175,10 +191,10 @@ void main() {
                 // full block: 4 V loads in flight per iteration (a full unroll compiles slowly on llvmpipe)
                 for (uint c = g; c < WG; c += 4 * NG) {
                     const uint vb = (c0 + c) * stride4 + head_off + d4;
-                    const vec4 v0 = vec4(vc[vb]);
-                    const vec4 v1 = vec4(vc[vb + NG * stride4]);
-                    const vec4 v2 = vec4(vc[vb + 2 * NG * stride4]);
-                    const vec4 v3 = vec4(vc[vb + 3 * NG * stride4]);
+                    const vec4 v0 = V4(vb);
+                    const vec4 v1 = V4(vb + NG * stride4);
+                    const vec4 v2 = V4(vb + 2 * NG * stride4);
+                    const vec4 v3 = V4(vb + 3 * NG * stride4);
                     [[unroll]] for (uint r = 0; r < BR; ++r) {
                         acc[r] += ps[r * WG + c] * v0 + ps[r * WG + c + NG] * v1
                                 + ps[r * WG + c + 2 * NG] * v2 + ps[r * WG + c + 3 * NG] * v3;
@@ -186,7 +202,7 @@ void main() {
                 }
             } else {
                 for (uint c = g; c < n_here; c += NG) {
-                    const vec4 vv = vec4(vc[(c0 + c) * stride4 + head_off + d4]);
+                    const vec4 vv = V4((c0 + c) * stride4 + head_off + d4);
                     [[unroll]] for (uint r = 0; r < BR; ++r) acc[r] += ps[r * WG + c] * vv;
                 }
             }

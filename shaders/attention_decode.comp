@@ -3,7 +3,7 @@
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_shuffle : require
 // Flash attention for decode: at most 4 query rows per KV head (one token and its GQA heads, or a
-// few tokens of one head), over the f16 KV cache. Same bindings, push constants, grid, split-KV
+// few tokens of one head), over the f16 (KV_QUANT: or q8_0 / q4_0) KV cache. Same bindings, push constants, grid, split-KV
 // scheme and sliding window as attention.comp (see there); this kernel is shaped for latency
 // instead of reuse.
 //
@@ -43,6 +43,24 @@ layout(std430, binding = 1) readonly buffer K { uvec4 k8[]; };   // 8 halves per
 layout(std430, binding = 2) readonly buffer V { uvec4 v8[]; };
 layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
 layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
+#ifdef KV_QUANT
+// Either cache quantized (kv_quant.glsl), its type a specialization constant (KT, VT): read as
+// uint16 words through a second declaration of its binding, dequantized to 8 halves as loaded.
+#include "kv_quant.glsl"
+layout(constant_id = 2) const uint KT = KV_F16;
+layout(constant_id = 3) const uint VT = KV_F16;
+layout(std430, binding = 1) readonly buffer KQ { uint16_t kq16[]; };
+layout(std430, binding = 2) readonly buffer VQ { uint16_t vq16[]; };
+KV_DEQUANT4(k_dequant4, kq16)
+KV_DEQUANT4(v_dequant4, vq16)
+KV_DEQUANT8(k_dequant8, k_dequant4)
+KV_DEQUANT8(v_dequant8, v_dequant4)
+#define K8(i) (KT == KV_F16 ? k8[i] : k_dequant8(KT, (i) * 8))
+#define V8(i) (VT == KV_F16 ? v8[i] : v_dequant8(VT, (i) * 8))
+#else
+#define K8(i) k8[i]
+#define V8(i) v8[i]
+#endif
 #ifdef SPLIT
 layout(std430, binding = 5) coherent buffer OPart { vec4 opart[]; };   // [n_splits][n_tokens*n_head][HD]
 layout(std430, binding = 6) coherent buffer ML { vec2 ml[]; };         // [n_splits][n_tokens*n_head]
@@ -126,9 +144,9 @@ void attend() {
     if (start < kv_end) {
         const uint kb = min(start + krow, last) * stride8 + head8 + kq;
         [[unroll]] for (uint i = 0; i < KMAX; ++i)
-            if (i < KP) kr[i] = k8[kb + i * 4];
+            if (i < KP) kr[i] = K8(kb + i * 4);
         [[unroll]] for (uint i = 0; i < VMAX; ++i)
-            if (i < VPT) vr[i] = v8[min(start + vg + i * VG, last) * stride8 + head8 + d8];
+            if (i < VPT) vr[i] = V8(min(start + vg + i * VG, last) * stride8 + head8 + d8);
     }
     barrier();                                     // qs
 
@@ -166,9 +184,9 @@ void attend() {
         if (c1 < kv_end) {
             const uint kb = min(c1 + krow, last) * stride8 + head8 + kq;
             [[unroll]] for (uint i = 0; i < KMAX; ++i)
-                if (i < KP) kr[i] = k8[kb + i * 4];
+                if (i < KP) kr[i] = K8(kb + i * 4);
             [[unroll]] for (uint i = 0; i < VMAX; ++i)
-                if (i < VPT) vr[i] = v8[min(c1 + vg + i * VG, last) * stride8 + head8 + d8];
+                if (i < VPT) vr[i] = V8(min(c1 + vg + i * VG, last) * stride8 + head8 + d8);
         }
 
         if (vg < VG) {

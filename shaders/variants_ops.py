@@ -8,7 +8,14 @@ VARIANTS = {
     "rope_kv_freqs_f32": ("rope_kv.comp", {"HAS_FREQS": "1"}),
     "rope_kv_norm_f32": ("rope_kv.comp", {"QK_NORM": "1"}),
     "rope_kv_norm_freqs_f32": ("rope_kv.comp", {"QK_NORM": "1", "HAS_FREQS": "1"}),
+    # either cache quantized (q8_0 / q4_0; the K and V types: specialization constants 1 and 2)
+    "rope_kv_kvq": ("rope_kv.comp", {"KV_QUANT": "1"}),
+    "rope_kv_freqs_kvq": ("rope_kv.comp", {"HAS_FREQS": "1", "KV_QUANT": "1"}),
+    "rope_kv_norm_kvq": ("rope_kv.comp", {"QK_NORM": "1", "KV_QUANT": "1"}),
+    "rope_kv_norm_freqs_kvq": ("rope_kv.comp", {"QK_NORM": "1", "HAS_FREQS": "1", "KV_QUANT": "1"}),
     "kv_store_f16": ("kv_store.comp", {}),
+    # quantized KV cache (q8_0 / q4_0: specialization constant 1)
+    "kv_store_q": ("kv_store.comp", {"KV_QUANT": "1"}),
     "attention_f16_br4": ("attention.comp", {"BR": "4"}),
     "attention_f16_br8": ("attention.comp", {"BR": "8"}),
     "attention_split_f16_br4": ("attention.comp", {"BR": "4", "SPLIT": "1"}),
@@ -20,6 +27,16 @@ VARIANTS = {
     "attention_dec_chain_f16": ("attention_decode.comp", {"CHAIN": "1"}),
     "attention_dec_split_chain_f16": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1"}),
     # prompts on cooperative matrices (devices with 16x8x16 f16 tiles), per head_dim
+    # either cache quantized (q8_0 / q4_0; the K and V types: specialization constants 2 and 3):
+    # every kernel above but the cooperative-matrix one (attention.plan keeps quantized caches off it)
+    "attention_kvq_br4": ("attention.comp", {"BR": "4", "KV_QUANT": "1"}),
+    "attention_kvq_br8": ("attention.comp", {"BR": "8", "KV_QUANT": "1"}),
+    "attention_split_kvq_br4": ("attention.comp", {"BR": "4", "SPLIT": "1", "KV_QUANT": "1"}),
+    "attention_split_kvq_br8": ("attention.comp", {"BR": "8", "SPLIT": "1", "KV_QUANT": "1"}),
+    "attention_dec_kvq": ("attention_decode.comp", {"KV_QUANT": "1"}),
+    "attention_dec_split_kvq": ("attention_decode.comp", {"SPLIT": "1", "KV_QUANT": "1"}),
+    "attention_dec_chain_kvq": ("attention_decode.comp", {"CHAIN": "1", "KV_QUANT": "1"}),
+    "attention_dec_split_chain_kvq": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1", "KV_QUANT": "1"}),
     "attention_coop_f16_hd64": ("attention_coop.comp", {"HD": "64"}),
     "attention_coop_f16_hd128": ("attention_coop.comp", {"HD": "128"}),
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from llamavk.errors import LlamavkError, UsageError
+from llamavk.errors import UsageError
 from llamavk.llamacpp_compat import (check_cache_type, check_flash_attn, check_gpu_layers, no_effect_notes,
                                      parse_gpu_layers, process_escapes)
 
@@ -50,13 +50,11 @@ def test_flash_attn():
 
 
 def test_cache_types():
-    check_cache_type("-ctk", "f16")
-    check_cache_type("-ctv", "F16")
-    for name in ("q8_0", "q4_0"):           # planned (SPEC §4): a runtime error, not a usage error
-        with pytest.raises(LlamavkError, match="not supported yet") as e:
-            check_cache_type("-ctk", name)
-        assert not isinstance(e.value, UsageError)
-    with pytest.raises(UsageError, match="-ctv bf16: llamavk's KV cache is f16"):
+    assert check_cache_type("-ctk", "f16") == "f16"
+    assert check_cache_type("-ctv", "F16") == "f16"
+    assert check_cache_type("-ctk", "q8_0") == "q8_0"
+    assert check_cache_type("-ctv", " Q4_0") == "q4_0"
+    with pytest.raises(UsageError, match="-ctv bf16: llamavk's KV cache types are f16, q8_0, q4_0"):
         check_cache_type("-ctv", "bf16")
     with pytest.raises(UsageError, match="f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"):
         check_cache_type("-ctk", "q3_k")
@@ -133,8 +131,8 @@ def one_line_error(r, code):
     (("-ngl", "1"), 2, "keeps every layer on the GPUs (this model has 2)"),
     (("-ngl", "many"), 2, "-ngl"),
     (("-fa", "off"), 2, "flash-attention"),
-    (("-ctk", "q8_0"), 1, "not supported yet"),
-    (("-ctv", "q5_1"), 2, "KV cache is f16"),
+    (("-ctk", "q8_0"), 1, "head_dim 16 is not a multiple of 32"),   # the tiny llama's heads
+    (("-ctv", "q5_1"), 2, "KV cache types are f16, q8_0, q4_0"),
     (("-ctk", "fp8"), 2, "llama.cpp's types"),
 ])
 def test_refused_flags_are_one_line_errors(command, flags, code, words, synthetic_model, tmp_path):
@@ -189,7 +187,8 @@ def test_bench_accepts_llama_bench_flags_and_checks_ngl(synthetic_model):
     path = str(synthetic_model("llama", "q4_0"))
     line = one_line_error(cli("bench", "-m", path, "-p", "4", "-n", "0", "-r", "1", "-ngl", "99,1"), 2)
     assert "-ngl 1" in line and "(this model has 2)" in line
-    one_line_error(cli("bench", "-m", path, "-p", "4", "-n", "0", "-r", "1", "-ctk", "q4_0"), 1)
+    one_line_error(cli("bench", "-m", path, "-p", "4", "-n", "0", "-r", "1", "-ctk", "q4_0"), 1)   # head_dim 16
+    one_line_error(cli("bench", "-m", path, "-p", "4", "-n", "0", "-r", "1", "-ctv", "f16,iq4_nl"), 2)
     r = cli("bench", "-m", path, "-p", "4", "-n", "0", "-r", "1", "-ngl", "99", "-fa", "on", "-ctk", "f16",
             "-ctv", "f16", "-t", "4", "-o", "csv")
     assert r.exit_code == 0, r.output

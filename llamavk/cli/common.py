@@ -80,8 +80,9 @@ def describe_model(m) -> list[str]:
                f"{c.n_expert_used} used per token)" if c.n_expert else "")
     state = (f", recurrent state {rt.state_bytes() / 2**20:.1f} MiB ({sum(c.recurrent_layers)} DeltaNet layers)"
              if c.recurrent_layers else "")
+    kv = f", KV cache {rt.kv_bytes() / 2**20:.1f} MiB (K {m.kv_types.k}, V {m.kv_types.v})"
     head = (f"{m.path.name}: {c.arch}, {c.n_layer} layers, file type {ftype}, context {m.n_ctx}; weights "
-            f"{rt.weight_bytes() / 2**20:.1f} MiB{experts}{state}, upload {rt.upload_seconds:.2f} s")
+            f"{rt.weight_bytes() / 2**20:.1f} MiB{experts}{kv}{state}, upload {rt.upload_seconds:.2f} s")
     if m.split_mode == "none":
         return [f"{head}; on {rt.device.name} ({rt.device.info.name})"]
     return [f"{head}; split mode {m.split_mode} over {len(m.devices)} devices:"] + rt.describe()

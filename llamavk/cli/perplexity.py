@@ -93,6 +93,7 @@ def perplexity(
             with LoadProgress(model.name if model else "default model") as progress:
                 return load(model, devices=device, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=ubatch_size,
                             n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint, progress=progress,
+                            type_k=cache_type_k, type_v=cache_type_v,
                             **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
 
         if task:

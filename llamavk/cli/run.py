@@ -123,7 +123,7 @@ def run(
         with LoadProgress(model.name if model else "default model") as progress:
             m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
                      n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
-                     progress=progress, prepare_prompt=prompt_tokens,
+                     progress=progress, prepare_prompt=prompt_tokens, type_k=cache_type_k, type_v=cache_type_v,
                      **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         with m:
             if verbose:

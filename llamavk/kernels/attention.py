@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import kv_cache
+from ..kv_cache import KVTypes
 from ..vk import Buffer
 from .norm import _range
 from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok, device_kind
@@ -38,18 +40,26 @@ DEC_BLOCK = ATTN_WG // 4   # KV positions per block of attention_decode.comp (4 
 MAX_SPLITS = 128      # splits per (row block, KV head) at most: the merge folds them one after another
 
 
-def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int) -> None:
-    """cache[n_past + t, :] = f16(src[t, :]) for t < n_tokens (n_past from the step buffer at run time).
-    cache: [n_ctx][width] float16; rows past n_ctx are dropped."""
+def kv_store(seq, kc, src, cache, step, n_tokens: int, width: int, cache_type: str = "f16") -> None:
+    """cache[n_past + t, :] = src[t, :] as cache_type (f16, or q8_0 / q4_0 blocks: kv_cache.py) for
+    t < n_tokens (n_past from the step buffer at run time). cache: n_ctx rows of `width` values;
+    rows past n_ctx are dropped."""
     if n_tokens <= 0:
         return
     if n_tokens > 65535:
         raise ValueError("kv_store: at most 65535 tokens per call")
     crange = _range(cache)
-    n_ctx = crange[2] // (2 * width)
-    kernel = kc.get("kv_store_f16", "rrw", push_size=12, spec=(KV_WG,))
-    seq.dispatch(kernel, [_range(src), _range(step), crange], ((width + KV_WG - 1) // KV_WG, n_tokens, 1),
-                 struct.pack("<III", width, n_tokens, n_ctx))
+    n_ctx = crange[2] // kv_cache.row_bytes(cache_type, width)
+    push = struct.pack("<III", width, n_tokens, n_ctx)
+    if cache_type == "f16":
+        kernel = kc.get("kv_store_f16", "rrw", push_size=12, spec=(KV_WG,))
+        groups = (width + KV_WG - 1) // KV_WG
+    else:
+        if width % 32:
+            raise ValueError(f"kv_store: a {cache_type} cache needs a width that is a multiple of 32, not {width}")
+        kernel = kc.get("kv_store_q", "rrw", push_size=12, spec=(KV_WG, kv_cache.type_code(cache_type)))
+        groups = (width // 32 + KV_WG - 1) // KV_WG
+    seq.dispatch(kernel, [_range(src), _range(step), crange], (groups, n_tokens, 1), push)
 
 
 # Split policy. The recording is replayed while n_kv grows, so the grid (n_splits workgroups per row
@@ -123,11 +133,15 @@ class AttentionPlan:
 
 
 def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int,
-         n_splits: int | None = None, min_chunk: int | None = None, window: int = 0) -> AttentionPlan:
+         n_splits: int | None = None, min_chunk: int | None = None, window: int = 0,
+         kv_types: KVTypes = KVTypes()) -> AttentionPlan:
     """Which attention kernel runs a batch of n_tokens, on what grid, with how many KV splits
     (arguments as for `attention`). Sliding-window layers (window > 0) never take the
     cooperative-matrix kernel: its window gave wrong rows on an H100 (tests/test_gemma3.py's
-    70-token windowed cases), so they run the flash kernel, checked there and on llvmpipe."""
+    70-token windowed cases), so they run the flash kernel, checked there and on llvmpipe.
+    Quantized caches neither: the cooperative-matrix kernel reads f16 only (its quantized variant
+    could not be tested on llvmpipe), so they run the flash kernels' KV_QUANT variants (`_kvq`
+    names, the K and V types as specialization constants 2 and 3)."""
     if head_dim % 4 or head_dim // 4 > ATTN_WG:
         raise ValueError(f"attention: head_dim {head_dim} must be a multiple of 4 and at most {4 * ATTN_WG}")
     if n_head % n_head_kv:
@@ -145,6 +159,14 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
     min_chunk = _round_chunk(min_chunk or block, block)
     n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // min_chunk)))
     spec = (ATTN_WG, head_dim)
+    if kv_types.quantized:
+        kv_types.check_head_dim(head_dim)
+        spec = (ATTN_WG, head_dim) + kv_types.codes
+        name = "attention_dec_kvq" if dec else f"attention_kvq_br{br}"
+        if n_splits == 1:
+            return AttentionPlan(name, (n_rb, n_head_kv, 1), 1, min_chunk, spec)
+        return AttentionPlan(name.replace("attention_", "attention_split_") if not dec else "attention_dec_split_kvq",
+                             (n_rb, n_head_kv, n_splits), n_splits, min_chunk, spec)
     if n_splits == 1 and not dec and not window and attention_coop_ok(kc, head_dim, rows):
         return AttentionPlan(f"attention_coop_f16_hd{head_dim}", (-(-rows // ATTENTION_COOP_ROWS), n_head_kv, 1),
                              1, min_chunk, ())
@@ -157,11 +179,12 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
 
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
               head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None,
-              signal=None, scale: float = 0.0, window: int = 0) -> int:
+              signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes()) -> int:
     """out = softmax(scale q k^T, causal) v, per query head h over KV head h // (n_head/n_head_kv);
     scale 0: 1/sqrt(head_dim).
 
-    q, out: [n_tokens][n_head * head_dim] f32; k_cache, v_cache: [n_ctx][n_head_kv * head_dim] f16.
+    q, out: [n_tokens][n_head * head_dim] f32; k_cache, v_cache: [n_ctx][n_head_kv * head_dim] of
+    kv_types.k / kv_types.v (f16, or q8_0 / q4_0 blocks: kv_cache.py), read directly.
     Token t attends to cache positions 0 .. n_past + t (n_past, n_kv from the step buffer at run time);
     with a step seq_len L > 0 (STEP_SEQ_LEN), row p = n_past + t attends to rows p // L * L .. p only;
     window W > 0 (sliding-window layers): to rows p - W + 1 .. p only, and the work is that of the
@@ -181,13 +204,15 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     # a sliding window: the split grid is sized for the positions the batch can see (n_kv - base in
     # attention_split.glsl: window + n_tokens - 1 at most), not for the context
     span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
-    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk, window)
+    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk, window, kv_types)
     chained = signal is not None and pl.kernel.startswith("attention_dec")
     push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
                        scale or 1.0 / math.sqrt(head_dim), window)
     if chained:
         push += struct.pack("<I", signal.slot)
-    name = pl.kernel.replace("_f16", "_chain_f16") if chained else pl.kernel
+    name = pl.kernel
+    if chained:
+        name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
     bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained else "")
     kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
     bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]

@@ -6,6 +6,7 @@ import math
 import struct
 from dataclasses import dataclass
 
+from ..kv_cache import KVTypes
 from .norm import _range
 
 WG = 128
@@ -110,9 +111,11 @@ def rope(seq, kc, x, step, n_tokens: int, n_heads: int, head_dim: int, rope: Rop
 
 
 def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: int, n_heads_kv: int,
-            head_dim: int, rope: RopeParams, n_ctx: int, q_norm=None, k_norm=None, eps: float = 0.0) -> None:
-    """One dispatch: rotate q in place, write rotate(k) and v (f16) into the caches at row n_past + t
-    (shaders/rope_kv.comp; the angle of row p is that of position p % L with a step seq_len L > 0).
+            head_dim: int, rope: RopeParams, n_ctx: int, q_norm=None, k_norm=None, eps: float = 0.0,
+            kv_types: KVTypes = KVTypes()) -> None:
+    """One dispatch: rotate q in place, write rotate(k) and v into the caches at row n_past + t
+    (shaders/rope_kv.comp; the angle of row p is that of position p % L with a step seq_len L > 0),
+    as f16 or, per kv_types, q8_0 / q4_0 blocks (kv_cache.py).
     Equivalent to rope(q), rope(k), kv_store(k), kv_store(v). q_norm, k_norm (float32 [head_dim],
     rope.dim == head_dim): each head of q and k RMS-normed with these weights first (qwen3)."""
     if n_tokens <= 0:
@@ -120,20 +123,30 @@ def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: in
     if rope.dim % 2 or not 0 < rope.dim <= head_dim:
         raise ValueError(f"rope dim {rope.dim} must be even and at most head_dim {head_dim}")
     half = rope.dim // 2
+    quant = kv_types.quantized
+    if quant:
+        kv_types.check_head_dim(head_dim)
     push = rope.push(n_tokens, n_heads, head_dim) + struct.pack("<2I", n_heads_kv, n_ctx)
     tensors = [_range(q), _range(k), _range(v), _range(k_cache), _range(v_cache)]
     freqs = [] if rope.freqs is None else [_range(rope.freqs)]
-    suffix = "_f32" if rope.freqs is None else "_freqs_f32"
+    suffix = ("_f32" if rope.freqs is None else "_freqs_f32") if not quant else \
+        ("_kvq" if rope.freqs is None else "_freqs_kvq")
+    types = kv_types.codes if quant else ()
+    kv_width = n_heads_kv * head_dim
     if q_norm is not None:
-        if rope.dim != head_dim or half > 1024:
-            raise ValueError("rope_kv: the per-head norm needs rope_dim == head_dim")
+        if rope.dim != head_dim or half > 1024 or (quant and head_dim > 512):
+            raise ValueError("rope_kv: the per-head norm needs rope_dim == head_dim (at most 512 with a "
+                             "quantized cache)")
         wg = max(kc.info.subgroup_size or 32, 1 << (half - 1).bit_length())
         kernel = kc.get("rope_kv_norm" + suffix, "r" * (1 + len(freqs)) + "wrrwwrr", push_size=len(push) + 4,
-                        spec=(wg,))
-        groups = n_heads + n_heads_kv + (n_heads_kv * head_dim + wg - 1) // wg
+                        spec=(wg,) + types)
+        v_items = kv_width // 32 if kv_types.v != "f16" else kv_width
+        groups = n_heads + n_heads_kv + (v_items + wg - 1) // wg
         seq.dispatch(kernel, [_range(step)] + freqs + tensors + [_range(q_norm), _range(k_norm)],
                      (groups, n_tokens, 1), push + struct.pack("<f", eps))
         return
-    items = n_heads * half + n_heads_kv * half + n_heads_kv * (head_dim - rope.dim) + n_heads_kv * head_dim
-    kernel = kc.get("rope_kv" + suffix, "r" * (1 + len(freqs)) + "wrrww", push_size=len(push), spec=(WG,))
+    k_items = kv_width // 32 if kv_types.k != "f16" else n_heads_kv * half + n_heads_kv * (head_dim - rope.dim)
+    v_items = kv_width // 32 if kv_types.v != "f16" else kv_width
+    items = n_heads * half + k_items + v_items
+    kernel = kc.get("rope_kv" + suffix, "r" * (1 + len(freqs)) + "wrrww", push_size=len(push), spec=(WG,) + types)
     seq.dispatch(kernel, [_range(step)] + freqs + tensors, ((items + WG - 1) // WG, n_tokens, 1), push)

@@ -13,6 +13,7 @@ comm.py the shared host memory and how exchange ops are recorded, runtime.py Spl
 
 from __future__ import annotations
 
+from ..kv_cache import KVTypes
 from ..quant import quant_info
 from . import graph as graph_mode
 from . import layer, row, tensor
@@ -44,7 +45,7 @@ def choose_devices(opts: SplitOptions, entries) -> tuple[list[int], list[float]]
 
 
 def build_split_runtime(model_file, devices, shares, opts: SplitOptions, graphs: dict, n_ctx: int, n_ubatch: int,
-                        profile: bool = False, progress=None):
+                        profile: bool = False, progress=None, kv_types: KVTypes = KVTypes()):
     """Plan every graph for the devices (already opened, in `choose_devices` order), check that each
     device's part fits its memory, and load the model onto them. opts.main_gpu must index `devices`.
     progress(done_bytes, total_bytes): as the weights reach the devices."""
@@ -60,8 +61,9 @@ def build_split_runtime(model_file, devices, shares, opts: SplitOptions, graphs:
     plans = {key: module.plan(g, shares, opts, blocks) for key, g in graphs.items()}
     if opts.mode == "graph":
         plans.update({f"{key}@large": module.plan(g, shares, opts, blocks, large=True) for key, g in graphs.items()})
-    needs = [estimate_device_need(model_file, {k: dg.graphs[i] for k, dg in plans.items()}, n_ctx, n_ubatch, dev)
+    needs = [estimate_device_need(model_file, {k: dg.graphs[i] for k, dg in plans.items()}, n_ctx, n_ubatch, dev,
+                                  kv_types)
              for i, dev in enumerate(devices)]
     check_fit(needs, free_memory(devices), n_available=len(devices))
     return SplitRuntime(model_file, devices, plans, n_ctx, n_ubatch, choose_sync(devices), profile=profile,
-                        progress=weight_progress(progress, sum(n.weights for n in needs)))
+                        progress=weight_progress(progress, sum(n.weights for n in needs)), kv_types=kv_types)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import LlamavkError
 from ..kernels import matmul
+from ..kv_cache import KVTypes
 from ..runtime import LARGE_BATCH, SLOTS, SPIN_SECONDS, DeviceRuntime
 from . import matvec_steps
 from .comm import SPIN_MAX_TOKENS, DeviceComm, SharedExchangeMemory
@@ -24,8 +25,9 @@ from .exchange import PART_BYTES
 
 class SplitRuntime:
     def __init__(self, model_file, devices, plans: dict, n_ctx: int, n_ubatch: int, sync: str,
-                 profile: bool = False, progress=None):
-        """plans: graph key -> DeviceGraphs (split/base.py), all over the same devices."""
+                 profile: bool = False, progress=None, kv_types: KVTypes = KVTypes()):
+        """plans: graph key -> DeviceGraphs (split/base.py), all over the same devices. kv_types: the KV
+        cache types (each device holds its layers' or heads' cache of these types)."""
         self.devices = devices
         self.plans = plans
         self.cfg = model_file.config
@@ -40,7 +42,7 @@ class SplitRuntime:
         t0 = time.perf_counter()
         for i, dev in enumerate(devices):
             rt = DeviceRuntime(model_file, dev, n_ctx, n_ubatch, {k: dg.graphs[i] for k, dg in plans.items()},
-                               profile=profile, progress=progress, step_pass=step_pass)
+                               profile=profile, progress=progress, step_pass=step_pass, kv_types=kv_types)
             rt.comm = DeviceComm(self.shared, i, rt.kc)
             self.runtimes.append(rt)
         self.upload_seconds = time.perf_counter() - t0
@@ -164,6 +166,9 @@ class SplitRuntime:
 
     def state_bytes(self) -> int:
         return sum(rt.state_bytes() for rt in self.runtimes)
+
+    def kv_bytes(self) -> int:
+        return sum(rt.kv_bytes() for rt in self.runtimes)
 
     @property
     def state_pos(self) -> int:
