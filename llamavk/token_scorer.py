@@ -86,9 +86,10 @@ class TokenScorer:
         def collect():
             slot, n, value, tg, last = inflight.popleft()
             rt.device.timeline.wait(value)
-            lp = log_probs(self.out_rows[slot][:n])
-            lp[tg < 0] = np.nan
-            rows = rt.logits(n, slot)[np.flatnonzero(tg >= 0)] if keep_rows else None
+            scored = np.flatnonzero(tg >= 0)        # the kernel skips (leaves stale) the other rows
+            lp = np.full(n, np.nan)
+            lp[scored] = log_probs(self.out_rows[slot][scored])
+            rows = rt.logits(n, slot)[scored] if keep_rows else None
             done.append((lp, rows))
             return last
 

@@ -6,7 +6,8 @@
 // One workgroup per row, one pass over the row (the logits may live in host memory): each thread
 // keeps a running maximum and its sum of exp(x - maximum), rescaled when the maximum grows; the
 // threads' pairs are then combined per subgroup and across subgroups in shared memory.
-// A target outside the row (the host marks unscored rows so) gives x_t = 0.
+// A row whose target is outside the row (the host marks unscored rows so) is skipped: its output
+// is left as it was.
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer Targets { uint target[]; };
@@ -19,6 +20,8 @@ shared float part_sum[gl_WorkGroupSize.x];
 void main() {
     const uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     if (row >= p.n_rows) return;   // uniform per workgroup
+    const uint t = target[row];
+    if (t >= p.n_cols) return;     // no target: uniform per workgroup too
     const uint base = row * p.row_stride;
     const uint tid = gl_LocalInvocationID.x;
     float m = -3.402823466e38;     // finite: exp(m - m) stays 1 for a thread that saw no column
@@ -44,7 +47,6 @@ void main() {
         for (uint g = 1; g < gl_NumSubgroups; ++g) wg_max = max(wg_max, part_max[g]);
         float wg_sum = 0.0;
         for (uint g = 0; g < gl_NumSubgroups; ++g) wg_sum += part_sum[g] * exp(part_max[g] - wg_max);
-        const uint t = target[row];
-        o[row] = vec4(wg_max, wg_sum, t < p.n_cols ? x[base + t] : 0.0, 0.0);
+        o[row] = vec4(wg_max, wg_sum, x[base + t], 0.0);
     }
 }

@@ -19,8 +19,9 @@ MAX_WG = 512
 
 def token_logprob(seq, kc, logits, targets, out, n_rows: int, n_cols: int, row_stride: int | None = None) -> None:
     """Record the statistics of rows [0, n_rows) of `logits` (float32, row r at r * row_stride) for
-    the uint32 column `targets[r]` (>= n_cols: no target, x_t = 0) into `out` (float32 [n_rows][4]).
-    One workgroup per row, as wide as the row allows (at most 512 threads)."""
+    the uint32 column `targets[r]` into `out` (float32 [n_rows][4]).
+    A row whose target is >= n_cols is skipped (its output is left as it was): perplexity
+    scores half of each chunk. One workgroup per row, as wide as the row allows (at most 512 threads)."""
     if n_rows <= 0:
         return
     sg = max(1, kc.info.subgroup_size or 32)
