@@ -27,8 +27,6 @@ from .runtime import SLOTS
 from .vk import Buffer, CommandSequence
 from .vk.sequence import COMPUTE, TRANSFER
 
-NO_TARGET = -1
-
 
 def _align(n: int) -> int:
     return (n + VIEW_ALIGN - 1) // VIEW_ALIGN * VIEW_ALIGN
@@ -74,7 +72,7 @@ class TokenScorer:
               ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         """batches: (tokens, targets, seq_len), each evaluated from an empty KV cache (whole
         sequences of seq_len tokens back to back; 0: one sequence). targets[i] is the token whose
-        log-probability row i gives, NO_TARGET where none is wanted. Yields per batch, in order:
+        log-probability row i gives, negative where none is wanted. Yields per batch, in order:
         log p(target) per row (float64, NaN where no target) and, with keep_rows, the logits rows
         that have a target (float32 [rows with a target][n_vocab], a copy)."""
         rt = self.rt

@@ -218,11 +218,14 @@ def test_spm_score_order_and_ties():
     assert tok.encode("aaa", add_special=False) == ids_of(tok, "aa", "a")
 
 
-def test_spm_word_segments_equal_one_pass():
+def test_spm_word_segments_equal_one_pass(monkeypatch):
     """Long texts are tokenized word by word (cached); a cut before a U+2581 is made only where no
     token has the character before it followed by U+2581, so the ids stay those of one merge pass over
     the whole text. Here "a▁" (score -0.5) beats "▁b" (-1): "a b" must give a▁ b, as one pass does,
     and "▁▁" glues space runs."""
+    from llamavk.tokenizer import spm
+
+    monkeypatch.setattr(spm, "LONG_TEXT", 0)       # every fragment goes word by word
     tok = Tokenizer.from_metadata(spm_meta(CHARS + [("a▁", -0.5), ("▁b", -1.0), ("▁▁", -0.7), ("▁▁h", -0.2),
                                                     ("he", -2.0), ("▁he", -1.2), ("ll", -3.0), ("lo", -2.5)]))
     assert tok.encode("a b", add_special=False) == ids_of(tok, "▁", "a▁", "b")
