@@ -273,6 +273,18 @@ class Model:
         from .tasks import multiple_choice, read_task_file
         return multiple_choice.score(self, read_task_file(path, binary=True), tasks, emit, log)
 
+    def _token_scorer(self):
+        """Perplexity's token log-probabilities reduced on the device (token_scorer.py), created on
+        first use; None where the logits are not in one device's buffer (split modes keep the host's
+        log-softmax) or LLAMAVK_PPL_HOST=1 asks for the host's."""
+        from .token_scorer import TokenScorer, device_scoring_enabled
+
+        if not isinstance(self.runtime, DeviceRuntime) or not device_scoring_enabled():
+            return None
+        if getattr(self, "_scorer", None) is None:
+            self._scorer = TokenScorer(self.runtime)
+        return self._scorer
+
     def perplexity_n_seq(self, n_ctx: int) -> int:
         """Chunks of n_ctx tokens one batch can evaluate as parallel sequences: n_batch / n_ctx (as
         llama-perplexity), as far as the loaded context holds them."""
@@ -309,8 +321,10 @@ class Model:
         def eval_all(batch):   # whole chunks back to back: one sequence each
             return self.runtime.eval("all", batch, 0, seq_len=n_ctx if len(batch) > n_ctx else 0)
 
+        scorer = self._token_scorer()
         t0 = time.perf_counter()
-        result = perplexity(list(tokens), n_ctx, eval_all, bos_id, chunks, on_chunk, on_scored, min_chunks, n_seq)
+        result = perplexity(list(tokens), n_ctx, eval_all, bos_id, chunks, on_chunk, on_scored, min_chunks, n_seq,
+                            score_batches=scorer.score if scorer is not None else None)
         self.timings.prompt_ms = (time.perf_counter() - t0) * 1e3
         self.timings.prompt_tokens = result.n_chunks * n_ctx
         return result

@@ -55,29 +55,42 @@ def chunk_plan(n_tokens: int, n_ctx: int, chunks: int, min_chunks: int = 2) -> i
     return n_max if chunks is None or chunks < 0 else min(chunks, n_max)
 
 
-def perplexity(tokens: list[int], n_ctx: int, eval_all_logits: Callable[[list[int]], np.ndarray],
+def perplexity(tokens: list[int], n_ctx: int, eval_all_logits: Callable[[list[int]], np.ndarray] | None,
                bos_id: int | None, chunks: int = -1, on_chunk: Callable[[int, float], None] | None = None,
                on_scored: Callable[[np.ndarray, np.ndarray], None] | None = None,
-               min_chunks: int = 2, n_seq: int = 1) -> PerplexityResult:
+               min_chunks: int = 2, n_seq: int = 1, score_batches=None) -> PerplexityResult:
     """`eval_all_logits(batch_tokens)` returns one row of logits per token of `batch_tokens`: up to
     `n_seq` whole chunks back to back, each a fresh sequence of n_ctx tokens (one chunk with n_seq 1).
-    `on_scored(logits, targets)` sees each chunk's scored rows (KL-divergence files and statistics)."""
+    `on_scored(logits, targets)` sees each chunk's scored rows (KL-divergence files and statistics).
+    `score_batches` (token_scorer.TokenScorer.score), when given, evaluates the batches instead and
+    returns each token's log-probability computed on the device (and the scored rows of logits
+    where on_scored needs them)."""
     n_chunks = chunk_plan(len(tokens), n_ctx, chunks, min_chunks)
     first = n_ctx // 2
+    step = max(1, n_seq)
+    starts = range(0, n_chunks, step)
+    sizes = [min(step, n_chunks - start) for start in starts]
+    if score_batches is not None:
+        per_batch = score_batches(((evaluated_tokens(tokens[start * n_ctx:(start + n) * n_ctx], n_ctx, n, bos_id),
+                                    scored_targets(tokens, n_ctx, start, n), n_ctx if n > 1 else 0)
+                                   for start, n in zip(starts, sizes)), keep_rows=on_scored is not None)
+    else:
+        per_batch = (_host_scores(eval_all_logits(evaluated_tokens(tokens[start * n_ctx:(start + n) * n_ctx],
+                                                                   n_ctx, n, bos_id)),
+                                  scored_targets(tokens, n_ctx, start, n))
+                     for start, n in zip(starts, sizes))
     nll_sum = nll2_sum = 0.0
     count = 0
     running = []
-    for start in range(0, n_chunks, max(1, n_seq)):
-        n = min(max(1, n_seq), n_chunks - start)
-        logits = eval_all_logits(evaluated_tokens(tokens[start * n_ctx:(start + n) * n_ctx], n_ctx, n, bos_id))
+    scored_rows = n_ctx - 1 - first
+    for start, n, (log_p, rows) in zip(starts, sizes, per_batch):
         for j in range(n):
             i = start + j
-            scored = logits[j * n_ctx + first:(j + 1) * n_ctx - 1]
-            # targets are the original tokens (only a chunk's first was replaced, and it is never a target)
-            targets = np.asarray(tokens[i * n_ctx + first + 1:(i + 1) * n_ctx], dtype=np.int64)
-            nll = token_nll(scored, targets)
+            nll = -log_p[j * n_ctx + first:(j + 1) * n_ctx - 1]
             if on_scored:
-                on_scored(scored, targets)
+                # targets are the original tokens (only a chunk's first was replaced, and it is never a target)
+                targets = np.asarray(tokens[i * n_ctx + first + 1:(i + 1) * n_ctx], dtype=np.int64)
+                on_scored(rows[j * scored_rows:(j + 1) * scored_rows], targets)
             nll_sum += float(nll.sum())
             nll2_sum += float((nll ** 2).sum())
             count += len(nll)
@@ -89,6 +102,27 @@ def perplexity(tokens: list[int], n_ctx: int, eval_all_logits: Callable[[list[in
     ppl = math.exp(mean)
     unc = ppl * math.sqrt(var / (count - 1)) if var > 0 and count > 1 else 0.0
     return PerplexityResult(ppl, unc, n_ctx, n_chunks, count, running)
+
+
+def scored_targets(tokens: list[int], n_ctx: int, start: int, n: int) -> np.ndarray:
+    """Per row of a batch of n chunks from chunk `start`: the token its logits are scored against
+    (rows n_ctx/2 ... n_ctx - 2 of each chunk), -1 elsewhere."""
+    first = n_ctx // 2
+    out = np.full(n * n_ctx, -1, dtype=np.int64)
+    for j in range(n):
+        i = start + j
+        out[j * n_ctx + first:(j + 1) * n_ctx - 1] = tokens[i * n_ctx + first + 1:(i + 1) * n_ctx]
+    return out
+
+
+def _host_scores(logits: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's log-probabilities from its logits on the host (per row, NaN where unscored) and
+    its scored rows. Used where the device reduction is not (split modes, callers' own logits)."""
+    rows = np.flatnonzero(targets >= 0)
+    scored = logits[rows]
+    log_p = np.full(len(targets), np.nan)
+    log_p[rows] = -token_nll(scored, targets[rows])
+    return log_p, scored
 
 
 def evaluated_tokens(tokens: list[int], n_ctx: int, n_chunks: int, bos_id: int | None) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from llamavk.errors import LlamavkError
@@ -217,6 +218,25 @@ def test_spm_score_order_and_ties():
     assert tok.encode("aaa", add_special=False) == ids_of(tok, "aa", "a")
 
 
+def test_spm_word_segments_equal_one_pass(monkeypatch):
+    """Long texts are tokenized word by word (cached); a cut before a U+2581 is made only where no
+    token has the character before it followed by U+2581, so the ids stay those of one merge pass over
+    the whole text. Here "a▁" (score -0.5) beats "▁b" (-1): "a b" must give a▁ b, as one pass does,
+    and "▁▁" glues space runs."""
+    from llamavk.tokenizer import spm
+
+    monkeypatch.setattr(spm, "LONG_TEXT", 0)       # every fragment goes word by word
+    tok = Tokenizer.from_metadata(spm_meta(CHARS + [("a▁", -0.5), ("▁b", -1.0), ("▁▁", -0.7), ("▁▁h", -0.2),
+                                                    ("he", -2.0), ("▁he", -1.2), ("ll", -3.0), ("lo", -2.5)]))
+    assert tok.encode("a b", add_special=False) == ids_of(tok, "▁", "a▁", "b")
+    rng = np.random.default_rng(5)
+    alphabet = list("abhelowré  ")
+    for _ in range(200):
+        text = "".join(rng.choice(alphabet, int(rng.integers(1, 40))))
+        escaped = ("\u2581" + text).replace(" ", "\u2581")
+        assert tok._spm.encode(escaped) == tok._spm._encode_segment(escaped), repr(text)
+
+
 def test_spm_byte_fallback_and_unk():
     tok = Tokenizer.from_metadata(spm_meta(CHARS))
     assert tok.encode("hé", add_special=False) == ids_of(tok, "▁", "h", "<0xC3>", "<0xA9>")
@@ -263,35 +283,51 @@ QWEN35_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\
 MARKS = ["cafe\u0301 nai\u0308ve", "नमस्ते दुनिया", "ที่นี่ ไม่", "\u0915\u094d\u0937 a\u0300\u0301b", "x\u20d7 + y\u20d7"]
 
 
-@pytest.fixture(scope="module")
-def qwen35_vocab():
-    """llama.cpp's models/ggml-vocab-qwen35.gguf + .inp/.out (scripts/fetch-test-data.sh puts them in
+def llamacpp_vocab(name):
+    """llama.cpp's models/ggml-vocab-NAME.gguf + .inp/.out (scripts/fetch-test-data.sh puts them in
     ~/.cache/llamavk/vocab, or $LLAMAVK_VOCAB_DIR)."""
     import os
     from pathlib import Path
 
     d = Path(os.environ.get("LLAMAVK_VOCAB_DIR") or Path.home() / ".cache/llamavk/vocab")
-    path = d / "ggml-vocab-qwen35.gguf"
+    path = d / f"ggml-vocab-{name}.gguf"
     if not (path.is_file() and path.with_suffix(".gguf.out").is_file()):
         pytest.skip(f"llama.cpp's tokenizer test vectors not found in {d} (scripts/fetch-test-data.sh)")
     return path
 
 
-def test_qwen35_matches_llamacpp_test_vectors(qwen35_vocab):
+@pytest.mark.parametrize("name,cases", [("qwen35", 50), ("llama-spm", 46)])
+def test_matches_llamacpp_test_vectors(name, cases):
     """Every case of llama.cpp's tests/test-tokenizer-0 for this vocabulary (add_special and
     parse_special false, as there)."""
     from llamavk.gguf_file import GGUFFile
 
-    tok = Tokenizer.from_metadata(GGUFFile(qwen35_vocab).metadata)
-    raw = qwen35_vocab.with_suffix(".gguf.inp").read_bytes().decode()
+    path = llamacpp_vocab(name)
+    tok = Tokenizer.from_metadata(GGUFFile(path).metadata)
+    raw = path.with_suffix(".gguf.inp").read_bytes().decode()
     texts = raw.split("\n__ggml_vocab_test__\n")
     if texts and texts[-1] == "":               # the file ends with a separator
         texts.pop()
-    ids = [[int(v) for v in line.split()] for line in qwen35_vocab.with_suffix(".gguf.out").read_text().splitlines()]
-    assert len(texts) == len(ids) == 50
+    ids = [[int(v) for v in line.split()] for line in path.with_suffix(".gguf.out").read_text().splitlines()]
+    assert len(texts) == len(ids) == cases
     for text, want in zip(texts, ids):
         assert tok.encode(text, add_special=False, parse_special=False) == want, repr(text)
-        assert tok.decode(want) == text
+        if name != "llama-spm":     # SPM: a leading space is not restored (llama.cpp's detokenizer alike)
+            assert tok.decode(want) == text
+
+
+def test_llama_spm_botchan_is_fast_and_one_pass(botchan_text):
+    """The llama SPM vocabulary on a whole text: cut into word segments (cached), its ids are those of
+    one merge pass over the whole text (the heap-ordered merges llama.cpp runs), in a fraction of its time."""
+    from llamavk.gguf_file import GGUFFile
+
+    tok = Tokenizer.from_metadata(GGUFFile(llamacpp_vocab("llama-spm")).metadata)
+    text = botchan_text[:40000]
+    t0 = time.perf_counter()
+    ids = tok.encode(text, add_special=False, parse_special=False)
+    dt = time.perf_counter() - t0
+    assert ids == tok._spm._encode_segment(("\u2581" + text).replace(" ", "\u2581"))
+    assert dt < 1.0, f"tokenizing 40 kB took {dt:.2f}s"
 
 
 def test_qwen35_pretokenizer_keeps_marks_in_words(smollm2_meta):
