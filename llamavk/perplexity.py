@@ -135,9 +135,12 @@ def evaluated_tokens(tokens: list[int], n_ctx: int, n_chunks: int, bos_id: int |
 
 
 def read_text(path) -> str:
-    """A text file for evaluation: UTF-8, BOM dropped, CRLF line ends as LF (SPEC §7 prepares
-    botchan.txt this way; llama.cpp's reference figures are for the prepared text), and one final
-    line break dropped, as llama-perplexity's -f does."""
+    """A text file for evaluation, read as llama-perplexity's -f reads it: the bytes as they are
+    (a UTF-8 byte-order mark and CR LF line ends stay in the text and are tokenized, so the ids equal
+    llama.cpp's on any file), one final LF dropped. Strict UTF-8: a file that is not raises
+    UnicodeDecodeError (llama.cpp would tokenize the stray bytes; llamavk refuses them)."""
     with open(path, "rb") as f:
-        text = f.read().decode("utf-8-sig").replace("\r\n", "\n")
-    return text[:-1] if text.endswith("\n") else text
+        data = f.read()
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    return data.decode("utf-8")
