@@ -42,6 +42,17 @@ def test_prompt_from_file(tmp_path, synthetic_model):
     assert r.returncode == 0 and r.stdout.startswith("hello world")
 
 
+def test_prompt_file_read_as_llama_completion_reads_it(tmp_path, synthetic_model):
+    """-f keeps a BOM and CR LF line ends and drops one final LF (llama.cpp's -f): with -n 0 stdout is
+    the prompt and the closing line break."""
+    f = tmp_path / "prompt.txt"
+    f.write_bytes(b"\xef\xbb\xbfhello\r\nworld\r\n\n")
+    r = subprocess.run([sys.executable, "-m", "llamavk", "run", "-m", str(synthetic_model("llama", "q4_0")),
+                        "-f", str(f), "-n", "0", "-c", "64"], capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"\xef\xbb\xbfhello\r\nworld\r\n" + b"\n"
+
+
 def one_line_error(r, code):
     assert r.returncode == code, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr

@@ -94,8 +94,10 @@ def run(
         if prompt is not None and file is not None:
             raise UsageError("give either -p or -f, not both")
         if file is not None:
+            from ..perplexity import read_text   # as llama-completion's -f: raw bytes, one final LF dropped
+
             try:
-                prompt = file.read_text(encoding="utf-8")
+                prompt = read_text(file)
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"cannot read prompt file {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
         prompt = prompt or ""
