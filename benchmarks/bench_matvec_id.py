@@ -24,14 +24,9 @@ from llamavk.kernels import moe
 from llamavk.quant import qtype_from_name, quant_info
 from llamavk.vk import Buffer, CommandSequence, get_instance
 
+from bench_matvec import random_raw   # random blocks with sane scales (run from the repository root)
+
 REPS = 48
-
-
-def random_raw(qtype, rows, cols, rng):
-    info = quant_info(qtype)
-    raw = rng.integers(0, 256, (rows, cols // info.block_size, info.type_size), dtype=np.uint8)
-    raw[:, :, 0:2] = np.array([0.01], np.float16).view(np.uint8)   # a sane f16 scale first (Q4_0, Q8_0)
-    return raw.reshape(rows, -1)
 
 
 def routes(dev, rng, n_expert, n_used, reps):
