@@ -312,6 +312,7 @@ class DeviceRuntime:
         pending = None
         chained = self.chains[(key, n_tokens, slot)] = []   # (producer op, what its consumers wait for)
         for i, op in enumerate(graph.ops):
+            n = 0    # the workgroups a signalling producer counts (set by the recorders that can signal)
             if pending is not None and not self._consumes(op, pending[0], edges):
                 pending = None
             wait = pending[1] if pending is not None else None
