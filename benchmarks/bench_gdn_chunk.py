@@ -3,7 +3,9 @@
 DeltaNet layer of a prompt batch; default shape Qwen3.6-35B-A3B's (16 key / 32 value heads of 128),
 512 tokens.
 
-    python3 benchmarks/bench_gdn_chunk.py [--tokens 512] [--heads 16,32] [--dim 128] [--old DIR]
+    python3 benchmarks/bench_gdn_chunk.py [--tokens 512] [--heads 16,32] [--dim 128] [--cols 16,8] [--old DIR]
+--cols: also time the scan with these state columns per workgroup (llamavk/kernels/deltanet.py
+scan_columns picks one).
 --old DIR: also time SPIR-V files found in DIR (e.g. DIR/gdn_chunk_scan_f32.spv from an earlier
 commit: `git show REV:llamavk/spv/gdn_chunk_scan_f32.spv > DIR/gdn_chunk_scan_f32.spv`) in place of
 the shipped ones, and print both. The output is checked between the two (same inputs, max relative
@@ -62,6 +64,7 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=float, default=0.3)
+    ap.add_argument("--cols", default="", help="also time these scan widths (COLS), e.g. 16,8")
     ap.add_argument("--old", type=Path, help="a folder of SPIR-V to time in place of the shipped kernels")
     a = ap.parse_args()
     hk, hv = map(int, a.heads.split(","))
@@ -77,17 +80,20 @@ def main():
              upload(dev, (rng.standard_normal(hv) * 0.5).astype(np.float32)),
              upload(dev, -np.exp(rng.uniform(np.log(0.002), np.log(8.0), hv)).astype(np.float32)),
              upload(dev, np.zeros((hv, d, d), np.float32)), upload(dev, np.zeros((n, hv * d), np.float32))]
-    runs = [("shipped", None)] + ([("old", a.old)] if a.old else [])
+    runs = [("shipped", None, None)] + [(f"cols {c}", None, int(c)) for c in a.cols.split(",") if c]
+    runs += [("old", a.old, None)] if a.old else []
     results = {}
-    shipped_load = vkkernel.load_spirv
-    for label, folder in runs:
+    shipped_load, shipped_cols = vkkernel.load_spirv, dn.scan_columns
+    for label, folder, cols in runs:
+        if cols is not None:
+            dn.scan_columns = lambda kc, head_dim, cols=cols: cols
         if folder is not None:
             def load(name, folder=folder):
                 path = folder / f"{name}.spv"
                 return path.read_bytes() if path.exists() else shipped_load(name)
             vkkernel.load_spirv = load
         results[label] = measure(dev, KernelCache(dev), views, n, hk, hv, d, a.reps, a.warmup)
-        vkkernel.load_spirv = shipped_load
+        vkkernel.load_spirv, dn.scan_columns = shipped_load, shipped_cols
     names = sorted({k for t, _ in results.values() for k in t})
     print(f"{'kernel':24}" + "".join(f"{label + ' us':>14}" for label in results))
     for k in names:
