@@ -88,19 +88,28 @@ void main() {
             const uint r = rg + RG * m;
             if (m < RU && r < n && j < D) o[(t0 + r) * p.n_v_heads * D + h * D + j] = acc[m];
         }
-        // 3. S0 = glast S0 + Kd^T U: this lane's own rows of S0 (nobody reads S0 until the barrier)
+        // 3. S0 = glast S0 + Kd^T U: this lane's own rows of S0 (nobody reads S0 until the barrier).
+        // Rows past head_dim (a row group past the end) read the last row and are not written back;
+        // U's rows four at a time, so that 4 RS4 loads are in flight (past n: Kd row n - 1, U as 0).
         float s_new[4 * MAX_RS4];
+        uint kcol[MAX_RS4];
         [[unroll]] for (uint b = 0; b < MAX_RS4; ++b) {
-            [[unroll]] for (uint e = 0; e < 4; ++e) {
-                if (b < RS4 && i0 + 4 * b < D) s_new[4 * b + e] = glast * Ssh[(i0 + 4 * b + e) * COLS + jl];
+            if (b < RS4) {
+                kcol[b] = min(i0 / 4 + b, D4 - 1);
+                [[unroll]] for (uint e = 0; e < 4; ++e) s_new[4 * b + e] = glast * Ssh[(4 * kcol[b] + e) * COLS + jl];
             }
         }
-        for (uint r = 0; r < n; ++r) {
-            const float uv = Ush[r * COLS + jl];
-            [[unroll]] for (uint b = 0; b < MAX_RS4; ++b) {
-                if (b < RS4 && i0 + 4 * b < D) {
-                    const vec4 kd = sc4[KD_AT / 4 + r * D4 + i0 / 4 + b];
-                    [[unroll]] for (uint e = 0; e < 4; ++e) s_new[4 * b + e] += kd[e] * uv;
+        for (uint r4 = 0; r4 < CH / 4; ++r4) {
+            if (4 * r4 >= n) break;
+            [[unroll]] for (uint q = 0; q < 4; ++q) {
+                const uint r = 4 * r4 + q;
+                const float uv = r < n ? Ush[r * COLS + jl] : 0.0;
+                const uint row = min(r, n - 1) * D4;
+                [[unroll]] for (uint b = 0; b < MAX_RS4; ++b) {
+                    if (b < RS4) {
+                        const vec4 kd = sc4[KD_AT / 4 + row + kcol[b]];
+                        [[unroll]] for (uint e = 0; e < 4; ++e) s_new[4 * b + e] += kd[e] * uv;
+                    }
                 }
             }
         }
