@@ -28,9 +28,14 @@ layout(push_constant) uniform Push { uint n_tokens; uint n_k_heads; uint n_v_hea
 
 #define CH 64
 #define TD 32              // key/query columns staged per pass of the dot products
+#define TDP (TD + 4)       // their row stride: lanes reading 8 rows' vec4s at once hit 32 distinct banks
 #define PAIRS 16           // (r, s) pairs per thread: CH * CH / workgroup size (256)
+#define LM4 (2 * CH * TDP / 4)
 
-shared float Lm[CH * CH];  // first the staged k and q columns (2 x CH x TD), then L
+// First the staged k and q columns ([2][CH][TDP]), then L ([CH][CH], read as L(r, s)); vec4 so that
+// the dot products and the substitution read four values a load.
+shared vec4 Lm4[LM4 > CH * CH / 4 ? LM4 : CH * CH / 4];
+#define L(idx) Lm4[(idx) >> 2][(idx) & 3]
 shared float gc[CH], bet[CH], inv_q[CH], inv_k[CH], part_q[gl_WorkGroupSize.x], part_k[gl_WorkGroupSize.x];
 shared uint seg[CH], starts[CH];
 
@@ -86,28 +91,29 @@ void main() {
         }
     }
     barrier();
-    // 3. the chunk's k_r.k_s and q_r.k_s (s <= r), TD columns of k and q staged at a time
+    // 3. the chunk's k_r.k_s and q_r.k_s (all pairs; those with s > r are not used), TD columns of k
+    // and q staged at a time. A thread's pairs share s (idx % CH): k_s is loaded once per 4 columns
+    // for all PAIRS rows r, whose loads are the same for a whole subgroup (broadcasts).
     float kk[PAIRS], qk[PAIRS];
     [[unroll]] for (uint m = 0; m < PAIRS; ++m) {
         kk[m] = 0.0;
         qk[m] = 0.0;
     }
+    const uint s_own = tid % CH;
     for (uint d0 = 0; d0 < D; d0 += TD) {
         for (uint idx = tid; idx < CH * TD; idx += WG) {
             const uint r = idx / TD, dd = idx % TD, t = t0 + r;
             const bool ok = r < n && d0 + dd < D;
-            Lm[idx] = ok ? x[gdn_k_at(t, kh) + d0 + dd] : 0.0;
-            Lm[CH * TD + idx] = ok ? x[gdn_q_at(t, kh) + d0 + dd] : 0.0;
+            L(r * TDP + dd) = ok ? x[gdn_k_at(t, kh) + d0 + dd] : 0.0;
+            L(CH * TDP + r * TDP + dd) = ok ? x[gdn_q_at(t, kh) + d0 + dd] : 0.0;
         }
         barrier();
-        [[unroll]] for (uint m = 0; m < PAIRS; ++m) {
-            const uint idx = m * WG + tid, r = idx / CH, s = idx % CH;
-            if (s <= r) {
-                for (uint dd = 0; dd < TD; ++dd) {
-                    const float ks = Lm[s * TD + dd];
-                    kk[m] += Lm[r * TD + dd] * ks;
-                    qk[m] += Lm[CH * TD + r * TD + dd] * ks;
-                }
+        for (uint d4 = 0; d4 < TD / 4; ++d4) {
+            const vec4 ks = Lm4[s_own * (TDP / 4) + d4];
+            [[unroll]] for (uint m = 0; m < PAIRS; ++m) {
+                const uint r = (m * WG + tid) / CH;
+                kk[m] += dot(Lm4[r * (TDP / 4) + d4], ks);
+                qk[m] += dot(Lm4[(CH + r) * (TDP / 4) + d4], ks);
             }
         }
         barrier();
@@ -121,23 +127,31 @@ void main() {
             l = s < r ? bet[r] * dec * kk[m] * inv_k[r] * inv_k[s] : 0.0;
             aqk = scale * dec * qk[m] * inv_q[r] * inv_k[s];
         }
-        Lm[idx] = l;
+        L(idx) = l;
         sc[AQK_AT + idx] = aqk;
     }
     barrier();
-    // 4. W and Ub by forward substitution: one column of [W | Ub] per thread, its CH rows in registers
+    // 4. W and Ub by forward substitution: one column of [W | Ub] per thread, its CH rows in registers.
+    // L is zero from the diagonal on, so row r sums whole fours of earlier rows (acc starts at 0), in
+    // two independent partial sums.
     for (uint col = tid; col < 2 * D; col += WG) {
         const bool is_w = col < D;
         const uint d = is_w ? col : col - D;
         float acc[CH];
+        [[unroll]] for (uint r = 0; r < CH; ++r) acc[r] = 0.0;
         [[unroll]] for (uint r = 0; r < CH; ++r) {
             if (r >= n) break;
             const uint t = t0 + r;
             float rhs = is_w ? (seg[r] == 0u ? bet[r] * exp(gc[r]) * x[gdn_k_at(t, kh) + d] * inv_k[r] : 0.0)
                              : bet[r] * x[gdn_v_at(t, h) + d];
-            [[unroll]] for (uint s = 0; s < r; ++s) rhs -= Lm[r * CH + s] * acc[s];
-            acc[r] = rhs;
-            sc[(is_w ? W_AT : UB_AT) + r * D + d] = rhs;
+            float rhs2 = 0.0;
+            [[unroll]] for (uint s4 = 0; s4 < (r + 3) / 4; ++s4) {
+                const float part = dot(Lm4[r * (CH / 4) + s4], vec4(acc[4 * s4], acc[4 * s4 + 1], acc[4 * s4 + 2],
+                                                                     acc[4 * s4 + 3]));
+                if ((s4 & 1u) == 0u) rhs -= part; else rhs2 -= part;
+            }
+            acc[r] = rhs + rhs2;
+            sc[(is_w ? W_AT : UB_AT) + r * D + d] = acc[r];
         }
     }
     // 5. Qs and Kd

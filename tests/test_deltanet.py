@@ -178,6 +178,21 @@ def test_gdn_restarts_at_every_sequence(dev, kc, chunked, n_past, n, seq_len):
     close(g.smem, g.S, "state")
 
 
+@pytest.mark.parametrize("cols", [4, 8, 16, 32])
+@pytest.mark.parametrize("D", [12, 128, 256])
+def test_gdn_chunk_scan_at_every_width(dev, monkeypatch, cols, D):
+    """Every state-column split the host may pick (gdn_chunk_scan.comp's COLS: row groups of 8 to 64
+    lanes, head dims that do not fill a row group), on a partial chunk after a whole one."""
+    if 4 * cols * (D + dn.CHUNK) > (dev.info.max_shared_memory or 16384):
+        pytest.skip(f"{cols} columns of {D} do not fit this device's shared memory")
+    monkeypatch.setattr(dn, "scan_columns", lambda kc, head_dim: cols)
+    g = GDN(dev, KernelCache(dev), 1, 2, D, seed=cols + D)
+    for n, n_past in ((64, 0), (37, 64)):
+        got, want = g.run(n, n_past, chunked=True)
+        close(got, want, f"{n} tokens at {n_past}")
+        close(g.smem, g.S, f"state after {n_past + n}")
+
+
 def test_gdn_forms_agree_on_a_long_prompt(dev, kc):
     """The chunked form against the token-by-token kernel on the real head shape (Qwen3.6-35B-A3B:
     16 key / 32 value heads of 128; here 2 / 4): prompt of 300 tokens, then decode."""

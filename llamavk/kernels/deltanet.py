@@ -92,13 +92,21 @@ def delta_net(seq, kc, x, alpha, beta, dt, a, state, out, step, n_tokens: int, n
     scratch = _chunk_scratch(kc, n_chunks * n_v_heads * (4 * CHUNK * head_dim + CHUNK * CHUNK + 4) * 4)
     prep = kc.get("gdn_chunk_prep_f32", "rrrrrrw", push_size=len(push), spec=(PREP_WG,))
     seq.dispatch(prep, [_range(v) for v in (step, x, alpha, beta, dt, a, scratch)], (n_chunks, n_v_heads, 1), push)
-    cols = 32 if head_dim <= 128 else 16
-    limit = kc.info.max_shared_memory or 16384
-    while cols > 4 and 4 * cols * (head_dim + CHUNK) > limit:
-        cols //= 2
+    cols = scan_columns(kc, head_dim)
     scan = kc.get("gdn_chunk_scan_f32", "rrww", push_size=len(push), spec=(GDN_WG, cols, head_dim))
     seq.dispatch(scan, [_range(v) for v in (step, scratch, state, out)],
                  (n_v_heads, (head_dim + cols - 1) // cols, 1), push)
+
+
+def scan_columns(kc, head_dim: int) -> int:
+    """State columns per workgroup of gdn_chunk_scan.comp (its COLS): 32, or fewer for heads of
+    fewer values or where shared memory (COLS x (head_dim + CHUNK) floats) does not hold them. At most
+    GDN_WG / 8 (the kernel's row groups of COLS lanes: at least 8)."""
+    cols = min(32, _pow2_ceil(head_dim)) if head_dim <= 128 else 16
+    limit = kc.info.max_shared_memory or 16384
+    while cols > 4 and 4 * cols * (head_dim + CHUNK) > limit:
+        cols //= 2
+    return cols
 
 
 def _chunk_scratch(kc, nbytes: int) -> View:
