@@ -56,13 +56,17 @@ MATVEC_BATCHED_MAX = {"gpu": 16, "cpu": 16}
 # GPUs only: software devices run a few workgroups at a time anyway.
 SMALL_ROWS = 256
 
+
+def _small_rows_ok(kc, n: int, rows: int, cols: int) -> bool:
+    limit = int(os.environ.get("LLAMAVK_SMALL_ROWS") or SMALL_ROWS)   # A/B: 0 sends them to the tiles
+    return rows <= limit and rows % 8 == 0 and cols % 8 == 0 and not kc.info.is_cpu
+
 # 1. Weight products: the first row that applies wins.
 PRODUCT_KERNELS = (
     # name              applies when (kc, n_tokens, rows, cols)                why
     ("mul_mv",          lambda kc, n, rows, cols: n <= MATVEC_MAX_TOKENS),    # one pass over W for all tokens
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
-    ("mul_mv_batched",  lambda kc, n, rows, cols: rows <= SMALL_ROWS and rows % 8 == 0 and cols % 8 == 0
-                        and not kc.info.is_cpu),   # few rows (a router): 128-row tiles leave a few workgroups
+    ("mul_mv_batched",  _small_rows_ok),   # few rows (a router): 128-row tiles leave a few workgroups
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
