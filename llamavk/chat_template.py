@@ -19,7 +19,6 @@ gets ChatML, llama.cpp's fallback.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
 from .errors import LlamavkError
@@ -43,6 +42,8 @@ def _strftime_now(fmt):
 
 def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     # transformers' tojson: plain json.dumps (jinja2's own escapes <, >, & and ' for HTML).
+    import json     # here: only a template that calls tojson needs it (start-up time)
+
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gguf
 import numpy as np
 
 from .errors import LlamavkError
-from .quant import tensor_nbytes
+from .quant import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, tensor_nbytes
 
 GGUF_MAGIC = b"GGUF"
 MAX_DIMS = 4            # GGML_MAX_DIMS: llama.cpp refuses tensors of higher rank
@@ -53,8 +52,8 @@ class TensorEntry:
     nbytes: int = 0
 
     @property
-    def qtype(self) -> gguf.GGMLQuantizationType:
-        return gguf.GGMLQuantizationType(self.type_id)
+    def qtype(self) -> GGMLQuantizationType:
+        return GGMLQuantizationType(self.type_id)
 
 
 @dataclass(frozen=True)
@@ -201,7 +200,7 @@ def _parse(buf, size: int) -> GGUFHeader:
             raise _Corrupt(f"metadata key {key} appears twice")
         vtype = w.unpack("I")
         metadata[key] = w.value(vtype, f"metadata {key}")
-    alignment = metadata.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
+    alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
     if not _is_int(alignment) or alignment < 1 or alignment & (alignment - 1):
         raise _Corrupt(f"general.alignment = {alignment!r} is not a power of two")
 
@@ -222,8 +221,8 @@ def _parse(buf, size: int) -> GGUFHeader:
     tensors: dict[str, TensorEntry] = {}
     for name, dims, type_id, rel in raw:
         try:
-            qtype = gguf.GGMLQuantizationType(type_id)
-            block_size, _ = gguf.GGML_QUANT_SIZES[qtype]
+            qtype = GGMLQuantizationType(type_id)
+            block_size, _ = GGML_QUANT_SIZES[qtype]
         except (ValueError, KeyError):
             raise _Corrupt(f"tensor {name} has unknown type id {type_id}") from None
         if dims[0] % block_size:
@@ -270,7 +269,7 @@ class GGUFFile:
         self.file_size = header.file_size
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
 
-    def tensor_type(self, name: str) -> gguf.GGMLQuantizationType:
+    def tensor_type(self, name: str) -> GGMLQuantizationType:
         return self.tensors[name].qtype
 
     def tensor_shape(self, name: str) -> tuple[int, ...]:
@@ -282,9 +281,9 @@ class GGUFFile:
         tensor's shape, uint8 block bytes (rows, bytes per row) for every other type."""
         e = self.tensors[name]
         data = self._map[e.offset:e.offset + e.nbytes]
-        if e.type_id == gguf.GGMLQuantizationType.F32:
+        if e.type_id == GGMLQuantizationType.F32:
             return data.view(np.float32).reshape(e.shape)
-        if e.type_id == gguf.GGMLQuantizationType.F16:
+        if e.type_id == GGMLQuantizationType.F16:
             return data.view(np.float16).reshape(e.shape)
         rows = math.prod(e.shape[:-1])
         return data.reshape(e.shape[:-1] + (e.nbytes // rows if rows else 0,))

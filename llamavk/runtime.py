@@ -25,7 +25,7 @@ from .kernels import attention as attn_k
 from .kernels import deltanet, elementwise, matmul, moe, norm, rope
 from .kernels.chain import ChainCounters
 from .kernels.selection import chain_edges
-from .quant import quant_info
+from .quant import GGMLQuantizationType, quant_info
 from .vk import Buffer, CommandSequence
 
 
@@ -603,8 +603,6 @@ def weight_part(model, name: str, part):
     """Raw GGUF data and type of a weight, or of a part of it (rows or columns). A column cut that
     does not fall on block boundaries cannot be expressed in the block format: that part is
     dequantized to f32 (exact values; more memory)."""
-    import gguf
-
     raw, qtype = model.raw(name), model.tensor_type(name)
     if part is None:
         return raw, qtype
@@ -620,7 +618,7 @@ def weight_part(model, name: str, part):
             [data[:, :, info.row_bytes(a):info.row_bytes(b)] for a, b in ranges], axis=2)), qtype
     full = model.dequantize(name)
     return (np.ascontiguousarray(np.concatenate([full[..., a:b] for a, b in ranges], axis=-1)),
-            gguf.GGMLQuantizationType.F32)
+            GGMLQuantizationType.F32)
 
 
 def part_ranges(part) -> list[tuple[int, int]]:

@@ -27,10 +27,18 @@ class SamplingParams:
 class Sampler:
     def __init__(self, params: SamplingParams, history=()):
         self.p = params
-        seed = None if params.seed is None or params.seed < 0 else params.seed
-        self.rng = np.random.default_rng(seed)
+        self._seed = None if params.seed is None or params.seed < 0 else params.seed
+        self._rng = None
         n = max(0, params.repeat_last_n)
         self.recent: deque[int] = deque(list(history)[-n:] if n else [], maxlen=n or None)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The generator of the draws, made at the first draw: a greedy run (temp <= 0) never
+        imports numpy.random (start-up time). Only draws use it, so a seed gives the same tokens."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._seed)
+        return self._rng
 
     def accept(self, token: int) -> None:
         if self.p.repeat_last_n != 0:

@@ -60,7 +60,7 @@ class QWeight:
     """A weight matrix on a device in GGUF block layout, split into row chunks so that no chunk is
     larger than the device's maxStorageBufferRange. Stacked expert matrices (experts > 0) are one
     matrix of experts * expert_rows rows, cut between experts."""
-    qtype: object          # gguf.GGMLQuantizationType
+    qtype: object          # quant.GGMLQuantizationType
     rows: int
     cols: int
     chunks: tuple[WeightChunk, ...]

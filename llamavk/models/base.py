@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gguf
 import numpy as np
 
 from ..errors import LlamavkError
 from ..gguf_file import GGUFFile
+from ..quant import GGMLQuantizationType
 
 ROLES = (
     "token_embd", "output_norm", "output",
@@ -396,7 +396,7 @@ class ModelFile:
         self.metadata = gguf_file.metadata
         self.weights = weights
 
-    def tensor_type(self, name: str) -> gguf.GGMLQuantizationType:
+    def tensor_type(self, name: str) -> GGMLQuantizationType:
         return self.gguf.tensor_type(name)
 
     def raw(self, name: str) -> np.ndarray:
@@ -405,7 +405,19 @@ class ModelFile:
 
     def dequantize(self, name: str) -> np.ndarray:
         """float32 copy with shape WeightSpec.shape."""
-        data = gguf.quants.dequantize(self.raw(name), self.tensor_type(name))
+        raw, qtype = self.raw(name), self.tensor_type(name)
+        # Every load converts the norm weights, stored as F32 (or F16 / BF16): done here, so that
+        # loading a model does not import the `gguf` package (start-up time) for them.
+        if qtype == GGMLQuantizationType.F32:
+            data = raw
+        elif qtype == GGMLQuantizationType.F16:
+            data = raw.astype(np.float32)
+        elif qtype == GGMLQuantizationType.BF16:     # bfloat16: the high half of a float32
+            data = (np.ascontiguousarray(raw).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            from gguf.quants import dequantize
+
+            data = dequantize(raw, qtype)
         return np.asarray(data, dtype=np.float32).reshape(self.weights[name].shape)
 
     def layer_weights(self, layer: int | None) -> dict[str, WeightSpec]:

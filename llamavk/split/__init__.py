@@ -13,17 +13,22 @@ comm.py the shared host memory and how exchange ops are recorded, runtime.py Spl
 
 from __future__ import annotations
 
+import importlib
+
 from ..kv_cache import KVTypes
 from ..quant import quant_info
-from . import graph as graph_mode
-from . import layer, row, tensor
 from .base import DEFAULT_MODE, MODES, REDUCE_TYPES, SplitOptions, check_options, proportions
-from .comm import choose_sync
 
 __all__ = ["DEFAULT_MODE", "MODES", "REDUCE_TYPES", "SplitOptions", "check_options", "choose_devices",
            "build_split_runtime"]
 
-MODULES = {"layer": layer, "row": row, "tensor": tensor, "graph": graph_mode}
+
+def mode_module(mode: str):
+    """The module of a split mode (layer.py, row.py, tensor.py, graph.py), imported when a model is
+    split: a run on one device does not pay for importing the modes and their communication."""
+    if mode not in ("layer", "row", "tensor", "graph"):
+        raise KeyError(mode)
+    return importlib.import_module(f".{mode}", __name__)
 
 
 def choose_devices(opts: SplitOptions, entries) -> tuple[list[int], list[float]]:
@@ -50,9 +55,10 @@ def build_split_runtime(model_file, devices, shares, opts: SplitOptions, graphs:
     device's part fits its memory, and load the model onto them. opts.main_gpu must index `devices`.
     progress(done_bytes, total_bytes): as the weights reach the devices."""
     from ..memory_fit import check_fit, estimate_device_need, free_memory, weight_progress
+    from .comm import choose_sync
     from .runtime import SplitRuntime
 
-    module = MODULES[opts.mode]
+    module = mode_module(opts.mode)
     blocks = {}
     for role, name in (("down", "blk.0.ffn_down.weight"), ("o", "blk.0.attn_output.weight"),
                        ("down_exps", "blk.0.ffn_down_exps.weight"), ("down_shexp", "blk.0.ffn_down_shexp.weight")):

@@ -16,8 +16,6 @@ The patterns are the ones llama.cpp uses, written out independently. Two notes:
 
 from __future__ import annotations
 
-import regex
-
 from ..errors import LlamavkError
 
 # -- the building blocks, one per family ---------------------------------------------------------
@@ -126,6 +124,8 @@ class PreTokenizer:
     """Splits a text fragment into words with a sequence of regexes (see module docstring)."""
 
     def __init__(self, family: str):
+        import regex     # here: only byte-level BPE vocabularies need it (start-up time of the others)
+
         self.family = family
         self.patterns = [regex.compile(p) for p in REGEX_SEQUENCES[family]]
 
