@@ -53,15 +53,14 @@ def gbs(nbytes, seconds):
     return f"{v:.0f}" if v >= 10 else f"{v:.2f}"
 
 
-def time_config(dev, kc, weights, x, y, norm, cfg, reps=40, warmup=0.15, runs=5):
-    """Median GPU time (s) of one dispatch, from timestamps, over `runs` runs after `warmup` seconds
-    of replays (the GPU's clocks drop while the host prepares the next matrix: without the warm-up the
-    first variants of a row measured up to 5x slow on an H100)."""
-    mm.matvec_config = lambda *a, **k: cfg
+def time_recorded(dev, record, reps=40, warmup=0.15, runs=5):
+    """Median GPU time (s) of one dispatch, from timestamps: record(seq, i) records repetition i,
+    barrier-separated; `runs` runs after `warmup` seconds of replays (the GPU's clocks drop while the
+    host prepares the next matrix: without the warm-up the first variants of a row measured up to 5x
+    slow on an H100)."""
     seq = CommandSequence(dev, profile=True).begin()
     for i in range(reps):
-        w = weights[i % len(weights)]
-        mm.matmul(seq, kc, w, x, y, 1, norm=norm, eps=1e-5)
+        record(seq, i)
         seq.barrier()
     seq.end()
     t0 = time.time()
@@ -73,6 +72,13 @@ def time_config(dev, kc, weights, x, y, norm, cfg, reps=40, warmup=0.15, runs=5)
         times += [us for _, us in seq.profile_results()]
     seq.close()
     return float(np.median(times)) * 1e-6
+
+
+def time_config(dev, kc, weights, x, y, norm, cfg, reps=40, warmup=0.15, runs=5):
+    """time_recorded of one product through `weights` (rotating over the copies) with config cfg."""
+    mm.matvec_config = lambda *a, **k: cfg
+    return time_recorded(dev, lambda seq, i: mm.matmul(seq, kc, weights[i % len(weights)], x, y, 1, norm=norm,
+                                                       eps=1e-5), reps, warmup, runs)
 
 
 def main():

@@ -14,7 +14,6 @@ buffer per repetition), so the L2 cache seldom holds the experts read next.
 """
 
 import argparse
-import time
 
 import numpy as np
 
@@ -22,9 +21,9 @@ from llamavk.devices import open_devices, select
 from llamavk.kernels import KernelCache, View, upload_qweight
 from llamavk.kernels import moe
 from llamavk.quant import qtype_from_name, quant_info
-from llamavk.vk import Buffer, CommandSequence, get_instance
+from llamavk.vk import Buffer, get_instance
 
-from bench_matvec import random_raw   # random blocks with sane scales (run from the repository root)
+from bench_matvec import random_raw, time_recorded   # (run from the repository root)
 
 REPS = 48
 
@@ -40,21 +39,9 @@ def routes(dev, rng, n_expert, n_used, reps):
     return bufs
 
 
-def time_variant(dev, record, warmup=0.15, runs=5):
-    seq = CommandSequence(dev, profile=True).begin()
-    for i in range(REPS):
-        record(seq, i)
-        seq.barrier()
-    seq.end()
-    t0 = time.time()
-    while time.time() - t0 < warmup:
-        seq.run()
-    times = []
-    for _ in range(runs):
-        seq.run()
-        times += [us for _, us in seq.profile_results()]
-    seq.close()
-    return float(np.median(times))
+def time_variant(dev, record):
+    """µs per dispatch (bench_matvec.time_recorded)."""
+    return time_recorded(dev, record, REPS) * 1e6
 
 
 def with_split(tpr, rj, wg):
