@@ -31,7 +31,7 @@ from llamavk.models import config_from_metadata, load_model_file
 from llamavk.reference import ReferenceModel, gelu_tanh
 from llamavk.synthetic import write_synthetic_model
 
-from .test_kernels_ops import host, poisoned, record, run, set_step, step_buffer, upload
+from .test_kernels_ops import host, poisoned, record, ref_attention, run, set_step, step_buffer, upload
 
 
 @pytest.fixture(scope="module")
@@ -40,29 +40,6 @@ def kc(dev):
 
 
 # -- kernels -------------------------------------------------------------------------------------
-
-def ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, window=0, seq_len=0, scale=0.0):
-    """Causal GQA attention in float64: row p sees rows max(its sequence's start, p - window + 1) .. p."""
-    n_tok = q.shape[0]
-    n_kv = n_past + n_tok
-    qh = q.reshape(n_tok, n_head, hd).astype(np.float64)
-    kh = k_cache[:n_kv].astype(np.float64).reshape(n_kv, n_head_kv, hd)
-    vh = v_cache[:n_kv].astype(np.float64).reshape(n_kv, n_head_kv, hd)
-    rows = n_past + np.arange(n_tok)
-    first = rows // seq_len * seq_len if seq_len else np.zeros_like(rows)
-    if window:
-        first = np.maximum(first, rows - window + 1)
-    cols = np.arange(n_kv)[None, :]
-    hidden = (cols > rows[:, None]) | (cols < first[:, None])
-    out = np.empty((n_tok, n_head, hd))
-    for h in range(n_head):
-        g = h // (n_head // n_head_kv)
-        sc = qh[:, h] @ np.nan_to_num(kh[:, g]).T * (scale or 1.0 / math.sqrt(hd))
-        sc[hidden] = -np.inf
-        p = np.exp(sc - sc.max(axis=1, keepdims=True))
-        out[:, h] = (p / p.sum(axis=1, keepdims=True)) @ np.nan_to_num(vh[:, g])
-    return out.reshape(n_tok, n_head * hd)
-
 
 def window_caches(n_ctx, width, n_kv, before, seed):
     """Random f16 K/V rows in [before, n_kv); NaN elsewhere: rows a windowed kernel must not read."""
@@ -106,7 +83,7 @@ def test_sliding_window_attention(dev, kc, monkeypatch, decode, n_tokens, n_past
     set_step(smem, n_past, n_tokens)
     run(dev, lambda s: attention(s, kc, upload(dev, q), upload(dev, k_cache), upload(dev, v_cache), out, step,
                                  n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits=n_splits, window=window))
-    want = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, window)
+    want = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, window=window)
     np.testing.assert_allclose(mem, want, rtol=1e-4, atol=5e-5)
     if before > 0:     # and it is not attention over everything before each row
         full = ref_attention(q, np.nan_to_num(k_cache), np.nan_to_num(v_cache), n_past, n_head, n_head_kv, hd)
@@ -126,7 +103,7 @@ def test_sliding_window_with_several_sequences(dev, kc, n_tokens, n_past, seq_le
     set_step(smem, n_past, n_tokens, seq_len)
     run(dev, lambda s: attention(s, kc, upload(dev, q), upload(dev, k_cache), upload(dev, v_cache), out, step,
                                  n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits=n_splits, window=window))
-    want = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, window, seq_len)
+    want = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, seq_len, window=window)
     np.testing.assert_allclose(mem, want, rtol=1e-4, atol=5e-5)
 
 
@@ -162,7 +139,7 @@ def test_windowed_decode_runs_the_windows_splits_only(dev, kc):
         ml.write(np.full(pl.n_splits * n_head * 2, np.nan, np.float32))
         set_step(smem, n_past, 1)
         seq.run()
-        want = ref_attention(q, kmem, vmem, n_past, n_head, n_head_kv, hd, window)
+        want = ref_attention(q, kmem, vmem, n_past, n_head, n_head_kv, hd, window=window)
         np.testing.assert_allclose(omem, want, rtol=1e-4, atol=5e-5, err_msg=f"n_past={n_past}")
         span = n_past + 1 - before
         chunk = max(math.ceil(math.ceil(span / pl.n_splits) / DEC_BLOCK) * DEC_BLOCK, min_chunk)

@@ -282,9 +282,10 @@ def test_kv_store(dev, kc, n_tokens, n_past):
 
 # -- attention -----------------------------------------------------------------------------------
 
-def ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, seq_len=0):
+def ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, seq_len=0, window=0, scale=0.0):
     """Causal GQA softmax attention in float64 over the (already f16) cache rows 0..n_past+n_tokens.
-    seq_len > 0: row p sees only rows p // seq_len * seq_len .. p (its own sequence)."""
+    seq_len > 0: row p sees only rows p // seq_len * seq_len .. p (its own sequence); window > 0: only
+    rows after p - window; scale: the q.k scale (0: 1/sqrt(hd)). Rows nobody sees may hold NaN."""
     n_tok = q.shape[0]
     n_kv = n_past + n_tok
     qh = q.reshape(n_tok, n_head, hd).astype(np.float64)
@@ -292,15 +293,17 @@ def ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, seq_len=0)
     vh = v_cache[:n_kv].astype(np.float64).reshape(n_kv, n_head_kv, hd)
     rows = n_past + np.arange(n_tok)
     first = rows // seq_len * seq_len if seq_len else np.zeros_like(rows)
+    if window:
+        first = np.maximum(first, rows - window + 1)
     cols = np.arange(n_kv)[None, :]
-    future = (cols > rows[:, None]) | (cols < first[:, None])
+    hidden = (cols > rows[:, None]) | (cols < first[:, None])
     out = np.empty((n_tok, n_head, hd))
     for h in range(n_head):
         g = h // (n_head // n_head_kv)
-        sc = qh[:, h] @ kh[:, g].T / math.sqrt(hd)
-        sc[future] = -np.inf
+        sc = qh[:, h] @ np.nan_to_num(kh[:, g]).T * (scale or 1.0 / math.sqrt(hd))
+        sc[hidden] = -np.inf
         p = np.exp(sc - sc.max(axis=1, keepdims=True))
-        out[:, h] = (p / p.sum(axis=1, keepdims=True)) @ vh[:, g]
+        out[:, h] = (p / p.sum(axis=1, keepdims=True)) @ np.nan_to_num(vh[:, g])
     return out.reshape(n_tok, n_head * hd)
 
 
