@@ -65,16 +65,18 @@ def test_ssm_conv_carries_state(dev, kc, channels, d_conv):
         n_past += n
 
 
-def test_ssm_conv_restarts_at_every_sequence(dev, kc):
-    """Three sequences of 7 tokens back to back (seq_len 7), the batch starting mid-sequence."""
-    channels, d_conv, seq_len = 64, 4, 7
-    rng = np.random.default_rng(1)
+@pytest.mark.parametrize("channels,d_conv,seq_len,n_past,n", [
+    (64, 4, 7, 4, 17),       # three sequences of 7 tokens back to back, the batch starting mid-sequence
+    (40, 16, 50, 30, 203),   # more tokens than a workgroup's lanes take at once; channels not 32s
+    (33, 2, 9, 0, 64),       # the batch ends on a sequence's first token
+])
+def test_ssm_conv_restarts_at_every_sequence(dev, kc, channels, d_conv, seq_len, n_past, n):
+    rng = np.random.default_rng(channels + n)
     taps = rng.standard_normal((channels, d_conv)).astype(np.float32)
     w = upload(dev, taps)
     prev = rng.standard_normal((d_conv - 1, channels)).astype(np.float32)
     state, smem = host(dev, prev)
     step, stmem = step_buffer(dev)
-    n_past, n = 4, 17                   # tokens 4..20: the rest of sequence 0, then 1 and 2
     x = rng.standard_normal((n, channels)).astype(np.float32)
     xv = upload(dev, x)
     out, omem = poisoned(dev, (n, channels))
