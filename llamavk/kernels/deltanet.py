@@ -32,7 +32,8 @@ from .norm import _pow2_ceil, _range
 
 CHUNK = 64               # gdn_chunk_*.comp CH
 CHUNKED_FROM = 16        # batches of at least this many tokens take the chunked form
-CONV_CHANNELS = 32      # ssm_conv.comp CHANNELS: a workgroup's channels (every token)
+CONV_CHANNELS = 32      # ssm_conv.comp CHANNELS x TOKENS: a workgroup's channels and tokens
+CONV_TOKENS = 64
 GDN_WG = 256
 PREP_WG = 256           # gdn_chunk_prep.comp: CH * CH = 16 pairs per thread (PAIRS)
 
@@ -56,7 +57,7 @@ def ssm_conv(seq, kc, x, w, state, out, step, n_tokens: int, channels: int, d_co
         raise LlamavkError(f"ssm_conv: {d_conv} taps (1..16 supported)")
     kernel = kc.get("ssm_conv_f32", "rrrww", push_size=12)
     seq.dispatch(kernel, [_range(step), _range(x), _range(w), _range(state), _range(out)],
-                 ((channels + CONV_CHANNELS - 1) // CONV_CHANNELS, 1, 1), struct.pack("<3I", n_tokens, channels, d_conv))
+                 ((channels + CONV_CHANNELS - 1) // CONV_CHANNELS, (n_tokens + CONV_TOKENS - 1) // CONV_TOKENS, 1), struct.pack("<3I", n_tokens, channels, d_conv))
 
 
 def _gdn_push(n_tokens, n_k_heads, n_v_heads, head_dim, eps) -> bytes:
