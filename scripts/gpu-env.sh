@@ -5,6 +5,10 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+# The lent machines set PYTHONDONTWRITEBYTECODE=1: every process would compile every module it imports
+# (the vulkan package's 1 MB of wrappers alone: 0.28 s). An installed package has its bytecode (pip
+# compiles at install), so let the first run write it, as timings of second runs assume.
+unset PYTHONDONTWRITEBYTECODE
 if [ "${1:-}" = "--lavapipe" ] && [ -d .lvp ]; then
   mkdir -p /opt/lvp
   for f in .lvp/*.deb; do dpkg -x "$f" /opt/lvp; done
