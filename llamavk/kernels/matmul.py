@@ -388,15 +388,49 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     return 0
 
 
+# Matrix-vector kernels with a form that takes its token slice from the grid's z (TOKEN_SLICES in
+# matvec.comp / matvec_wide.comp): kernel -> that form's variant prefix.
+MATVEC_SLICE_KERNELS = {"base": "mul_mv_slices", "wide": "mul_mv_wide_slices"}
+MAX_GRID_Z = 65535   # the portable minimum of maxComputeWorkGroupCount[2]
+
+
 def _matvec_batches(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> None:
-    """The matrix-vector product once per MATVEC_MAX_TOKENS tokens (family mul_mv_batched): slices of
-    x and y by token, which the sequence runs side by side (they write disjoint ranges)."""
+    """The matrix-vector product once per MATVEC_MAX_TOKENS tokens (family mul_mv_batched): every full
+    slice of MATVEC_MAX_TOKENS tokens in one dispatch (the slice is the grid's z), a partial last slice
+    as an ordinary matrix-vector product of its own. A 512-token prompt through a router used to record
+    64 dispatches per product (one per slice): each costs command-processor time on the GPU, and a
+    35B-A3B prompt batch has ~100 such products. LLAMAVK_SMALL_ROWS_SLICES=1 records the dispatch per
+    slice instead (A/B comparisons)."""
     step = MATVEC_MAX_TOKENS
-    for t0 in range(0, n_tokens, step):
+    full, rest = divmod(n_tokens, step)
+    cfg = matvec_config(kc, w.qtype, w.rows, w.cols, step)
+    one_dispatch = cfg.kernel in MATVEC_SLICE_KERNELS and os.environ.get("LLAMAVK_SMALL_ROWS_SLICES", "0") == "0"
+    if full and one_dispatch:
+        for s0 in range(0, full, MAX_GRID_Z):
+            ns = min(MAX_GRID_Z, full - s0)
+            xs = View(x.buffer, x.offset + 4 * s0 * step * w.cols, 4 * ns * step * w.cols)
+            ys = View(y.buffer, y.offset + 4 * s0 * step * w.rows, 4 * ns * step * w.rows)
+            _matvec_slices(seq, kc, cfg, w, xs, ys, ns, bias)
+    for t0 in range(full * step if one_dispatch else 0, n_tokens, step):
         nt = min(step, n_tokens - t0)
         xs = View(x.buffer, x.offset + 4 * t0 * w.cols, 4 * nt * w.cols)
         ys = View(y.buffer, y.offset + 4 * t0 * w.rows, 4 * nt * w.rows)
         matmul(seq, kc, w, xs, ys, nt, bias=bias)
+
+
+def _matvec_slices(seq, kc: KernelCache, cfg: MatvecConfig, w: QWeight, x: View, y: View, n_slices: int,
+                   bias: View | None) -> None:
+    """Record cfg's matrix-vector kernel over n_slices full slices of MATVEC_MAX_TOKENS tokens in one
+    dispatch per weight chunk: the same specialization and row blocks as one slice (so each slice's
+    workgroups do what one slice's dispatch did), the grid's z counting slices."""
+    name = type_suffix(w.qtype)
+    spec, rows_per_wg, _, _ = _matvec_spec(kc, cfg, name, w.cols, MATVEC_MAX_TOKENS, False, False, False)
+    kernel = kc.get(f"{MATVEC_SLICE_KERNELS[cfg.kernel]}_{name}", "rrrwrrr", push_size=28, spec=spec)
+    b = bias if bias is not None else x   # an unused binding still needs a buffer
+    for ch in w.chunks:
+        gx, gy, _ = groups_2d((ch.n_rows + rows_per_wg - 1) // rows_per_wg)
+        push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, int(bias is not None), rows_per_wg, 0.0)
+        seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range, x.range, x.range, x.range], (gx, gy, n_slices), push)
 
 
 def get_rows(seq, kc: KernelCache, w: QWeight, ids: View, out: View, n_tokens: int) -> None:
