@@ -19,7 +19,9 @@ write the same y) and replayed, divided by the products: what the GPU spends wit
 overlapping as in a model's step, command processing included. `gpu` = the sum of GPU timestamps
 after every dispatch of one product (timestamps serialize the dispatches: the old path's 64 slices
 then run one after another, so this overstates it; the model profiles in docs/PERFORMANCE.md are of
-this kind). `disp` = dispatches per product. x (4 MB at 512 tokens) and the weights stay in L2 here, as
+this kind). `disp` = dispatches per product. `L2 MB` = bytes the matrix-vector workgroups read
+(every workgroup reads its rows' weights and its slice's 8 tokens of x: x dominates where a
+workgroup holds few rows, e.g. a router's one row per workgroup). x (4 MB at 512 tokens) and the weights stay in L2 here, as
 in a model's step, where the product's input was written just before. Each row also checks the
 product against numpy (max relative error printed).
 """
@@ -101,6 +103,14 @@ def measure(dev, kc, w, x, y, n_tokens, mode, variant, reps, warmup):
     return wall, float(np.median(gpu)) if gpu and gpu[0] > 0 else float("nan"), len(res)
 
 
+def l2_bytes(kc, cfg, qtype, rows, cols, n_tokens):
+    """Bytes of weights and x the matrix-vector workgroups of one product read (see the docstring)."""
+    step = mm.MATVEC_MAX_TOKENS
+    _, rows_per_wg, _, _ = mm._matvec_spec(kc, cfg, mm.type_suffix(qtype), cols, step, False, False, False)
+    slices = -(-n_tokens // step)
+    return slices * (rows * quant_info(qtype).row_bytes(cols) + -(-rows // rows_per_wg) * step * cols * 4)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=512)
@@ -120,7 +130,7 @@ def main():
     n = a.tokens
     print(f"{dev.info.name}; {n} tokens; wall = us per product over {a.reps}-product replays, "
           f"gpu = serialized timestamps of one product")
-    print(f"{'weight':16s} {'mode':7s} {'config':24s} {'disp':>5s} {'wall us':>9s} {'gpu us':>9s} {'max rel err':>12s}")
+    print(f"{'weight':16s} {'mode':7s} {'config':24s} {'disp':>5s} {'wall us':>9s} {'gpu us':>9s} {'L2 MB':>7s} {'max rel err':>12s}")
     for shape in a.shapes.split():
         tname, dims = shape.split(":")
         rows, cols = map(int, dims.split("x"))
@@ -141,11 +151,12 @@ def main():
                     continue
                 cfg = dataclasses.replace(cfg, wg=max(cfg.wg, dev.info.subgroup_size or 32))
             label = "tiles" if mode == "tiles" else cfg.spec()
+            l2 = "-" if mode == "tiles" else f"{l2_bytes(kc, cfg, qtype, rows, cols, n) / 1e6:.1f}"
             Y.array(np.float32)[:] = np.nan
             wall, gpu, disp = measure(dev, kc, w, x, y, n, mode, variant, a.reps, a.warmup)
             out = Y.array(np.float32, n * rows).reshape(n, rows)
             err = float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
-            print(f"{shape:16s} {mode:7s} {label:24s} {disp:5d} {wall * 1e6:9.1f} {gpu * 1e6:9.1f} {err:12.2e}",
+            print(f"{shape:16s} {mode:7s} {label:24s} {disp:5d} {wall * 1e6:9.1f} {gpu * 1e6:9.1f} {l2:>7s} {err:12.2e}",
                   flush=True)
         for buf in (X, Y):
             buf.close()
