@@ -50,9 +50,19 @@ layout(push_constant) uniform Push {
     float eps;
 } p;
 
+// TOKEN_SLICES (the mul_mv_slices / mul_mv_wide_slices variants, prompt batches of few-row products):
+// the grid's z is a slice of NT tokens, slice s taking tokens [NT s, NT s + NT) of x, up, resid and y,
+// so one dispatch covers every full slice of a batch instead of one dispatch per slice. Without it
+// TOK(t) is t and the kernel is the one-slice decode kernel, unchanged.
+#ifdef TOKEN_SLICES
+#define TOK(t) (gl_WorkGroupID.z * NT + (t))
+#else
+#define TOK(t) (t)
+#endif
+
 // x'[t] for the 4 columns of vec4 index k (k counts vec4s within one token's row)
 vec4 xin(uint t, uint k, inout float ss) {
-    uint idx = (t * p.cols) / 4 + k;
+    uint idx = (TOK(t) * p.cols) / 4 + k;
     vec4 v = x4[idx];
     if (NORM) { ss += dot(v, v); v *= nw4[k]; }
     if (GLU) v = v / (1.0 + exp(-v)) * up4[idx];   // silu(gate) * up: exp(-v) -> inf gives -0, not NaN
@@ -86,9 +96,9 @@ void main() {
             [[unroll]] for (uint r = 0; r < NR; ++r) wv[r] = wfloat(rows[r] * p.cols + c);
             [[unroll]] for (uint t = 0; t < NT; ++t) {
                 {
-                    float xv = x[t * p.cols + c];
+                    float xv = x[TOK(t) * p.cols + c];
                     if (NORM) { ss[t] += xv * xv; xv *= nw[c]; }
-                    if (GLU) xv = xv / (1.0 + exp(-xv)) * up[t * p.cols + c];
+                    if (GLU) xv = xv / (1.0 + exp(-xv)) * up[TOK(t) * p.cols + c];
                     [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += wv[r] * xv;
                 }
             }
@@ -194,8 +204,8 @@ void main() {
                             uint row = p.y_off + r0 + r;
                             float v = acc[r][t] * scale;
                             if (p.has_bias != 0) v += bias[row];
-                            if (RESID) v += resid[t * p.y_stride + row];
-                            y[t * p.y_stride + row] = v;
+                            if (RESID) v += resid[TOK(t) * p.y_stride + row];
+                            y[TOK(t) * p.y_stride + row] = v;
                         }
                     }
                 }

@@ -75,6 +75,16 @@ layout(push_constant) uniform Push {
     float eps;
 } p;
 
+// TOKEN_SLICES (the mul_mv_slices / mul_mv_wide_slices variants, prompt batches of few-row products):
+// the grid's z is a slice of NT tokens, slice s taking tokens [NT s, NT s + NT) of x, up, resid and y,
+// so one dispatch covers every full slice of a batch instead of one dispatch per slice. Without it
+// TOK(t) is t and the kernel is the one-slice decode kernel, unchanged.
+#ifdef TOKEN_SLICES
+#define TOK(t) (gl_WorkGroupID.z * NT + (t))
+#else
+#define TOK(t) (t)
+#endif
+
 #if defined(QTYPE_Q4_0)
 #define UNIT 32     // weights per unit (UNIT / 4 x vec4s)
 #define NQ 1        // uvec4 loads per unit and row
@@ -90,7 +100,7 @@ layout(push_constant) uniform Push {
 
 // x'[t] for the 4 columns of vec4 index k (k counts vec4s within one token's row), as matvec.comp
 vec4 xin(uint t, uint k, inout float ss) {
-    uint idx = (t * p.cols) / 4 + k;
+    uint idx = (TOK(t) * p.cols) / 4 + k;
     vec4 v = x4[idx];
     if (NORM) { ss += dot(v, v); v *= nw4[k]; }
     if (GLU) v = v / (1.0 + exp(-v)) * up4[idx];   // silu(gate) * up: exp(-v) -> inf gives -0, not NaN
@@ -300,8 +310,8 @@ void main() {
                         uint row = p.y_off + r0 + r;
                         float v = acc[r][t] * scale;
                         if (p.has_bias != 0) v += bias[row];
-                        if (RESID) v += resid[t * p.y_stride + row];
-                        y[t * p.y_stride + row] = v;
+                        if (RESID) v += resid[TOK(t) * p.y_stride + row];
+                        y[TOK(t) * p.y_stride + row] = v;
                     }
                 }
             }

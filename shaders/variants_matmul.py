@@ -35,3 +35,10 @@ for _t in ["q4_0", "q8_0", "q4_k"]:
     VARIANTS[f"mul_mv_stream_read_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1", "READ_ONLY": "1"})
 for _t in ["q4_0", "q8_0"]:
     VARIANTS[f"mul_mv_read_{_t}"] = ("matvec.comp", {f"QTYPE_{_t.upper()}": "1", "READ_ONLY": "1"})
+# Prompt batches of products with few rows (routers, DeltaNet alpha/beta; kernels/matmul.py
+# _matvec_batches): the base and wide kernels with the token slice taken from the grid's z
+# (TOKEN_SLICES), every full 8-token slice of a batch in one dispatch.
+for _t in _TYPES:
+    VARIANTS[f"mul_mv_slices_{_t}"] = ("matvec.comp", {f"QTYPE_{_t.upper()}": "1", "TOKEN_SLICES": "1"})
+for _t in ["q4_0", "q8_0", "q4_k"]:
+    VARIANTS[f"mul_mv_wide_slices_{_t}"] = ("matvec_wide.comp", {f"QTYPE_{_t.upper()}": "1", "TOKEN_SLICES": "1"})

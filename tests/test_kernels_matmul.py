@@ -140,6 +140,98 @@ def test_matvec_batched(dev, kc, qtype, monkeypatch):
     assert selection.product_kernel(kc, 41, 296, cols) != "mul_mv_batched"
 
 
+# Prompt products of few rows (routers, DeltaNet alpha/beta; selection._small_rows_ok, GPUs only) and
+# short prompts: every full 8-token slice in ONE dispatch per weight chunk (the slice from the grid's
+# z), a partial last slice as a product of its own. Forced here at any batch size (the small-rows rule
+# leaves software devices out), against numpy and, bit for bit, against the dispatch per slice.
+def record_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, slices_env="0"):
+    """(the product through matmul's batched path, dispatched kernel names, numpy reference)."""
+    monkeypatch.setattr(matmul_module, "product_kernel",
+                        lambda kc, n, r, c: "mul_mv" if n <= MATVEC_MAX_TOKENS else "mul_mv_batched")
+    monkeypatch.setenv("LLAMAVK_SMALL_ROWS_SLICES", slices_env)
+    raw, wref = make_weight(qtype, rows, cols, seed)
+    rng = np.random.default_rng(seed + 1)
+    x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
+    b = rng.standard_normal(rows).astype(np.float32)
+    w = upload_qweight(dev, raw, qtype, rows, cols, max_chunk_bytes=max_chunk_bytes)
+    X, B = Buffer(dev, x.nbytes), Buffer(dev, b.nbytes)
+    X.write(x)
+    B.write(b)
+    Y = host_f32(dev, n_tokens * rows)
+    seq = CommandSequence(dev).begin()
+    names = []
+    dispatch = seq.dispatch
+    seq.dispatch = lambda kernel, *a, **k: (names.append(kernel.name), dispatch(kernel, *a, **k))
+    matmul(seq, kc, w, View.whole(X), View.whole(Y), n_tokens, bias=View.whole(B))
+    seq.end().run()
+    out = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows).copy()
+    return w, out, names, x.astype(np.float64) @ wref.T + b
+
+
+def check_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, slice_kernel="mul_mv_slices"):
+    w, out, names, ref = record_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes)
+    assert np.isfinite(out).all(), "some outputs were not written"
+    err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert err < tol(qtype), f"{qtype.name} {rows}x{cols} n_tokens={n_tokens}: relative error {err:.2e}"
+    full, rest = divmod(n_tokens, MATVEC_MAX_TOKENS)
+    tname = quant_info(qtype).name.lower()
+    sliced = [n for n in names if n == f"{slice_kernel}_{tname}"]
+    assert len(sliced) == (len(w.chunks) if full else 0), names
+    assert len(names) - len(sliced) == (len(w.chunks) if rest else 0), names   # the partial slice
+    # the same kernel arithmetic as one dispatch per slice: the same bits
+    _, old, old_names, _ = record_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes,
+                                          slices_env="1")
+    assert len(old_names) == len(w.chunks) * -(-n_tokens // MATVEC_MAX_TOKENS)
+    np.testing.assert_array_equal(out, old)
+    return w
+
+
+def batch_cols(qtype):
+    return big_cols(qtype) if quant_info(qtype).block_size > 1 else 320
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_matvec_slices_every_type(dev, kc, qtype, monkeypatch):
+    """Every type through the base kernel's slices: a partial last slice (17), whole slices only (16),
+    chunked weights (rows of 9, 9, 9, 5) with a one-token last slice."""
+    cols = batch_cols(qtype)
+    check_batches(monkeypatch, dev, kc, qtype, 24, cols, 17, seed=30)
+    check_batches(monkeypatch, dev, kc, qtype, 24, cols, 16, seed=31)
+    w = check_batches(monkeypatch, dev, kc, qtype, 32, cols, 9, seed=32,
+                      max_chunk_bytes=9 * quant_info(qtype).row_bytes(cols))
+    assert len(w.chunks) == 4
+
+
+# The GPU configs of these products (selection.MATVEC_CONFIGS at 8 tokens: a float router one row per
+# workgroup over 8 subgroups, Q4_K the wide kernel, the rest 8 rows per workgroup, 2 quarters per lane;
+# Q4_0 / Q8_0 on the wide kernel too, where LLAMAVK_MATVEC puts them) over prompt-sized batches.
+@pytest.mark.parametrize("qtype,config,slice_kernel", [
+    (T.F32, "base:256,1,8,1", "mul_mv_slices"),
+    (T.F16, "base:256,1,8,1", "mul_mv_slices"),
+    (T.Q4_0, "base:256,4,2,2", "mul_mv_slices"),
+    (T.Q8_0, "base:256,4,2,2", "mul_mv_slices"),
+    (T.Q6_K, "base:256,4,2,2", "mul_mv_slices"),
+    (T.Q4_K, "wide:256,4,2,1", "mul_mv_wide_slices"),
+    (T.Q4_0, "wide:256,4,2,1,1,1", "mul_mv_wide_slices"),
+    (T.Q8_0, "wide:128,2,1,2,1,1", "mul_mv_wide_slices"),
+], ids=lambda v: getattr(v, "name", str(v)))
+def test_matvec_slices_gpu_configs(dev, kc, qtype, config, slice_kernel, monkeypatch):
+    monkeypatch.setattr(matmul_module, "_MATVEC_ENV", matmul_module.parse_matvec_env(config))
+    cols = batch_cols(qtype)
+    for n_tokens, rows, seed in ((512, 32, 40), (511, 40, 41), (64, 16, 42)):
+        check_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, slice_kernel=slice_kernel)
+    check_batches(monkeypatch, dev, kc, qtype, 24, cols, 67, seed=43, slice_kernel=slice_kernel,
+                  max_chunk_bytes=10 * quant_info(qtype).row_bytes(cols))
+
+
+def test_matvec_slices_grid_limit(dev, kc, monkeypatch):
+    """More slices than the grid's z takes: one dispatch per MAX_GRID_Z slices, each on its own tokens."""
+    monkeypatch.setattr(matmul_module, "MAX_GRID_Z", 3)
+    w, out, names, ref = record_batches(monkeypatch, dev, kc, T.Q4_0, 16, 96, 69, seed=50)
+    assert names == ["mul_mv_slices_q4_0"] * 3 + ["mul_mv_q4_0"]   # slices 3 + 3 + 2, then 5 tokens
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < tol(T.Q4_0)
+
+
 # The cooperative-matrix kernel (GPUs with VK_KHR_cooperative_matrix 16x8x16 f16->f32); tiles of
 # 128 rows x 128 tokens, so: partial tiles in both directions, several tiles, chunks and bias.
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)

@@ -273,3 +273,24 @@ def test_gathered_weight_parts(synthetic_model, qtype):
         np.testing.assert_array_equal(got, want)
         aligned = axis == 0 or all(a % block == 0 and b % block == 0 for a, b in ranges)
         assert (got_type == mf.tensor_type(name)) == aligned or qtype == "f16"
+
+
+def test_small_row_products_in_one_dispatch(synthetic_model, monkeypatch):
+    """The router and the DeltaNet alpha/beta products of a prompt (few rows: selection.SMALL_ROWS,
+    GPUs only, forced here) as the matrix-vector kernel over every 8-token slice in one dispatch: the
+    whole prompt against the numpy reference. Rows multiples of 8 (16 experts, 8 value heads), as the
+    rule needs; micro-batches of 48 and 22 tokens (6 slices; 2 slices and a partial one of 6)."""
+    rule = lambda kc, n, rows, cols: rows <= selection.SMALL_ROWS and rows % 8 == 0 and cols % 8 == 0  # noqa: E731
+    monkeypatch.setattr(selection, "PRODUCT_KERNELS", tuple(
+        (name, rule if applies is selection._small_rows_ok else applies) for name, applies in selection.PRODUCT_KERNELS))
+    path = synthetic_model("qwen35moe", "q4_0", seed=5, n_expert=16, ssm_dt_rank=8)
+    mf = load_model_file(path)
+    assert (mf.config.n_expert, mf.weights["blk.0.ssm_alpha.weight"].shape) == (16, (8, 64))
+    prompt = prompt_of(70)
+    want = ReferenceModel(mf).logits(prompt)
+    with quiet(path, n_ctx=128, n_ubatch=48) as m:
+        got = m.logits(prompt, all=True)
+        used = {name for name, _ in m.runtime.kc._kernels}
+    assert {"mul_mv_slices_f32", "mul_mv_slices_q4_0"} <= used, sorted(used)
+    tol = 6e-3 if any(n.startswith("mul_mm_coop") for n in used) else 3e-3
+    assert np.abs(got - want).max() < tol * np.abs(want).max()

@@ -3,9 +3,10 @@ matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
 
 - `matmul`: y[t, r] = sum_c W[r, c] x[t, c] (+ bias[r]). selection.PRODUCT_KERNELS picks the kernel: up to
   MATVEC_MAX_TOKENS tokens the matrix-vector kernel (reads W once for all tokens: decode and small
-  batches), a little more (short prompts) the same kernel once per MATVEC_MAX_TOKENS tokens; more
-  use cooperative matrices where the device has them (matmul_coop.comp, f16 inputs,
-  f32 sums), else the portable tiled kernel (matmul.comp, f32).
+  batches), a little more (short prompts; on GPUs products of few rows at any batch) the same kernel
+  once per MATVEC_MAX_TOKENS-token slice, all full slices in one dispatch; more use cooperative
+  matrices where the device has them (matmul_coop.comp, f16 inputs, f32 sums), else the portable
+  tiled kernel (matmul.comp, f32).
 - `get_rows`: out[t, :] = dequant(W[ids[t], :]).
 
 Each weight chunk (its own buffer, rows [row_start, row_start + n_rows)) is one dispatch; the kernel
@@ -306,8 +307,9 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     x: float32 [n_tokens][w.cols]; y, residual: float32 [n_tokens][w.rows]; bias: float32 [w.rows].
     x' = x; or rms_norm(x[t]) * norm (norm: float32 [w.cols], epsilon eps); or silu(x) * glu (glu:
     float32 [n_tokens][w.cols]) -- the fused forms exist for matrix-vector batches
-    (n_tokens <= MATVEC_MAX_TOKENS) only. Somewhat larger batches run the matrix-vector kernel once
-    per MATVEC_MAX_TOKENS tokens (selection.MATVEC_BATCHED_MAX), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
+    (n_tokens <= MATVEC_MAX_TOKENS) only. Somewhat larger batches (selection.MATVEC_BATCHED_MAX; on GPUs
+    weights of at most selection.SMALL_ROWS rows at any batch) run the matrix-vector kernel once per
+    MATVEC_MAX_TOKENS-token slice (_matvec_batches), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
     matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual). rope (one
     token, a rope.RopeOut, where matvec_rope_ok allows it): a Q product writes its rows rotated, a K
     or V product writes row n_past of its KV cache instead of y (no residual). wait (a chain.Wait, one
@@ -388,15 +390,49 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     return 0
 
 
+# Matrix-vector kernels with a form that takes its token slice from the grid's z (TOKEN_SLICES in
+# matvec.comp / matvec_wide.comp): kernel -> that form's variant prefix.
+MATVEC_SLICE_KERNELS = {"base": "mul_mv_slices", "wide": "mul_mv_wide_slices"}
+MAX_GRID_Z = 65535   # the portable minimum of maxComputeWorkGroupCount[2]
+
+
 def _matvec_batches(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> None:
-    """The matrix-vector product once per MATVEC_MAX_TOKENS tokens (family mul_mv_batched): slices of
-    x and y by token, which the sequence runs side by side (they write disjoint ranges)."""
+    """The matrix-vector product once per MATVEC_MAX_TOKENS tokens (family mul_mv_batched): every full
+    slice of MATVEC_MAX_TOKENS tokens in one dispatch (the slice is the grid's z), a partial last slice
+    as an ordinary matrix-vector product of its own. A 512-token prompt through a router used to record
+    64 dispatches per product (one per slice): each costs command-processor time on the GPU, and a
+    35B-A3B prompt batch has ~100 such products. LLAMAVK_SMALL_ROWS_SLICES=1 records the dispatch per
+    slice instead (A/B comparisons)."""
     step = MATVEC_MAX_TOKENS
-    for t0 in range(0, n_tokens, step):
+    full, rest = divmod(n_tokens, step)
+    cfg = matvec_config(kc, w.qtype, w.rows, w.cols, step)
+    one_dispatch = cfg.kernel in MATVEC_SLICE_KERNELS and os.environ.get("LLAMAVK_SMALL_ROWS_SLICES", "0") == "0"
+    if full and one_dispatch:
+        for s0 in range(0, full, MAX_GRID_Z):
+            ns = min(MAX_GRID_Z, full - s0)
+            xs = View(x.buffer, x.offset + 4 * s0 * step * w.cols, 4 * ns * step * w.cols)
+            ys = View(y.buffer, y.offset + 4 * s0 * step * w.rows, 4 * ns * step * w.rows)
+            _matvec_slices(seq, kc, cfg, w, xs, ys, ns, bias)
+    for t0 in range(full * step if one_dispatch else 0, n_tokens, step):
         nt = min(step, n_tokens - t0)
         xs = View(x.buffer, x.offset + 4 * t0 * w.cols, 4 * nt * w.cols)
         ys = View(y.buffer, y.offset + 4 * t0 * w.rows, 4 * nt * w.rows)
         matmul(seq, kc, w, xs, ys, nt, bias=bias)
+
+
+def _matvec_slices(seq, kc: KernelCache, cfg: MatvecConfig, w: QWeight, x: View, y: View, n_slices: int,
+                   bias: View | None) -> None:
+    """Record cfg's matrix-vector kernel over n_slices full slices of MATVEC_MAX_TOKENS tokens in one
+    dispatch per weight chunk: the same specialization and row blocks as one slice (so each slice's
+    workgroups do what one slice's dispatch did), the grid's z counting slices."""
+    name = type_suffix(w.qtype)
+    spec, rows_per_wg, _, _ = _matvec_spec(kc, cfg, name, w.cols, MATVEC_MAX_TOKENS, False, False, False)
+    kernel = kc.get(f"{MATVEC_SLICE_KERNELS[cfg.kernel]}_{name}", "rrrwrrr", push_size=28, spec=spec)
+    b = bias if bias is not None else x   # an unused binding still needs a buffer
+    for ch in w.chunks:
+        gx, gy, _ = groups_2d((ch.n_rows + rows_per_wg - 1) // rows_per_wg)
+        push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, int(bias is not None), rows_per_wg, 0.0)
+        seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range, x.range, x.range, x.range], (gx, gy, n_slices), push)
 
 
 def get_rows(seq, kc: KernelCache, w: QWeight, ids: View, out: View, n_tokens: int) -> None:
