@@ -168,7 +168,10 @@ def record_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_
     return w, out, names, x.astype(np.float64) @ wref.T + b
 
 
-def check_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, slice_kernel="mul_mv_slices"):
+def check_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, slice_kernel=None):
+    if slice_kernel is None:   # the device's own matrix-vector kernel for 8-token slices (GPUs: Q4_K's is wide)
+        cfg = matmul_module.matvec_config(kc, qtype, rows, cols, MATVEC_MAX_TOKENS)
+        slice_kernel = {"base": "mul_mv_slices", "wide": "mul_mv_wide_slices"}[cfg.kernel]
     w, out, names, ref = record_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes)
     assert np.isfinite(out).all(), "some outputs were not written"
     err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
@@ -192,7 +195,7 @@ def batch_cols(qtype):
 
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
 def test_matvec_slices_every_type(dev, kc, qtype, monkeypatch):
-    """Every type through the base kernel's slices: a partial last slice (17), whole slices only (16),
+    """Every type through its slices kernel (the device's choice for 8 tokens): a partial last slice (17), whole slices only (16),
     chunked weights (rows of 9, 9, 9, 5) with a one-token last slice."""
     cols = batch_cols(qtype)
     check_batches(monkeypatch, dev, kc, qtype, 24, cols, 17, seed=30)
