@@ -8,6 +8,7 @@ reuses memory of tensors no later op reads.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -163,6 +164,8 @@ class DeviceRuntime:
             self._uploader.join()
             self._uploader = None
             phases.add("weight upload (worker thread)", self.upload_seconds)
+            for what, seconds in self.device.transfer.stats.seconds.items():   # summed over the upload threads
+                phases.add(f"upload threads' {what}", seconds)
         err, self._upload_error = self._upload_error, None
         if err is not None and raise_error:
             raise err
@@ -256,7 +259,17 @@ class DeviceRuntime:
         if len(self.model.weights[t.source or name].shape) == 1 or t.role in FLOAT_TABLES:
             return self._allocate_vector(t.source or name, t.part)
         raw, qtype = weight_part(self.model, t.source or name, t.part)
-        return allocate_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts)
+        return allocate_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts,
+                                source=self._file_source(t.source or name) if t.part is None else None)
+
+    def _file_source(self, name: str):
+        """(descriptor, offset) of a whole weight's bytes in the model file, for the upload threads to
+        read (vk/transfer.py); None: copied from the file's map by this thread (LLAMAVK_UPLOAD=map,
+        or a model that is not one GGUF file)."""
+        gguf = getattr(self.model, "gguf", None)
+        if gguf is None or not hasattr(gguf, "file_range") or os.environ.get("LLAMAVK_UPLOAD", "") == "map":
+            return None
+        return gguf.fileno(), gguf.file_range(name)[0]
 
     def _allocate_vector(self, name: str, part=None):
         """A float32 table (a vector, or a small matrix flattened: the DeltaNet convolution's taps),
