@@ -521,6 +521,12 @@ class DeviceRuntime:
         for n in sorted({min(self.n_ubatch, prompt_tokens - i) for i in range(0, prompt_tokens, self.n_ubatch)}):
             self.sequence("last", n, 0)
 
+    def prerecord_scoring(self) -> None:
+        """Record, at load, what perplexity's evaluation replays (token_scorer.py): full
+        all-logits micro-batches in both slots -- not the one-token step, which it never runs."""
+        for slot in range(SLOTS):
+            self.sequence("all", self.n_ubatch_all, slot)
+
     def sequence(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
         segs = self.recordings.get((key, n_tokens, slot))
         if segs is None:

@@ -71,6 +71,12 @@ def leave(code) -> None:
         sys.stderr.flush()
     except OSError:                        # a closed pipe: the output is gone either way
         code = code or 1
-    if os.environ.get("LLAMAVK_FAST_EXIT", "1").strip().lower() in ("0", "off", "false", "no"):
+    if not fast_exit():
         sys.exit(code)
     os._exit(code)
+
+
+def fast_exit() -> bool:
+    """Whether the command ends with os._exit (LLAMAVK_FAST_EXIT, default on): then a command's
+    model need not free its device objects one by one (Model.close(release=False))."""
+    return os.environ.get("LLAMAVK_FAST_EXIT", "1").strip().lower() not in ("0", "off", "false", "no")
