@@ -106,7 +106,6 @@ class Model:
                                                   profile=profile, progress=weight_progress(progress, need.weights),
                                                   background_upload=True, kv_types=kv_types)
                 try:
-                    phases.mark("buffers, KV cache, plans")
                     n_prompt = self._prepare(prepare_prompt)
                     if prerecord == "score":
                         rt.prerecord_scoring()

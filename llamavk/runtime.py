@@ -128,6 +128,7 @@ class DeviceRuntime:
             self.freqs, fill = self._allocate_vector("rope_freqs.weight")
             fills.append((fill, 0))
         device.transfer               # created on this thread, before a worker uses it
+        phases.mark("weight buffers")
         self.upload_seconds = 0.0
         self._uploader: threading.Thread | None = None
         self._upload_error: BaseException | None = None
@@ -195,6 +196,7 @@ class DeviceRuntime:
                     self.ssm.setdefault(op.layer, {}).setdefault(
                         "state", Buffer(device, deltanet.state_bytes(a["n_v_heads"], a["head_dim"])))
         self.state_pos = 0
+        phases.mark("KV cache")
         self.step = Buffer(device, SLOTS * VIEW_ALIGN, host_visible=True)
         self.step_words = [self.step.array(np.uint32, STEP_WORDS, s * VIEW_ALIGN) for s in range(SLOTS)]
         self.ids_stride = _align(n_ubatch * 4)
@@ -209,6 +211,7 @@ class DeviceRuntime:
         self.n_ubatch_all = max(1, min(n_ubatch, max_range // (max(self.n_logits, 1) * 4)))
         self.logits_stride = _align(self.n_ubatch_all * self.n_logits * 4)
         self.logits_buf = Buffer(device, SLOTS * self.logits_stride, host_visible=True) if self.n_logits else None
+        phases.mark("step, logit buffers")
         freqs = View.whole(self.freqs) if self.freqs is not None else None
         self.rope = rope.RopeParams.from_config(self.cfg, freqs)
         self.rope_swa = rope.RopeParams.from_config(self.cfg, freqs, self.cfg.swa_layers.index(True)) \
@@ -232,9 +235,11 @@ class DeviceRuntime:
         if self._step_pass is not None:
             self.fused = {key: self._step_pass(g, False) for key, g in self.fused.items()}
             self.fused_one = {key: self._step_pass(g, True) for key, g in self.fused_one.items()}
+        phases.mark("fused graphs")
         self.plans = {g: plan_activations(g, n_ubatch) for g in
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
+        phases.mark("activation plans, arena")
         self.recordings: dict[tuple[str, int, int], list[CommandSequence]] = {}
         # per recording: the producers chained to their consumers without a barrier, and what those wait for
         self.chains: dict[tuple[str, int, int], list] = {}
