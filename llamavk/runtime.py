@@ -149,14 +149,22 @@ class DeviceRuntime:
 
     def _fill(self, fills, progress) -> None:
         """Queue every weight's copies, then wait for them (on the worker thread, or inline)."""
+        transfer = self.device.transfer
+        stats = transfer.stats
+        transfer.on_job_done = progress       # weights read by the upload threads: as their jobs end
         try:
             for fill, nbytes in fills:
+                queued = stats.file_bytes
                 fill()
-                if progress is not None and nbytes:
-                    progress(nbytes)
-            self.device.transfer.flush()      # the copies were queued as the file was read
+                nbytes -= stats.file_bytes - queued
+                if progress is not None and nbytes > 0:
+                    with stats._lock:
+                        progress(nbytes)
+            transfer.flush()                  # the copies were queued as the file was read
         except BaseException as exc:          # handed to the thread that waits (wait_weights)
             self._upload_error = exc
+        finally:
+            transfer.on_job_done = None
         self.upload_seconds = time.perf_counter() - self._upload_start
 
     def wait_weights(self, raise_error: bool = True) -> None:

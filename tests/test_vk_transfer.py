@@ -194,9 +194,13 @@ def test_a_loaded_model_holds_its_file_s_weights(synthetic_model, monkeypatch):
 
     monkeypatch.setattr(transfer, "SLOT_BYTES", 64 << 10)     # many jobs even for a tiny model
     for arch, qtype in (("llama", "q4_0"), ("qwen3moe", "q8_0"), ("llama", "q4_k")):
-        with llamavk.load(synthetic_model(arch, qtype), warn=lambda m: None) as m:
+        seen = []
+        with llamavk.load(synthetic_model(arch, qtype), warn=lambda m: None,
+                          progress=lambda done, total: seen.append((done, total))) as m:
             rt, f = m.runtime, m.file
             assert rt.device.transfer.stats.jobs > 0
+            # the progress reaches every stored byte, counted once (file jobs as they end)
+            assert seen[-1][0] == seen[-1][1] == rt.weight_bytes() and len(seen) > rt.device.transfer.stats.jobs
             n = 0
             for name, w in rt.weights.items():
                 if not isinstance(w, QWeight):

@@ -90,6 +90,7 @@ class UploadStats:
         self._lock = threading.Lock()
         self.seconds = {"file read": 0.0, "copy into staging": 0.0, "wait for a slot": 0.0, "submit": 0.0}
         self.bytes = 0
+        self.file_bytes = 0    # of which queued as file jobs (upload_file)
         self.jobs = 0
 
     def add(self, what: str, seconds: float) -> None:
@@ -117,6 +118,7 @@ class Transfer:
         self._futures: list = []
         self._bounce = threading.local()
         self.stats = UploadStats()
+        self.on_job_done = None      # called with a file job's bytes once its copy is queued (a load's progress)
 
     # -- slots ----------------------------------------------------------------------------------
     def _acquire(self) -> _Slot:
@@ -202,6 +204,7 @@ class Transfer:
             self._jobs = ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="llamavk-read")
         with self.stats._lock:
             self.stats.bytes += nbytes
+            self.stats.file_bytes += nbytes
         if planar is None:
             step = self.slot_bytes
             for start in range(0, nbytes, step):
@@ -232,8 +235,7 @@ class Transfer:
             self._free.put(slot)
             raise
         self._submit(slot, dst, [(0, dst_offset, n)])
-        with self.stats._lock:
-            self.stats.jobs += 1
+        self._job_done(n)
 
     def _planar_job(self, dst, fd: int, offset: int, n_blocks: int, first: int, n: int, head: int, size: int,
                     dst_offset: int) -> None:
@@ -264,8 +266,13 @@ class Transfer:
             raise
         self._submit(slot, dst, [(0, dst_offset + q * first, n * q),
                                  (n * q, dst_offset + q * n_blocks + head * first, n * head)])
-        with self.stats._lock:
+        self._job_done(n * size)
+
+    def _job_done(self, nbytes: int) -> None:
+        with self.stats._lock:      # also keeps the progress callback to one thread at a time
             self.stats.jobs += 1
+            if self.on_job_done is not None:
+                self.on_job_done(nbytes)
 
     def flush(self) -> None:
         """Wait for every queued job and copy; the first error of a job is raised here."""
