@@ -212,13 +212,19 @@ class DeviceRuntime:
         self.ids_words = [self.ids.array(np.uint32, n_ubatch, s * self.ids_stride) for s in range(SLOTS)]
         # Logits: as wide as this device's part of the output (all of it when alone; none for a
         # device of a split that holds no output rows). All-logits batches may be smaller than
-        # n_ubatch: one logits view must fit maxStorageBufferRange.
+        # n_ubatch: one logits view must fit maxStorageBufferRange. The "last" steps write one row
+        # per slot into a small buffer; the all-logits rows' buffer (2 x 65 MB for a 32000 vocabulary:
+        # pinned host memory, slow to allocate) is made when an "all" step is first recorded.
         logits = graphs["last"].logits
         self.n_logits = logits.width if logits is not None else 0
         max_range = device.info.max_storage_buffer_range or (1 << 31)
         self.n_ubatch_all = max(1, min(n_ubatch, max_range // (max(self.n_logits, 1) * 4)))
         self.logits_stride = _align(self.n_ubatch_all * self.n_logits * 4)
-        self.logits_buf = Buffer(device, SLOTS * self.logits_stride, host_visible=True) if self.n_logits else None
+        self._logits_buf: Buffer | None = None
+        self.last_stride = _align(self.n_logits * 4)
+        self.logits_last = Buffer(device, SLOTS * self.last_stride, host_visible=True) if self.n_logits else None
+        self._slot_all = [False] * SLOTS        # whether a slot's last step wrote into the all-rows buffer
+        self._writes_all: dict[tuple[str, int, int], bool] = {}    # the same per recording
         phases.mark("step, logit buffers")
         freqs = View.whole(self.freqs) if self.freqs is not None else None
         self.rope = rope.RopeParams.from_config(self.cfg, freqs)
@@ -252,6 +258,28 @@ class DeviceRuntime:
         # per recording: the producers chained to their consumers without a barrier, and what those wait for
         self.chains: dict[tuple[str, int, int], list] = {}
         self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
+
+    @property
+    def logits_buf(self) -> Buffer | None:
+        """The all-logits steps' buffer: SLOTS slots of logits_stride bytes (made on first use)."""
+        if self._logits_buf is None and self.n_logits:
+            self._logits_buf = Buffer(self.device, SLOTS * self.logits_stride, host_visible=True)
+        return self._logits_buf
+
+    def _logits_view(self, key: str, graph: Graph, slot: int) -> tuple[View | None, bool]:
+        """Where a step writes its logits, and whether that is the all-rows buffer: "all" steps, and
+        steps whose graph computes the logits of every row (a split's graph may take the last row
+        after the output product) write there; the others' one row goes to the small buffer."""
+        if not self.n_logits:
+            return None, False
+        one_row = False
+        for op in graph.ops:
+            one_row = one_row or op.kind == "last_row"
+            if op.out is graph.logits:
+                break
+        if key == "all" or not one_row:
+            return View(self.logits_buf, slot * self.logits_stride, self.logits_stride), True
+        return View(self.logits_last, slot * self.last_stride, self.last_stride), False
 
     def rope_of(self, layer: int | None) -> rope.RopeParams:
         """The RoPE of a layer: a sliding-window layer's own (gemma3), else the model's."""
@@ -323,7 +351,7 @@ class DeviceRuntime:
         segments = [CommandSequence(self.device, name, profile=self.profile).begin()]
         step = View(self.step, slot * VIEW_ALIGN, VIEW_ALIGN)
         ids = View(self.ids, slot * self.ids_stride, self.ids_stride)
-        logits_view = View(self.logits_buf, slot * self.logits_stride, self.logits_stride) if self.n_logits else None
+        logits_view, self._writes_all[(key, n_tokens, slot)] = self._logits_view(key, graph, slot)
         # a split's partials that their producers write straight into shared host memory (comm.py)
         direct = self.comm.direct_views(graph, n_tokens, slot) if self.comm is not None else {}
         act = lambda t: direct[t] if t in direct else self._view(plan, t, n_tokens)  # noqa: E731
@@ -556,6 +584,7 @@ class DeviceRuntime:
             self.wait_weights()
         self._advance_state(n_past, n)
         segs = self.sequence(key, n, slot)
+        self._slot_all[slot] = self._writes_all.get((key, n, slot), True)
         self.ids_words[slot][:n] = tokens
         words = self.step_words[slot]
         words[STEP_N_PAST] = n_past
@@ -603,7 +632,11 @@ class DeviceRuntime:
     def logits(self, rows: int, slot: int = 0) -> np.ndarray:
         """The last step's logits in `slot` (a view: copy before the slot is used again)."""
         n = self.n_logits
-        return self.logits_buf.array(np.float32, rows * n, slot * self.logits_stride).reshape(rows, n)
+        if self._slot_all[slot]:
+            return self.logits_buf.array(np.float32, rows * n, slot * self.logits_stride).reshape(rows, n)
+        if rows != 1:
+            raise ValueError("a one-row (\"last\") step's slot holds one row of logits")
+        return self.logits_last.array(np.float32, n, slot * self.last_stride).reshape(1, n)
 
     def eval(self, key: str, tokens, n_past: int, seq_len: int = 0) -> np.ndarray:
         """Evaluate tokens at n_past... in micro-batches: every token's logits ("all"), or the last's.
