@@ -2,7 +2,8 @@
 # llamavk perplexity beside llama-perplexity, whole commands timed, each run twice in one call (the
 # first llama-perplexity run compiles its shaders; the second runs are the ones to compare), then
 # llamavk once more with the host's log-softmax (LLAMAVK_PPL_HOST=1: the path before the device
-# reduction) and benchmarks/bench_perplexity.py's breakdown (load, tokenize, evaluation).
+# reduction), a third llamavk run's phases (LLAMAVK_PHASES=1) and benchmarks/bench_perplexity.py's
+# breakdown (load, tokenize, evaluation).
 #
 #   bash benchmarks/perplexity_vs_llamacpp.sh LLAMACPP_DIR BOTCHAN MODEL [MODEL...]
 #
@@ -35,6 +36,10 @@ for m in "$@"; do
     timed "llama-perplexity -ngl 99 (run $run)" "$cpp/llama-perplexity" -m "$m" -f "$text" -c "$ctx" \
       --chunks "$chunks" -ngl 99
   done
+  # where the second llamavk run's wall time went (LLAMAVK_PHASES=1: phases from process start, the
+  # upload threads' file read / copy into staging / wait for a slot / submit beside them)
+  LLAMAVK_PHASES=1 $py -m llamavk perplexity -m "$m" -f "$text" -c "$ctx" --chunks "$chunks" 2>&1 >/dev/null \
+    | grep -E "^phase|in all"
   timed "llamavk, host log-softmax" env LLAMAVK_PPL_HOST=1 $py -m llamavk perplexity -m "$m" -f "$text" -c "$ctx" \
     --chunks "$chunks"
   $py benchmarks/bench_perplexity.py -m "$m" -f "$text" -c "$ctx" --chunks "$chunks" -r 2

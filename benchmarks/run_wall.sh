@@ -12,7 +12,9 @@
 #
 # Each command runs twice (the second run counts: page cache and driver caches warm); the
 # wall time is measured around the whole process. The llamavk lines to read: "phase ..." (where
-# the wall goes, from process start) and llamavk_perf's load / prompt / eval lines. The last
+# the wall goes, from process start; "(of which upload threads' ...)": where the weight upload's
+# threads spent their time, summed over them -- file read, copy into staging, wait for a slot,
+# submit) and llamavk_perf's load / prompt / eval lines. The last
 # section is `llamavk bench -n 128` (tg128) of the same files, for run's eval t/s against it.
 set -u
 cd "$(dirname "$0")/.."

@@ -33,7 +33,6 @@ vector instead of computing silu(gate) * up from two. The same for a mixture of 
 
 from __future__ import annotations
 
-import copy
 from collections import defaultdict
 
 from .graph import Graph, Op
@@ -42,10 +41,8 @@ PRODUCTS = ("matmul", "matmul_id")   # weight products: plain, or with each toke
 
 
 def _copy_ops(graph: Graph) -> list[Op]:
-    ops = [copy.copy(op) for op in graph.ops]
-    for op in ops:
-        op.attrs = dict(op.attrs)
-    return ops
+    # built directly: copy.copy of a dataclass costs ~10x more (7.2B, 8 passes: 30 ms of a load)
+    return [Op(op.kind, op.inputs, op.out, op.layer, dict(op.attrs)) for op in graph.ops]
 
 
 def _graph_like(graph: Graph, ops: list[Op]) -> Graph:

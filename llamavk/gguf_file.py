@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 import mmap
+import os
 import struct
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,6 +270,20 @@ class GGUFFile:
         self.entries = list(header.tensors.values())
         self.file_size = header.file_size
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+        self._fd: int | None = None
+
+    def fileno(self) -> int:
+        """A descriptor of the file opened for reading (weights are read with os.preadv: no page
+        faults on the map), closed when this object goes."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+            weakref.finalize(self, os.close, self._fd)
+        return self._fd
+
+    def file_range(self, name: str) -> tuple[int, int]:
+        """(absolute file offset, bytes) of a tensor's data."""
+        e = self.tensors[name]
+        return e.offset, e.nbytes
 
     def tensor_type(self, name: str) -> GGMLQuantizationType:
         return self.tensors[name].qtype

@@ -8,6 +8,7 @@ reuses memory of tensors no later op reads.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -127,6 +128,7 @@ class DeviceRuntime:
             self.freqs, fill = self._allocate_vector("rope_freqs.weight")
             fills.append((fill, 0))
         device.transfer               # created on this thread, before a worker uses it
+        phases.mark("weight buffers")
         self.upload_seconds = 0.0
         self._uploader: threading.Thread | None = None
         self._upload_error: BaseException | None = None
@@ -147,14 +149,22 @@ class DeviceRuntime:
 
     def _fill(self, fills, progress) -> None:
         """Queue every weight's copies, then wait for them (on the worker thread, or inline)."""
+        transfer = self.device.transfer
+        stats = transfer.stats
+        transfer.on_job_done = progress       # weights read by the upload threads: as their jobs end
         try:
             for fill, nbytes in fills:
+                queued = stats.file_bytes
                 fill()
-                if progress is not None and nbytes:
-                    progress(nbytes)
-            self.device.transfer.flush()      # the copies were queued as the file was read
+                nbytes -= stats.file_bytes - queued
+                if progress is not None and nbytes > 0:
+                    with stats._lock:
+                        progress(nbytes)
+            transfer.flush()                  # the copies were queued as the file was read
         except BaseException as exc:          # handed to the thread that waits (wait_weights)
             self._upload_error = exc
+        finally:
+            transfer.on_job_done = None
         self.upload_seconds = time.perf_counter() - self._upload_start
 
     def wait_weights(self, raise_error: bool = True) -> None:
@@ -163,6 +173,8 @@ class DeviceRuntime:
             self._uploader.join()
             self._uploader = None
             phases.add("weight upload (worker thread)", self.upload_seconds)
+            for what, seconds in self.device.transfer.stats.seconds.items():   # summed over the upload threads
+                phases.add(f"upload threads' {what}", seconds)
         err, self._upload_error = self._upload_error, None
         if err is not None and raise_error:
             raise err
@@ -192,6 +204,7 @@ class DeviceRuntime:
                     self.ssm.setdefault(op.layer, {}).setdefault(
                         "state", Buffer(device, deltanet.state_bytes(a["n_v_heads"], a["head_dim"])))
         self.state_pos = 0
+        phases.mark("KV cache")
         self.step = Buffer(device, SLOTS * VIEW_ALIGN, host_visible=True)
         self.step_words = [self.step.array(np.uint32, STEP_WORDS, s * VIEW_ALIGN) for s in range(SLOTS)]
         self.ids_stride = _align(n_ubatch * 4)
@@ -199,13 +212,20 @@ class DeviceRuntime:
         self.ids_words = [self.ids.array(np.uint32, n_ubatch, s * self.ids_stride) for s in range(SLOTS)]
         # Logits: as wide as this device's part of the output (all of it when alone; none for a
         # device of a split that holds no output rows). All-logits batches may be smaller than
-        # n_ubatch: one logits view must fit maxStorageBufferRange.
+        # n_ubatch: one logits view must fit maxStorageBufferRange. The "last" steps write one row
+        # per slot into a small buffer; the all-logits rows' buffer (2 x 65 MB for a 32000 vocabulary:
+        # pinned host memory, slow to allocate) is made when an "all" step is first recorded.
         logits = graphs["last"].logits
         self.n_logits = logits.width if logits is not None else 0
         max_range = device.info.max_storage_buffer_range or (1 << 31)
         self.n_ubatch_all = max(1, min(n_ubatch, max_range // (max(self.n_logits, 1) * 4)))
         self.logits_stride = _align(self.n_ubatch_all * self.n_logits * 4)
-        self.logits_buf = Buffer(device, SLOTS * self.logits_stride, host_visible=True) if self.n_logits else None
+        self._logits_buf: Buffer | None = None
+        self.last_stride = _align(self.n_logits * 4)
+        self.logits_last = Buffer(device, SLOTS * self.last_stride, host_visible=True) if self.n_logits else None
+        self._slot_all = [False] * SLOTS        # whether a slot's last step wrote into the all-rows buffer
+        self._writes_all: dict[tuple[str, int, int], bool] = {}    # the same per recording
+        phases.mark("step, logit buffers")
         freqs = View.whole(self.freqs) if self.freqs is not None else None
         self.rope = rope.RopeParams.from_config(self.cfg, freqs)
         self.rope_swa = rope.RopeParams.from_config(self.cfg, freqs, self.cfg.swa_layers.index(True)) \
@@ -229,13 +249,37 @@ class DeviceRuntime:
         if self._step_pass is not None:
             self.fused = {key: self._step_pass(g, False) for key, g in self.fused.items()}
             self.fused_one = {key: self._step_pass(g, True) for key, g in self.fused_one.items()}
+        phases.mark("fused graphs")
         self.plans = {g: plan_activations(g, n_ubatch) for g in
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
+        phases.mark("activation plans, arena")
         self.recordings: dict[tuple[str, int, int], list[CommandSequence]] = {}
         # per recording: the producers chained to their consumers without a barrier, and what those wait for
         self.chains: dict[tuple[str, int, int], list] = {}
         self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
+
+    @property
+    def logits_buf(self) -> Buffer | None:
+        """The all-logits steps' buffer: SLOTS slots of logits_stride bytes (made on first use)."""
+        if self._logits_buf is None and self.n_logits:
+            self._logits_buf = Buffer(self.device, SLOTS * self.logits_stride, host_visible=True)
+        return self._logits_buf
+
+    def _logits_view(self, key: str, graph: Graph, slot: int) -> tuple[View | None, bool]:
+        """Where a step writes its logits, and whether that is the all-rows buffer: "all" steps, and
+        steps whose graph computes the logits of every row (a split's graph may take the last row
+        after the output product) write there; the others' one row goes to the small buffer."""
+        if not self.n_logits:
+            return None, False
+        one_row = False
+        for op in graph.ops:
+            one_row = one_row or op.kind == "last_row"
+            if op.out is graph.logits:
+                break
+        if key == "all" or not one_row:
+            return View(self.logits_buf, slot * self.logits_stride, self.logits_stride), True
+        return View(self.logits_last, slot * self.last_stride, self.last_stride), False
 
     def rope_of(self, layer: int | None) -> rope.RopeParams:
         """The RoPE of a layer: a sliding-window layer's own (gemma3), else the model's."""
@@ -256,7 +300,17 @@ class DeviceRuntime:
         if len(self.model.weights[t.source or name].shape) == 1 or t.role in FLOAT_TABLES:
             return self._allocate_vector(t.source or name, t.part)
         raw, qtype = weight_part(self.model, t.source or name, t.part)
-        return allocate_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts)
+        return allocate_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts,
+                                source=self._file_source(t.source or name) if t.part is None else None)
+
+    def _file_source(self, name: str):
+        """(descriptor, offset) of a whole weight's bytes in the model file, for the upload threads to
+        read (vk/transfer.py); None: copied from the file's map by this thread (LLAMAVK_UPLOAD=map,
+        or a model that is not one GGUF file)."""
+        gguf = getattr(self.model, "gguf", None)
+        if gguf is None or not hasattr(gguf, "file_range") or os.environ.get("LLAMAVK_UPLOAD", "") == "map":
+            return None
+        return gguf.fileno(), gguf.file_range(name)[0]
 
     def _allocate_vector(self, name: str, part=None):
         """A float32 table (a vector, or a small matrix flattened: the DeltaNet convolution's taps),
@@ -297,7 +351,7 @@ class DeviceRuntime:
         segments = [CommandSequence(self.device, name, profile=self.profile).begin()]
         step = View(self.step, slot * VIEW_ALIGN, VIEW_ALIGN)
         ids = View(self.ids, slot * self.ids_stride, self.ids_stride)
-        logits_view = View(self.logits_buf, slot * self.logits_stride, self.logits_stride) if self.n_logits else None
+        logits_view, self._writes_all[(key, n_tokens, slot)] = self._logits_view(key, graph, slot)
         # a split's partials that their producers write straight into shared host memory (comm.py)
         direct = self.comm.direct_views(graph, n_tokens, slot) if self.comm is not None else {}
         act = lambda t: direct[t] if t in direct else self._view(plan, t, n_tokens)  # noqa: E731
@@ -508,6 +562,12 @@ class DeviceRuntime:
         for n in sorted({min(self.n_ubatch, prompt_tokens - i) for i in range(0, prompt_tokens, self.n_ubatch)}):
             self.sequence("last", n, 0)
 
+    def prerecord_scoring(self) -> None:
+        """Record, at load, what perplexity's evaluation replays (token_scorer.py): full
+        all-logits micro-batches in both slots -- not the one-token step, which it never runs."""
+        for slot in range(SLOTS):
+            self.sequence("all", self.n_ubatch_all, slot)
+
     def sequence(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
         segs = self.recordings.get((key, n_tokens, slot))
         if segs is None:
@@ -524,6 +584,7 @@ class DeviceRuntime:
             self.wait_weights()
         self._advance_state(n_past, n)
         segs = self.sequence(key, n, slot)
+        self._slot_all[slot] = self._writes_all.get((key, n, slot), True)
         self.ids_words[slot][:n] = tokens
         words = self.step_words[slot]
         words[STEP_N_PAST] = n_past
@@ -571,7 +632,11 @@ class DeviceRuntime:
     def logits(self, rows: int, slot: int = 0) -> np.ndarray:
         """The last step's logits in `slot` (a view: copy before the slot is used again)."""
         n = self.n_logits
-        return self.logits_buf.array(np.float32, rows * n, slot * self.logits_stride).reshape(rows, n)
+        if self._slot_all[slot]:
+            return self.logits_buf.array(np.float32, rows * n, slot * self.logits_stride).reshape(rows, n)
+        if rows != 1:
+            raise ValueError("a one-row (\"last\") step's slot holds one row of logits")
+        return self.logits_last.array(np.float32, n, slot * self.last_stride).reshape(1, n)
 
     def eval(self, key: str, tokens, n_past: int, seq_len: int = 0) -> np.ndarray:
         """Evaluate tokens at n_past... in micro-batches: every token's logits ("all"), or the last's.

@@ -115,13 +115,16 @@ def test_phase_breakdown(synthetic_model):
     rows = re.findall(r"^phase (.+?) +(\d+\.\d) ms   at +(\d+\.\d) ms$", r.stderr, re.M)
     names = [n for n, _, _ in rows]
     assert names == ["interpreter start", "imports, arguments", "GGUF parse", "vocabulary", "Vulkan instance",
-                     "device", "graphs, fit check", "buffers, KV cache, plans", "prompt tokenized", "recordings",
+                     "device", "graphs, fit check", "weight buffers", "KV cache", "step, logit buffers",
+                     "fused graphs", "activation plans, arena", "prompt tokenized", "recordings",
                      "weights in (upload wait)", "prompt, first token", "generation", "teardown"], r.stderr
     at = 0.0
     for _, dur, end in rows:
         at += float(dur)
         assert abs(at - float(end)) < 0.15 * len(rows)
     assert "(of which pipeline creation:" in r.stderr and "(of which weight upload (worker thread):" in r.stderr
+    assert all(f"(of which upload threads' {what}:" in r.stderr
+               for what in ("file read", "copy into staging", "wait for a slot", "submit"))
     quiet = run("-m", path, "-p", "hello", "-n", "3", "--temp", "0", "-c", "64")
     assert quiet.returncode == 0 and "phase " not in quiet.stderr and quiet.stdout == r.stdout
 

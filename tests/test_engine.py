@@ -137,6 +137,25 @@ def test_context_full_stops_generation(synthetic_model):
         assert m.n_past == 16 and len(out) == 13
 
 
+def test_all_rows_logits_buffer_only_when_all_rows_are_asked_for(synthetic_model):
+    """A generation writes one row of logits per slot: the all-rows buffer (n_ubatch x vocab per
+    slot, pinned host memory on GPUs) is made only by the first all-logits step; each way gives
+    the reference's logits, in either order."""
+    path = synthetic_model("llama", "q8_0")
+    tokens = [1, 7, 42, 99, 3]
+    want = ReferenceModel(load_model_file(path)).logits(tokens)
+    with quiet_load(path, n_ctx=64) as m:
+        rt = m.runtime
+        last = m.logits(tokens)
+        assert rt._logits_buf is None
+        every = m.logits(tokens, all=True)
+        assert rt._logits_buf is not None
+        again = m.logits(tokens)
+    tol = 0.003 * np.abs(want).max()
+    assert np.abs(every - want).max() <= tol
+    assert np.abs(last - want[-1]).max() <= tol and np.array_equal(last, again)
+
+
 def test_bad_tokens_and_overlong_prompts_are_clear_errors(synthetic_model):
     with quiet_load(synthetic_model("llama", "q4_0"), n_ctx=16) as m:
         with pytest.raises(llamavk.UsageError, match="outside the vocabulary"):

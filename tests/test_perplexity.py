@@ -257,3 +257,22 @@ def test_kl_divergence_of_tensor_split_against_none(smollm2_path, botchan_text, 
     s = kld_table_totals(split.stdout)
     print(f"tensor vs none: mean KLD {s['kld']:.2e}, RMS dp {s['rms_dp']:.4f}%, same top {s['same']:.2f}%")
     assert s["kld"] < 1e-4 and s["same"] > 97.0 and s["rms_dp"] < 0.5
+
+
+def test_scoring_load_records_the_scoring_steps_and_scores_alike(synthetic_model):
+    """Model(prerecord="score") (the perplexity command's load): the text is tokenized during the
+    load, the all-logits micro-batches of both slots are recorded there and the one-token step is
+    not; the perplexity equals that of a load that records the decode step."""
+    path = synthetic_model("llama", "q8_0")
+    text = " ".join(f"w{i % 37}" for i in range(400))
+    with llamavk.load(path, n_ctx=2 * 64, n_ubatch=64, warn=lambda m: None, prerecord="score",
+                      prepare_prompt=lambda m: m.tokenize(text, parse_special=False)) as m:
+        rt = m.runtime
+        assert set(rt.recordings) == {("all", rt.n_ubatch_all, 0), ("all", rt.n_ubatch_all, 1)}
+        assert m.prepared_tokens == m.tokenize(text, parse_special=False)
+        bos = m.tokenizer.bos_id if m.tokenizer.add_bos else None
+        scored = m.perplexity_tokens(m.prepared_tokens, 64, 3, bos, n_seq=2)
+    with llamavk.load(path, n_ctx=2 * 64, n_ubatch=64, warn=lambda m: None) as m:
+        assert ("last", 1, 0) in m.runtime.recordings
+        plain = m.perplexity(text, 64, 3, n_seq=2)
+    assert scored.ppl == pytest.approx(plain.ppl, rel=1e-6) and scored.count == plain.count

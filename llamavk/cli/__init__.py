@@ -45,7 +45,12 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
+_ENDS_PROCESS = False      # set by main(): the command's process ends with leave()
+
+
 def main() -> None:
+    global _ENDS_PROCESS
+    _ENDS_PROCESS = True
     command = sys.argv[1] if len(sys.argv) > 1 else None
     try:
         build_app([command] if command in COMMANDS else None)()
@@ -74,3 +79,10 @@ def leave(code) -> None:
     if os.environ.get("LLAMAVK_FAST_EXIT", "1").strip().lower() in ("0", "off", "false", "no"):
         sys.exit(code)
     os._exit(code)
+
+
+def fast_exit() -> bool:
+    """Whether the command ends with os._exit (LLAMAVK_FAST_EXIT, default on, and the `llamavk`
+    command itself, not an app invoked in-process by a test or script): then a command's model need
+    not free its device objects one by one (Model.close(release=False))."""
+    return _ENDS_PROCESS and os.environ.get("LLAMAVK_FAST_EXIT", "1").strip().lower() not in ("0", "off", "false", "no")

@@ -28,6 +28,7 @@ import typer
 
 from ..errors import UsageError
 from ..llamacpp_compat import check_common, no_effect_notes
+from . import fast_exit
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
 from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, THREADS
@@ -69,8 +70,10 @@ def perplexity(
 ) -> None:
     """Perplexity of a model over a text file, KL divergence against a base run, or task scores, as
     llama-perplexity computes them."""
+    from .. import phases
     from ..api import load
 
+    phases.mark("imports, arguments")
     with user_errors(verbose):
         n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
         if verbose:
@@ -89,11 +92,11 @@ def perplexity(
         if kld and kld_base is None:
             raise UsageError("--kl-divergence needs --kl-divergence-base FILE (written by a base run)")
 
-        def load_model(n_ctx: int, n_batch: int):
+        def load_model(n_ctx: int, n_batch: int, **kwargs):
             with LoadProgress(model.name if model else "default model") as progress:
                 return load(model, devices=device, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=ubatch_size,
                             n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint, progress=progress,
-                            type_k=cache_type_k, type_v=cache_type_v,
+                            type_k=cache_type_k, type_v=cache_type_v, **kwargs,
                             **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
 
         if task:
@@ -131,12 +134,22 @@ def perplexity(
         if chunks >= 0:
             n_seq = min(n_seq, max(1, chunks))
         t_start = time.perf_counter()
-        with load_model(ctx_size * n_seq, batch_size) as m:
+        # The text is tokenized, and the evaluation's steps recorded, while the weights upload.
+        m = load_model(ctx_size * n_seq, batch_size, prerecord="score",
+                       prepare_prompt=lambda m: m.tokenize(text, parse_special=False))
+        try:
             if verbose:
                 for line in describe_model(m):
                     eprint(line)
-            run_perplexity(m, text, ctx_size, chunks, n_seq, batch_size, kld_base)
+            run_perplexity(m, m.prepared_tokens, ctx_size, chunks, n_seq, batch_size, kld_base)
+            phases.mark("evaluation")
+        finally:
+            m.close(release=not fast_exit())
+        phases.mark("teardown")
         eprint(f"perplexity: {time.perf_counter() - t_start:.2f} s in all")
+        if verbose or phases.requested():
+            for line in phases.report():
+                eprint(line)
 
 
 class _Progress:
@@ -163,10 +176,9 @@ class _Progress:
             self.bar.close()
 
 
-def run_perplexity(m, text: str, ctx_size: int, chunks: int, n_seq: int, batch_size: int, kld_base) -> None:
+def run_perplexity(m, tokens: list[int], ctx_size: int, chunks: int, n_seq: int, batch_size: int, kld_base) -> None:
     from ..perplexity import chunk_plan
 
-    tokens = m.tokenize(text, parse_special=False)
     n_chunks = chunk_plan(len(tokens), ctx_size, chunks)
     n_seq = max(1, min(n_seq, n_chunks))
     eprint(f"perplexity: tokenized the input into {len(tokens)} tokens")

@@ -23,6 +23,7 @@ import typer
 from ..chat_template import chat_messages
 from ..errors import UsageError
 from ..llamacpp_compat import check_common, no_effect_notes, process_escapes
+from . import fast_exit
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
 from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, THREADS
@@ -127,7 +128,7 @@ def run(
                      n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
                      progress=progress, prepare_prompt=prompt_tokens, type_k=cache_type_k, type_v=cache_type_v,
                      **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
-        with m:
+        try:
             if verbose:
                 for line in describe_model(m):
                     eprint(line)
@@ -155,6 +156,8 @@ def run(
             phases.mark("generation")
             for line in perf_report(m.timings, (time.perf_counter() - t_start) * 1e3):
                 eprint(line)
+        finally:
+            m.close(release=not fast_exit())
         phases.mark("teardown")
         if verbose or phases.requested():
             for line in phases.report():

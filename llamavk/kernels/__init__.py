@@ -142,10 +142,12 @@ def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: in
 
 
 def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None,
-                     experts: int = 0):
+                     experts: int = 0, source: tuple[int, int] | None = None):
     """upload_qweight in two steps: (the QWeight, its buffers allocated but not yet written; a
     function that queues the copies of `raw` into them). A load records the forward pass, which
-    needs only the buffers, while another thread runs the copies (runtime.py)."""
+    needs only the buffers, while another thread runs the copies (runtime.py). source = (file
+    descriptor, offset): `raw` is those bytes of that file, read from it by the transfer's upload
+    threads (vk/transfer.py upload_file) rather than copied from `raw` by this thread."""
     import numpy as np
 
     from ..quant import quant_info
@@ -162,9 +164,16 @@ def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: 
         n = min(rows_per_chunk, rows - start)
         chunks.append(WeightChunk(Buffer(device, n * row_bytes), start, n))
 
+    name = getattr(qtype, "name", str(qtype))
+
     def fill() -> None:
-        for c in chunks:     # in staging on return; flushed by the caller
-            device.transfer.upload_pieces(c.buffer, device_pieces(
-                qtype, data[c.row_start * row_bytes:(c.row_start + c.n_rows) * row_bytes]))
+        for c in chunks:     # in staging (or queued) on return; flushed by the caller
+            if source is not None:
+                fd, offset = source
+                device.transfer.upload_file(c.buffer, fd, offset + c.row_start * row_bytes, c.n_rows * row_bytes,
+                                            PLANAR.get(name))
+            else:
+                device.transfer.upload_pieces(c.buffer, device_pieces(
+                    qtype, data[c.row_start * row_bytes:(c.row_start + c.n_rows) * row_bytes]))
 
     return QWeight(qtype, rows, cols, tuple(chunks), experts), fill

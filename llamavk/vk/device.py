@@ -180,10 +180,18 @@ class Device:
         """Release `resource` (anything with .close()) when the device closes."""
         self._closables.append(resource)
 
-    def close(self) -> None:
+    def close(self, release: bool = True) -> None:
+        """Destroy the device and everything registered with it. release=False: wait for its work
+        and save the pipeline cache only (the process is about to exit, which frees the rest)."""
         if self.handle is None:
             return
         vk.vkDeviceWaitIdle(self.handle)
+        if not release:
+            if self._transfer is not None:
+                self._transfer.flush()
+            self.pipeline_cache.save()
+            self.handle = None
+            return
         if self._transfer is not None:
             self._transfer.close()
         for res in reversed(self._closables):

@@ -65,6 +65,21 @@ class TimelineSemaphore:
                                f"(value {value}, reached {self.value})")
         check(result, "vkWaitSemaphores")
 
+    def wait_any_thread(self, value: int, timeout_ns: int = WAIT_TIMEOUT_NS) -> None:
+        """wait() for threads other than the one replaying steps: its own wait structures (wait()
+        reuses prebuilt ones, which two threads must not share)."""
+        values = ffi.new("uint64_t[1]", [value])
+        check(lib.vkGetSemaphoreCounterValue(self.device.handle, self.handle, values), "vkGetSemaphoreCounterValue")
+        if values[0] >= value:
+            return
+        values[0] = value
+        info = new_struct("VkSemaphoreWaitInfo", vk.VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+                          semaphoreCount=1, pSemaphores=self._handles, pValues=values)
+        result = lib.vkWaitSemaphores(self.device.handle, info, timeout_ns)
+        if result == vk.VK_TIMEOUT:
+            raise LlamavkError(f"{self.device.name}: timed out after {timeout_ns / 1e9:.0f} s waiting for a copy")
+        check(result, "vkWaitSemaphores")
+
     def close(self) -> None:
         if self.handle is not None:
             vk.vkDestroySemaphore(self.device.handle, self.handle, None)
