@@ -45,8 +45,10 @@ SLOT_BYTES = 16 << 20
 PARALLEL_BYTES = 4 << 20
 COPY_THREADS = min(4, os.cpu_count() or 1)
 # Threads reading a file's jobs at once (LLAMAVK_UPLOAD_THREADS); slots: two per thread, so that
-# every thread can fill one while the device copies another.
-UPLOAD_THREADS = max(1, int(os.environ.get("LLAMAVK_UPLOAD_THREADS", "0")) or min(4, os.cpu_count() or 1))
+# every thread can fill one while the device copies another. H100 host (16 cores), the 7.2B Q4_0's
+# 4.07 GB from the page cache (benchmarks/bench_upload.py): 1 thread 4.2 GB/s, 4 threads 9.0-9.4,
+# 8 threads 11.8-14.4 (16 or 32 MiB slots alike).
+UPLOAD_THREADS = max(1, int(os.environ.get("LLAMAVK_UPLOAD_THREADS", "0")) or min(8, os.cpu_count() or 1))
 # A planar job reads this many bytes of blocks at a time into its thread's buffer, then splits them.
 BOUNCE_BYTES = 1 << 20
 _pool: ThreadPoolExecutor | None = None
