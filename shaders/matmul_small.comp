@@ -15,12 +15,14 @@
 // float atomics.
 //
 // Per K step of 32 columns (one dequant unit), the workgroup stages W's BM row-units (dequantized to
-// f32, ws[k][row]) and x's BN x 32 activations (xs[k][token]) in shared memory; each thread then
-// accumulates TM consecutive rows x TN consecutive tokens in registers from vec4 reads of shared
-// memory (a warp reads a few distinct vec4s: NR = BM / TM row groups, broadcast to the token groups).
-// All f32 (the error bound of an f32 dot product).
-// Specialization: 0 workgroup size (= (BM / TM) * (BN / TN)), 1 BM, 2 BN, 3 TM, 4 TN (TM, TN
-// multiples of 4; BM a multiple of TM, BN of TN).
+// f32, ws[k][row]; thread r < BM takes row r) and x's BN x 32 activations (xs[k][token]; vec4s spread
+// over all threads, token fastest) in shared memory; each thread then accumulates TM consecutive rows
+// x TN consecutive tokens in registers from vec4 reads of shared memory (a warp reads a few distinct
+// vec4s: NR = BM / TM row groups, broadcast to the token groups). The next step's W and x are loaded
+// into registers before this step's multiply-adds, so their latency overlaps them. All f32 (the error
+// bound of an f32 dot product).
+// Specialization: 0 workgroup size (= (BM / TM) * (BN / TN), at least BM), 1 BM, 2 BN, 3 TM, 4 TN
+// (TM, TN multiples of 4; BM a multiple of TM, BN of TN).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BM = 32;
 layout(constant_id = 2) const uint BN = 64;
@@ -28,6 +30,8 @@ layout(constant_id = 3) const uint TM = 4;
 layout(constant_id = 4) const uint TN = 4;
 #define BK 32
 const uint NR = BM / TM;   // row groups of a tile (threads along rows)
+const uint WG = gl_WorkGroupSize.x;
+const uint XI = (8 * BN + WG - 1) / WG;   // x vec4s per thread per step
 
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X { float x[]; };
@@ -48,6 +52,38 @@ layout(push_constant) uniform Push {
 shared vec4 ws[BK * BM / 4];   // ws[k * BM/4 + r/4][r%4] = W[row0 + r, 32u + k]
 shared vec4 xs[BK * BN / 4];   // xs[k * BN/4 + t/4][t%4] = x[tok0 + t, 32u + k]
 
+vec4 wr[8];    // the next step's W row-unit (threads < BM)
+vec4 xr[XI];   // the next step's x vec4s
+
+void fetch(uint u, uint tid, uint row0, uint tok0, bool x_vec4) {
+    if (tid < BM)
+        dequant_unit(min(row0 + tid, p.n_rows - 1), u, p.cols, wr);
+    [[unroll]] for (uint i = 0; i < XI; ++i) {
+        uint item = tid + i * WG;
+        uint t = item % BN, q = item / BN;              // token, quarter (4 columns) of the unit
+        uint tok = min(tok0 + t, p.n_tokens - 1);       // past the end: a copy, never stored
+        uint c0 = 32 * u + 4 * q;
+        if (x_vec4) {
+            xr[i] = item < 8 * BN && c0 < p.cols ? x4[(tok * p.cols + c0) / 4] : vec4(0.0);
+        } else {
+            [[unroll]] for (uint c = 0; c < 4; ++c)
+                xr[i][c] = item < 8 * BN && c0 + c < p.cols ? x[tok * p.cols + c0 + c] : 0.0;
+        }
+    }
+}
+
+void stage(uint tid) {
+    if (tid < BM)
+        [[unroll]] for (uint i = 0; i < 8; ++i)
+            [[unroll]] for (uint c = 0; c < 4; ++c) ws[(4 * i + c) * (BM / 4) + tid / 4][tid % 4] = wr[i][c];
+    [[unroll]] for (uint i = 0; i < XI; ++i) {
+        uint item = tid + i * WG;
+        uint t = item % BN, q = item / BN;
+        if (item < 8 * BN)   // consecutive threads: consecutive words of xs
+            [[unroll]] for (uint c = 0; c < 4; ++c) xs[(4 * q + c) * (BN / 4) + t / 4][t % 4] = xr[i][c];
+    }
+}
+
 void main() {
     q_chunk_blocks = p.n_rows * (p.cols / QK);
     uint tid = gl_LocalInvocationID.x;
@@ -62,29 +98,13 @@ void main() {
     float acc[TM * TN];   // acc[j * TM + i]: token TN*tt + j, row TM*tr + i
     [[unroll]] for (uint i = 0; i < TM * TN; ++i) acc[i] = 0.0;
 
+    if (u0 < u1)
+        fetch(u0, tid, row0, tok0, x_vec4);
     for (uint u = u0; u < u1; ++u) {
-        // Staging: BM row-units of W, then BN x 8 vec4s of x (token fastest: consecutive threads
-        // write consecutive words of xs), spread over the workgroup.
-        for (uint item = tid; item < BM + 8 * BN; item += gl_WorkGroupSize.x) {
-            if (item < BM) {
-                vec4 w[8];
-                dequant_unit(min(row0 + item, p.n_rows - 1), u, p.cols, w);
-                [[unroll]] for (uint i = 0; i < 8; ++i)
-                    [[unroll]] for (uint c = 0; c < 4; ++c) ws[(4 * i + c) * (BM / 4) + item / 4][item % 4] = w[i][c];
-            } else {
-                uint t = (item - BM) % BN, q = (item - BM) / BN;   // token, quarter (4 columns) of the unit
-                uint tok = min(tok0 + t, p.n_tokens - 1);            // past the end: a copy, never stored
-                uint c0 = 32 * u + 4 * q;
-                vec4 v;
-                if (x_vec4) {
-                    v = c0 < p.cols ? x4[(tok * p.cols + c0) / 4] : vec4(0.0);
-                } else {
-                    [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = c0 + c < p.cols ? x[tok * p.cols + c0 + c] : 0.0;
-                }
-                [[unroll]] for (uint c = 0; c < 4; ++c) xs[(4 * q + c) * (BN / 4) + t / 4][t % 4] = v[c];
-            }
-        }
+        stage(tid);
         barrier();
+        if (u + 1 < u1)
+            fetch(u + 1, tid, row0, tok0, x_vec4);   // in flight during the multiply-adds
         [[unroll]] for (uint k = 0; k < BK; ++k) {
             vec4 a[TM / 4], b[TN / 4];
             [[unroll]] for (uint i = 0; i < TM / 4; ++i) a[i] = ws[k * (BM / 4) + tr * (TM / 4) + i];

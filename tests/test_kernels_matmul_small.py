@@ -117,7 +117,7 @@ def test_plan():
 
 
 def test_env_errors(monkeypatch):
-    for bad in ("32", "32,64,3,4", "32,64,4,4,33", "x", "30,64,4,4"):
+    for bad in ("32", "32,64,3,4", "32,64,4,4,33", "x", "30,64,4,4", "64,16,8,8"):
         with pytest.raises(LlamavkError, match="LLAMAVK_SMALL_GEMM"):
             selection.parse_small_gemm_env(bad)
     assert selection.parse_small_gemm_env("0") is None and selection.parse_small_gemm_env(None) is None

@@ -82,7 +82,7 @@ def _small_gemm_ok(kc, n: int, rows: int, cols: int) -> bool:
 @dataclass(frozen=True)
 class SmallGemmConfig:
     """Tiles of shaders/matmul_small.comp: bm rows x bn tokens per workgroup, tm x tn outputs per thread
-    ((bm / tm) * (bn / tn) threads), ks parts of the columns (0: as many as bring the grid to about
+    ((bm / tm) * (bn / tn) threads, at least bm: thread r stages row r), ks parts of the columns (0: as many as bring the grid to about
     SMALL_GEMM_WORKGROUPS workgroups, parts of at least SMALL_GEMM_MIN_PART_UNITS units of 32
     columns, at most 32: reduce_sum.comp's part mask)."""
     bm: int
@@ -114,8 +114,9 @@ def parse_small_gemm_env(text: str | None) -> SmallGemmConfig | None:
     except (TypeError, ValueError):
         raise LlamavkError(f"LLAMAVK_SMALL_GEMM={text!r}: 0, 1 or bm,bn[,tm,tn[,ks]]") from None
     if min(cfg.bm, cfg.bn, cfg.tm, cfg.tn) <= 0 or cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or \
-            cfg.bn % cfg.tn or not 0 <= cfg.ks <= SMALL_GEMM_MAX_PARTS:
-        raise LlamavkError(f"LLAMAVK_SMALL_GEMM={text!r}: tm, tn multiples of 4 dividing bm, bn; ks 0..32")
+            cfg.bn % cfg.tn or not 0 <= cfg.ks <= SMALL_GEMM_MAX_PARTS or (cfg.bm // cfg.tm) * (cfg.bn // cfg.tn) < cfg.bm:
+        raise LlamavkError(f"LLAMAVK_SMALL_GEMM={text!r}: tm, tn multiples of 4 dividing bm, bn; "
+                           "(bm / tm) * (bn / tn) threads >= bm; ks 0..32")
     return cfg
 
 
