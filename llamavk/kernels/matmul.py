@@ -3,8 +3,11 @@ matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
 
 - `matmul`: y[t, r] = sum_c W[r, c] x[t, c] (+ bias[r]). selection.PRODUCT_KERNELS picks the kernel: up to
   MATVEC_MAX_TOKENS tokens the matrix-vector kernel (reads W once for all tokens: decode and small
-  batches), a little more (short prompts; on GPUs products of few rows at any batch) the same kernel
-  once per MATVEC_MAX_TOKENS-token slice, all full slices in one dispatch; more use cooperative
+  batches), a little more (short prompts; with LLAMAVK_SMALL_GEMM=0 on GPUs products of few rows at
+  any batch) the same kernel
+  once per MATVEC_MAX_TOKENS-token slice, all full slices in one dispatch; on GPUs, products of few
+  rows over more tokens the small-tile kernel (matmul_small.comp, columns split over the grid where
+  the tiles are few, reduce_sum.comp adding the parts); more use cooperative
   matrices where the device has them (matmul_coop.comp, f16 inputs, f32 sums), else the portable
   tiled kernel (matmul.comp, f32).
 - `get_rows`: out[t, :] = dequant(W[ids[t], :]).
@@ -310,8 +313,9 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     x' = x; or rms_norm(x[t]) * norm (norm: float32 [w.cols], epsilon eps); or silu(x) * glu (glu:
     float32 [n_tokens][w.cols]) -- the fused forms exist for matrix-vector batches
     (n_tokens <= MATVEC_MAX_TOKENS) only. Somewhat larger batches (selection.MATVEC_BATCHED_MAX; on GPUs
-    weights of at most selection.SMALL_ROWS rows at any batch) run the matrix-vector kernel once per
-    MATVEC_MAX_TOKENS-token slice (_matvec_batches), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
+    with LLAMAVK_SMALL_GEMM=0 weights of at most selection.SMALL_ROWS rows at any batch) run the
+    matrix-vector kernel once per MATVEC_MAX_TOKENS-token slice (_matvec_batches); on GPUs, weights of
+    at most SMALL_ROWS rows over larger batches the small tiles (_matmul_small), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
     matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual). rope (one
     token, a rope.RopeOut, where matvec_rope_ok allows it): a Q product writes its rows rotated, a K
     or V product writes row n_past of its KV cache instead of y (no residual). wait (a chain.Wait, one

@@ -51,6 +51,7 @@ def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
 # pp32 764 -> 418 (its 8-token kernel is slower). So 16. Software devices: not measured, the same.
 MATVEC_BATCHED_MAX = {"gpu": 16, "cpu": 16}
 # Products of at most this many rows (a mixture of experts' router: 128 x 2048 in Qwen3-30B-A3B) take
+# the small-tile kernel past the short-prompt limit (_small_gemm_ok below), or, with it switched off,
 # the matrix-vector kernel once per MATVEC_MAX_TOKENS tokens at any batch (every full slice in one
 # dispatch: matmul._matvec_batches): cooperative-matrix tiles of 128 rows x 128 tokens gave a
 # 512-token prompt 4 workgroups (H100: 180 us per router product).
