@@ -283,6 +283,7 @@ def test_small_row_products_in_one_dispatch(synthetic_model, monkeypatch):
     rule = lambda kc, n, rows, cols: rows <= selection.SMALL_ROWS and rows % 8 == 0 and cols % 8 == 0  # noqa: E731
     monkeypatch.setattr(selection, "PRODUCT_KERNELS", tuple(
         (name, rule if applies is selection._small_rows_ok else applies) for name, applies in selection.PRODUCT_KERNELS))
+    monkeypatch.setenv("LLAMAVK_SMALL_GEMM", "0")   # GPUs: not the small tiles
     path = synthetic_model("qwen35moe", "q4_0", seed=5, n_expert=16, ssm_dt_rank=8)
     mf = load_model_file(path)
     assert (mf.config.n_expert, mf.weights["blk.0.ssm_alpha.weight"].shape) == (16, (8, 64))
