@@ -42,3 +42,8 @@ for _t in _TYPES:
     VARIANTS[f"mul_mv_slices_{_t}"] = ("matvec.comp", {f"QTYPE_{_t.upper()}": "1", "TOKEN_SLICES": "1"})
 for _t in ["q4_0", "q8_0", "q4_k"]:
     VARIANTS[f"mul_mv_wide_slices_{_t}"] = ("matvec_wide.comp", {f"QTYPE_{_t.upper()}": "1", "TOKEN_SLICES": "1"})
+# Prompt products of few rows and many tokens (routers, DeltaNet alpha/beta; kernels/matmul.py
+# _matmul_small): small tiles, the columns split over the grid's z. Tile sizes are specialization
+# constants (selection.SMALL_GEMM_CONFIGS).
+for _t in _TYPES:
+    VARIANTS[f"mul_mm_small_{_t}"] = ("matmul_small.comp", {f"QTYPE_{_t.upper()}": "1"})

@@ -283,6 +283,7 @@ def test_small_row_products_in_one_dispatch(synthetic_model, monkeypatch):
     rule = lambda kc, n, rows, cols: rows <= selection.SMALL_ROWS and rows % 8 == 0 and cols % 8 == 0  # noqa: E731
     monkeypatch.setattr(selection, "PRODUCT_KERNELS", tuple(
         (name, rule if applies is selection._small_rows_ok else applies) for name, applies in selection.PRODUCT_KERNELS))
+    monkeypatch.setenv("LLAMAVK_SMALL_GEMM", "0")   # GPUs: not the small tiles
     path = synthetic_model("qwen35moe", "q4_0", seed=5, n_expert=16, ssm_dt_rank=8)
     mf = load_model_file(path)
     assert (mf.config.n_expert, mf.weights["blk.0.ssm_alpha.weight"].shape) == (16, (8, 64))
@@ -292,5 +293,27 @@ def test_small_row_products_in_one_dispatch(synthetic_model, monkeypatch):
         got = m.logits(prompt, all=True)
         used = {name for name, _ in m.runtime.kc._kernels}
     assert {"mul_mv_slices_f32", "mul_mv_slices_q4_0"} <= used, sorted(used)
+    tol = 6e-3 if any(n.startswith("mul_mm_coop") for n in used) else 3e-3
+    assert np.abs(got - want).max() < tol * np.abs(want).max()
+
+
+@pytest.mark.parametrize("tiles", ["1", "16,16,4,4,2"])
+def test_small_row_products_in_small_tiles(synthetic_model, monkeypatch, tiles):
+    """The same products past the short-prompt limit on the small-tile kernel (selection._small_gemm_ok,
+    GPUs only, forced here): the whole prompt against the numpy reference, with the default tiles
+    (64 columns: one part) and with 2 parts of the columns (the sum pass, reduce_sum.comp)."""
+    rule = lambda kc, n, rows, cols: n > selection.MATVEC_BATCHED_MAX["gpu"] and rows <= selection.SMALL_ROWS  # noqa: E731
+    monkeypatch.setattr(selection, "PRODUCT_KERNELS", tuple(
+        (name, rule if applies is selection._small_gemm_ok else applies) for name, applies in selection.PRODUCT_KERNELS))
+    monkeypatch.setenv("LLAMAVK_SMALL_GEMM", tiles)
+    path = synthetic_model("qwen35moe", "q4_0", seed=5, n_expert=16, ssm_dt_rank=8)
+    mf = load_model_file(path)
+    prompt = prompt_of(70)
+    want = ReferenceModel(mf).logits(prompt)
+    with quiet(path, n_ctx=128, n_ubatch=48) as m:
+        got = m.logits(prompt, all=True)
+        used = {name for name, _ in m.runtime.kc._kernels}
+    assert {"mul_mm_small_f32", "mul_mm_small_q4_0"} <= used, sorted(used)
+    assert ("reduce_sum_f32" in used) == (tiles != "1"), sorted(used)
     tol = 6e-3 if any(n.startswith("mul_mm_coop") for n in used) else 3e-3
     assert np.abs(got - want).max() < tol * np.abs(want).max()

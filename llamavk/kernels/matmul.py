@@ -3,8 +3,11 @@ matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
 
 - `matmul`: y[t, r] = sum_c W[r, c] x[t, c] (+ bias[r]). selection.PRODUCT_KERNELS picks the kernel: up to
   MATVEC_MAX_TOKENS tokens the matrix-vector kernel (reads W once for all tokens: decode and small
-  batches), a little more (short prompts; on GPUs products of few rows at any batch) the same kernel
-  once per MATVEC_MAX_TOKENS-token slice, all full slices in one dispatch; more use cooperative
+  batches), a little more (short prompts; with LLAMAVK_SMALL_GEMM=0 on GPUs products of few rows at
+  any batch) the same kernel
+  once per MATVEC_MAX_TOKENS-token slice, all full slices in one dispatch; on GPUs, products of few
+  rows over more tokens the small-tile kernel (matmul_small.comp, columns split over the grid where
+  the tiles are few, reduce_sum.comp adding the parts); more use cooperative
   matrices where the device has them (matmul_coop.comp, f16 inputs, f32 sums), else the portable
   tiled kernel (matmul.comp, f32).
 - `get_rows`: out[t, :] = dequant(W[ids[t], :]).
@@ -27,8 +30,10 @@ from ..errors import LlamavkError
 from ..quant import quant_info
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, groups_2d
+from .collective import reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
-                        has_coopmat, product_kernel)
+                        has_coopmat, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
+                        SMALL_GEMM_WORKGROUPS, SmallGemmConfig, small_gemm_config)
 
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
 MATMUL_TILES = {"mul_mm": (64, 64), "mul_mm_coop": (128, 128), "mul_mm_coop_big": (256, 128)}
@@ -308,8 +313,9 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     x' = x; or rms_norm(x[t]) * norm (norm: float32 [w.cols], epsilon eps); or silu(x) * glu (glu:
     float32 [n_tokens][w.cols]) -- the fused forms exist for matrix-vector batches
     (n_tokens <= MATVEC_MAX_TOKENS) only. Somewhat larger batches (selection.MATVEC_BATCHED_MAX; on GPUs
-    weights of at most selection.SMALL_ROWS rows at any batch) run the matrix-vector kernel once per
-    MATVEC_MAX_TOKENS-token slice (_matvec_batches), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
+    with LLAMAVK_SMALL_GEMM=0 weights of at most selection.SMALL_ROWS rows at any batch) run the
+    matrix-vector kernel once per MATVEC_MAX_TOKENS-token slice (_matvec_batches); on GPUs, weights of
+    at most SMALL_ROWS rows over larger batches the small tiles (_matmul_small), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
     matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual). rope (one
     token, a rope.RopeOut, where matvec_rope_ok allows it): a Q product writes its rows rotated, a K
     or V product writes row n_past of its KV cache instead of y (no residual). wait (a chain.Wait, one
@@ -340,6 +346,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         raise LlamavkError("fused norm/residual/glu matmul is only available for matrix-vector batches")
     if family == "mul_mv_batched":
         _matvec_batches(seq, kc, w, x, y, n_tokens, bias)
+    elif family == "mul_mm_small":
+        return _matmul_small(seq, kc, w, x, y, n_tokens, bias)
     elif family == "mul_mv":
         if norm is not None and glu is not None:
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
@@ -433,6 +441,66 @@ def _matvec_slices(seq, kc: KernelCache, cfg: MatvecConfig, w: QWeight, x: View,
         gx, gy, _ = groups_2d((ch.n_rows + rows_per_wg - 1) // rows_per_wg)
         push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, int(bias is not None), rows_per_wg, 0.0)
         seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range, x.range, x.range, x.range], (gx, gy, n_slices), push)
+
+
+def small_gemm_plan(kc: KernelCache, cfg: SmallGemmConfig, n_rows: int, cols: int, n_tokens: int) -> tuple:
+    """(grid x, grid y, parts, units per part) of matmul_small.comp for a chunk of n_rows rows: the
+    tiles, and cfg.ks parts of the columns (0: the most, doubling, that keep the grid within
+    SMALL_GEMM_WORKGROUPS and parts of at least SMALL_GEMM_MIN_PART_UNITS units; a 256-row router at
+    512 tokens by 32 x 64 tiles: 64 tiles, 4 parts of 16 units)."""
+    gx, gy = -(-n_rows // cfg.bm), -(-n_tokens // cfg.bn)
+    n_units = -(-cols // 32)
+    ks = cfg.ks
+    if ks == 0:
+        ks = 1
+        while 2 * ks <= SMALL_GEMM_MAX_PARTS and gx * gy * 2 * ks <= SMALL_GEMM_WORKGROUPS and \
+                n_units >= 2 * ks * SMALL_GEMM_MIN_PART_UNITS:
+            ks *= 2
+    upp = -(-n_units // min(ks, n_units))
+    return gx, gy, -(-n_units // upp), upp   # no empty part
+
+
+def _small_gemm_scratch(kc: KernelCache, nbytes: int) -> Buffer:
+    """matmul_small.comp's per-part sums before reduce_sum.comp adds them: one buffer per power-of-two
+    size on the device, shared by every product (the recorder orders the users: both write it)."""
+    size = 1 << max(12, (nbytes - 1).bit_length())
+    cache = kc.__dict__.setdefault("_small_gemm_scratch", {})
+    if size not in cache:
+        cache[size] = Buffer(kc.device, size)
+    return cache[size]
+
+
+def _matmul_small(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> int:
+    """Record the small-tile product (family mul_mm_small: few rows, many tokens) per weight chunk:
+    one dispatch where the columns are one part, else the parts into a scratch buffer and
+    reduce_sum.comp adding them and the bias into y (a fixed order: the same bits every run).
+    Returns the number of workgroups of the products."""
+    cfg = small_gemm_config(kc)
+    wg = (cfg.bm // cfg.tm) * (cfg.bn // cfg.tn)
+    if wg > (kc.info.max_workgroup_invocations or 1024) or 128 * (cfg.bm + cfg.bn) > (kc.info.max_shared_memory or 49152):
+        raise LlamavkError(f"matmul: small-tile config {cfg.spec()} does not fit this device "
+                           f"({wg} threads, {128 * (cfg.bm + cfg.bn)} bytes of shared memory)")
+    kernel = kc.get(f"mul_mm_small_{type_suffix(w.qtype)}", "rrrw", push_size=32,
+                    spec=(wg, cfg.bm, cfg.bn, cfg.tm, cfg.tn))
+    has_bias = int(bias is not None)
+    b = bias if bias is not None else x   # an unused binding still needs a buffer
+    total = 0
+    for ch in w.chunks:
+        gx, gy, parts, upp = small_gemm_plan(kc, cfg, ch.n_rows, w.cols, n_tokens)
+        if gy > 65535:
+            raise LlamavkError(f"matmul: {n_tokens} tokens make {gy} token tiles (at most 65535)")
+        total += gx * gy * parts
+        if parts == 1:
+            push = struct.pack("<8I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens, upp, 0)
+            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
+            continue
+        stride = n_tokens * ch.n_rows
+        scratch = View(_small_gemm_scratch(kc, 4 * parts * stride), 0, 4 * parts * stride)
+        push = struct.pack("<8I", ch.n_rows, w.cols, ch.n_rows, 0, 0, n_tokens, upp, stride)
+        seq.dispatch(kernel, [ch.buffer, x.range, x.range, scratch.range], (gx, gy, parts), push)
+        reduce_sum(seq, kc, scratch, "f32", (1 << parts) - 1, stride, y, n_tokens, ch.n_rows, ch.n_rows,
+                   base=bias, base_stride=0, base_c0=ch.row_start, out_stride=w.rows, out_c0=ch.row_start)
+    return total
 
 
 def get_rows(seq, kc: KernelCache, w: QWeight, ids: View, out: View, n_tokens: int) -> None:

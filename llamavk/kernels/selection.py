@@ -51,6 +51,7 @@ def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
 # pp32 764 -> 418 (its 8-token kernel is slower). So 16. Software devices: not measured, the same.
 MATVEC_BATCHED_MAX = {"gpu": 16, "cpu": 16}
 # Products of at most this many rows (a mixture of experts' router: 128 x 2048 in Qwen3-30B-A3B) take
+# the small-tile kernel past the short-prompt limit (_small_gemm_ok below), or, with it switched off,
 # the matrix-vector kernel once per MATVEC_MAX_TOKENS tokens at any batch (every full slice in one
 # dispatch: matmul._matvec_batches): cooperative-matrix tiles of 128 rows x 128 tokens gave a
 # 512-token prompt 4 workgroups (H100: 180 us per router product).
@@ -62,11 +63,74 @@ def _small_rows_ok(kc, n: int, rows: int, cols: int) -> bool:
     limit = int(os.environ.get("LLAMAVK_SMALL_ROWS") or SMALL_ROWS)   # A/B: 0 sends them to the tiles
     return rows <= limit and rows % 8 == 0 and cols % 8 == 0 and not kc.info.is_cpu
 
+
+# Products of at most SMALL_ROWS rows over more than MATVEC_BATCHED_MAX tokens on GPUs: the small-tile
+# kernel (shaders/matmul_small.comp: tiles of a few rows x tokens, the columns split over the grid
+# where the tiles alone leave the GPU idle, a second pass adding the parts). H100, 512 tokens, wall
+# per product before it: 8-token slices f32 256x2048 170 us, f16 128x2048 87, q4_0 128x2048 131,
+# q4_0 32x2048 41 (cooperative-matrix tiles: 108, -, 62, -); the work is 0.27 G multiply-adds
+# at most (~10 us). LLAMAVK_SMALL_GEMM=0 keeps the slices (A/B); short prompts keep the slices.
+def small_gemm_enabled() -> bool:
+    return os.environ.get("LLAMAVK_SMALL_GEMM", "1") != "0"
+
+
+def _small_gemm_ok(kc, n: int, rows: int, cols: int) -> bool:
+    limit = int(os.environ.get("LLAMAVK_MV_BATCHED_MAX") or MATVEC_BATCHED_MAX[device_kind(kc)])
+    small = int(os.environ.get("LLAMAVK_SMALL_ROWS") or SMALL_ROWS)
+    return small_gemm_enabled() and n > limit and rows <= small and not kc.info.is_cpu   # any rows, cols
+
+
+@dataclass(frozen=True)
+class SmallGemmConfig:
+    """Tiles of shaders/matmul_small.comp: bm rows x bn tokens per workgroup, tm x tn outputs per thread
+    ((bm / tm) * (bn / tn) threads, at least bm: thread r stages row r), ks parts of the columns (0: as many as bring the grid to about
+    SMALL_GEMM_WORKGROUPS workgroups, parts of at least SMALL_GEMM_MIN_PART_UNITS units of 32
+    columns, at most 32: reduce_sum.comp's part mask)."""
+    bm: int
+    bn: int
+    tm: int = 4
+    tn: int = 4
+    ks: int = 0
+
+    def spec(self) -> str:
+        """The LLAMAVK_SMALL_GEMM spelling of this config."""
+        return f"{self.bm},{self.bn},{self.tm},{self.tn},{self.ks}"
+
+
+# Not measured on a GPU yet (benchmarks/bench_small_rows.py sweeps them): 32 x 64 tiles of 128 threads
+# give a 256-row router at 512 tokens 64 workgroups, split 4 ways along its 2048 columns: 256.
+SMALL_GEMM_CONFIGS = {"gpu": SmallGemmConfig(32, 64, 4, 4), "cpu": SmallGemmConfig(32, 32, 4, 4)}
+SMALL_GEMM_WORKGROUPS = 256
+SMALL_GEMM_MIN_PART_UNITS = 4
+SMALL_GEMM_MAX_PARTS = 32
+
+
+def parse_small_gemm_env(text: str | None) -> SmallGemmConfig | None:
+    """LLAMAVK_SMALL_GEMM: 0 off, unset or 1 the SMALL_GEMM_CONFIGS row, else `bm,bn[,tm,tn[,ks]]`
+    (sweeps)."""
+    if text in (None, "", "0", "1"):
+        return None
+    try:
+        cfg = SmallGemmConfig(*[int(v) for v in text.split(",")])
+    except (TypeError, ValueError):
+        raise LlamavkError(f"LLAMAVK_SMALL_GEMM={text!r}: 0, 1 or bm,bn[,tm,tn[,ks]]") from None
+    if min(cfg.bm, cfg.bn, cfg.tm, cfg.tn) <= 0 or cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or \
+            cfg.bn % cfg.tn or not 0 <= cfg.ks <= SMALL_GEMM_MAX_PARTS or (cfg.bm // cfg.tm) * (cfg.bn // cfg.tn) < cfg.bm:
+        raise LlamavkError(f"LLAMAVK_SMALL_GEMM={text!r}: tm, tn multiples of 4 dividing bm, bn; "
+                           "(bm / tm) * (bn / tn) threads >= bm; ks 0..32")
+    return cfg
+
+
+def small_gemm_config(kc) -> SmallGemmConfig:
+    return parse_small_gemm_env(os.environ.get("LLAMAVK_SMALL_GEMM")) or SMALL_GEMM_CONFIGS[device_kind(kc)]
+
+
 # 1. Weight products: the first row that applies wins.
 PRODUCT_KERNELS = (
     # name              applies when (kc, n_tokens, rows, cols)                why
     ("mul_mv",          lambda kc, n, rows, cols: n <= MATVEC_MAX_TOKENS),    # one pass over W for all tokens
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
+    ("mul_mm_small",    _small_gemm_ok),   # few rows, many tokens: small tiles, columns split (above)
     ("mul_mv_batched",  _small_rows_ok),   # few rows (a router): 128-row tiles leave a few workgroups
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
