@@ -85,7 +85,9 @@ def host_f32(dev, n, poison=True):
     return buf
 
 
-def run_matmul(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, with_bias=False, coopmat=False):
+def record_product(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, with_bias=False):
+    """matmul() of a random weight and x (and bias): (the weight, the output, the dispatched kernel
+    names, the numpy reference in float64)."""
     raw, wref = make_weight(qtype, rows, cols, seed)
     rng = np.random.default_rng(seed + 1)
     x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
@@ -93,19 +95,26 @@ def run_matmul(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None,
     X = Buffer(dev, x.nbytes)
     X.write(x)
     Y = host_f32(dev, n_tokens * rows)
-    bias = None
     ref = x.astype(np.float64) @ wref.T
+    bias = None
     if with_bias:
         b = rng.standard_normal(rows).astype(np.float32)
         B = Buffer(dev, b.nbytes)
         B.write(b)
-        bias = View.whole(B)
-        ref = ref + b
+        bias, ref = View.whole(B), ref + b
     seq = CommandSequence(dev).begin()
+    names = []
+    dispatch = seq.dispatch
+    seq.dispatch = lambda kernel, *a, **k: (names.append(kernel.name), dispatch(kernel, *a, **k))
     matmul(seq, kc, w, View.whole(X), View.whole(Y), n_tokens, bias=bias)
     seq.end().run()
-    out = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows).astype(np.float64)
+    out = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows).copy()
     assert np.isfinite(out).all(), "some outputs were not written"
+    return w, out, names, ref
+
+
+def run_matmul(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, with_bias=False, coopmat=False):
+    w, out, _, ref = record_product(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes, with_bias)
     err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
     assert err < tol(qtype, coopmat), f"{qtype.name} {rows}x{cols} n_tokens={n_tokens}: relative error {err:.2e}"
     return w
@@ -149,23 +158,7 @@ def record_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_
     monkeypatch.setattr(matmul_module, "product_kernel",
                         lambda kc, n, r, c: "mul_mv" if n <= MATVEC_MAX_TOKENS else "mul_mv_batched")
     monkeypatch.setenv("LLAMAVK_SMALL_ROWS_SLICES", slices_env)
-    raw, wref = make_weight(qtype, rows, cols, seed)
-    rng = np.random.default_rng(seed + 1)
-    x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
-    b = rng.standard_normal(rows).astype(np.float32)
-    w = upload_qweight(dev, raw, qtype, rows, cols, max_chunk_bytes=max_chunk_bytes)
-    X, B = Buffer(dev, x.nbytes), Buffer(dev, b.nbytes)
-    X.write(x)
-    B.write(b)
-    Y = host_f32(dev, n_tokens * rows)
-    seq = CommandSequence(dev).begin()
-    names = []
-    dispatch = seq.dispatch
-    seq.dispatch = lambda kernel, *a, **k: (names.append(kernel.name), dispatch(kernel, *a, **k))
-    matmul(seq, kc, w, View.whole(X), View.whole(Y), n_tokens, bias=View.whole(B))
-    seq.end().run()
-    out = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows).copy()
-    return w, out, names, x.astype(np.float64) @ wref.T + b
+    return record_product(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes, with_bias=True)
 
 
 def check_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, slice_kernel=None):

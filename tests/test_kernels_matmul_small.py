@@ -8,15 +8,14 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from llamavk.errors import LlamavkError
-from llamavk.kernels import KernelCache, View, upload_qweight
+from llamavk.kernels import KernelCache
 from llamavk.kernels import matmul as matmul_module
 from llamavk.kernels import selection
-from llamavk.kernels.matmul import MATVEC_MAX_TOKENS, matmul, small_gemm_plan
+from llamavk.kernels.matmul import MATVEC_MAX_TOKENS, small_gemm_plan
 from llamavk.kernels.selection import SmallGemmConfig
 from llamavk.quant import quant_info
-from llamavk.vk import Buffer, CommandSequence
 
-from .test_kernels_matmul import ALL_TYPES, big_cols, host_f32, make_weight, tol
+from .test_kernels_matmul import ALL_TYPES, big_cols, record_product, tol
 
 
 @pytest.fixture(scope="module")
@@ -33,28 +32,7 @@ def forced(monkeypatch):
 
 def run_small(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, with_bias=True):
     """(output, dispatched kernel names, plan of the first chunk); checks the output against numpy."""
-    raw, wref = make_weight(qtype, rows, cols, seed)
-    rng = np.random.default_rng(seed + 1)
-    x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
-    w = upload_qweight(dev, raw, qtype, rows, cols, max_chunk_bytes=max_chunk_bytes)
-    X = Buffer(dev, x.nbytes)
-    X.write(x)
-    Y = host_f32(dev, n_tokens * rows)
-    ref = x.astype(np.float64) @ wref.T
-    bias = None
-    if with_bias:
-        b = rng.standard_normal(rows).astype(np.float32)
-        B = Buffer(dev, b.nbytes)
-        B.write(b)
-        bias, ref = View.whole(B), ref + b
-    seq = CommandSequence(dev).begin()
-    names = []
-    dispatch = seq.dispatch
-    seq.dispatch = lambda kernel, *a, **k: (names.append(kernel.name), dispatch(kernel, *a, **k))
-    matmul(seq, kc, w, View.whole(X), View.whole(Y), n_tokens, bias=bias)
-    seq.end().run()
-    out = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows).copy()
-    assert np.isfinite(out).all(), "some outputs were not written"
+    w, out, names, ref = record_product(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes, with_bias)
     err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
     assert err < tol(qtype), f"{qtype.name} {rows}x{cols} n_tokens={n_tokens}: relative error {err:.2e}"
     tname = quant_info(qtype).name.lower()
