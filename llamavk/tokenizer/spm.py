@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 
 SPACE = "\u2581"
 CACHE_LIMIT = 200_000        # cached segments at most: bounds memory on adversarial input
@@ -41,6 +42,7 @@ class SPM:
         self.unk_id = unk_id
         self._byte_ids: list[int | None] = [self._byte_token(b) for b in range(256)]
         self._glue: set[str] | None = None     # see _before_space
+        self._cut_pattern: re.Pattern | None = None    # see _segments
         self._cache: dict[str, list[int]] = {}
         # The list scan marks "no token" with -inf, so it needs every score finite (a GGUF may hold
         # anything: other vocabularies take the heap). The sum is finite exactly when every score
@@ -79,20 +81,13 @@ class SPM:
 
     def _segments(self, text: str) -> list[str]:
         """`text` cut before each U+2581 whose preceding character no token has before a U+2581
-        (see the module's note: no merge crosses such a cut)."""
-        parts = text.split(SPACE)
-        if len(parts) == 1:
-            return parts
-        glue = self._before_space
-        segs: list[list[str]] = [[parts[0]]]
-        last = parts[0][-1:]                  # the character before the next U+2581
-        for part in parts[1:]:
-            if last and last not in glue:
-                segs.append(["", part])        # joined: U+2581 + part
-            else:                             # the text's start, or a character some token has before it
-                segs[-1].append(part)
-            last = part[-1:] or SPACE         # an empty part: the next U+2581 follows a U+2581
-        return [SPACE.join(seg) for seg in segs]
+        (see the module's note: no merge crosses such a cut). One regex split (a zero-width match:
+        a U+2581 ahead, any character but those behind), not a Python loop over the words."""
+        if self._cut_pattern is None:
+            glue = "".join(re.escape(c) for c in sorted(self._before_space))
+            behind = f"[^{glue}]" if glue else "."
+            self._cut_pattern = re.compile(f"(?<={behind})(?={SPACE})", re.DOTALL)
+        return self._cut_pattern.split(text)
 
     def _encode_segment(self, text: str) -> list[int]:
         n = len(text)
