@@ -91,13 +91,20 @@ def _lookup(entries: list[DeviceEntry], token: str, by_index: bool) -> DeviceEnt
 
 def open_devices(entries: list[DeviceEntry]):
     """Create one logical device per entry. A device named twice becomes two virtual devices,
-    named "Vulkan0" and "Vulkan0#1"."""
+    named "Vulkan0" and "Vulkan0#1". The first one may be the device a command opened early
+    (early_device.py), when it is the same entry."""
+    from .early_device import take
     from .vk.device import Device
     devices, counts = [], {}
     try:
+        early = take(entries[0]) if entries else None
         for e in entries:
             k = counts.get(e.name, 0)
             counts[e.name] = k + 1
+            if early is not None:
+                devices.append(early)
+                early = None
+                continue
             devices.append(Device(e.info, name=e.name if k == 0 else f"{e.name}#{k}"))
     except BaseException:
         for d in devices:

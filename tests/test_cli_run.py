@@ -78,6 +78,14 @@ def test_unknown_device_is_usage_error(synthetic_model):
     one_line_error(run("-m", str(synthetic_model("llama", "q4_0")), "-p", "x", "-dev", "Vulkan9"), 2)
 
 
+def test_bad_visible_devices_is_one_usage_error(synthetic_model):
+    """The early thread's attempt at the default device fails the same way; the load reports it once."""
+    import os
+
+    one_line_error(run("-m", str(synthetic_model("llama", "q4_0")), "-p", "x",
+                       env={**os.environ, "LLAMAVK_VISIBLE_DEVICES": "7"}), 2)
+
+
 def test_ctrl_c_stops_cleanly_and_prints_timings(synthetic_model, monkeypatch):
     """Ctrl-C during generation: the text so far stays on stdout, the timing summary still goes to
     stderr, exit code 130, no traceback."""
@@ -125,7 +133,10 @@ def test_phase_breakdown(synthetic_model):
     assert "(of which pipeline creation:" in r.stderr and "(of which weight upload (worker thread):" in r.stderr
     assert all(f"(of which upload threads' {what}:" in r.stderr
                for what in ("file read", "copy into staging", "wait for a slot", "submit"))
-    quiet = run("-m", path, "-p", "hello", "-n", "3", "--temp", "0", "-c", "64")
+    # no device option: the device was opened on the early thread (llamavk/early_device.py) and taken
+    assert "(of which wait for the device opened on the early thread:" in r.stderr
+    # -sm none names the same device, opened by the load itself: the same completion
+    quiet = run("-m", path, "-p", "hello", "-n", "3", "--temp", "0", "-c", "64", "-sm", "none")
     assert quiet.returncode == 0 and "phase " not in quiet.stderr and quiet.stdout == r.stdout
 
 

@@ -237,6 +237,49 @@ def test_spm_word_segments_equal_one_pass(monkeypatch):
         assert tok._spm.encode(escaped) == tok._spm._encode_segment(escaped), repr(text)
 
 
+def test_spm_segments_with_regex_metacharacters_before_spaces(monkeypatch):
+    """The cut before a U+2581 is a regex built from the characters tokens have before one: those
+    that mean something in a character class (] ^ - \\) must glue as any other."""
+    from llamavk.tokenizer import spm
+
+    monkeypatch.setattr(spm, "LONG_TEXT", 0)
+    chars = [(c, -10.0) for c in "▁ab]^-\\"]
+    tok = Tokenizer.from_metadata(spm_meta(chars + [("]▁", -1.0), ("^▁", -1.5), ("-▁", -2.0), ("\\▁", -2.5),
+                                                    ("▁a", -3.0), ("ab", -3.5)]))
+    rng = np.random.default_rng(7)
+    alphabet = list("ab]^-\\  ")
+    for _ in range(200):
+        text = "".join(rng.choice(alphabet, int(rng.integers(1, 40))))
+        escaped = ("\u2581" + text).replace(" ", "\u2581")
+        assert tok._spm.encode(escaped) == tok._spm._ids(tok._spm._merge_heap(escaped)), repr(text)
+    assert tok._spm._segments("a]▁b▁a^▁a▁b") == ["a]▁b", "▁a^▁a", "▁b"]
+
+
+def test_spm_short_scan_merges_as_the_heap():
+    """Short segments (words) merge with a list scan instead of the heap: the same merge order (best
+    score, leftmost on ties) on random vocabularies with many tied scores, pieces built from merges,
+    characters outside the vocabulary; a vocabulary with a non-finite score keeps the heap."""
+    from llamavk.tokenizer import spm
+
+    rng = np.random.default_rng(11)
+    alphabet = list("ab▁cé")
+    for trial in range(40):
+        pieces = {"".join(rng.choice(alphabet, int(rng.integers(2, 5)))) for _ in range(25)}
+        # few distinct scores: ties everywhere
+        extra = [(c, -10.0) for c in "ab▁c"] + [(p, float(rng.integers(-4, 0))) for p in sorted(pieces)]
+        tok = Tokenizer.from_metadata(spm_meta(extra))
+        s = tok._spm
+        assert s._scan_ok
+        for _ in range(30):
+            text = "".join(rng.choice(alphabet, int(rng.integers(1, spm.SHORT_SEGMENT + 1))))
+            heap = [x for x in s._merge_heap(text) if x]
+            assert s._merge_scan(text) == heap, (trial, text)
+            assert s._encode_segment(text) == s._ids(heap)
+    odd = Tokenizer.from_metadata(spm_meta(CHARS + [("he", float("-inf")), ("ll", float("inf"))]))
+    assert not odd._spm._scan_ok
+    assert odd.encode("hell", add_special=False) == ids_of(odd, "▁", "he", "ll")   # ll (inf), then he (-inf)
+
+
 def test_spm_byte_fallback_and_unk():
     tok = Tokenizer.from_metadata(spm_meta(CHARS))
     assert tok.encode("hé", add_special=False) == ids_of(tok, "▁", "h", "<0xC3>", "<0xA9>")

@@ -46,7 +46,9 @@ def __getattr__(name: str):
 
 
 # Commands that load a model: the Vulkan instance is created on a thread while the command imports
-# and parses (H100 machine: vkCreateInstance and the device queries 66-83 ms of a 1.1B run's 0.74 s).
+# and parses (H100 machine: vkCreateInstance and the device queries 66-83 ms of a 1.1B run's 0.74 s),
+# and the default device opened after it (vkCreateDevice: 80-89 ms more) unless the command line
+# chooses devices.
 EARLY_INSTANCE = ("run", "perplexity")
 
 _ENDS_PROCESS = False      # set by main(): the command's process ends with leave()
@@ -57,8 +59,8 @@ def main() -> None:
     _ENDS_PROCESS = True
     command = sys.argv[1] if len(sys.argv) > 1 else None
     if command in EARLY_INSTANCE and not {"-h", "--help"} & set(sys.argv[2:]):
-        from .early import start_vulkan
-        start_vulkan()
+        from .early import chooses_devices, start_vulkan
+        start_vulkan(open_device=not chooses_devices(sys.argv[2:]))
     try:
         build_app([command] if command in COMMANDS else None)()
         code = 0

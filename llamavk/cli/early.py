@@ -1,20 +1,40 @@
-"""Work a loading command starts before its own imports: the Vulkan instance, on a thread."""
+"""Work a loading command starts before its own imports: the Vulkan instance and, when the command
+line chooses no devices, the default device (llamavk/early_device.py), on a thread."""
 
 from __future__ import annotations
 
 import threading
 
+# Options that choose devices or how a model spreads over them: with any of these the load's first
+# device may be another, so none is opened early (it would cost the driver's work and memory for
+# nothing; the load would close it).
+DEVICE_OPTIONS = ("-dev", "--device", "-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu",
+                  "--max-gpu")
 
-def start_vulkan() -> None:
+
+def chooses_devices(args: list[str]) -> bool:
+    """Whether a command line (sys.argv[2:]) has a device or split option."""
+    return any(a.split("=", 1)[0] in DEVICE_OPTIONS for a in args if a.startswith("-"))
+
+
+def start_vulkan(open_device: bool = False) -> None:
     """Import the Vulkan bindings and create the process's instance (vk/instance.py get_instance) on
     a worker thread: the import and the driver's work in vkCreateInstance and the device queries (C
     calls, run without the GIL) overlap the command's own imports and argument parsing. The load's
     get_instance() then waits for it; if it failed, that call tries again and reports the error
-    where it always has."""
+    where it always has. open_device: then open the default device too (early_device.open_default),
+    which the load takes if it chooses that one."""
+    from .. import early_device
+
+    if open_device:
+        early_device.expect()
+
     def work() -> None:
         try:
             from ..vk.instance import get_instance
             get_instance()
         except BaseException:      # noqa: BLE001 -- reported by the load's own attempt
             pass
+        if open_device:
+            early_device.open_default()
     threading.Thread(target=work, name="llamavk-vulkan", daemon=True).start()
