@@ -126,7 +126,7 @@ def test_windowed_decode_runs_the_windows_splits_only(dev, kc):
     step, smem = step_buffer(dev)
     seq = record(dev, lambda s: attention(s, kc, q_view, kv, vv, out, step, 1, n_head, n_head_kv, hd, n_ctx,
                                           n_splits=8, min_chunk=min_chunk, window=window))
-    ml = kc._attention_scratch[(pl.n_splits, n_head, hd, n_head_kv)][1]
+    ml = kc._shared["attention splits"][(pl.n_splits, n_head, hd, n_head_kv)][1]
     for n_past in (0, 63, 100, 199, 200, 201, 640, 1999, 300):
         before = max(0, n_past + 1 - window)
         kmem[:] = k_all

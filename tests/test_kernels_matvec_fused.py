@@ -265,7 +265,7 @@ def test_matvec_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, 
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=23, resid=True, tol=tol)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=24, norm=True, bias=True, tol=tol)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=25, chunked=True, norm=True, pair=True, tol=tol)
-    scratch = kc_variants.__dict__["_parts_scratch"]
+    scratch = kc_variants._shared["column parts"]
     assert scratch
     for buf in scratch.values():
         assert (np.frombuffer(buf.read(), dtype=np.uint32) == mm.PART_SENTINEL).all()

@@ -539,7 +539,7 @@ def replay_decode(dev, kc, n_head, n_head_kv, hd, n_ctx, n_pasts, seed, active=N
         omem[...] = np.nan
         set_step(smem, n_past, 1)
         if active:
-            ml = kc._attention_scratch[(kw["n_splits"], n_head, hd, n_head_kv)][1]
+            ml = kc._shared["attention splits"][(kw["n_splits"], n_head, hd, n_head_kv)][1]
             ml.write(np.full(kw["n_splits"] * n_head * 2, np.nan, np.float32))
         seq.run()
         ref = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd)

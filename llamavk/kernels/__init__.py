@@ -78,6 +78,18 @@ class KernelCache:
         self.device = device
         self.info = device.info
         self._kernels: dict = {}
+        self._shared: dict = {}
+
+    def shared(self, kind: str, key, make, fits=None):
+        """A device object made once per (kind, key) and shared by every recording on this device:
+        scratch buffers and counters (recordings never run at once, and within one the recorder's
+        barriers order two users that write it). make() builds it; where fits(it) is False (a
+        buffer too small for this batch), it is made again."""
+        store = self._shared.setdefault(kind, {})
+        obj = store.get(key)
+        if obj is None or (fits is not None and not fits(obj)):
+            obj = store[key] = make()
+        return obj
 
     def get(self, name: str, bindings: str, push_size: int = 0, spec=()) -> Kernel:
         key = (name, tuple(spec))
@@ -88,6 +100,13 @@ class KernelCache:
             phases.add("pipeline creation", time.perf_counter() - t0)
             self._kernels[key] = kernel
         return kernel
+
+
+def filled_buffer(device, data) -> Buffer:
+    """A device buffer holding `data` (a numpy array): counters and sentinels a kernel expects at rest."""
+    buf = Buffer(device, data.nbytes)
+    buf.write(data)
+    return buf
 
 
 def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:

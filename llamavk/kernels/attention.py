@@ -13,7 +13,7 @@ matrices where the device has them (shaders/attention_coop.comp, selection.atten
 
 Scratch for the split path (partial outputs, their softmax max/sum, and one completion counter per
 (row block, KV head), zeroed at allocation and reset by the kernel after each use) is allocated on
-first use and cached on the KernelCache (`kc._attention_scratch`, keyed by shape): every recording on
+first use and cached on the KernelCache (`kc.shared("attention splits", shape, ...)`): every recording on
 that device with that shape shares it, layers included (the sequence's barriers order the reuse).
 Sequences that share a KernelCache must therefore not run concurrently, as with any other shared
 activation buffer. The buffers are freed with the device.
@@ -31,6 +31,7 @@ import numpy as np
 from .. import kv_cache
 from ..kv_cache import KVTypes
 from ..vk import Buffer
+from . import filled_buffer
 from .norm import _range
 from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok, device_kind
 
@@ -110,16 +111,9 @@ def _use_decode_kernel(kc, n_tokens: int, rows: int, head_dim: int) -> bool:
 
 
 def _scratch(kc, n_splits: int, n_rows: int, head_dim: int, n_counters: int):
-    cache = kc.__dict__.setdefault("_attention_scratch", {})
-    key = (n_splits, n_rows, head_dim, n_counters)
-    bufs = cache.get(key)
-    if bufs is None:
-        counters = Buffer(kc.device, 4 * n_counters)
-        counters.write(np.zeros(n_counters, dtype=np.uint32))
-        bufs = (Buffer(kc.device, n_splits * n_rows * head_dim * 4), Buffer(kc.device, n_splits * n_rows * 8),
-                counters)
-        cache[key] = bufs
-    opart, ml, counters = bufs
+    opart, ml, counters = kc.shared("attention splits", (n_splits, n_rows, head_dim, n_counters), lambda: (
+        Buffer(kc.device, n_splits * n_rows * head_dim * 4), Buffer(kc.device, n_splits * n_rows * 8),
+        filled_buffer(kc.device, np.zeros(n_counters, dtype=np.uint32))))
     return [(opart, 0, n_splits * n_rows * head_dim * 4), (ml, 0, n_splits * n_rows * 8), (counters, 0, 4 * n_counters)]
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..vk import Buffer
+from . import filled_buffer
 
 SLOT_WORDS = 2   # a counter, and a word the waiting shader keeps its poll count in (never read)
 
@@ -45,12 +45,8 @@ class ChainCounters:
     the same time (as the other scratch buffers)."""
 
     def __init__(self, kc, n_slots: int):
-        cache = kc.__dict__.setdefault("_chain_counters", {})
         size = 4 * SLOT_WORDS * max(1, n_slots)
-        buf = cache.get(size)
-        if buf is None:
-            buf = cache[size] = Buffer(kc.device, size)
-            buf.write(np.zeros(size // 4, dtype=np.uint32))
+        buf = kc.shared("chain counters", size, lambda: filled_buffer(kc.device, np.zeros(size // 4, np.uint32)))
         self.range = (buf, 0, size)
         self.n_slots = n_slots
         self.used = 0

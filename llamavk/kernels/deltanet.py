@@ -115,14 +115,11 @@ def scan_columns(kc, head_dim: int) -> int:
 def _chunk_scratch(kc, nbytes: int) -> View:
     """The chunked form's per-chunk factors: one buffer per device, shared by every layer (the
     recording's barriers order a layer's use after the previous one's), grown to the largest batch."""
-    cache = kc.__dict__.setdefault("_gdn_scratch", {})
-    buf = cache.get("buf")
-    if buf is None or buf.size < nbytes:
-        max_range = kc.info.max_storage_buffer_range or (1 << 31)
-        if nbytes > max_range:
-            raise LlamavkError(f"delta_net: a batch needs {nbytes >> 20} MiB of chunk scratch, more than one "
-                               f"buffer may hold here ({max_range >> 20} MiB): use a smaller -ub")
-        buf = cache["buf"] = Buffer(kc.device, nbytes)
+    max_range = kc.info.max_storage_buffer_range or (1 << 31)
+    if nbytes > max_range:
+        raise LlamavkError(f"delta_net: a batch needs {nbytes >> 20} MiB of chunk scratch, more than one "
+                           f"buffer may hold here ({max_range >> 20} MiB): use a smaller -ub")
+    buf = kc.shared("delta rule chunks", None, lambda: Buffer(kc.device, nbytes), fits=lambda b: b.size >= nbytes)
     return View(buf, 0, nbytes)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import LlamavkError
 from ..quant import quant_info
 from ..vk import Buffer
-from . import KernelCache, QWeight, View, groups_2d
+from . import KernelCache, QWeight, View, filled_buffer, groups_2d
 from .collective import reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
                         has_coopmat, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
@@ -284,11 +284,8 @@ def _parts_scratch(kc: KernelCache, rows: int, parts: int) -> tuple:
     """The stream kernel's KSPLIT buffer for a matrix of `rows` rows: partial sums [2][parts][rows]
     (a pair's second matrix after the first), every slot PART_SENTINEL between dispatches. Shared by
     every product of that shape on the device: the recorder orders two users (both write it)."""
-    cache = kc.__dict__.setdefault("_parts_scratch", {})
-    buf = cache.get((rows, parts))
-    if buf is None:
-        buf = cache[(rows, parts)] = Buffer(kc.device, 8 * rows * parts)
-        buf.write(np.full(2 * rows * parts, PART_SENTINEL, dtype=np.uint32))
+    buf = kc.shared("column parts", (rows, parts),
+                    lambda: filled_buffer(kc.device, np.full(2 * rows * parts, PART_SENTINEL, dtype=np.uint32)))
     return (buf, 0, 8 * rows * parts)
 
 
@@ -464,10 +461,7 @@ def _small_gemm_scratch(kc: KernelCache, nbytes: int) -> Buffer:
     """matmul_small.comp's per-part sums before reduce_sum.comp adds them: one buffer per power-of-two
     size on the device, shared by every product (the recorder orders the users: both write it)."""
     size = 1 << max(12, (nbytes - 1).bit_length())
-    cache = kc.__dict__.setdefault("_small_gemm_scratch", {})
-    if size not in cache:
-        cache[size] = Buffer(kc.device, size)
-    return cache[size]
+    return kc.shared("small-tile parts", size, lambda: Buffer(kc.device, size))
 
 
 def _matmul_small(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> int:

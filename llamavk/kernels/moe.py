@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import LlamavkError
 from ..vk import Buffer
-from . import KernelCache, QWeight, View, groups_2d
+from . import KernelCache, QWeight, View, filled_buffer, groups_2d
 from .matmul import MATMUL_TILES, MATVEC_MAX_TOKENS, _check_view, type_suffix
 from .selection import moe_product_kernel
 
@@ -78,13 +78,9 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
     n_expert = w.rows
     _check_view(x, 4 * n_tokens * w.cols, "moe router x")
     _check_view(out, 8 * n_tokens * n_used, "moe router out")
-    cache = kc.__dict__.setdefault("_moe_router", {})
-    scratch = cache.get(n_expert)
-    if scratch is None:
-        counts = Buffer(kc.device, 4 * MATVEC_MAX_TOKENS)
-        counts.write(np.zeros(MATVEC_MAX_TOKENS, np.uint32))     # zero between runs (the kernel resets it)
-        scratch = cache[n_expert] = (Buffer(kc.device, 4 * MATVEC_MAX_TOKENS * n_expert), counts)
-    logits, counts = scratch
+    logits, counts = kc.shared("moe router", n_expert, lambda: (
+        Buffer(kc.device, 4 * MATVEC_MAX_TOKENS * n_expert),
+        filled_buffer(kc.device, np.zeros(MATVEC_MAX_TOKENS, np.uint32))))   # zero between runs (the kernel resets it)
     if wait is not None and n_tokens != 1:
         raise LlamavkError("moe router: chaining without a barrier takes one token")
     kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwwww", push_size=36,
@@ -99,11 +95,8 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
 def group_scratch(kc: KernelCache, n_expert: int, n_tokens: int) -> View:
     """The device's buffer of per-expert token lists (moe_group.comp), shared by every layer: the
     recorder's barriers order one layer's grouping after the previous layer's products."""
-    cache = kc.__dict__.setdefault("_moe_groups", {})
     words = n_expert * (n_tokens + 1) + GROUP_PAD
-    buf = cache.get(n_expert)
-    if buf is None or buf.size < 4 * words:
-        buf = cache[n_expert] = Buffer(kc.device, 4 * words)
+    buf = kc.shared("moe groups", n_expert, lambda: Buffer(kc.device, 4 * words), fits=lambda b: b.size >= 4 * words)
     return View(buf, 0, 4 * words)
 
 
