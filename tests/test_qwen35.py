@@ -275,15 +275,14 @@ def test_gathered_weight_parts(synthetic_model, qtype):
         assert (got_type == mf.tensor_type(name)) == aligned or qtype == "f16"
 
 
-def test_small_row_products_in_one_dispatch(synthetic_model, monkeypatch):
-    """The router and the DeltaNet alpha/beta products of a prompt (few rows: selection.SMALL_ROWS,
-    GPUs only, forced here) as the matrix-vector kernel over every 8-token slice in one dispatch: the
-    whole prompt against the numpy reference. Rows multiples of 8 (16 experts, 8 value heads), as the
-    rule needs; micro-batches of 48 and 22 tokens (6 slices; 2 slices and a partial one of 6)."""
-    rule = lambda kc, n, rows, cols: rows <= selection.SMALL_ROWS and rows % 8 == 0 and cols % 8 == 0  # noqa: E731
+def small_row_prompt(synthetic_model, monkeypatch, rule_of, rule, small_gemm: str) -> set:
+    """A qwen35moe prompt with the selection row `rule_of` (a selection function, GPUs only) replaced
+    by `rule` (forced here), LLAMAVK_SMALL_GEMM=small_gemm: its logits against the numpy reference;
+    returns the kernels the device used. 16 experts and 8 value heads: the router and the alpha/beta
+    products have rows in multiples of 8; micro-batches of 48 and 22 tokens."""
     monkeypatch.setattr(selection, "PRODUCT_KERNELS", tuple(
-        (name, rule if applies is selection._small_rows_ok else applies) for name, applies in selection.PRODUCT_KERNELS))
-    monkeypatch.setenv("LLAMAVK_SMALL_GEMM", "0")   # GPUs: not the small tiles
+        (name, rule if applies is rule_of else applies) for name, applies in selection.PRODUCT_KERNELS))
+    monkeypatch.setenv("LLAMAVK_SMALL_GEMM", small_gemm)
     path = synthetic_model("qwen35moe", "q4_0", seed=5, n_expert=16, ssm_dt_rank=8)
     mf = load_model_file(path)
     assert (mf.config.n_expert, mf.weights["blk.0.ssm_alpha.weight"].shape) == (16, (8, 64))
@@ -292,28 +291,26 @@ def test_small_row_products_in_one_dispatch(synthetic_model, monkeypatch):
     with quiet(path, n_ctx=128, n_ubatch=48) as m:
         got = m.logits(prompt, all=True)
         used = {name for name, _ in m.runtime.kc._kernels}
-    assert {"mul_mv_slices_f32", "mul_mv_slices_q4_0"} <= used, sorted(used)
     tol = 6e-3 if any(n.startswith("mul_mm_coop") for n in used) else 3e-3
     assert np.abs(got - want).max() < tol * np.abs(want).max()
+    return used
+
+
+def test_small_row_products_in_one_dispatch(synthetic_model, monkeypatch):
+    """The router and the DeltaNet alpha/beta products of a prompt (few rows: selection.SMALL_ROWS)
+    as the matrix-vector kernel over every 8-token slice in one dispatch (6 slices; 2 slices and a
+    partial one of 6), the small tiles off."""
+    rule = lambda kc, n, rows, cols: rows <= selection.SMALL_ROWS and rows % 8 == 0 and cols % 8 == 0  # noqa: E731
+    used = small_row_prompt(synthetic_model, monkeypatch, selection._small_rows_ok, rule, "0")
+    assert {"mul_mv_slices_f32", "mul_mv_slices_q4_0"} <= used, sorted(used)
 
 
 @pytest.mark.parametrize("tiles", ["1", "16,16,4,4,2"])
 def test_small_row_products_in_small_tiles(synthetic_model, monkeypatch, tiles):
-    """The same products past the short-prompt limit on the small-tile kernel (selection._small_gemm_ok,
-    GPUs only, forced here): the whole prompt against the numpy reference, with the default tiles
-    (64 columns: one part) and with 2 parts of the columns (the sum pass, reduce_sum.comp)."""
+    """The same products past the short-prompt limit on the small-tile kernel (selection._small_gemm_ok),
+    with the default tiles (64 columns: one part) and with 2 parts of the columns (the sum pass,
+    reduce_sum.comp)."""
     rule = lambda kc, n, rows, cols: n > selection.MATVEC_BATCHED_MAX["gpu"] and rows <= selection.SMALL_ROWS  # noqa: E731
-    monkeypatch.setattr(selection, "PRODUCT_KERNELS", tuple(
-        (name, rule if applies is selection._small_gemm_ok else applies) for name, applies in selection.PRODUCT_KERNELS))
-    monkeypatch.setenv("LLAMAVK_SMALL_GEMM", tiles)
-    path = synthetic_model("qwen35moe", "q4_0", seed=5, n_expert=16, ssm_dt_rank=8)
-    mf = load_model_file(path)
-    prompt = prompt_of(70)
-    want = ReferenceModel(mf).logits(prompt)
-    with quiet(path, n_ctx=128, n_ubatch=48) as m:
-        got = m.logits(prompt, all=True)
-        used = {name for name, _ in m.runtime.kc._kernels}
+    used = small_row_prompt(synthetic_model, monkeypatch, selection._small_gemm_ok, rule, tiles)
     assert {"mul_mm_small_f32", "mul_mm_small_q4_0"} <= used, sorted(used)
     assert ("reduce_sum_f32" in used) == (tiles != "1"), sorted(used)
-    tol = 6e-3 if any(n.startswith("mul_mm_coop") for n in used) else 3e-3
-    assert np.abs(got - want).max() < tol * np.abs(want).max()
