@@ -32,8 +32,15 @@
 // they read was complete before the producer started), then wait in the shader for the producer's
 // workgroup count, then read x through coherent aliases. A SIGNAL product's workgroups count
 // themselves done once their stores are visible.
+// XS > 0: the workgroup's x' rows (one: the token's, or the slot's; SUM of XSLOT rows: the token's
+// n_used slots) are staged once into shared memory (XS vec4s), read from global memory coalesced,
+// with NORM (the sum of squares summed over the workgroup) or GLU applied. Why: a lane's unit is 8
+// consecutive vec4s of x, so reading x straight from memory makes every load instruction of a
+// subgroup touch 32 cache lines (stride 128 bytes), x and the norm weights twice the weights' loads
+// in number. vec4 e of unit u sits at slot 8 u + (e ^ (u & 7)): the 8 lanes of a quarter-subgroup
+// reading one e hit different banks. XS == 0 (rows too wide for shared memory): x from memory.
 // Specialization: 0 workgroup size, 1 TPR, 2 C, 3 RJ, 4 NORM, 5 GLU, 6 SUM, 7 XSLOT, 8 RESID, 9 PAIR,
-// 10 WAIT, 11 SIGNAL.
+// 10 WAIT, 11 SIGNAL, 12 XS, 13 RED.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TPR = 32;
 layout(constant_id = 2) const uint C = 1;
@@ -46,7 +53,10 @@ layout(constant_id = 8) const bool RESID = false;
 layout(constant_id = 9) const bool PAIR = false;
 layout(constant_id = 10) const bool WAIT = false;
 layout(constant_id = 11) const bool SIGNAL = false;
+layout(constant_id = 12) const uint XS = 0;
+layout(constant_id = 13) const uint RED = 1;   // SUM: n_used x rows_per_wg (the host checks <= 2048)
 const uint NM = PAIR ? 2 : 1;   // matrices per product
+const bool SLOT_ROWS = SUM && XSLOT;   // XS: the token's n_used slot rows are staged
 
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
@@ -75,11 +85,44 @@ layout(push_constant) uniform Push {
     uint signal_slot;  // SIGNAL: this product's counter
 } p;
 
-#define RED_LEN 2048
-shared float red[RED_LEN];   // SUM: per slot, the workgroup's rows (n_used x rows_per_wg <= RED_LEN)
+// Shared arrays sized by specialization: what a variant does not use takes no shared memory (on
+// NVIDIA a kernel's shared memory decides the SM's L1/shared split, and kernels of different splits
+// do not share an SM)
+shared float red[RED];   // SUM: per slot, the workgroup's rows
+shared vec4 xs[XS > 0 ? XS : 1];   // XS: the staged x' rows (header)
+shared float red_ss[128];          // XS with NORM: per subgroup, its threads' sums of squares
 
-// x' for the 8 vec4s of unit u of x row xrow (the sum of squares of x goes to ss)
-void xunit(uint xrow, uint u, inout float ss, out vec4 xv[8]) {
+// XS: stage the x' rows starting at x row row0 (n_rows of them); returns the whole row's sum of
+// squares (NORM, one row), the same in every thread. Every thread of the workgroup calls this.
+float stage_x(uint row0, uint n_rows) {
+    uint cols4 = p.cols / 4, n = n_rows * cols4;
+    float ss = 0.0;
+    for (uint k = gl_LocalInvocationIndex; k < n; k += gl_WorkGroupSize.x) {
+        uint r = k / cols4, kk = k % cols4, idx = row0 * cols4 + k;
+        vec4 v = WAIT ? x4c[idx] : x4[idx];
+        if (NORM) { ss += dot(v, v); v *= nw4[kk]; }
+        if (GLU) v = v / (1.0 + exp(min(-v, vec4(80.0)))) * (WAIT ? up4c[idx] : up4[idx]);
+        uint u = kk / 8, e = kk % 8;
+        xs[r * cols4 + 8 * u + (e ^ (u & 7u))] = v;
+    }
+    if (NORM) {
+        ss = subgroupAdd(ss);
+        if (subgroupElect()) red_ss[gl_SubgroupID] = ss;
+    }
+    barrier();
+    float total = 0.0;
+    if (NORM) for (uint i = 0; i < gl_NumSubgroups; ++i) total += red_ss[i];
+    return total;
+}
+
+// x' for the 8 vec4s of unit u of x row xrow (the sum of squares of x goes to ss); XS: of staged
+// row xr
+void xunit(uint xrow, uint xr, uint u, inout float ss, out vec4 xv[8]) {
+    if (XS > 0) {
+        uint b = xr * (p.cols / 4) + 8 * u, sw = u & 7u;
+        [[unroll]] for (uint k = 0; k < 8; ++k) xv[k] = xs[b + (k ^ sw)];
+        return;
+    }
     [[unroll]] for (uint k = 0; k < 8; ++k) {
         uint kk = 8 * u + k, idx = (xrow * p.cols) / 4 + kk;
         vec4 v = WAIT ? x4c[idx] : x4[idx];
@@ -158,13 +201,16 @@ void main() {
     }
 #endif
     if (WAIT) wait_for_producer();
+    float ss_all = 0.0;
+    if (XS > 0) ss_all = stage_x(SLOT_ROWS ? t * p.n_used : xrow, SLOT_ROWS ? p.n_used : 1);
+    uint xr = SLOT_ROWS ? s : 0;
     if (mine) {
 #if defined(QPLANAR)
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = c + TPR * i;
             if (u < n_units) {
                 vec4 xv[8];
-                xunit(xrow, u, ss, xv);
+                xunit(xrow, xr, u, ss, xv);
                 [[unroll]] for (uint m = 0; m < NM; ++m) {
                     [[unroll]] for (uint j = 0; j < RJ; ++j) {
                         float tq = 0.0;
@@ -186,7 +232,7 @@ void main() {
 #elif defined(QFLOAT)
         for (uint u = c; u < n_units; u += TPR) {
             vec4 xv[8];
-            xunit(xrow, u, ss, xv);
+            xunit(xrow, xr, u, ss, xv);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint base = wrow[j] * p.cols + 32 * u;
                 [[unroll]] for (uint k = 0; k < 8; ++k) {
@@ -198,7 +244,7 @@ void main() {
 #else
         for (uint u = c; u < n_units; u += TPR) {
             vec4 xv[8];
-            xunit(xrow, u, ss, xv);
+            xunit(xrow, xr, u, ss, xv);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 vec4 w[8];
                 dequant_unit(wrow[j], u, p.cols, w);
@@ -208,7 +254,7 @@ void main() {
 #endif
     }
     float scale = 1.0;
-    if (NORM) scale = inversesqrt(lanes_sum(ss) / float(p.cols) + p.eps);
+    if (NORM) scale = inversesqrt((XS > 0 ? ss_all : lanes_sum(ss)) / float(p.cols) + p.eps);
     [[unroll]] for (uint m = 0; m < NM; ++m)
         [[unroll]] for (uint j = 0; j < RJ; ++j) acc[m][j] = lanes_sum(acc[m][j]) * scale;
 

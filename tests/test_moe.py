@@ -183,6 +183,23 @@ def test_matmul_id_decode(dev, kc, qtype):
         run_matmul_id(dev, kc, qtype, 1, pair=True, chunk_experts=3, seed=7)
 
 
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.F16], ids=lambda t: t.name)
+def test_matmul_id_decode_x_from_memory(dev, kc, qtype, monkeypatch):
+    # x' read straight from memory, as for rows too wide to stage in shared memory (matvec_id.comp XS 0)
+    monkeypatch.setenv("LLAMAVK_MVID_STAGE", "0")
+    assert moe.matvec_id_staged(kc, 256, 1) == 0
+    run_matmul_id(dev, kc, qtype, 3, norm=True, seed=12)
+    run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=13)
+    if qtype in (T.Q4_0, T.Q8_0):
+        run_matmul_id(dev, kc, qtype, 2, norm=True, pair=True, seed=14)
+
+
+def test_matmul_id_stages_x_where_it_fits(kc):
+    assert moe.matvec_id_staged(kc, 2048, 1) == 512                   # 8 KiB: one token's row
+    assert moe.matvec_id_staged(kc, 768, 4) == 768                    # the down product's 4 slot rows
+    assert moe.matvec_id_staged(kc, 8192, 8) == 0                     # 256 KiB: from memory
+
+
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_matmul_id_prompt(dev, kc, qtype):
     # 4 experts x 2 slots over 150 tokens: ~75 tokens per expert (two token tiles of 64), 70 rows

@@ -39,7 +39,8 @@ MATVEC_ID_WG = 128
 # 4). Yet in the model's decode step 16 loses: tg128 261.8 at 8 against 244.8-253.9 at 16 (same
 # call). So 8. LLAMAVK_MVID=loads,wg overrides (A/B).
 MATVEC_ID_LOADS = 8
-MATVEC_ID_RED = 2048    # matvec_id.comp RED_LEN: slots x rows of a SUM workgroup
+MATVEC_ID_RED = 2048    # matvec_id.comp RED at most: slots x rows of a SUM workgroup
+MATVEC_ID_STAGE_MAX = 32768   # bytes of x' a matvec_id.comp workgroup stages at most (XS)
 GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
 
 
@@ -135,6 +136,18 @@ def matvec_id_tuning() -> tuple[int, int]:
     return loads, wg
 
 
+def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = False) -> int:
+    """matvec_id.comp's XS: the vec4s of x' a workgroup stages in shared memory (rows x cols), or 0
+    where they would not fit beside its other shared arrays (x then comes from memory).
+    LLAMAVK_MVID_STAGE=0 turns staging off, =1 (default) on, =s for the slot-summing products only,
+    =t for the others only (A/B)."""
+    mode = os.environ.get("LLAMAVK_MVID_STAGE", "1")
+    if mode == "0" or (mode == "s" and not summing) or (mode == "t" and summing):
+        return 0
+    room = (kc.info.max_shared_memory or 16384) - (4 * MATVEC_ID_RED if summing else 0) - 1024
+    return rows * cols // 4 if 4 * rows * cols <= min(room, MATVEC_ID_STAGE_MAX) else 0
+
+
 def matvec_id_pairs(w: QWeight, p: QWeight) -> bool:
     """Whether the one-token expert product can take w and p as a gate/up pair (matvec_id.comp PAIR):
     planar types (16-byte loads of both), the same type, shape and expert chunks."""
@@ -192,7 +205,9 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
             wg = max(matvec_id_tuning()[1], sg)
             rows_per_wg = wg // sg * g * rj
         spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
-                pair is not None, wait is not None, signal is not None)
+                pair is not None, wait is not None, signal is not None,
+                matvec_id_staged(kc, cols, n_used if sum_slots and xslot else 1, sum_slots),
+                n_used * rows_per_wg if sum_slots else 1)
         kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrrw", push_size=40, spec=spec)
         grid = ((R + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
         pair_chunks = pair.chunks if pair is not None else w.chunks
