@@ -12,6 +12,9 @@ DEVICE_OPTIONS = ("-dev", "--device", "-sm", "--split-mode", "-ts", "--tensor-sp
                   "--max-gpu")
 
 
+IMPORT_WAIT_S = 0.5   # at most: a thread that does not get there leaves the command to go on
+
+
 def chooses_devices(args: list[str]) -> bool:
     """Whether a command line (sys.argv[2:]) has a device or split option."""
     return any(a.split("=", 1)[0] in DEVICE_OPTIONS for a in args if a.startswith("-"))
@@ -28,13 +31,23 @@ def start_vulkan(open_device: bool = False) -> None:
 
     if open_device:
         early_device.expect()
+    imported = threading.Event()
 
     def work() -> None:
         try:
-            from ..vk.instance import get_instance
+            try:
+                from .. import devices  # noqa: F401 -- imported now, while the main thread waits
+                from ..vk.instance import get_instance
+            finally:
+                imported.set()
             get_instance()
         except BaseException:      # noqa: BLE001 -- reported by the load's own attempt
             pass
         if open_device:
             early_device.open_default()
     threading.Thread(target=work, name="llamavk-vulkan", daemon=True).start()
+    # The thread's imports are Python work: run alongside the command's own imports, both would take
+    # turns on the interpreter lock, and the driver calls after them (instance, device: ~150 ms on
+    # an H100 machine) would start only when both were nearly done -- the load then waited ~90 ms
+    # for its device. Waiting here for those imports lets the driver calls overlap everything after.
+    imported.wait(IMPORT_WAIT_S)
