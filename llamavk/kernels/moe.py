@@ -136,13 +136,14 @@ def matvec_id_tuning() -> tuple[int, int]:
     return loads, wg
 
 
-def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = False) -> int:
+def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = False, fused: bool = True) -> int:
     """matvec_id.comp's XS: the vec4s of x' a workgroup stages in shared memory (rows x cols), or 0
     where they would not fit beside its other shared arrays (x then comes from memory).
+    fused: x' is computed from two inputs (NORM: x and the norm weights; GLU: gate and up).
     LLAMAVK_MVID_STAGE=0 turns staging off, =1 (default) on, =s for the slot-summing products only,
-    =t for the others only (A/B)."""
+    =t for the others only, =f for fused inputs only (A/B)."""
     mode = os.environ.get("LLAMAVK_MVID_STAGE", "1")
-    if mode == "0" or (mode == "s" and not summing) or (mode == "t" and summing):
+    if mode == "0" or (mode == "s" and not summing) or (mode == "t" and summing) or (mode == "f" and not fused):
         return 0
     room = (kc.info.max_shared_memory or 16384) - (4 * MATVEC_ID_RED if summing else 0) - 1024
     return rows * cols // 4 if 4 * rows * cols <= min(room, MATVEC_ID_STAGE_MAX) else 0
@@ -206,7 +207,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
             rows_per_wg = wg // sg * g * rj
         spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
                 pair is not None, wait is not None, signal is not None,
-                matvec_id_staged(kc, cols, n_used if sum_slots and xslot else 1, sum_slots),
+                matvec_id_staged(kc, cols, n_used if sum_slots and xslot else 1, sum_slots,
+                                 norm is not None or glu is not None),
                 n_used * rows_per_wg if sum_slots else 1)
         kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrrw", push_size=40, spec=spec)
         grid = ((R + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
