@@ -43,12 +43,35 @@ def ref_conv(x, taps, hist, first):
     return out, hist[-(K - 1):] if K > 1 else hist[:0]
 
 
+def ring_of(rows, n_past, d_conv):
+    """The conv state ring (d_conv slots, position pos in slot pos % d_conv) holding `rows`, the
+    inputs of the d_conv - 1 positions before n_past (oldest first); other slots NaN: never read."""
+    ring = np.full((d_conv, rows.shape[1]), np.nan, np.float32)
+    for k in range(1, d_conv):
+        if n_past - k >= 0:
+            ring[(n_past - k) % d_conv] = rows[d_conv - 1 - k]
+    return ring
+
+
+def rows_of(ring, n_end, n_rows, d_conv):
+    """The inputs of the n_rows positions before n_end, oldest first, from a conv state ring."""
+    return ring[[(n_end - k) % d_conv for k in range(n_rows, 0, -1)]]
+
+
+def check_conv_state(ring, hist, n_end, seq_pos_last, d_conv):
+    """The ring holds the last inputs of the batch's last sequence (hist, oldest first); slots of
+    positions before that sequence are not written (no reader needs them)."""
+    n_rows = min(d_conv - 1, seq_pos_last + 1)
+    if n_rows:
+        np.testing.assert_array_equal(rows_of(ring, n_end, n_rows, d_conv), hist[d_conv - 1 - n_rows:].astype(np.float32))
+
+
 @pytest.mark.parametrize("channels,d_conv", [(40, 4), (300, 2), (8192, 4), (33, 16), (17, 1)])
 def test_ssm_conv_carries_state(dev, kc, channels, d_conv):
     rng = np.random.default_rng(channels + d_conv)
     taps = rng.standard_normal((channels, d_conv)).astype(np.float32)
     w = upload(dev, taps)
-    state, smem = host(dev, np.full((max(d_conv - 1, 1), channels), np.nan, np.float32))  # garbage: n_past 0
+    state, smem = host(dev, np.full((d_conv, channels), np.nan, np.float32))  # garbage: n_past 0
     step, stmem = step_buffer(dev)
     hist = np.zeros((d_conv - 1, channels))
     n_past = 0
@@ -60,9 +83,8 @@ def test_ssm_conv_carries_state(dev, kc, channels, d_conv):
         run(dev, lambda seq: dn.ssm_conv(seq, kc, xv, w, state, out, step, n, channels, d_conv))
         want, hist = ref_conv(x, taps, hist, starts(n_past, n, 0))
         np.testing.assert_allclose(omem, want, rtol=1e-5, atol=1e-5)
-        if d_conv > 1:
-            np.testing.assert_allclose(smem, hist, rtol=0, atol=0)
         n_past += n
+        check_conv_state(smem, hist, n_past, n_past - 1, d_conv)
 
 
 @pytest.mark.parametrize("channels,d_conv,seq_len,n_past,n", [
@@ -75,7 +97,7 @@ def test_ssm_conv_restarts_at_every_sequence(dev, kc, channels, d_conv, seq_len,
     taps = rng.standard_normal((channels, d_conv)).astype(np.float32)
     w = upload(dev, taps)
     prev = rng.standard_normal((d_conv - 1, channels)).astype(np.float32)
-    state, smem = host(dev, prev)
+    state, smem = host(dev, ring_of(prev, n_past, d_conv))
     step, stmem = step_buffer(dev)
     x = rng.standard_normal((n, channels)).astype(np.float32)
     xv = upload(dev, x)
@@ -84,7 +106,7 @@ def test_ssm_conv_restarts_at_every_sequence(dev, kc, channels, d_conv, seq_len,
     run(dev, lambda seq: dn.ssm_conv(seq, kc, xv, w, state, out, step, n, channels, d_conv))
     want, hist = ref_conv(x, taps, prev, starts(n_past, n, seq_len))
     np.testing.assert_allclose(omem, want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(smem, hist.astype(np.float32))
+    check_conv_state(smem, hist, n_past + n, (n_past + n - 1) % seq_len, d_conv)
 
 
 # -- the gated delta rule ------------------------------------------------------------------------

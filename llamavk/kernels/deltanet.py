@@ -44,13 +44,16 @@ def state_bytes(n_v_heads: int, head_dim: int) -> int:
 
 
 def conv_state_bytes(channels: int, d_conv: int) -> int:
-    """A layer's convolution state: the last d_conv - 1 inputs of every channel, float32."""
-    return 4 * max(d_conv - 1, 1) * channels
+    """A layer's convolution state: a ring of d_conv slots of every channel's input, float32, the
+    input at position pos in slot pos % d_conv (shaders/ssm_conv_common.glsl). The window needs the
+    last d_conv - 1; the extra slot lets a one-token step write its input where no reader of the
+    same step looks (delta_net_step: several workgroups read one key head's channels)."""
+    return 4 * d_conv * channels
 
 
 def ssm_conv(seq, kc, x, w, state, out, step, n_tokens: int, channels: int, d_conv: int) -> None:
     """out = silu(causal conv(x)) over [n_tokens][channels], the window's earlier inputs from (and
-    the last d_conv - 1 inputs back into) `state` ([d_conv - 1][channels])."""
+    the batch's last d_conv - 1 inputs back into) `state` (conv_state_bytes: a ring)."""
     if n_tokens <= 0:
         return
     if not 1 <= d_conv <= 16:
