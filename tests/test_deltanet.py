@@ -230,6 +230,119 @@ def test_gdn_forms_agree_on_a_long_prompt(dev, kc):
     close(ga, gb, "chunked vs recurrent")
 
 
+# -- one-token steps in one dispatch (gdn_decode.comp) -----------------------------------------------
+
+class Layer:
+    """One DeltaNet layer's middle (conv -> delta rule -> gated norm) on the device, its conv ring and
+    state shared by the separate kernels (prompt batches) and the one-dispatch step (decode), and a
+    float64 numpy copy beside it (ref_conv, ref_gdn, ref_rms)."""
+
+    def __init__(self, dev, kc, Hk, Hv, D, d_conv, seed):
+        self.dev, self.kc, self.Hk, self.Hv, self.D, self.K = dev, kc, Hk, Hv, D, d_conv
+        self.C = (2 * Hk + Hv) * D
+        self.eps, self.norm_eps = 1e-6, 1e-4      # different, so a mix-up shows
+        rng = self.rng = np.random.default_rng(seed)
+        self.taps = (rng.standard_normal((self.C, d_conv)) * 0.7).astype(np.float32)
+        self.dt = (rng.standard_normal(Hv) * 0.5).astype(np.float32)
+        self.a = (-np.exp(rng.uniform(np.log(0.002), np.log(8.0), Hv))).astype(np.float32)
+        self.w = (1 + 0.2 * rng.standard_normal(D)).astype(np.float32)
+        self.tapsv, self.dtv, self.av, self.wv = (upload(dev, v) for v in (self.taps, self.dt, self.a, self.w))
+        # garbage until a sequence starts: the kernels must not read it
+        self.ring, self.ring_mem = host(dev, np.full((d_conv, self.C), np.nan, np.float32))
+        self.state, self.smem = host(dev, np.full((Hv, D, D), np.nan, np.float32))
+        self.step, self.stmem = step_buffer(dev)
+        self.hist = np.zeros((d_conv - 1, self.C))
+        self.S = np.zeros((Hv, D, D))
+
+    def run(self, n, n_past, seq_len=0, fused=False):
+        """n tokens at n_past: one dispatch (fused, n == 1) or ssm_conv, delta_net, gated_norm."""
+        rng, C, Hv, D = self.rng, self.C, self.Hv, self.D
+        x = rng.standard_normal((n, C)).astype(np.float32)
+        alpha = rng.standard_normal((n, Hv)).astype(np.float32)
+        beta = (rng.standard_normal((n, Hv)) * 2).astype(np.float32)
+        z = (rng.standard_normal((n, Hv * D)) * 2).astype(np.float32)
+        xv, alv, bev, zv = (upload(self.dev, v) for v in (x, alpha, beta, z))
+        out, omem = poisoned(self.dev, (n, Hv * D))
+        set_step(self.stmem, n_past, n, seq_len)
+        if fused:
+            assert n == 1
+            run(self.dev, lambda seq: dn.delta_net_step(
+                seq, self.kc, xv, self.tapsv, self.ring, alv, bev, self.dtv, self.av, self.state, zv, self.wv, out,
+                self.step, self.Hk, Hv, D, self.K, self.eps, self.norm_eps))
+        else:
+            conv, _ = poisoned(self.dev, (n, C))
+            o, _ = poisoned(self.dev, (n, Hv * D))
+
+            def record(seq):
+                dn.ssm_conv(seq, self.kc, xv, self.tapsv, self.ring, conv, self.step, n, C, self.K)
+                dn.delta_net(seq, self.kc, conv, alv, bev, self.dtv, self.av, self.state, o, self.step, n, self.Hk,
+                             Hv, D, self.eps)
+                dn.gated_norm(seq, self.kc, o, zv, self.wv, out, n, Hv, D, self.norm_eps)
+            run(self.dev, record)
+        first = starts(n_past, n, seq_len)
+        conv_want, self.hist = ref_conv(x, self.taps, self.hist, first)
+        o_want, self.S = ref_gdn(conv_want, alpha, beta, self.dt, self.a, self.S, first, self.Hk, Hv, D, self.eps)
+        zz = z.astype(np.float64).reshape(n, Hv, D)
+        want = ref_rms(o_want.reshape(n, Hv, D), self.w, self.norm_eps) * (zz / (1.0 + np.exp(-zz)))
+        pos_last = (n_past + n - 1) % seq_len if seq_len else n_past + n - 1
+        return omem.copy(), want.reshape(n, Hv * D), n_past + n, pos_last
+
+    def check(self, n, n_past, seq_len=0, fused=False):
+        got, want, n_end, pos_last = self.run(n, n_past, seq_len, fused)
+        what = f"{'fused' if fused else 'separate'} {n} tokens at {n_past}"
+        close(got, want, what)
+        close(self.smem, self.S, f"state after {what}")
+        check_conv_state(self.ring_mem, self.hist, n_end, pos_last, self.K)
+
+
+@pytest.mark.parametrize("Hk,Hv,D,d_conv,rows", [
+    (2, 4, 16, 4, None),      # the tiny models' shape: one slice of 16 rows
+    (1, 3, 32, 2, 4),         # 3 value heads per key head, 8 slices of 4 rows
+    (3, 6, 12, 16, 5),        # head_dim neither 2^n nor a multiple of the rows; 16 taps
+    (2, 2, 16, 1, None),      # no conv history at all
+    (2, 4, 128, 4, None),     # Qwen3.6's heads: 8 slices of 16 rows, 1024 threads
+    (1, 2, 256, 4, None),     # the largest heads: 4 slices of 64 rows
+])
+def test_gdn_decode_step_equals_the_three_kernels(dev, monkeypatch, Hk, Hv, D, d_conv, rows):
+    """One dispatch per token = conv + delta rule + gated norm: decode steps from a fresh sequence
+    (garbage state and ring), after a prompt batch of the separate kernels (their ring and state
+    carried in), more steps than the ring has slots, a prompt batch after them (the step's ring
+    writes read back by ssm_conv), and a fresh sequence over a used state."""
+    if rows is not None:
+        monkeypatch.setenv("LLAMAVK_GDN_ROWS", str(rows))
+    kc = KernelCache(dev)
+    if not dn.decode_fusable(kc, D, d_conv):
+        pytest.skip(f"heads of {D} do not fit one workgroup here")
+    g = Layer(dev, kc, Hk, Hv, D, d_conv, seed=D + Hv + d_conv)
+    g.check(1, 0, fused=True)
+    g.check(1, 1, fused=True)
+    g.check(5, 2)
+    for i in range(7, 7 + d_conv + 2):
+        g.check(1, i, fused=True)
+    n_past = 9 + d_conv
+    g.check(3, n_past)
+    g.check(1, 0, fused=True)            # a new sequence at position 0: state and ring restart
+    g.check(1, 1, fused=True)
+
+
+@pytest.mark.parametrize("seq_len", [3, 5])
+def test_gdn_decode_step_restarts_with_seq_len(dev, seq_len):
+    """Steps of sequences of seq_len positions back to back (step seq_len): the state and the conv
+    window restart at every multiple, with garbage of the previous sequence in both."""
+    kc = KernelCache(dev)
+    g = Layer(dev, kc, 2, 4, 16, 4, seed=seq_len)
+    g.check(4, 0, seq_len)
+    for n_past in range(4, 12):
+        g.check(1, n_past, seq_len, fused=True)
+
+
+def test_gdn_decode_is_off_with_the_switch(dev, monkeypatch):
+    kc = KernelCache(dev)
+    assert dn.decode_fusable(kc, 128, 4)
+    monkeypatch.setenv("LLAMAVK_GDN_FUSE", "0")
+    assert not dn.decode_fusable(kc, 128, 4)
+
+
 # -- norms and gates -----------------------------------------------------------------------------
 
 def ref_rms(x, w, eps):

@@ -4,8 +4,9 @@ state, its gated per-head norm, and the gated attention's Q norm and output gate
 
 The gated delta rule per value head h (state S, key size x value size D x D):
     S = exp(g_t) S;  S += k_t (beta_t (v_t - S^T k_t))^T;  o_t = S^T q_t / sqrt(D)
-Decode and short batches run it token by token (gdn_recurrent.comp). Longer batches run the chunked
-form (chunks of CHUNK tokens), exact up to rounding: within a chunk starting from S0, with G_r the
+Decode and short batches run it token by token (gdn_recurrent.comp); one-token steps run the
+convolution, the rule and the gated norm in one dispatch (gdn_decode.comp, delta_net_step). Longer
+batches run the chunked form (chunks of CHUNK tokens), exact up to rounding: within a chunk starting from S0, with G_r the
 cumulative log decay, the new values u_r = beta_r (v_r - (decayed state)^T k_r) satisfy
     (I + L) U = diag(beta) V - diag(beta exp(G)) K S0,   L[r][s] = beta_r exp(G_r - G_s) k_r.k_s (s < r)
 so U = Ub - W S0 with Ub = (I + L)^-1 diag(beta) V and W = (I + L)^-1 diag(beta exp(G)) K, and
@@ -22,8 +23,9 @@ state whatever the buffer holds, so a recording replays for fresh sequences with
 
 from __future__ import annotations
 
+import math
+import os
 import struct
-
 
 from ..errors import LlamavkError
 from ..vk import Buffer
@@ -126,6 +128,57 @@ def _chunk_scratch(kc, nbytes: int) -> View:
     return View(buf, 0, nbytes)
 
 
+DECODE_ROWS = 16      # gdn_decode.comp ROWS: state rows per thread (D = 128: 8 slices, 1024 threads)
+MAX_DECODE_ROWS = 64
+
+
+def decode_layout(kc, head_dim: int) -> tuple[int, int] | None:
+    """(workgroup size, state rows per thread) of gdn_decode.comp for heads of head_dim: the
+    workgroup holds a whole head (head_dim columns x slices), each thread DECODE_ROWS rows
+    (LLAMAVK_GDN_ROWS=N for experiments), fewer slices where the device's workgroups are smaller;
+    None where no layout fits (the unfused kernels then run)."""
+    rows = int(os.environ.get("LLAMAVK_GDN_ROWS") or DECODE_ROWS)
+    limit = min(1024, kc.info.max_workgroup_invocations or 1024)
+    slices = min(max(1, math.ceil(head_dim / max(rows, 1))), limit // head_dim)
+    if slices < 1:
+        return None
+    rows = math.ceil(head_dim / slices)
+    wg = head_dim * slices
+    shared = 4 * (3 * head_dim + 5 * wg)
+    if rows > MAX_DECODE_ROWS or shared > (kc.info.max_shared_memory or 16384):
+        return None
+    return wg, rows
+
+
+def decode_fusable(kc, head_dim: int, d_conv: int) -> bool:
+    """Whether a one-token step's convolution, delta rule and gated norm run as one dispatch
+    (delta_net_step) on this device: LLAMAVK_GDN_FUSE=0 turns it off (A/B against the three
+    dispatches)."""
+    if os.environ.get("LLAMAVK_GDN_FUSE", "1") == "0":
+        return False
+    return 1 <= d_conv <= 16 and head_dim % 4 == 0 and 4 <= head_dim <= 256 \
+        and decode_layout(kc, head_dim) is not None
+
+
+def delta_net_step(seq, kc, qkv, taps, conv_state, alpha, beta, dt, a, state, z, norm_w, out, step,
+                   n_k_heads: int, n_v_heads: int, head_dim: int, d_conv: int, eps: float,
+                   norm_eps: float) -> None:
+    """One token through a DeltaNet layer's middle in one dispatch (gdn_decode.comp): ssm_conv of the
+    raw [q | k | v] product `qkv` (conv_state: its ring), delta_net over `state`, gated_norm with z
+    and norm_w into `out` ([Hv * D]); the same as those three recorders' dispatches."""
+    _check_heads(n_k_heads, n_v_heads, head_dim)
+    if not 1 <= d_conv <= 16:
+        raise LlamavkError(f"ssm_conv: {d_conv} taps (1..16 supported)")
+    layout = decode_layout(kc, head_dim)
+    if layout is None:
+        raise LlamavkError(f"delta_net: no one-dispatch layout for heads of {head_dim} on this device")
+    wg, rows = layout
+    push = struct.pack("<4I2f", n_k_heads, n_v_heads, head_dim, d_conv, float(eps), float(norm_eps))
+    kernel = kc.get("gdn_decode_f32", "rrrwrrrrwrrw", push_size=len(push), spec=(wg, head_dim, rows))
+    seq.dispatch(kernel, [_range(v) for v in (step, qkv, taps, conv_state, alpha, beta, dt, a, state, z, norm_w,
+                                               out)], (n_v_heads, 1, 1), push)
+
+
 def gated_norm(seq, kc, x, z, w, out, n_tokens: int, n_heads: int, head_dim: int, eps: float) -> None:
     """out[t, h] = rms_norm(x[t, h]) * w * silu(z[t, h]) per head of head_dim values."""
     _head_rows(seq, kc, "head_norm_gated_f32", [x, w, z, out], n_tokens * n_heads, head_dim, head_dim, eps)
@@ -158,5 +211,5 @@ def attn_gate(seq, kc, a, qg, out, n_tokens: int, n_heads: int, head_dim: int) -
                  struct.pack("<2I", n, head_dim))
 
 
-__all__ = ["CHUNK", "CHUNKED_FROM", "attn_gate", "conv_state_bytes", "delta_net", "gated_norm",
-           "head_norm_strided", "ssm_conv", "state_bytes"]
+__all__ = ["CHUNK", "CHUNKED_FROM", "attn_gate", "conv_state_bytes", "decode_fusable", "delta_net",
+           "delta_net_step", "gated_norm", "head_norm_strided", "ssm_conv", "state_bytes"]
