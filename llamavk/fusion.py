@@ -24,6 +24,10 @@ batches use the tiled matrix-matrix kernel, which takes the unfused graph).
 feeding a rope=True attention apply RoPE and store K and V into the cache themselves (attrs
 rope="q" / "k" / "v"; the attention op gets kv_stored=True): the rope_kv dispatch and its stage go.
 
+`fuse_delta_net_step` (one-token steps, where the device can): a Gated DeltaNet layer's
+`gated_norm(delta_net(ssm_conv(qkv)), z)` becomes one op, delta_net_step, recorded as one dispatch
+(deltanet.delta_net_step): three dependent stages per DeltaNet layer become one.
+
 `fuse_glu_pairs` (one-token steps, before `fuse_for_matvec`, where the device's one-token kernel can):
 `swiglu(matmul(Wg, h), matmul(Wu, h))` becomes one matmul of Wg with attr pair=Wu that writes
 silu(Wg h) * (Wu h) itself: one dispatch for gate and up, and the down product then reads one plain
@@ -126,11 +130,41 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
+def fuse_delta_net_step(graph: Graph, can_fuse) -> Graph:
+    """can_fuse(head_dim, d_conv) -> bool: whether the device runs a DeltaNet layer's one-token
+    conv, delta rule and gated norm as one dispatch."""
+    ops = _copy_ops(graph)
+    consumers = _consumers(ops)
+    producer = {op.out: op for op in ops if op.out is not None}
+    dropped: set[int] = set()
+    for op in ops:
+        if op.kind != "gated_norm":
+            continue
+        rule = producer.get(op.inputs[0])
+        if rule is None or rule.kind != "delta_net" or consumers[rule.out] != [op]:
+            continue
+        conv = producer.get(rule.inputs[0])
+        if conv is None or conv.kind != "ssm_conv" or consumers[conv.out] != [rule] \
+                or not can_fuse(rule.attrs["head_dim"], conv.attrs["d_conv"]):
+            continue
+        qkv, taps = conv.inputs
+        _, alpha, beta, dt, a = rule.inputs
+        _, z, w = op.inputs
+        # in gated_norm's place: every input (z's product too) is made by then
+        op.kind = "delta_net_step"
+        op.inputs = (qkv, taps, alpha, beta, dt, a, z, w)
+        op.attrs = dict(rule.attrs, channels=conv.attrs["channels"], d_conv=conv.attrs["d_conv"],
+                        norm_eps=op.attrs["eps"])
+        dropped.update((id(conv), id(rule)))
+    return _graph_like(graph, [op for op in ops if id(op) not in dropped])
+
+
 def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True,
-                   can_route=lambda weight: True) -> Graph | None:
-    """The one-token step's graph: pairs and RoPE in the products where the device can, then the
-    decode fusions; None where neither applies (the step then takes fuse_for_matvec's graph)."""
+                   can_route=lambda weight: True, can_fuse_gdn=lambda head_dim, d_conv: False) -> Graph | None:
+    """The one-token step's graph: pairs, RoPE and DeltaNet's middle in one op each where the device
+    can, then the decode fusions; None where none applies (the step then takes fuse_for_matvec's graph)."""
     one = fuse_rope_into_products(fuse_glu_pairs(graph, can_pair), can_rope)
+    one = fuse_delta_net_step(one, can_fuse_gdn)
     if len(one.ops) == len(graph.ops) and not any(op.attrs.get("kv_stored") for op in one.ops):
         return None
     return fuse_for_matvec(one, can_sum, can_route)

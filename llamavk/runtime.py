@@ -244,7 +244,8 @@ class DeviceRuntime:
         # (the stream kernel writes f16 caches only: quantized ones keep the rope_kv dispatch)
         can_rope = lambda w: not self.kv_types.quantized and matmul.matvec_rope_ok(  # noqa: E731
             self.kc, self.weights[w.name], self.rope_of(w.layer), self.cfg.head_dim)
-        self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route) or self.fused[key]
+        can_gdn = lambda head_dim, d_conv: deltanet.decode_fusable(self.kc, head_dim, d_conv)  # noqa: E731
+        self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route, can_gdn) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
         if self._step_pass is not None:
             self.fused = {key: self._step_pass(g, False) for key, g in self.fused.items()}
@@ -480,6 +481,13 @@ class DeviceRuntime:
                 deltanet.delta_net(seq, kc, act(x), act(alpha), act(beta), vec(dt), vec(a_),
                                    View.whole(self.ssm[op.layer]["state"]), act(op.out), step, n_tokens,
                                    at["n_k_heads"], at["n_v_heads"], at["head_dim"], at["eps"])
+            elif k == "delta_net_step":     # one token's conv, delta rule, gated norm (fusion.py)
+                qkv, taps, alpha, beta, dt, a_, z, w = op.inputs
+                at, bufs = op.attrs, self.ssm[op.layer]
+                deltanet.delta_net_step(seq, kc, act(qkv), vec(taps), View.whole(bufs["conv"]), act(alpha), act(beta),
+                                        vec(dt), vec(a_), View.whole(bufs["state"]), act(z), vec(w), act(op.out), step,
+                                        at["n_k_heads"], at["n_v_heads"], at["head_dim"], at["d_conv"], at["eps"],
+                                        at["norm_eps"])
             elif k == "gated_norm":
                 x, z, w = op.inputs
                 deltanet.gated_norm(seq, kc, act(x), act(z), vec(w), act(op.out), rows_out, op.attrs["n_heads"],

@@ -80,3 +80,38 @@ def test_rope_and_kv_store_into_the_qkv_products_where_the_device_can():
     assert not any(op.attrs.get("kv_stored") for op in fuse_one_token(q3, lambda a, b: True, lambda w: True).ops)
     # a device whose kernels can do neither: no separate one-token graph
     assert fuse_one_token(g, lambda a, b: False, lambda w: False) is None
+
+
+def test_delta_net_middle_into_one_op_for_one_token_steps():
+    """qwen35: a DeltaNet layer's conv, delta rule and gated norm become one delta_net_step op taking
+    the raw q|k|v product, where the device can; the gated attention layers keep their ops."""
+    from llamavk.models import config_from_metadata
+
+    from .test_qwen35 import hybrid_meta
+
+    c = config_from_metadata(hybrid_meta())
+    g = fuse_rope_kv(build_graph(c))
+    asked = []
+    f = fuse_one_token(g, lambda a, b: False, lambda w: False,
+                       can_fuse_gdn=lambda head_dim, d_conv: asked.append((head_dim, d_conv)) or True)
+    assert asked == [(16, 4)] * sum(c.recurrent_layers)
+    layer0 = [op for op in f.ops if op.layer == 0]
+    # q|k|v, z, beta, alpha products (one stage), the step, ssm_out (+ residual), the FFN
+    assert [op.kind for op in layer0][:6] == ["matmul"] * 4 + ["delta_net_step", "matmul"]
+    step = layer0[4]
+    roles = [t.role for t in step.inputs]
+    assert roles == [None, "ssm_conv", None, None, "ssm_dt", "ssm_a", None, "ssm_norm"]
+    products = {op.inputs[0].role: op.out for op in layer0[:4]}
+    assert step.inputs[0] is products["ssm_qkv"] and step.inputs[6] is products["ssm_z"]
+    assert step.inputs[2] is products["ssm_alpha"] and step.inputs[3] is products["ssm_beta"]
+    assert (step.attrs["n_k_heads"], step.attrs["n_v_heads"], step.attrs["head_dim"]) == (2, 4, 16)
+    assert (step.attrs["channels"], step.attrs["d_conv"]) == ((2 * 2 + 4) * 16, 4)
+    assert step.attrs["eps"] == step.attrs["norm_eps"] == c.rms_eps
+    assert layer0[5].inputs[0].role == "ssm_out" and layer0[5].inputs[1] is step.out
+    assert "residual" in layer0[5].attrs
+    assert not {"ssm_conv", "delta_net", "gated_norm"} & set(kinds(f))
+    assert "ssm_conv" in kinds(g)                                   # original untouched
+    attn = [op.kind for op in f.ops if op.layer == 3]
+    assert "attention" in attn and "delta_net_step" not in attn
+    # a device that cannot (or LLAMAVK_GDN_FUSE=0): the three ops stay
+    assert fuse_one_token(g, lambda a, b: False, lambda w: False) is None

@@ -122,6 +122,38 @@ def test_prompt_path_equals_token_by_token(synthetic_model, arch):
     assert np.abs(batched - decoded).max() < tol * np.abs(decoded).max()
 
 
+@pytest.mark.parametrize("arch", ["qwen35", "qwen35moe"])
+def test_decode_runs_each_deltanet_layer_in_one_dispatch(synthetic_model, monkeypatch, arch):
+    """One-token steps run a DeltaNet layer's conv, delta rule and gated norm as one dispatch
+    (LLAMAVK_GDN_FUSE=0: three): decode tokens after a prompt (its chunked and short-batch forms
+    hand over the conv ring and state) match the reference and the three-dispatch steps, with 2
+    dispatches and 2 barriers fewer per DeltaNet layer."""
+    path = synthetic_model(arch, "q8_0", seed=11)
+    prompt = prompt_of(28, seed=12)
+    want = ReferenceModel(load_model_file(path)).logits(prompt)
+    runs = {}
+    for fuse in ("1", "0"):
+        monkeypatch.setenv("LLAMAVK_GDN_FUSE", fuse)
+        with quiet(path, n_ctx=64, n_ubatch=16) as m:
+            rt = m.runtime
+            m.logits(prompt[:20])                    # 16 tokens (chunked form) + 4 (token by token)
+            rows = []
+            for i in range(20, 28):                  # more steps than the conv ring's 4 slots
+                rt.run_batch("last", [prompt[i]], i)
+                rows.append(rt.logits(1)[0].copy())
+            seqs = rt.sequence("last", 1, 0)
+            kinds = [op.kind for op in rt.graph_for("last", 1).ops]
+            runs[fuse] = (np.stack(rows), kinds, sum(s.n_dispatches for s in seqs), sum(s.n_barriers for s in seqs))
+    n_recurrent = sum(load_model_file(path).config.recurrent_layers)
+    (fused, kinds, dispatches, barriers), (plain, kinds0, dispatches0, barriers0) = runs["1"], runs["0"]
+    assert kinds.count("delta_net_step") == n_recurrent and "ssm_conv" not in kinds
+    assert kinds0.count("delta_net_step") == 0 and kinds0.count("ssm_conv") == n_recurrent
+    assert (dispatches0 - dispatches, barriers0 - barriers) == (2 * n_recurrent, 2 * n_recurrent)
+    scale = np.abs(want).max()
+    assert np.abs(fused - want[20:]).max() < 3e-3 * scale
+    assert np.abs(fused - plain).max() < 1e-4 * scale
+
+
 def test_parallel_sequences_each_keep_their_own_state(synthetic_model, botchan_text):
     """Perplexity with 3 chunks per batch (one state walking the sequences, restarting at each one)
     gives the scores of one chunk at a time, and the reference's."""
@@ -170,8 +202,9 @@ def test_verbose_names_the_state(synthetic_model):
     from llamavk.cli.common import describe_model
     with quiet(synthetic_model("qwen35moe", "q4_0", seed=3), n_ctx=64) as m:
         line = describe_model(m)[0]
-        # 3 DeltaNet layers: 4 value heads of 16 x 16 floats, and 3 x 128 channels of conv state
-        assert m.runtime.state_bytes() == 3 * 4 * (4 * 16 * 16 + 3 * 128)
+        # 3 DeltaNet layers: 4 value heads of 16 x 16 floats, and a ring of 4 x 128 channels of conv
+        # state (one slot more than the 3 inputs the window needs: deltanet.conv_state_bytes)
+        assert m.runtime.state_bytes() == 3 * 4 * (4 * 16 * 16 + 4 * 128)
         assert m.runtime.kv_bytes() == 2 * 64 * 2 * 32 * 2        # the one attention layer's K and V, f16
     assert "recurrent state 0.0 MiB (3 DeltaNet layers)" in line
 
