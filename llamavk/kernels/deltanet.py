@@ -6,8 +6,9 @@ The gated delta rule per value head h (state S, key size x value size D x D):
     S = exp(g_t) S;  S += k_t (beta_t (v_t - S^T k_t))^T;  o_t = S^T q_t / sqrt(D)
 Decode and short batches run it token by token (gdn_recurrent.comp); one-token steps run the
 convolution, the rule and the gated norm in one dispatch (gdn_decode.comp, delta_net_step). Longer
-batches run the chunked form (chunks of CHUNK tokens), exact up to rounding: within a chunk starting from S0, with G_r the
-cumulative log decay, the new values u_r = beta_r (v_r - (decayed state)^T k_r) satisfy
+batches run the chunked form (chunks of CHUNK tokens), exact up to rounding: within a chunk
+starting from S0, with G_r the cumulative log decay, the new values
+u_r = beta_r (v_r - (decayed state)^T k_r) satisfy
     (I + L) U = diag(beta) V - diag(beta exp(G)) K S0,   L[r][s] = beta_r exp(G_r - G_s) k_r.k_s (s < r)
 so U = Ub - W S0 with Ub = (I + L)^-1 diag(beta) V and W = (I + L)^-1 diag(beta exp(G)) K, and
     o_r = exp(G_r) q_r^T S0 / sqrt(D) + sum_{s<=r} exp(G_r - G_s) (q_r.k_s) u_s / sqrt(D)
@@ -137,9 +138,12 @@ def decode_layout(kc, head_dim: int) -> tuple[int, int] | None:
     workgroup holds a whole head (head_dim columns x slices), each thread DECODE_ROWS rows
     (LLAMAVK_GDN_ROWS=N for experiments), fewer slices where the device's workgroups are smaller;
     None where no layout fits (the unfused kernels then run)."""
-    rows = int(os.environ.get("LLAMAVK_GDN_ROWS") or DECODE_ROWS)
+    text = os.environ.get("LLAMAVK_GDN_ROWS") or str(DECODE_ROWS)
+    if not text.isdigit() or int(text) < 1:
+        raise LlamavkError(f"LLAMAVK_GDN_ROWS={text}: a number of rows (1 or more) expected")
+    rows = int(text)
     limit = min(1024, kc.info.max_workgroup_invocations or 1024)
-    slices = min(max(1, math.ceil(head_dim / max(rows, 1))), limit // head_dim)
+    slices = min(math.ceil(head_dim / rows), limit // head_dim)
     if slices < 1:
         return None
     rows = math.ceil(head_dim / slices)
