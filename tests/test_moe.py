@@ -183,11 +183,14 @@ def test_matmul_id_decode(dev, kc, qtype):
         run_matmul_id(dev, kc, qtype, 1, pair=True, chunk_experts=3, seed=7)
 
 
+@pytest.mark.parametrize("stage", ["0", "1"])
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.F16], ids=lambda t: t.name)
-def test_matmul_id_decode_x_from_memory(dev, kc, qtype, monkeypatch):
-    # x' read straight from memory, as for rows too wide to stage in shared memory (matvec_id.comp XS 0)
-    monkeypatch.setenv("LLAMAVK_MVID_STAGE", "0")
-    assert moe.matvec_id_staged(kc, 256, 1) == 0
+def test_matmul_id_decode_x_staged_or_not(dev, kc, qtype, stage, monkeypatch):
+    # 0: x' read straight from memory, as for rows too wide to stage in shared memory (matvec_id.comp
+    # XS 0); 1: staged for every product, plain x included
+    monkeypatch.setenv("LLAMAVK_MVID_STAGE", stage)
+    assert (moe.matvec_id_staged(kc, 256, 1, fused=False) > 0) == (stage == "1")
+    run_matmul_id(dev, kc, qtype, 3, seed=11)
     run_matmul_id(dev, kc, qtype, 3, norm=True, seed=12)
     run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=13)
     if qtype in (T.Q4_0, T.Q8_0):
@@ -196,7 +199,8 @@ def test_matmul_id_decode_x_from_memory(dev, kc, qtype, monkeypatch):
 
 def test_matmul_id_stages_x_where_it_fits(kc):
     assert moe.matvec_id_staged(kc, 2048, 1) == 512                   # 8 KiB: one token's row
-    assert moe.matvec_id_staged(kc, 768, 4) == 768                    # the down product's 4 slot rows
+    assert moe.matvec_id_staged(kc, 768, 4, True, True) == 768        # a down product's 4 slot rows (SwiGLU in)
+    assert moe.matvec_id_staged(kc, 768, 4, True, False) == 0         # plain x: from memory by default
     assert moe.matvec_id_staged(kc, 8192, 8) == 0                     # 256 KiB: from memory
 
 
