@@ -1,0 +1,137 @@
+"""One-token attention that norms and rotates q and the new K row itself and stores K and V into the
+cache (attention_decode.comp QK_FUSE, kernels/attention.py QKNormRope), against numpy: qwen3's
+per-head RMS norm, NEOX RoPE (the first rope_dim dims), the cache row n_past as the cache type
+holds it (f16, or q8_0 / q4_0 blocks: gguf.quants), and attention over the cache (ref_attention).
+
+The cases put the new position in every place a split can hold it: the first token, the middle of
+a split, the first row of a split of its own, two row blocks per KV head (both store the row), a
+sliding window, qwen35's partial rotation of [q | gate] heads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llamavk import kv_cache
+from llamavk.kernels import KernelCache
+from llamavk.kernels.attention import QKNormRope, attention, plan, qk_fuse_ok
+from llamavk.kernels.rope import RopeParams
+from llamavk.kv_cache import KVTypes
+
+from .test_kernels_ops import host, poisoned, ref_attention, run, set_step, step_buffer, upload
+from .test_kv_quant import dequant_rows, quant_bound, quant_bytes
+
+
+@pytest.fixture(scope="module")
+def kc(dev):
+    return KernelCache(dev)
+
+
+def ref_norm_rope(x, w, eps, pos, rope_dim, base, stride=0):
+    """x [heads * stride] (stride 0: head_dim = w.size) -> [heads, head_dim]: each head's first
+    head_dim values RMS-normed with w, then NEOX pairs (i, i + rope_dim/2) turned by pos * base^(-2i/rope_dim)."""
+    hd = w.size
+    h = x.reshape(-1, stride or hd)[:, :hd].astype(np.float64)
+    h = h / np.sqrt(np.mean(h * h, axis=1, keepdims=True) + eps) * w
+    half = rope_dim // 2
+    theta = pos * base ** (-2.0 * np.arange(half) / rope_dim)
+    c, s = np.cos(theta), np.sin(theta)
+    x0, x1 = h[:, :half].copy(), h[:, half:rope_dim].copy()
+    h[:, :half], h[:, half:rope_dim] = x0 * c - x1 * s, x0 * s + x1 * c
+    return h
+
+
+CASES = [
+    # n_past, n_head, n_head_kv, hd, rope_dim, q_stride factor, n_ctx, n_splits, min_chunk, window
+    (0, 8, 2, 64, 64, 1, 128, None, None, 0),         # first token: the only row is the new one
+    (150, 8, 2, 128, 128, 1, 256, None, None, 0),     # one split
+    (300, 8, 2, 128, 128, 1, 512, 4, None, 0),        # split KV: the last active split stores
+    (64, 8, 2, 64, 64, 1, 256, 2, 32, 0),             # the new row alone in the second split
+    (200, 16, 2, 128, 128, 1, 512, 3, None, 0),       # 8 query rows per KV head: two row blocks store
+    (100, 8, 2, 64, 64, 1, 256, 2, 32, 40),           # sliding window
+    (70, 4, 2, 256, 64, 2, 128, 2, 32, 0),            # qwen35: [q | gate] heads, 64 of 256 dims turn
+]
+TYPES = [("f16", "f16")] * len(CASES) + [("q8_0", "q8_0"), ("q4_0", "f16"), ("f16", "q4_0"), ("q8_0", "q4_0")]
+PARAMS = [(TYPES[i],) + c for i, c in enumerate(CASES)] + \
+    [(t,) + CASES[i] for t, i in zip(TYPES[len(CASES):], (2, 3, 4, 6))]
+
+
+@pytest.mark.parametrize("types,n_past,n_head,n_head_kv,hd,rope_dim,qsf,n_ctx,n_splits,min_chunk,window", PARAMS)
+def test_fused_norm_rope_store_and_attention_equal_numpy(dev, kc, types, n_past, n_head, n_head_kv, hd, rope_dim,
+                                                         qsf, n_ctx, n_splits, min_chunk, window):
+    kvt = KVTypes(*types)
+    eps, base = 1e-6, 10000.0
+    width = n_head_kv * hd
+    rng = np.random.default_rng(n_past * 7 + hd + rope_dim + len(types[0]) + len(types[1]))
+    q = (rng.standard_normal(n_head * hd * qsf) * 3).astype(np.float32)   # raw Q product (with gate halves)
+    k = (rng.standard_normal(width) * 2 + 0.5).astype(np.float32)
+    v = rng.standard_normal(width).astype(np.float32)
+    qn, kn = (rng.uniform(0.5, 1.5, hd).astype(np.float32) for _ in range(2))
+    # earlier rows as the cache holds them; rows from n_past on: 0xA5 bytes (row n_past must be written)
+    caches, mems = [], []
+    for name in (kvt.k, kvt.v):
+        raw = np.full(kv_cache.cache_bytes(name, n_ctx, width), 0xA5, dtype=np.uint8)
+        if n_past:
+            data = quant_bytes(rng.standard_normal((n_past, width)).astype(np.float32), name)
+            raw[:data.size] = data
+        view, mem = host(dev, raw)
+        caches.append(view)
+        mems.append(mem)
+    before = [m.copy() for m in mems]
+    out, omem = poisoned(dev, (1, n_head * hd))
+    step, smem = step_buffer(dev)
+    set_step(smem, n_past, 1)
+    rope = RopeParams(dim=rope_dim, base=base, neox=True)
+    assert qk_fuse_ok(kc, n_head, n_head_kv, hd, rope, kvt)
+    qk = QKNormRope(upload(dev, k), upload(dev, v), upload(dev, qn), upload(dev, kn), eps, rope, hd * qsf)
+    run(dev, lambda s: attention(s, kc, upload(dev, q), caches[0], caches[1], out, step, 1, n_head, n_head_kv, hd,
+                                 n_ctx, n_splits=n_splits, min_chunk=min_chunk, window=window, kv_types=kvt, qk=qk))
+    pl = plan(kc, 1, n_head, n_head_kv, hd, min(n_ctx, window) if window else n_ctx, n_splits, min_chunk,
+              window, kvt)
+    assert pl.kernel.startswith("attention_dec") and (pl.n_splits > 1) == (n_splits is not None)
+
+    # the cache: row n_past is the normed, rotated k and the v, as the cache type holds them; no other row changed
+    k_want = ref_norm_rope(k, kn, eps, n_past, rope_dim, base).reshape(-1)
+    for name, mem, old, want in ((kvt.k, mems[0], before[0], k_want), (kvt.v, mems[1], before[1], v)):
+        rb = kv_cache.row_bytes(name, width)
+        row = slice(n_past * rb, (n_past + 1) * rb)
+        np.testing.assert_array_equal(np.delete(mem, np.arange(row.start, row.stop)),
+                                      np.delete(old, np.arange(row.start, row.stop)))
+        got = dequant_rows(mem[row], name, 1, width)[0]
+        if want is v:     # nothing computed: exactly the cache type's conversion of v
+            np.testing.assert_array_equal(mem[row], quant_bytes(v[None], name))
+        elif name == "f16":
+            np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-3)
+        else:
+            ref16 = want.astype(np.float16).astype(np.float64)
+            assert (np.abs(got - ref16) <= quant_bound(ref16, name) + 1e-3 * np.abs(ref16).max()).all()
+
+    # attention of the normed, rotated queries over the cache as written (the decode kernel holds
+    # dequantized values as f16)
+    q_want = ref_norm_rope(q, qn, eps, n_past, rope_dim, base, stride=hd * qsf).reshape(1, -1)
+    kref = dequant_rows(mems[0], kvt.k, n_past + 1, width)
+    vref = dequant_rows(mems[1], kvt.v, n_past + 1, width)
+    if kvt.quantized:
+        kref, vref = kref.astype(np.float16), vref.astype(np.float16)
+    want = ref_attention(q_want, kref, vref, n_past, n_head, n_head_kv, hd, window=window)
+    np.testing.assert_allclose(omem, want, rtol=1e-4, atol=1e-4)
+
+
+def test_fuse_needs_one_token_neox_and_no_freqs(dev, kc, monkeypatch):
+    """Where the kernel cannot (adjacent pairs, a rope_freqs table, a rope_dim not a multiple of 8,
+    several tokens), qk_fuse_ok says so and attention refuses a QKNormRope; LLAMAVK_QKNORM_FUSE=0
+    turns it off."""
+    neox = RopeParams(dim=64, neox=True)
+    assert qk_fuse_ok(kc, 8, 2, 64, neox)
+    assert not qk_fuse_ok(kc, 8, 2, 64, RopeParams(dim=64, neox=False))
+    assert not qk_fuse_ok(kc, 8, 2, 64, RopeParams(dim=60, neox=True))
+    assert not qk_fuse_ok(kc, 8, 2, 64, RopeParams(dim=64, neox=True, freqs=object()))
+    assert not qk_fuse_ok(kc, 8, 2, 80, RopeParams(dim=80, neox=True))        # no decode kernel for 80
+    monkeypatch.setenv("LLAMAVK_QKNORM_FUSE", "0")
+    assert not qk_fuse_ok(kc, 8, 2, 64, neox)
+    monkeypatch.delenv("LLAMAVK_QKNORM_FUSE")
+    x = upload(dev, np.zeros(2 * 8 * 64, np.float32))
+    qk = QKNormRope(x, x, x, x, 1e-6, neox, 64)
+    step, _ = step_buffer(dev)
+    with pytest.raises(ValueError, match="one-token"):
+        run(dev, lambda s: attention(s, kc, x, x, x, x, step, 2, 8, 2, 64, 128, qk=qk))
