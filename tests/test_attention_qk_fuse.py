@@ -135,3 +135,64 @@ def test_fuse_needs_one_token_neox_and_no_freqs(dev, kc, monkeypatch):
     step, _ = step_buffer(dev)
     with pytest.raises(ValueError, match="one-token"):
         run(dev, lambda s: attention(s, kc, x, x, x, x, step, 2, 8, 2, 64, 128, qk=qk))
+
+
+# -- models ---------------------------------------------------------------------------------------
+
+MODELS = [
+    # arch, weight type, overrides, (K, V cache types)
+    ("qwen3", "q4_0", {"head_dim": 32}, ("f16", "f16")),
+    ("qwen3moe", "q4_0", {"head_dim": 32}, ("f16", "f16")),
+    ("qwen3", "q8_0", {"head_dim": 32}, ("q8_0", "q4_0")),
+    ("qwen35", "q8_0", {}, ("f16", "f16")),          # gated attention: [q | gate] heads, RoPE on 8 of 32 dims
+    ("gemma3", "q8_0", {}, ("f16", "f16")),          # sliding-window layers (24 positions)
+]
+
+
+def decode_rows(path, prompt, n_prompt, types):
+    """Logits of tokens n_prompt.. of `prompt` as one-token steps after a prompt batch of n_prompt, the
+    one-token step's graph, and its recording's dispatch and barrier counts."""
+    import llamavk
+
+    with llamavk.load(path, n_ctx=128, n_ubatch=16, type_k=types[0], type_v=types[1], warn=lambda m: None) as m:
+        rt = m.runtime
+        m.logits(prompt[:n_prompt])
+        rows = []
+        for i in range(n_prompt, len(prompt)):
+            rt.run_batch("last", [prompt[i]], i)
+            rows.append(rt.logits(1)[0].copy())
+        segs = rt.recordings[("last", 1, 0)]
+        counts = (sum(s.n_dispatches for s in segs), sum(s.n_barriers for s in segs))
+        return np.array(rows), rt.fused_one["last"], counts
+
+
+@pytest.mark.parametrize("arch,qtype,overrides,types", MODELS, ids=[f"{m[0]}-{m[3][0]}" for m in MODELS])
+def test_models_decode_with_fused_qk_norm(synthetic_model, monkeypatch, arch, qtype, overrides, types):
+    """Tiny models' one-token steps with the Q/K norms, RoPE and KV store in the attention: logits of
+    8 decode tokens at positions 28..35 (splits of 32 positions: the new row moves into a new split
+    at 32) equal the numpy reference's (same cache types) and LLAMAVK_QKNORM_FUSE=0's; the step has
+    no norm or RoPE op left around the attention, one dispatch fewer per attention layer (qwen35: its
+    two head norms and rope_kv) and one barrier (stage) fewer (qwen35: two)."""
+    from llamavk.models import load_model_file
+    from llamavk.reference import ReferenceModel
+
+    monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", "4")
+    monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "32")
+    path = synthetic_model(arch, qtype, seed=5, **overrides)
+    prompt = [int(t) for t in np.random.default_rng(21).integers(3, 500, 36)]
+    ref = ReferenceModel(load_model_file(path), type_k=types[0], type_v=types[1]).logits(prompt)[28:]
+    got, graph, (n_disp, n_bar) = decode_rows(path, prompt, 28, types)
+    monkeypatch.setenv("LLAMAVK_QKNORM_FUSE", "0")
+    plain, plain_graph, (p_disp, p_bar) = decode_rows(path, prompt, 28, types)
+
+    attn = [op for op in graph.ops if op.kind == "attention"]
+    assert attn and all(op.attrs.get("qk_fused") and op.attrs["kv_stored"] and not op.attrs["rope"] for op in attn)
+    assert not any(op.kind in ("head_norm", "rope") for op in graph.ops)
+    assert not any(op.attrs.get("qk_fused") for op in plain_graph.ops)
+    per_layer = 3 if arch == "qwen35" else 1
+    assert p_disp - n_disp == per_layer * len(attn)
+    assert p_bar - n_bar == (2 if arch == "qwen35" else 1) * len(attn)
+
+    scale = np.abs(ref).max()
+    assert np.abs(got - ref).max() <= 3e-3 * scale
+    assert np.abs(got - plain).max() <= 1e-4 * scale
