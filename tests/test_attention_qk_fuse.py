@@ -196,3 +196,40 @@ def test_models_decode_with_fused_qk_norm(synthetic_model, monkeypatch, arch, qt
     scale = np.abs(ref).max()
     assert np.abs(got - ref).max() <= 3e-3 * scale
     assert np.abs(got - plain).max() <= 1e-4 * scale
+
+
+@pytest.mark.parametrize("types", [("f16", "f16"), ("q8_0", "q8_0")])
+def test_chained_fused_attention_equals_unchained(synthetic_model, monkeypatch, types):
+    """The fused attention in its chained form (attention_decode.comp CHAIN: it counts its workgroups
+    for the output projection, which waits in its shader) on the stream kernel: bit for bit the
+    unchained logits, the attention's counter at its workgroup count, split KV."""
+    import llamavk
+    from llamavk.kernels import matmul as mm
+
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2, xfirst=1,
+                                                                   chained_steps=1)})
+    monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", "4")
+    monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "32")
+    path = synthetic_model("qwen3", "q4_0", seed=5, head_dim=32)
+    tokens = [int(t) for t in np.random.default_rng(9).integers(3, 500, 36)]
+    got = {}
+    for chain in ("0", "1"):
+        monkeypatch.setenv("LLAMAVK_CHAIN", chain)
+        with llamavk.load(path, n_ctx=128, type_k=types[0], type_v=types[1], warn=lambda m: None) as m:
+            rt = m.runtime
+            rows = []
+            for i, t in enumerate(tokens):
+                rt.run_batch("last", [t], i)
+                rows.append(rt.logits(1)[0].copy())
+            got[chain] = np.array(rows)
+            chains = rt.chains[("last", 1, 0)]
+            names = {name for name, _ in rt.kc._kernels}
+            kind = "kvq" if types[0] != "f16" else "f16"
+            if chain == "1":
+                attn = [w for op, w in chains if op.kind == "attention"]
+                assert len(attn) == rt.cfg.n_layer and f"attention_dec_split_qk_chain_{kind}" in names
+                words = np.frombuffer(chains[0][1].counters[0].read(), dtype=np.uint32)
+                assert all(words[w.slot] == w.n > 0 for w in attn)
+            else:
+                assert f"attention_dec_split_qk_{kind}" in names
+    assert np.array_equal(got["0"], got["1"])
