@@ -245,7 +245,7 @@ class DeviceRuntime:
         can_rope = lambda w: not self.kv_types.quantized and matmul.matvec_rope_ok(  # noqa: E731
             self.kc, self.weights[w.name], self.rope_of(w.layer), self.cfg.head_dim)
         # (and qwen3-style Q/K norms + RoPE + KV store in the decode attention: attention.qk_fuse_ok)
-        can_qk = lambda op: attn_k.qk_fuse_ok(  # noqa: E731
+        can_qk = lambda op: attn_k.qk_fuse_enabled(self.kc) and attn_k.qk_fuse_ok(  # noqa: E731
             self.kc, op.attrs.get("n_head", self.cfg.n_head), op.attrs.get("n_head_kv", self.cfg.n_head_kv),
             self.cfg.head_dim, self.rope_of(op.layer), self.kv_types)
         self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route, can_qk) or self.fused[key]

@@ -14,7 +14,7 @@ import pytest
 
 from llamavk import kv_cache
 from llamavk.kernels import KernelCache
-from llamavk.kernels.attention import QKNormRope, attention, plan, qk_fuse_ok
+from llamavk.kernels.attention import QKNormRope, attention, plan, qk_fuse_enabled, qk_fuse_ok
 from llamavk.kernels.rope import RopeParams
 from llamavk.kv_cache import KVTypes
 
@@ -119,17 +119,19 @@ def test_fused_norm_rope_store_and_attention_equal_numpy(dev, kc, types, n_past,
 
 def test_fuse_needs_one_token_neox_and_no_freqs(dev, kc, monkeypatch):
     """Where the kernel cannot (adjacent pairs, a rope_freqs table, a rope_dim not a multiple of 8,
-    several tokens), qk_fuse_ok says so and attention refuses a QKNormRope; LLAMAVK_QKNORM_FUSE=0
-    turns it off."""
+    several tokens), qk_fuse_ok says so and attention refuses a QKNormRope; the runtime uses it on
+    GPUs, LLAMAVK_QKNORM_FUSE=0 / 1 never / everywhere."""
     neox = RopeParams(dim=64, neox=True)
     assert qk_fuse_ok(kc, 8, 2, 64, neox)
     assert not qk_fuse_ok(kc, 8, 2, 64, RopeParams(dim=64, neox=False))
     assert not qk_fuse_ok(kc, 8, 2, 64, RopeParams(dim=60, neox=True))
     assert not qk_fuse_ok(kc, 8, 2, 64, RopeParams(dim=64, neox=True, freqs=object()))
     assert not qk_fuse_ok(kc, 8, 2, 80, RopeParams(dim=80, neox=True))        # no decode kernel for 80
-    monkeypatch.setenv("LLAMAVK_QKNORM_FUSE", "0")
-    assert not qk_fuse_ok(kc, 8, 2, 64, neox)
-    monkeypatch.delenv("LLAMAVK_QKNORM_FUSE")
+    monkeypatch.delenv("LLAMAVK_QKNORM_FUSE", raising=False)
+    assert qk_fuse_enabled(kc) == (not kc.info.is_cpu)                          # GPUs only by default
+    for env, want in (("0", False), ("1", True)):
+        monkeypatch.setenv("LLAMAVK_QKNORM_FUSE", env)
+        assert qk_fuse_enabled(kc) == want
     x = upload(dev, np.zeros(2 * 8 * 64, np.float32))
     qk = QKNormRope(x, x, x, x, 1e-6, neox, 64)
     step, _ = step_buffer(dev)
@@ -176,6 +178,7 @@ def test_models_decode_with_fused_qk_norm(synthetic_model, monkeypatch, arch, qt
     from llamavk.models import load_model_file
     from llamavk.reference import ReferenceModel
 
+    monkeypatch.setenv("LLAMAVK_QKNORM_FUSE", "1")      # (GPUs only by default)
     monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", "4")
     monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "32")
     path = synthetic_model(arch, qtype, seed=5, **overrides)
@@ -208,6 +211,7 @@ def test_chained_fused_attention_equals_unchained(synthetic_model, monkeypatch, 
 
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2, xfirst=1,
                                                                    chained_steps=1)})
+    monkeypatch.setenv("LLAMAVK_QKNORM_FUSE", "1")
     monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", "4")
     monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "32")
     path = synthetic_model("qwen3", "q4_0", seed=5, head_dim=32)

@@ -146,15 +146,23 @@ def qk_fuse_ok(kc, n_head: int, n_head_kv: int, head_dim: int, rope: RopeParams,
                kv_types: KVTypes = KVTypes()) -> bool:
     """Whether this device's one-token attention can norm, rotate and store q and k itself: the decode
     kernel runs it (as `plan` decides), NEOX pairs over rope.dim dims (a multiple of 8, at most
-    head_dim), no rope_freqs table, whole quantized blocks per head. LLAMAVK_QKNORM_FUSE=0: never
-    (the separate rope_kv stage, for A/B)."""
-    if os.environ.get("LLAMAVK_QKNORM_FUSE", "1") == "0":
-        return False
+    head_dim), no rope_freqs table, whole quantized blocks per head. Whether the runtime uses it:
+    qk_fuse_enabled."""
     if not rope.neox or rope.freqs is not None or rope.dim % 8 or not 0 < rope.dim <= head_dim:
         return False
     if n_head % n_head_kv or (kv_types.quantized and head_dim % 32):
         return False
     return _use_decode_kernel(kc, 1, n_head // n_head_kv, head_dim)
+
+
+def qk_fuse_enabled(kc) -> bool:
+    """Whether one-token steps take the Q/K norms, RoPE and KV store into the attention where
+    qk_fuse_ok: on GPUs (where a dependent stage costs a few us of drain and launch), not on software
+    devices (llvmpipe, 2 cores, tiny qwen3 of head_dim 32: tg128 1104-1129 t/s fused against
+    1169-1261 with the rope_kv stage: there the stage is cheap and every workgroup's extra barriers
+    and norm are not). LLAMAVK_QKNORM_FUSE=0 / 1: never / on every device (A/B, tests)."""
+    env = os.environ.get("LLAMAVK_QKNORM_FUSE", "")
+    return env == "1" or (env != "0" and device_kind(kc) != "cpu")
 
 
 @dataclass(frozen=True)
