@@ -237,3 +237,24 @@ def test_chained_fused_attention_equals_unchained(synthetic_model, monkeypatch, 
             else:
                 assert f"attention_dec_split_qk_{kind}" in names
     assert np.array_equal(got["0"], got["1"])
+
+
+@pytest.mark.parametrize("mode", ["tensor", "graph", "layer"])
+def test_split_modes_with_fused_attention_match_none(synthetic_model, monkeypatch, mode):
+    """Split over 2 virtual devices (tensor / graph: each device norms, rotates and stores its own KV
+    heads): the greedy tokens of -sm none, and each device's one-token step fused."""
+    import llamavk
+
+    monkeypatch.setenv("LLAMAVK_QKNORM_FUSE", "1")
+    path = synthetic_model("qwen3moe", "q4_0", seed=5, head_dim=32)
+    prompt = [int(t) for t in np.random.default_rng(2).integers(3, 500, 20)]
+    got = {}
+    for m_ in ("none", mode):
+        kw = dict(devices="Vulkan0,Vulkan0") if m_ != "none" else {}
+        with llamavk.load(path, n_ctx=64, split_mode=m_, warn=lambda m: None, **kw) as m:
+            got[m_] = list(m.generate(prompt, n=6, temp=0))
+            runtimes = getattr(m.runtime, "runtimes", [m.runtime])
+            per_device = [sum(bool(op.attrs.get("qk_fused")) for op in r.fused_one["last"].ops) for r in runtimes]
+        layers = 2 if mode == "layer" or m_ == "none" else 4
+        assert sum(per_device) == layers and all(per_device)
+    assert got[mode] == got["none"]
