@@ -33,7 +33,8 @@
 // KV_QUANT blocks: several workgroups store identical values), and read them back with the other
 // rows after a workgroup barrier (the cache bindings are coherent for that). Other workgroups never
 // read row n_past (their rows are clamped to their own last one), so nothing waits across
-// workgroups. rope_dim <= head_dim, a multiple of 8; dims past rope_dim pass unrotated (qwen35).
+// workgroups; loads that cannot reach row n_past are issued before the norms. rope_dim <= head_dim,
+// a multiple of 8; dims past rope_dim pass unrotated (qwen35).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;
 layout(constant_id = 1) const uint HD = 128;    // head_dim: a multiple of 32, at most 256
@@ -294,11 +295,14 @@ void attend() {
     const uint start = max(kv_begin, kv_first);
     uvec4 kr[KMAX], vr[VMAX];
 #ifdef QK_FUSE
-    // the workgroups that read row n_past (one token: the last row of their range) write it first
+    // The workgroups that read row n_past (one token: the last row of their range) store it first.
+    // First-block loads that cannot reach row n_past (every other workgroup's; a writer's whose first
+    // block, V rows past BP included, ends before it) are issued before the norms, the rest after.
     const bool writer = start <= n_past && n_past < kv_end;
-    if (!writer && start < kv_end) LOAD_FIRST_BLOCK
+    const bool early = start < kv_end && (!writer || start + VG * VPT <= n_past);
+    if (early) LOAD_FIRST_BLOCK
     qk_prepare(orow, rows_here, kvh, n_past, writer);
-    if (writer) LOAD_FIRST_BLOCK
+    if (start < kv_end && !early) LOAD_FIRST_BLOCK
 #else
     if (start < kv_end) LOAD_FIRST_BLOCK
     barrier();                                     // qs

@@ -50,6 +50,8 @@ CASES = [
     (200, 16, 2, 128, 128, 1, 512, 3, None, 0),       # 8 query rows per KV head: two row blocks store
     (100, 8, 2, 64, 64, 1, 256, 2, 32, 40),           # sliding window
     (70, 4, 2, 256, 64, 2, 128, 2, 32, 0),            # qwen35: [q | gate] heads, 64 of 256 dims turn
+    (300, 8, 2, 128, 128, 1, 512, 2, None, 0),        # the storing split's first block loaded before the norms
+    (99, 4, 2, 96, 96, 1, 256, 2, 32, 0),             # head_dim 96: V rows past the 32-row block reach n_past
 ]
 TYPES = [("f16", "f16")] * len(CASES) + [("q8_0", "q8_0"), ("q4_0", "f16"), ("f16", "q4_0"), ("q8_0", "q4_0")]
 PARAMS = [(TYPES[i],) + c for i, c in enumerate(CASES)] + \
@@ -67,10 +69,11 @@ def test_fused_norm_rope_store_and_attention_equal_numpy(dev, kc, types, n_past,
     k = (rng.standard_normal(width) * 2 + 0.5).astype(np.float32)
     v = rng.standard_normal(width).astype(np.float32)
     qn, kn = (rng.uniform(0.5, 1.5, hd).astype(np.float32) for _ in range(2))
-    # earlier rows as the cache holds them; rows from n_past on: 0xA5 bytes (row n_past must be written)
+    # earlier rows as the cache holds them; rows from n_past on: NaN (0xFF bytes: row n_past must be
+    # stored before any load of it, even one whose probability is 0)
     caches, mems = [], []
     for name in (kvt.k, kvt.v):
-        raw = np.full(kv_cache.cache_bytes(name, n_ctx, width), 0xA5, dtype=np.uint8)
+        raw = np.full(kv_cache.cache_bytes(name, n_ctx, width), 0xFF, dtype=np.uint8)
         if n_past:
             data = quant_bytes(rng.standard_normal((n_past, width)).astype(np.float32), name)
             raw[:data.size] = data
