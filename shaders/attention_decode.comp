@@ -206,30 +206,32 @@ void qk_prepare(const uint orow[BR], const uint rows_here, const uint kvh, const
     if (!writer) return;                           // uniform per workgroup
     const uint row_base = (pos * p.n_head_kv + kvh) * HD;   // the cache row's first value of this head
 #ifdef KV_QUANT
-    const uint nblk = HD / 32;                     // blocks of this head's row (block row_base / 32 + i)
     if (KT == KV_F16) {
         for (uint e = tid; e < HD4; e += WG) {
             [[unroll]] for (uint c = 0; c < 4; ++c) kw16[row_base + 4 * e + c] = float16_t(knorm[e][c]);
         }
-    } else if (tid < nblk) {
-        float vals[32];
-        [[unroll]] for (uint c = 0; c < 32; ++c) vals[c] = knorm[tid * 8 + c / 4][c % 4];
-        uint w[17];
-        const uint n = kv_quantize(KT, vals, w);
-        for (uint c = 0; c < n; ++c) kq16[(row_base / 32 + tid) * n + c] = uint16_t(w[c]);
     }
     if (VT == KV_F16) {
         for (uint e = tid; e < HD4; e += WG) {
             const vec4 x = vnew[kvh * HD4 + e];
             [[unroll]] for (uint c = 0; c < 4; ++c) vw16[row_base + 4 * e + c] = float16_t(x[c]);
         }
-    } else if (tid >= WG - nblk) {                 // other threads than K's blocks
-        const uint b = tid - (WG - nblk);
+    }
+    // A quantized cache: the head's HD / 32 blocks, K's by the first threads and V's by the last ones
+    // (one call site of kv_quantize: the kernel stays small).
+    const uint nblk = HD / 32;                     // blocks row_base / 32 + b of the head's row
+    const bool kblk = KT != KV_F16 && tid < nblk, vblk = VT != KV_F16 && tid >= WG - nblk;
+    if (kblk || vblk) {
+        const uint b = kblk ? tid : tid - (WG - nblk);
         float vals[32];
-        [[unroll]] for (uint c = 0; c < 32; ++c) vals[c] = vnew[kvh * HD4 + b * 8 + c / 4][c % 4];
+        for (uint c = 0; c < 32; ++c) vals[c] = kblk ? knorm[b * 8 + c / 4][c % 4] : vnew[kvh * HD4 + b * 8 + c / 4][c % 4];
         uint w[17];
-        const uint n = kv_quantize(VT, vals, w);
-        for (uint c = 0; c < n; ++c) vq16[(row_base / 32 + b) * n + c] = uint16_t(w[c]);
+        const uint n = kv_quantize(kblk ? KT : VT, vals, w);
+        const uint at = (row_base / 32 + b) * n;
+        for (uint c = 0; c < n; ++c) {
+            if (kblk) kq16[at + c] = uint16_t(w[c]);
+            else vq16[at + c] = uint16_t(w[c]);
+        }
     }
 #else
     for (uint e = tid; e < HD4; e += WG) {
@@ -300,9 +302,11 @@ void attend() {
     // block, V rows past BP included, ends before it) are issued before the norms, the rest after.
     const bool writer = start <= n_past && n_past < kv_end;
     const bool early = start < kv_end && (!writer || start + VG * VPT <= n_past);
-    if (early) LOAD_FIRST_BLOCK
-    qk_prepare(orow, rows_here, kvh, n_past, writer);
-    if (start < kv_end && !early) LOAD_FIRST_BLOCK
+    // (one expansion of the loads, not two: a quantized cache's dequantizing loads are most of the code)
+    [[dont_unroll]] for (uint pass = 0; pass < 2; ++pass) {
+        if (pass == 1) qk_prepare(orow, rows_here, kvh, n_past, writer);
+        if (start < kv_end && early == (pass == 0)) LOAD_FIRST_BLOCK
+    }
 #else
     if (start < kv_end) LOAD_FIRST_BLOCK
     barrier();                                     // qs
