@@ -39,13 +39,25 @@ dispatch (or the head norms and rope_kv) and its stage go.
 silu(Wg h) * (Wu h) itself: one dispatch for gate and up, and the down product then reads one plain
 vector instead of computing silu(gate) * up from two. The same for a mixture of experts' gate and up
 (`matmul_id` over one route).
+
+`fuse_shared_expert` (one-token steps, after `fuse_glu_pairs`, where the device's expert kernels can):
+a mixture of experts with a gated shared expert (qwen35moe) computes
+    out = sum_k w_k * expert_k(h) + sigmoid(w_gate . h) * shared(h)
+as router, gate/up pair, down + sum, and beside them the shared gate/up, its down, scale_sigmoid
+and an add: the norm h feeds five ops, so it cannot fold into the products, and the shared branch
+adds dependent stages. The shared expert becomes one more slot of the routed products instead: the
+router writes sigmoid(w_gate . h) as the weight of slot n_used (attr shexp_gate; route rows one slot
+wider), the gate/up pair computes the shared slot too (attrs shexp, shexp_pair: its matrices;
+output per token: the routed slots' rows, then the shared slot's), and the down product sums all
+slots (attrs sum, shexp). `fuse_for_matvec` then folds the norm into router and pair and the
+residual add into the down product: 3 dependent stages for the FFN instead of 6-7.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from .graph import Graph, Op
+from .graph import Graph, Op, Tensor
 
 PRODUCTS = ("matmul", "matmul_id")   # weight products: plain, or with each token's chosen experts
 
@@ -191,14 +203,86 @@ def fuse_delta_net_step(graph: Graph, can_fuse) -> Graph:
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
+def fuse_shared_expert(graph: Graph, can_fuse) -> Graph:
+    """can_fuse(router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp) -> bool:
+    whether the device's router and expert products can take the shared expert as a slot. Only the
+    exact shape moe_ffn builds (each intermediate read by the next op alone) is rewritten; anything
+    else (e.g. a split mode's exchange ops in between) keeps its ops."""
+    ops = _copy_ops(graph)
+    consumers = _consumers(ops)
+    producer = {op.out: op for op in ops if op.out is not None}
+    dropped: set[int] = set()
+
+    def only(t, kind, user, n_inputs=2, attrs=()):
+        """The op of `kind` producing t, read by `user` alone, with n_inputs and exactly `attrs`."""
+        p = producer.get(t)
+        ok = p is not None and p.kind == kind and consumers[t] == [user] and len(p.inputs) == n_inputs \
+            and set(p.attrs) == set(attrs)
+        return p if ok else None
+
+    for ss in ops:
+        if ss.kind != "scale_sigmoid" or id(ss) in dropped:
+            continue
+        y_sh, h, w_gate = ss.inputs
+        add = consumers[ss.out][0] if len(consumers[ss.out]) == 1 else None
+        if add is None or add.kind != "add" or ss.out not in add.inputs or add.inputs[0] is add.inputs[1]:
+            continue
+        m = add.inputs[1] if add.inputs[0] is ss.out else add.inputs[0]
+        down_sh = only(y_sh, "matmul", ss)
+        msum = only(m, "moe_sum", add)
+        if down_sh is None or msum is None:
+            continue
+        # the shared gate/up: one paired product, or two products and their swiglu
+        gu = only(down_sh.inputs[1], "matmul", down_sh, attrs=("pair",))
+        if gu is not None:
+            gate_sh, up_sh = gu.inputs[0], gu.attrs["pair"]
+            shared_ops = [down_sh, gu]
+            shared_inputs = [gu.inputs[1]]
+        else:
+            act = only(down_sh.inputs[1], "swiglu", down_sh, attrs=())
+            g = act and only(act.inputs[0], "matmul", act)
+            u = act and only(act.inputs[1], "matmul", act)
+            if not (g and u) or g is u:
+                continue
+            gate_sh, up_sh = g.inputs[0], u.inputs[0]
+            shared_ops = [down_sh, act, g, u]
+            shared_inputs = [g.inputs[1], u.inputs[1]]
+        d, route = msum.inputs
+        down = only(d, "matmul_id", msum, 3)
+        pair = down and only(down.inputs[1], "matmul_id", down, 3, ("pair",))
+        mr = producer.get(route)
+        if not (down and pair) or mr is None or mr.kind != "moe_route" or down.inputs[2] is not route \
+                or pair.inputs[2] is not route or sorted(map(id, consumers[route])) != sorted(map(id, (pair, down, msum))):
+            continue
+        router = only(mr.inputs[0], "matmul", mr, attrs=())
+        if router is None or any(t is not h for t in [router.inputs[1], pair.inputs[1]] + shared_inputs):
+            continue
+        if not can_fuse(router.inputs[0], pair.inputs[0], pair.attrs["pair"], down.inputs[0], gate_sh, up_sh,
+                        down_sh.inputs[0]):
+            continue
+        wide_route = Tensor(f"{route.name}+shexp", route.width + 2, layer=route.layer)
+        router.attrs["route"] = dict(mr.attrs)
+        router.attrs["shexp_gate"] = w_gate
+        router.out = wide_route
+        wide_act = Tensor(f"{pair.out.name}+shexp", pair.out.width + gate_sh.rows, layer=pair.out.layer)
+        pair.inputs = pair.inputs[:2] + (wide_route,)
+        pair.attrs.update(shexp=gate_sh, shexp_pair=up_sh)
+        pair.out = wide_act
+        down.inputs = (down.inputs[0], wide_act, wide_route)
+        down.attrs.update(sum=True, shexp=down_sh.inputs[0])
+        down.out = add.out
+        dropped.update(id(o) for o in shared_ops + [mr, msum, ss, add])
+    return _graph_like(graph, [op for op in ops if id(op) not in dropped])
+
+
 def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True,
                    can_route=lambda weight: True, can_qk=lambda op: False,
-                   can_fuse_gdn=lambda head_dim, d_conv: False) -> Graph | None:
-    """The one-token step's graph: pairs and RoPE in the products, or Q/K norms and RoPE in the
-    attention, and DeltaNet's middle in one op, where the device can, then the decode fusions; None
-    where none applies (the step then takes fuse_for_matvec's graph)."""
+                   can_fuse_gdn=lambda head_dim, d_conv: False, can_shexp=lambda *weights: False) -> Graph | None:
+    """The one-token step's graph: pairs, RoPE and a shared expert in the products, or Q/K norms and
+    RoPE in the attention, and DeltaNet's middle in one op, where the device can, then the decode
+    fusions; None where none applies (the step then takes fuse_for_matvec's graph)."""
     one = fuse_qk_norm_into_attention(fuse_rope_into_products(fuse_glu_pairs(graph, can_pair), can_rope), can_qk)
-    one = fuse_delta_net_step(one, can_fuse_gdn)
+    one = fuse_shared_expert(fuse_delta_net_step(one, can_fuse_gdn), can_shexp)
     if len(one.ops) == len(graph.ops) and not any(op.attrs.get("kv_stored") for op in one.ops):
         return None
     return fuse_for_matvec(one, can_sum, can_route)

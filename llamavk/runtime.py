@@ -249,8 +249,11 @@ class DeviceRuntime:
         can_qk = lambda op: attn_k.qk_fuse_enabled(self.kc) and attn_k.qk_fuse_ok(  # noqa: E731
             self.kc, op.attrs.get("n_head", self.cfg.n_head), op.attrs.get("n_head_kv", self.cfg.n_head_kv),
             self.cfg.head_dim, self.rope_of(op.layer), self.kv_types)
+        # and a shared expert (qwen35moe) as one more slot of the routed experts' products
+        can_shexp = lambda router, *mats: can_route(router) and moe.shexp_slot_ok(  # noqa: E731
+            *(self.weights[w.name] for w in mats))
         self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route, can_qk=can_qk,
-                                              can_fuse_gdn=can_gdn) or self.fused[key]
+                                              can_fuse_gdn=can_gdn, can_shexp=can_shexp) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
         if self._step_pass is not None:
             self.fused = {key: self._step_pass(g, False) for key, g in self.fused.items()}
@@ -406,10 +409,10 @@ class DeviceRuntime:
             elif k == "matmul" and "route" in op.attrs:     # a router picking the experts itself
                 w, x = op.inputs
                 r = op.attrs["route"]
-                norm_w = op.attrs.get("norm")
+                norm_w, shexp = op.attrs.get("norm"), op.attrs.get("shexp_gate")
                 moe.router(seq, kc, self.weights[w.name], act(x), act(op.out), rows_out, r["n_used"], r["gating"],
                            r["norm"], r["scale"], norm_w=vec(norm_w) if norm_w is not None else None,
-                           eps=op.attrs.get("eps", 0.0), wait=wait)
+                           eps=op.attrs.get("eps", 0.0), wait=wait, shexp=vec(shexp) if shexp is not None else None)
             elif k == "matmul":
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
@@ -463,9 +466,11 @@ class DeviceRuntime:
                 w, x, route = op.inputs
                 a = op.attrs
                 qw = self.weights[w.name]
-                n_used = route.width // 2
+                n_used = route.width // 2       # slots (a shared expert's included: fusion.fuse_shared_expert)
+                shexp = (self.weights[a["shexp"].name],
+                         self.weights[a["shexp_pair"].name] if "shexp_pair" in a else None) if "shexp" in a else None
                 n = moe.matmul_id(seq, kc, qw, act(x), act(route), act(op.out), rows_out, n_used,
-                              xslot=x.width != qw.cols,
+                              xslot=x.width != qw.cols, shexp=shexp,
                               groups=self._moe_groups(qw.experts, n_tokens) if rows_out > matmul.MATVEC_MAX_TOKENS else None,
                               norm=vec(a["norm"]) if "norm" in a else None, eps=a.get("eps", 0.0),
                               glu=act(a["glu"]) if "glu" in a else None, sum_slots=a.get("sum", False),

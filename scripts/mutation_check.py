@@ -130,6 +130,13 @@ MUTANTS = [
            "float f = p.norm != 0 ? p.scale / chosen_sum : p.scale;", "float f = p.scale;",
            ("tests/test_moe.py", "-k", "router or decode"),
            "decode routing: the chosen experts' weights not renormalised to sum 1"),
+    Mutant("shexp-gate-without-sigmoid", "shaders/moe_router.comp",
+           "route[t * 2 * half_row + half_row + p.n_used] = 1.0 / (1.0 + exp(-logit));",
+           "route[t * 2 * half_row + half_row + p.n_used] = 1.0 / (1.0 + exp(logit));",
+           ("tests/test_moe_shexp.py",), "decode: the shared expert's gate sigmoid(-w . x')"),
+    Mutant("shexp-slot-rows-of-the-experts", "shaders/matvec_id.comp",
+           "uint o = t * tok_out + s * p.rows + row;", "uint o = (t * p.n_used + s) * p.rows + row;",
+           ("tests/test_moe_shexp.py",), "decode: the shared slot's outputs laid out as if as wide as the experts'"),
     # -- GLSL: weight decoding per type ---------------------------------------------------------------
     Mutant("q4_0-offset-7", "shaders/quants.glsl",
            "((q >> 24) & 0xFu))) - 8388616.0;", "((q >> 24) & 0xFu))) - 8388615.0;",

@@ -39,8 +39,14 @@
 // subgroup touch 32 cache lines (stride 128 bytes), x and the norm weights twice the weights' loads
 // in number. vec4 e of unit u sits at slot 8 u + (e ^ (u & 7)): the 8 lanes of a quarter-subgroup
 // reading one e hit different banks. XS == 0 (rows too wide for shared memory): x from memory.
+// SHEXP (planar Q4_0 / Q8_0, one chunk; qwen35moe's one-token FFN, fusion.fuse_shared_expert): the
+// last of the n_used slots is a shared expert whose matrices are bound apart (9: W, 10: P): its own
+// rows (sh_rows) and cols (sh_cols), its route id unread, its route weight the router's
+// sigmoid(w_shexp . x'). Per token, outputs (non-SUM) and XSLOT inputs are the routed slots' rows
+// (rows / cols each) followed by the shared slot's (sh_rows / sh_cols). Why a slot: the shared
+// expert's gate/up, down product and sigmoid gate then cost no dependent stage of their own.
 // Specialization: 0 workgroup size, 1 TPR, 2 C, 3 RJ, 4 NORM, 5 GLU, 6 SUM, 7 XSLOT, 8 RESID, 9 PAIR,
-// 10 WAIT, 11 SIGNAL, 12 XS, 13 RED.
+// 10 WAIT, 11 SIGNAL, 12 XS, 13 RED, 14 SHEXP.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TPR = 32;
 layout(constant_id = 2) const uint C = 1;
@@ -55,6 +61,7 @@ layout(constant_id = 10) const bool WAIT = false;
 layout(constant_id = 11) const bool SIGNAL = false;
 layout(constant_id = 12) const uint XS = 0;
 layout(constant_id = 13) const uint RED = 1;   // SUM: n_used x rows_per_wg (the host checks <= 2048)
+layout(constant_id = 14) const bool SHEXP = false;
 const uint NM = PAIR ? 2 : 1;   // matrices per product
 const bool SLOT_ROWS = SUM && XSLOT;   // XS: the token's n_used slot rows are staged
 
@@ -72,6 +79,11 @@ layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
 layout(std430, binding = 1) volatile coherent buffer X4c { vec4 x4c[]; };
 layout(std430, binding = 6) volatile coherent buffer Up4c { vec4 up4c[]; };
 layout(std430, binding = 8) volatile coherent buffer Chain { uint chain[]; };   // WAIT / SIGNAL: counters
+// SHEXP: the shared expert's matrix (W's role) and, with PAIR, its up matrix (P's role)
+layout(std430, binding = 9) readonly buffer ShW4 { uvec4 sw4[]; };
+layout(std430, binding = 9) readonly buffer ShWF16 { float16_t swf16[]; };
+layout(std430, binding = 10) readonly buffer ShP4 { uvec4 sp4[]; };
+layout(std430, binding = 10) readonly buffer ShPF16 { float16_t spf16[]; };
 layout(push_constant) uniform Push {
     uint rows;         // R: rows of one expert
     uint cols;
@@ -83,6 +95,8 @@ layout(push_constant) uniform Push {
     uint wait_slot;    // WAIT: the producer's counter
     uint wait_n;       // WAIT: its workgroups
     uint signal_slot;  // SIGNAL: this product's counter
+    uint sh_rows;      // SHEXP: the shared expert's rows
+    uint sh_cols;      // SHEXP: and cols
 } p;
 
 // Shared arrays sized by specialization: what a variant does not use takes no shared memory (on
@@ -92,18 +106,19 @@ shared float red[RED];   // SUM: per slot, the workgroup's rows
 shared vec4 xs[XS > 0 ? XS : 1];   // XS: the staged x' rows (header)
 shared float red_ss[128];          // XS with NORM: per subgroup, its threads' sums of squares
 
-// XS: stage the x' rows starting at x row row0 (n_rows of them); returns the whole row's sum of
-// squares (NORM, one row), the same in every thread. Every thread of the workgroup calls this.
-float stage_x(uint row0, uint n_rows) {
-    uint cols4 = p.cols / 4, n = n_rows * cols4;
+// XS: stage the n4 vec4s of x' from vec4 off4 of x (rows of whole units, side by side); returns the
+// whole row's sum of squares (NORM, one row), the same in every thread. Every thread of the workgroup
+// calls this.
+float stage_x(uint off4, uint n4) {
+    uint cols4 = p.cols / 4;
     float ss = 0.0;
-    for (uint k = gl_LocalInvocationIndex; k < n; k += gl_WorkGroupSize.x) {
-        uint r = k / cols4, kk = k % cols4, idx = row0 * cols4 + k;
+    for (uint k = gl_LocalInvocationIndex; k < n4; k += gl_WorkGroupSize.x) {
+        uint idx = off4 + k;
         vec4 v = WAIT ? x4c[idx] : x4[idx];
-        if (NORM) { ss += dot(v, v); v *= nw4[kk]; }
+        if (NORM) { ss += dot(v, v); v *= nw4[k % cols4]; }
         if (GLU) v = v / (1.0 + exp(min(-v, vec4(80.0)))) * (WAIT ? up4c[idx] : up4[idx]);
-        uint u = kk / 8, e = kk % 8;
-        xs[r * cols4 + 8 * u + (e ^ (u & 7u))] = v;
+        uint u = k / 8, e = k % 8;
+        xs[8 * u + (e ^ (u & 7u))] = v;
     }
     if (NORM) {
         ss = subgroupAdd(ss);
@@ -115,16 +130,16 @@ float stage_x(uint row0, uint n_rows) {
     return total;
 }
 
-// x' for the 8 vec4s of unit u of x row xrow (the sum of squares of x goes to ss); XS: of staged
-// row xr
-void xunit(uint xrow, uint xr, uint u, inout float ss, out vec4 xv[8]) {
+// x' for the 8 vec4s of unit u of the x row at vec4 xoff4 (the sum of squares of x goes to ss); XS:
+// of the staged row at vec4 xs4
+void xunit(uint xoff4, uint xs4, uint u, inout float ss, out vec4 xv[8]) {
     if (XS > 0) {
-        uint b = xr * (p.cols / 4) + 8 * u, sw = u & 7u;
+        uint b = xs4 + 8 * u, sw = (b / 8) & 7u;
         [[unroll]] for (uint k = 0; k < 8; ++k) xv[k] = xs[b + (k ^ sw)];
         return;
     }
     [[unroll]] for (uint k = 0; k < 8; ++k) {
-        uint kk = 8 * u + k, idx = (xrow * p.cols) / 4 + kk;
+        uint kk = 8 * u + k, idx = xoff4 + kk;
         vec4 v = WAIT ? x4c[idx] : x4[idx];
         if (NORM) { ss += dot(v, v); v *= nw4[kk]; }
         if (GLU) v = v / (1.0 + exp(min(-v, vec4(80.0)))) * (WAIT ? up4c[idx] : up4[idx]);
@@ -171,15 +186,25 @@ void main() {
     }
     uint rbase = t * 2 * p.n_used;
     uint e = floatBitsToUint(route[rbase + s]);
-    bool mine = s < p.n_used && e >= p.e0 && e < p.e0 + p.n_exp && r0 < p.rows;   // uniform per subgroup
-    uint xrow = XSLOT ? t * p.n_used + s : t;
-    uint n_units = p.cols / 32;
+#if defined(QPLANAR)
+    bool sh = SHEXP && s == p.n_used - 1;   // the shared expert's slot (uniform per subgroup)
+#else
+    const bool sh = false;
+#endif
+    uint rows_s = sh ? p.sh_rows : p.rows, cols_s = sh ? p.sh_cols : p.cols;
+    bool mine = s < p.n_used && (sh || (e >= p.e0 && e < p.e0 + p.n_exp)) && r0 < rows_s;   // uniform per subgroup
+    // per token: the routed slots' rows (rows of output or cols of input each), then the shared one's
+    uint tok_out = SHEXP ? (p.n_used - 1) * p.rows + p.sh_rows : p.n_used * p.rows;
+    uint tok_in = SHEXP ? (p.n_used - 1) * p.cols + p.sh_cols : p.n_used * p.cols;
+    uint xoff4 = (XSLOT ? t * tok_in + s * p.cols : t * p.cols) / 4;
+    uint n_units = cols_s / 32;
 
     float acc[NM][RJ], ss = 0.0;
     [[unroll]] for (uint m = 0; m < NM; ++m)
         [[unroll]] for (uint j = 0; j < RJ; ++j) acc[m][j] = 0.0;
     uint wrow[RJ];
-    [[unroll]] for (uint j = 0; j < RJ; ++j) wrow[j] = (e - p.e0) * p.rows + min(r0 + g + G * j, p.rows - 1);
+    [[unroll]] for (uint j = 0; j < RJ; ++j)
+        wrow[j] = (sh ? 0 : (e - p.e0) * p.rows) + min(r0 + g + G * j, rows_s - 1);
 
 #if defined(QPLANAR)
     // every weight load first (header), then (WAIT) the producer, then the arithmetic
@@ -190,11 +215,21 @@ void main() {
             uint u = min(c + TPR * i, n_units - 1);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint b = wrow[j] * n_units + u;
-                [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][0][j][k] = wu4[NQ * b + k];
-                wd[i][0][j] = block_scale(b);
-                if (PAIR) {
-                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][NM - 1][j][k] = pu4[NQ * b + k];
-                    wd[i][NM - 1][j] = float(pf16[QD_PLANE * q_chunk_blocks + b]);
+                if (sh) {   // the shared expert's matrices: one expert, planes of its own size
+                    uint sd = QD_PLANE * p.sh_rows * n_units;
+                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][0][j][k] = sw4[NQ * b + k];
+                    wd[i][0][j] = float(swf16[sd + b]);
+                    if (PAIR) {
+                        [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][NM - 1][j][k] = sp4[NQ * b + k];
+                        wd[i][NM - 1][j] = float(spf16[sd + b]);
+                    }
+                } else {
+                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][0][j][k] = wu4[NQ * b + k];
+                    wd[i][0][j] = block_scale(b);
+                    if (PAIR) {
+                        [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][NM - 1][j][k] = pu4[NQ * b + k];
+                        wd[i][NM - 1][j] = float(pf16[QD_PLANE * q_chunk_blocks + b]);
+                    }
                 }
             }
         }
@@ -202,15 +237,15 @@ void main() {
 #endif
     if (WAIT) wait_for_producer();
     float ss_all = 0.0;
-    if (XS > 0) ss_all = stage_x(SLOT_ROWS ? t * p.n_used : xrow, SLOT_ROWS ? p.n_used : 1);
-    uint xr = SLOT_ROWS ? s : 0;
+    if (XS > 0) ss_all = stage_x(SLOT_ROWS ? t * tok_in / 4 : xoff4, (SLOT_ROWS ? tok_in : p.cols) / 4);
+    uint xs4 = SLOT_ROWS ? s * p.cols / 4 : 0;
     if (mine) {
 #if defined(QPLANAR)
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = c + TPR * i;
             if (u < n_units) {
                 vec4 xv[8];
-                xunit(xrow, xr, u, ss, xv);
+                xunit(xoff4, xs4, u, ss, xv);
                 [[unroll]] for (uint m = 0; m < NM; ++m) {
                     [[unroll]] for (uint j = 0; j < RJ; ++j) {
                         float tq = 0.0;
@@ -232,7 +267,7 @@ void main() {
 #elif defined(QFLOAT)
         for (uint u = c; u < n_units; u += TPR) {
             vec4 xv[8];
-            xunit(xrow, xr, u, ss, xv);
+            xunit(xoff4, xs4, u, ss, xv);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint base = wrow[j] * p.cols + 32 * u;
                 [[unroll]] for (uint k = 0; k < 8; ++k) {
@@ -244,7 +279,7 @@ void main() {
 #else
         for (uint u = c; u < n_units; u += TPR) {
             vec4 xv[8];
-            xunit(xrow, xr, u, ss, xv);
+            xunit(xoff4, xs4, u, ss, xv);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 vec4 w[8];
                 dequant_unit(wrow[j], u, p.cols, w);
@@ -276,10 +311,10 @@ void main() {
     } else if (mine && c == 0) {
         [[unroll]] for (uint j = 0; j < RJ; ++j) {
             uint row = r0 + g + G * j;
-            if (row < p.rows) {
+            if (row < rows_s) {
                 float v = acc[0][j];
                 if (PAIR) v = v / (1.0 + exp(min(-v, 80.0))) * acc[NM - 1][j];
-                uint o = (t * p.n_used + s) * p.rows + row;
+                uint o = t * tok_out + s * p.rows + row;
                 if (RESID) v += resid[o];
                 y[o] = v;
             }

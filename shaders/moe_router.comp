@@ -11,9 +11,15 @@
 // Each thread's first RPF weights are loaded before x (they are in flight together). WAIT (one-token
 // steps, kernels/chain.py): recorded without a barrier after the product writing x; the workgroup
 // waits for that product's workgroup count between its weight loads and its reads of x.
+// SHEXP (qwen35moe's shared expert as one more slot, matvec_id.comp SHEXP): one more workgroup per
+// token (x = n_expert) computes the shared expert's gate sigmoid(w_shexp . x') (w_shexp f32, binding
+// 7) and writes it as the weight of slot n_used, after the picked ones; its id is n_expert. The route
+// row is then [id_0 .. id_{n_used-1}, n_expert, weight_0 .. weight_{n_used-1}, gate]. It takes no part
+// in the count: the pick does not read it.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const bool NORM = false;
 layout(constant_id = 2) const bool WAIT = false;
+layout(constant_id = 3) const bool SHEXP = false;
 #define RPF 8
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X { float x[]; };
@@ -23,6 +29,7 @@ layout(std430, binding = 4) volatile coherent buffer Logits { float logits[]; };
 layout(std430, binding = 5) volatile coherent buffer Count { uint count[]; };      // [n_tokens], 0 between runs
 layout(std430, binding = 1) volatile coherent buffer Xc { float xc[]; };           // WAIT: x after the wait
 layout(std430, binding = 6) volatile coherent buffer Chain { uint chain[]; };      // WAIT: the step's counters
+layout(std430, binding = 7) readonly buffer ShexpW { float shw[]; };               // SHEXP: w_shexp
 layout(push_constant) uniform Push {
     uint n_expert; uint cols; uint n_used; uint sigmoid; uint norm; float scale; float eps;
     uint wait_slot; uint wait_n;
@@ -51,10 +58,11 @@ vec2 wg_sum(float v, float w) {
 
 void main() {
     uint e = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationIndex, WG = gl_WorkGroupSize.x;
+    bool shared_gate = SHEXP && e == p.n_expert;   // uniform: this workgroup computes the shared expert's gate
     float wv[RPF];
     [[unroll]] for (uint i = 0; i < RPF; ++i) {
         uint c = tid + WG * i;
-        wv[i] = c < p.cols ? wfloat(e * p.cols + c) : 0.0;
+        wv[i] = c < p.cols ? (shared_gate ? shw[c] : wfloat(e * p.cols + c)) : 0.0;
     }
     if (WAIT) {   // one lane polls (its count stored where it is never read: the loop must stay)
         if (tid == 0) {
@@ -76,9 +84,18 @@ void main() {
     for (uint c = tid + WG * RPF; c < p.cols; c += WG) {
         float v = WAIT ? xc[t * p.cols + c] : x[t * p.cols + c];
         if (NORM) { ss += v * v; v *= nw[c]; }
-        acc += wfloat(e * p.cols + c) * v;
+        acc += (shared_gate ? shw[c] : wfloat(e * p.cols + c)) * v;
     }
     vec2 s = wg_sum(acc, ss);
+    uint half_row = SHEXP ? p.n_used + 1 : p.n_used;   // route row: half_row ids, then their weights
+    if (shared_gate) {
+        if (tid == 0) {
+            float logit = NORM ? s.x * inversesqrt(s.y / float(p.cols) + p.eps) : s.x;
+            route[t * 2 * half_row + p.n_used] = uintBitsToFloat(p.n_expert);
+            route[t * 2 * half_row + half_row + p.n_used] = 1.0 / (1.0 + exp(-logit));
+        }
+        return;
+    }
     if (tid == 0) {
         logits[t * p.n_expert + e] = NORM ? s.x * inversesqrt(s.y / float(p.cols) + p.eps) : s.x;
         memoryBarrierBuffer();
@@ -120,10 +137,10 @@ void main() {
         subgroupBarrier();
     }
     float f = p.norm != 0 ? p.scale / chosen_sum : p.scale;
-    uint ob = t * 2 * p.n_used;
+    uint ob = t * 2 * half_row;
     for (uint k = lane; k < p.n_used; k += S) {
         route[ob + k] = uintBitsToFloat(pick_id[k]);
-        route[ob + p.n_used + k] = pick_w[k] * f;
+        route[ob + half_row + k] = pick_w[k] * f;
     }
     if (lane == 0) count[t] = 0u;
 }

@@ -7,6 +7,10 @@ weights. Expert ids never leave the GPU: the products read them there.
 
 - the router (decode): its product and the top-k in one dispatch, `moe_router.comp`; else the
   product (kernels/matmul.py) and `moe_route.comp`.
+- a shared expert as one more slot (one-token steps of qwen35moe, fusion.fuse_shared_expert): the
+  router writes its gate sigmoid(w_shexp . x') as the weight of slot n_used (route rows of n_used + 1
+  slots), the gate/up pair and the summing down product take its matrices, bound apart, as their
+  last slot (matvec_id.comp SHEXP). `shexp_slot_ok` says where the kernels can.
 - one to MATVEC_MAX_TOKENS tokens (decode): `matvec_id.comp`, a grid of (row blocks, token x slot);
   each workgroup reads its slot's expert id and only that expert's rows. With `sum`, the down
   product adds the weighted slots (and the residual) itself: (row blocks, token) workgroups, each
@@ -67,10 +71,12 @@ def router_ok(w: QWeight) -> bool:
 
 
 def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, n_used: int, gating: str,
-           norm: bool, scale: float, norm_w: View | None = None, eps: float = 0.0, wait=None) -> None:
+           norm: bool, scale: float, norm_w: View | None = None, eps: float = 0.0, wait=None,
+           shexp: View | None = None) -> None:
     """out[t] = the route of token t from its router logits W x'[t] (x' = rms_norm(x[t]) * norm_w where
     given), product and top-k in one dispatch: n_tokens <= MATVEC_MAX_TOKENS (decode). wait (a
-    chain.Wait, one token): recorded without a barrier after the product writing x."""
+    chain.Wait, one token): recorded without a barrier after the product writing x. shexp (the shared
+    expert's gate vector, f32): the route gets slot n_used with weight sigmoid(shexp . x'[t])."""
     if n_tokens <= 0:
         return
     if not router_ok(w) or n_tokens > MATVEC_MAX_TOKENS:
@@ -78,19 +84,21 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
                            f"{MATVEC_MAX_TOKENS} tokens (else the product, then moe_route)")
     n_expert = w.rows
     _check_view(x, 4 * n_tokens * w.cols, "moe router x")
-    _check_view(out, 8 * n_tokens * n_used, "moe router out")
+    _check_view(out, 8 * n_tokens * (n_used + (shexp is not None)), "moe router out")
+    if shexp is not None:
+        _check_view(shexp, 4 * w.cols, "moe router shared expert gate")
     logits, counts = kc.shared("moe router", n_expert, lambda: (
         Buffer(kc.device, 4 * MATVEC_MAX_TOKENS * n_expert),
         filled_buffer(kc.device, np.zeros(MATVEC_MAX_TOKENS, np.uint32))))   # zero between runs (the kernel resets it)
     if wait is not None and n_tokens != 1:
         raise LlamavkError("moe router: chaining without a barrier takes one token")
-    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwwww", push_size=36,
-                    spec=(ROUTER_WG, norm_w is not None, wait is not None))
+    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwwwwr", push_size=36,
+                    spec=(ROUTER_WG, norm_w is not None, wait is not None, shexp is not None))
     push = struct.pack("<5I2f2I", n_expert, w.cols, n_used, gating == "sigmoid", bool(norm), scale, eps,
                        wait.slot if wait else 0, wait.n if wait else 0)
     seq.dispatch(kernel, [w.chunks[0].buffer, x.range, (norm_w or x).range, out.range, logits, counts,
-                          wait.counters if wait else counts], (n_expert, n_tokens, 1), push,
-                 chained=wait is not None)
+                          wait.counters if wait else counts, (shexp or x).range],
+                 (n_expert + (shexp is not None), n_tokens, 1), push, chained=wait is not None)
 
 
 def group_scratch(kc: KernelCache, n_expert: int, n_tokens: int) -> View:
@@ -167,10 +175,33 @@ def matvec_id_chain_ok(w: QWeight) -> bool:
     return type_suffix(w.qtype) in ("q4_0", "q8_0") and len(w.chunks) == 1
 
 
+def shexp_fuse_enabled() -> bool:
+    """LLAMAVK_SHEXP_FUSE=0 keeps a shared expert out of the routed experts' dispatches (A/B)."""
+    return os.environ.get("LLAMAVK_SHEXP_FUSE", "1") != "0"
+
+
+def shexp_slot_ok(gate: QWeight, up: QWeight, down: QWeight, gate_sh: QWeight, up_sh: QWeight,
+                  down_sh: QWeight) -> bool:
+    """Whether the one-token expert products can take a shared expert as one more slot (matvec_id.comp
+    SHEXP): the routed gate/up a pair (matvec_id_pairs), the shared gate/up of their type and input
+    width, the shared down of the routed down's type and output height, every matrix planar Q4_0 /
+    Q8_0 in one chunk (the shared slot's loads are the planar kernel's own code; one dispatch of each
+    product takes it). Shapes may differ otherwise: the shared expert's width is its own."""
+    mats = (gate, up, down, gate_sh, up_sh, down_sh)
+    return (shexp_fuse_enabled() and matvec_id_pairs(gate, up)
+            and all(type_suffix(m.qtype) in ("q4_0", "q8_0") and len(m.chunks) == 1 for m in mats)
+            and not (gate_sh.experts or up_sh.experts or down_sh.experts)
+            and gate_sh.qtype == up_sh.qtype == gate.qtype and down_sh.qtype == down.qtype
+            and (gate_sh.rows, gate_sh.cols) == (up_sh.rows, up_sh.cols) and gate_sh.cols == gate.cols
+            and down_sh.rows == down.expert_rows and down_sh.cols == gate_sh.rows
+            and gate_sh.rows % 32 == 0 and gate.expert_rows % 32 == 0)
+
+
 def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: View, n_tokens: int,
               n_used: int, xslot: bool, groups: View | None = None, norm: View | None = None, eps: float = 0.0,
               glu: View | None = None, sum_slots: bool = False, residual: View | None = None,
-              pair: QWeight | None = None, wait=None, signal=None) -> int:
+              pair: QWeight | None = None, wait=None, signal=None,
+              shexp: tuple[QWeight, QWeight | None] | None = None) -> int:
     """y[t, s] = W[id(t, s)] x'[t(, s)] for t < n_tokens, s < n_used (y: [n_tokens][n_used][R]);
     with sum_slots, y[t] = residual[t] + sum_s weight(t, s) W[id(t, s)] x'[t, s] (y: [n_tokens][R]);
     with pair (a second stack of experts P, where matvec_id_pairs allows), y[t, s] =
@@ -181,7 +212,12 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
     and pair are the decode forms (n_tokens <= MATVEC_MAX_TOKENS); larger batches need `groups` (group()).
     wait / signal (chain.Wait / chain.Signal; one token, matvec_id_chain_ok): recorded without a barrier
     after the producer it waits for / counting its workgroups done. Returns the workgroups of a
-    signalling product (0 otherwise)."""
+    signalling product (0 otherwise).
+
+    shexp = (S, SP) (decode, shexp_slot_ok): slot n_used - 1 is a shared expert, S (its gate with the
+    pair SP = its up, or its down with sum_slots) in place of the chosen expert's matrices; its route
+    weight is the router's gate (router(shexp=...)). Per token, y (non-summing) and x (xslot) hold the
+    n_used - 1 routed slots' rows, then the shared slot's (S.rows values out / S.cols in)."""
     if n_tokens <= 0:
         return 0
     if (wait is not None or signal is not None) and (n_tokens != 1 or not matvec_id_chain_ok(w)):
@@ -190,8 +226,19 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         raise LlamavkError("matmul_id: the weight is not a stack of experts")
     name = type_suffix(w.qtype)
     R, cols = w.expert_rows, w.cols
-    _check_view(x, 4 * n_tokens * (n_used if xslot else 1) * cols, "matmul_id x")
-    _check_view(y, 4 * n_tokens * (1 if sum_slots else n_used) * R, "matmul_id y")
+    sh, sh_pair = shexp if shexp is not None else (None, None)
+    sh_rows, sh_cols = (sh.rows, sh.cols) if sh is not None else (R, cols)
+    tok_in = (n_used - 1) * cols + sh_cols    # per token: the slots' x rows (xslot), the shared one last
+    tok_out = (n_used - 1) * R + sh_rows
+    _check_view(x, 4 * n_tokens * (tok_in if xslot else cols), "matmul_id x")
+    _check_view(y, 4 * n_tokens * (R if sum_slots else tok_out), "matmul_id y")
+    if sh is not None:
+        if n_tokens > MATVEC_MAX_TOKENS or len(w.chunks) > 1 or sh_cols % 32 or (pair is None) != (sh_pair is None) \
+                or sh.qtype != w.qtype or type_suffix(w.qtype) not in ("q4_0", "q8_0") or sh.experts \
+                or (sum_slots and sh_rows != R) or (not xslot and sh_cols != cols) \
+                or (sh_pair is not None and (sh_pair.qtype, sh_pair.rows, sh_pair.cols) != (sh.qtype, sh_rows, sh_cols)):
+            raise LlamavkError("matmul_id: a shared expert slot needs planar Q4_0/Q8_0 matrices of the experts' "
+                               "type in one buffer, in a small batch (kernels/moe.py shexp_slot_ok)")
     if n_tokens <= MATVEC_MAX_TOKENS:
         if cols % 32:
             raise LlamavkError(f"matmul_id: expert rows of {cols} weights (not a multiple of 32) are not supported")
@@ -200,7 +247,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         if pair is not None and not matvec_id_pairs(w, pair):
             raise LlamavkError("matmul_id: a gate/up pair needs two planar Q4_0/Q8_0 matrices of one shape")
         sg = kc.info.subgroup_size or 32
-        tpr, c, rj = matvec_id_split(name, cols, sg, pair is not None)
+        # the shared slot's units (its own cols) must fit the lanes too
+        tpr, c, rj = matvec_id_split(name, max(cols, sh_cols), sg, pair is not None)
         g = sg // tpr
         if sum_slots:
             wg, rows_per_wg = n_used * sg, g * rj           # one subgroup per slot
@@ -209,21 +257,24 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         else:
             wg = max(matvec_id_tuning()[1], sg)
             rows_per_wg = wg // sg * g * rj
+        staged = matvec_id_staged(kc, tok_in if sum_slots and xslot else cols, 1, sum_slots,
+                                  norm is not None or glu is not None)
         spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
-                pair is not None, wait is not None, signal is not None,
-                matvec_id_staged(kc, cols, n_used if sum_slots and xslot else 1, sum_slots,
-                                 norm is not None or glu is not None),
-                n_used * rows_per_wg if sum_slots else 1)
-        kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrrw", push_size=40, spec=spec)
-        grid = ((R + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
+                pair is not None, wait is not None, signal is not None, staged,
+                n_used * rows_per_wg if sum_slots else 1) + ((True,) if sh is not None else ())
+        kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrrwrr", push_size=48, spec=spec)
+        rows_max = R if sum_slots else max(R, sh_rows)
+        grid = ((rows_max + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
         pair_chunks = pair.chunks if pair is not None else w.chunks
         chain = wait or signal   # both name the step's counters (else an unused binding)
-        chain_push = struct.pack("<3I", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0)
+        chain_push = struct.pack("<5I", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0,
+                                 sh_rows, sh_cols)
         for ch, pch in zip(w.chunks, pair_chunks):
             push = struct.pack("<6If", R, cols, n_used, ch.row_start // R, ch.n_rows // R, rows_per_wg, eps)
+            sh_buffers = [sh.chunks[0].buffer, (sh_pair or sh).chunks[0].buffer] if sh is not None else [ch.buffer] * 2
             seq.dispatch(kernel, [ch.buffer, x.range, route_view.range, y.range, (norm or x).range,
                                   (residual or x).range, (glu or x).range, pch.buffer,
-                                  chain.counters if chain else y.range], grid, push + chain_push,
+                                  chain.counters if chain else y.range] + sh_buffers, grid, push + chain_push,
                          chained=wait is not None)
         return grid[0] * grid[1] * grid[2] if signal is not None else 0
     if norm is not None or glu is not None or sum_slots or residual is not None or pair is not None:
