@@ -5,10 +5,7 @@ minimum split chunk; a chain of one-workgroup rms_norm stages first (the floor o
 Prints host wall time per stage over whole replays (no timestamps, which add their own cost).
 
     python3 benchmarks/bench_attention.py [--nkv 16,64,128,160,256,1024,4096] [--chunks 32,64,128]
-                                        [--heads 32/8] [--head-dim 128] [--n-ctx 4224] [--qk]
-
---qk: then, per n_kv (the engine's split plan), qwen3's per-head Q/K norm + RoPE + KV store as the
-rope_kv_norm stage before attention against the attention doing it itself (QK_FUSE): us per layer.
+                                        [--heads 32/8] [--head-dim 128] [--n-ctx 4224]
 """
 
 import argparse
@@ -21,8 +18,6 @@ from llamavk.devices import open_devices, select
 from llamavk.kernels import KernelCache
 from llamavk.kernels import attention as attn
 from llamavk.kernels import norm
-from llamavk.kernels import rope as rope_k
-from llamavk.kernels.attention import QKNormRope
 from llamavk.vk import Buffer, CommandSequence, get_instance
 
 STAGES = 192
@@ -50,7 +45,6 @@ def main() -> int:
     ap.add_argument("--heads", default="32/8")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--n-ctx", type=int, default=4224)
-    ap.add_argument("--qk", action="store_true", help="Q/K norm + RoPE + KV store: own stage vs in the attention")
     a = ap.parse_args()
     n_head, n_head_kv = map(int, a.heads.split("/"))
     hd, n_ctx = a.head_dim, a.n_ctx
@@ -87,39 +81,7 @@ def main() -> int:
                                    n_head_kv, hd, n_ctx, n_splits=n_splits, min_chunk=chunk)
             line += f"  {per_stage_us(dev, chain):17.2f}"
         print(line, flush=True)
-    if a.qk:
-        qk_compare(dev, kc, a, qs, caches, step, n_head, n_head_kv, hd, n_ctx, rng)
     return 0
-
-
-def qk_compare(dev, kc, a, qs, caches, step, n_head, n_head_kv, hd, n_ctx, rng) -> None:
-    os.environ.pop("LLAMAVK_ATTN_MIN_CHUNK", None)
-    rope = rope_k.RopeParams(dim=hd, base=1e6, neox=True)
-    vecs = []
-    for n in (n_head_kv * hd, n_head_kv * hd, hd, hd):          # raw k, raw v, q_norm, k_norm
-        b = Buffer(dev, 4 * n)
-        b.write(rng.standard_normal(n).astype(np.float32))
-        vecs.append(b)
-    k, v, qn, kn = vecs
-    qk = QKNormRope(k, v, qn, kn, 1e-6, rope, hd)
-    print("n_kv    rope_kv_norm + attention   fused attention   (us per layer)")
-    for n_kv in (int(x) for x in a.nkv.split(",")):
-        if n_kv > n_ctx:
-            continue
-        step.write(np.array([n_kv - 1, 1, n_kv, 0, 0, 0, 0, 0], np.uint32))
-
-        def separate(seq):
-            for s in range(STAGES // 2):
-                q, out = qs[s % 2], qs[1 - s % 2]
-                rope_k.rope_kv(seq, kc, q, k, v, caches[0], caches[1], step, 1, n_head, n_head_kv, hd, rope, n_ctx,
-                               q_norm=qn, k_norm=kn, eps=1e-6)
-                attn.attention(seq, kc, q, caches[0], caches[1], out, step, 1, n_head, n_head_kv, hd, n_ctx)
-
-        def fused(seq):
-            for s in range(STAGES // 2):
-                attn.attention(seq, kc, qs[s % 2], caches[0], caches[1], qs[1 - s % 2], step, 1, n_head, n_head_kv,
-                               hd, n_ctx, qk=qk)
-        print(f"{n_kv:6d}  {2 * per_stage_us(dev, separate):25.2f}  {2 * per_stage_us(dev, fused):16.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,6 @@ rope="q" / "k" / "v"; the attention op gets kv_stored=True): the rope_kv dispatc
 `gated_norm(delta_net(ssm_conv(qkv)), z)` becomes one op, delta_net_step, recorded as one dispatch
 (deltanet.delta_net_step): three dependent stages per DeltaNet layer become one.
 
-`fuse_qk_norm_into_attention` (one-token steps, where the device's decode attention can): an attention
-whose q and k are per-head RMS-normed and rotated (qwen3, qwen3moe, gemma3; qwen35's gated attention,
-whose Q norm reads the q halves of [q | gate] heads) takes the raw Q and K products and does the norms,
-RoPE and the KV store itself (attrs qk_fused, q_norm, k_norm, eps, q_stride; kv_stored): the rope_kv
-dispatch (or the head norms and rope_kv) and its stage go.
-
 `fuse_glu_pairs` (one-token steps, before `fuse_for_matvec`, where the device's one-token kernel can):
 `swiglu(matmul(Wg, h), matmul(Wu, h))` becomes one matmul of Wg with attr pair=Wu that writes
 silu(Wg h) * (Wu h) itself: one dispatch for gate and up, and the down product then reads one plain
@@ -124,32 +118,6 @@ def fuse_rope_into_products(graph: Graph, can_fuse) -> Graph:
             op.attrs["rope"] = False
             op.attrs["kv_stored"] = True
     return _graph_like(graph, ops)
-
-
-def fuse_qk_norm_into_attention(graph: Graph, can_fuse) -> Graph:
-    """can_fuse(attention op) -> bool: whether the device's one-token attention can do it for that op.
-    Two forms: the norms already in the attention (fuse_rope_kv took them: attrs q_norm, k_norm), or
-    head_norm ops read by nothing but the attention (qwen35's strided Q norm, which rope_kv cannot do)."""
-    ops = _copy_ops(graph)
-    consumers = _consumers(ops)
-    producer = {op.out: op for op in ops if op.out is not None}
-    dropped: set[int] = set()
-    for op in ops:
-        if op.kind != "attention" or not op.attrs.get("rope") or not can_fuse(op):
-            continue
-        q, k, v = op.inputs
-        if "q_norm" not in op.attrs:
-            nq, nk = producer.get(q), producer.get(k)
-            if not all(n is not None and n.kind == "head_norm" and consumers[n.out] == [op] for n in (nq, nk)) \
-                    or "stride" in nk.attrs or nq.attrs["eps"] != nk.attrs["eps"]:
-                continue
-            dropped.update((id(nq), id(nk)))
-            op.inputs = (nq.inputs[0], nk.inputs[0], v)
-            op.attrs.update(q_norm=nq.inputs[1], k_norm=nk.inputs[1], eps=nq.attrs["eps"])
-            if "stride" in nq.attrs:
-                op.attrs["q_stride"] = nq.attrs["stride"]
-        op.attrs.update(rope=False, kv_stored=True, qk_fused=True)
-    return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
 def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
@@ -276,12 +244,12 @@ def fuse_shared_expert(graph: Graph, can_fuse) -> Graph:
 
 
 def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True,
-                   can_route=lambda weight: True, can_qk=lambda op: False,
-                   can_fuse_gdn=lambda head_dim, d_conv: False, can_shexp=lambda *weights: False) -> Graph | None:
-    """The one-token step's graph: pairs, RoPE and a shared expert in the products, or Q/K norms and
-    RoPE in the attention, and DeltaNet's middle in one op, where the device can, then the decode
-    fusions; None where none applies (the step then takes fuse_for_matvec's graph)."""
-    one = fuse_qk_norm_into_attention(fuse_rope_into_products(fuse_glu_pairs(graph, can_pair), can_rope), can_qk)
+                   can_route=lambda weight: True, can_fuse_gdn=lambda head_dim, d_conv: False,
+                   can_shexp=lambda *weights: False) -> Graph | None:
+    """The one-token step's graph: pairs, RoPE and a shared expert in the products and DeltaNet's
+    middle in one op, where the device can, then the decode fusions; None where none applies (the
+    step then takes fuse_for_matvec's graph)."""
+    one = fuse_rope_into_products(fuse_glu_pairs(graph, can_pair), can_rope)
     one = fuse_shared_expert(fuse_delta_net_step(one, can_fuse_gdn), can_shexp)
     if len(one.ops) == len(graph.ops) and not any(op.attrs.get("kv_stored") for op in one.ops):
         return None

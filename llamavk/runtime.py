@@ -245,15 +245,11 @@ class DeviceRuntime:
         can_rope = lambda w: not self.kv_types.quantized and matmul.matvec_rope_ok(  # noqa: E731
             self.kc, self.weights[w.name], self.rope_of(w.layer), self.cfg.head_dim)
         can_gdn = lambda head_dim, d_conv: deltanet.decode_fusable(self.kc, head_dim, d_conv)  # noqa: E731
-        # (and qwen3-style Q/K norms + RoPE + KV store in the decode attention: attention.qk_fuse_ok)
-        can_qk = lambda op: attn_k.qk_fuse_enabled(self.kc) and attn_k.qk_fuse_ok(  # noqa: E731
-            self.kc, op.attrs.get("n_head", self.cfg.n_head), op.attrs.get("n_head_kv", self.cfg.n_head_kv),
-            self.cfg.head_dim, self.rope_of(op.layer), self.kv_types)
         # and a shared expert (qwen35moe) as one more slot of the routed experts' products
         can_shexp = lambda router, *mats: can_route(router) and moe.shexp_slot_ok(  # noqa: E731
             *(self.weights[w.name] for w in mats))
-        self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route, can_qk=can_qk,
-                                              can_fuse_gdn=can_gdn, can_shexp=can_shexp) or self.fused[key]
+        self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route, can_fuse_gdn=can_gdn,
+                                              can_shexp=can_shexp) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
         if self._step_pass is not None:
             self.fused = {key: self._step_pass(g, False) for key, g in self.fused.items()}
@@ -445,15 +441,10 @@ class DeviceRuntime:
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width, self.kv_types.k)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width, self.kv_types.v)
-                qk = None
-                if op.attrs.get("qk_fused"):      # the norms, RoPE and KV store in the attention (fusion.py)
-                    qk = attn_k.QKNormRope(act(kt), act(vt), vec(op.attrs["q_norm"]), vec(op.attrs["k_norm"]),
-                                           op.attrs["eps"], self.rope_of(op.layer),
-                                           op.attrs.get("q_stride", cfg.head_dim))
                 n = attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
                                      n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, signal=signal,
                                      scale=op.attrs.get("scale", 0.0), window=op.attrs.get("window", 0),
-                                     kv_types=self.kv_types, qk=qk)
+                                     kv_types=self.kv_types)
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs

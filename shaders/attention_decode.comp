@@ -24,17 +24,6 @@
 //   The next block's K and V loads are issued before this block's P V (in flight during it); sc is
 //   double-buffered, so one barrier per block orders both its writes and the next block's.
 // Rows past kv_end are clamped to the last valid row (loads stay unconditional; p = 0 there).
-//
-// QK_FUSE (one-token steps of qwen3-style attention: per-head Q/K RMS norm, then NEOX RoPE): q is
-// the raw Q product and this kernel also does what rope_kv.comp's QK_NORM form did in a stage of its
-// own. Each workgroup norms and rotates its own query rows into qs. The workgroups whose split
-// holds the new position n_past (one per row block of that KV head) norm and rotate the new K row
-// of their KV head from the raw K product, store it and the new V row into the caches (f16, or
-// KV_QUANT blocks: several workgroups store identical values), and read them back with the other
-// rows after a workgroup barrier (the cache bindings are coherent for that). Other workgroups never
-// read row n_past (their rows are clamped to their own last one), so nothing waits across
-// workgroups; loads that cannot reach row n_past are issued before the norms. rope_dim <= head_dim,
-// a multiple of 8; dims past rope_dim pass unrotated (qwen35).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;
 layout(constant_id = 1) const uint HD = 128;    // head_dim: a multiple of 32, at most 256
@@ -50,13 +39,8 @@ const uint VMAX = 16;
 const float NEG = -1.0e30;
 
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
-#ifdef QK_FUSE
-#define KV_ACCESS coherent      // this workgroup's own stores of row n_past are read back
-#else
-#define KV_ACCESS readonly
-#endif
-layout(std430, binding = 1) KV_ACCESS buffer K { uvec4 k8[]; };   // 8 halves per element
-layout(std430, binding = 2) KV_ACCESS buffer V { uvec4 v8[]; };
+layout(std430, binding = 1) readonly buffer K { uvec4 k8[]; };   // 8 halves per element
+layout(std430, binding = 2) readonly buffer V { uvec4 v8[]; };
 layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
 layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
 #ifdef KV_QUANT
@@ -65,8 +49,8 @@ layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
 #include "kv_quant.glsl"
 layout(constant_id = 2) const uint KT = KV_F16;
 layout(constant_id = 3) const uint VT = KV_F16;
-layout(std430, binding = 1) KV_ACCESS buffer KQ { uint16_t kq16[]; };
-layout(std430, binding = 2) KV_ACCESS buffer VQ { uint16_t vq16[]; };
+layout(std430, binding = 1) readonly buffer KQ { uint16_t kq16[]; };
+layout(std430, binding = 2) readonly buffer VQ { uint16_t vq16[]; };
 KV_DEQUANT4(k_dequant4, kq16)
 KV_DEQUANT4(v_dequant4, vq16)
 KV_DEQUANT8(k_dequant8, k_dequant4)
@@ -83,27 +67,15 @@ layout(std430, binding = 6) coherent buffer ML { vec2 ml[]; };         // [n_spl
 layout(std430, binding = 7) coherent buffer Count { uint counter[]; }; // [n_row_blocks][n_head_kv], 0 between runs
 shared bool is_last;
 #endif
-#ifdef SPLIT
-#define B_CHAIN 8
-#else
-#define B_CHAIN 5
-#endif
 #ifdef CHAIN
 // CHAIN: every workgroup counts itself done on chain[p.chain_slot] once its stores are visible, so
 // that the next dispatch (the output projection, recorded without a barrier) can wait for the whole
 // grid in its shader (matvec_stream.comp WAIT) instead of behind a pipeline barrier.
-layout(std430, binding = B_CHAIN) volatile coherent buffer Chain { uint chain[]; };
-#define B_FUSE (B_CHAIN + 1)
+#ifdef SPLIT
+layout(std430, binding = 8) volatile coherent buffer Chain { uint chain[]; };
 #else
-#define B_FUSE B_CHAIN
+layout(std430, binding = 5) volatile coherent buffer Chain { uint chain[]; };
 #endif
-#ifdef QK_FUSE
-layout(std430, binding = B_FUSE) readonly buffer KNew { vec4 knew[]; };     // the K product's row [n_head_kv * HD]
-layout(std430, binding = B_FUSE + 1) readonly buffer VNew { vec4 vnew[]; }; // the V product's row
-layout(std430, binding = B_FUSE + 2) readonly buffer QNorm { vec4 qnw[]; }; // [HD] weights of the norms
-layout(std430, binding = B_FUSE + 3) readonly buffer KNorm { vec4 knw[]; };
-layout(std430, binding = 1) coherent writeonly buffer KW { float16_t kw16[]; };   // the caches, as halves
-layout(std430, binding = 2) coherent writeonly buffer VW { float16_t vw16[]; };
 #endif
 layout(push_constant) uniform Push {
     uint n_tokens; uint n_head; uint n_head_kv; uint n_splits;
@@ -113,12 +85,6 @@ layout(push_constant) uniform Push {
 #ifdef CHAIN
     uint chain_slot;
 #endif
-#ifdef QK_FUSE
-    uint q_stride;     // floats from one query head's first value to the next one's (HD; qwen35: 2 HD)
-    uint rope_dim; uint neox;   // (neox: always 1; the name rope_common.glsl reads)
-    float log2_theta_scale; float freq_scale; float ext_factor; float attn_factor; float corr_low; float corr_high;
-    float eps;
-#endif
 } p;
 
 shared vec4 qs[BR * HD4];          // scaled queries; at the end, the merged O
@@ -127,125 +93,6 @@ shared vec4 po[8 * WG];            // the row groups' outputs [vg][r][HD4] (VG *
 shared vec2 gml[BR * WG];          // the row groups' (m, l) [vg][r]
 
 #include "attention_split.glsl"
-
-// The first block's K and V loads (rows past kv_end clamped to `last`), before its scores.
-#define LOAD_FIRST_BLOCK                                                                            \
-    {                                                                                               \
-        const uint kb = min(start + krow, last) * stride8 + head8 + kq;                             \
-        [[unroll]] for (uint i = 0; i < KMAX; ++i)                                                  \
-            if (i < KP) kr[i] = K8(kb + i * 4);                                                     \
-        [[unroll]] for (uint i = 0; i < VMAX; ++i)                                                  \
-            if (i < VPT) vr[i] = V8(min(start + vg + i * VG, last) * stride8 + head8 + d8);         \
-    }
-
-#ifdef QK_FUSE
-#include "rope_common.glsl"
-
-shared vec4 knorm[HD4];                // the new K row of this KV head: raw, then normed and rotated
-shared float red[32 * (BR + 1)];       // sums of squares [subgroup][row]: the BR query rows, the K row
-
-// Dims 4j .. 4j + 3 (lo) and their NEOX partners rope_dim / 2 + 4j .. (hi) rotated to position rpos.
-void rotate4(const uint j, const float rpos, inout vec4 lo, inout vec4 hi) {
-    [[unroll]] for (uint c = 0; c < 4; ++c) {
-        const vec2 cs = rope_cos_sin(4 * j + c, rpos);
-        const float x0 = lo[c], x1 = hi[c];
-        lo[c] = x0 * cs.x - x1 * cs.y;
-        hi[c] = x0 * cs.y + x1 * cs.x;
-    }
-}
-
-// qs <- the block's query rows from the raw Q product, RMS-normed per head (weights qnw), rotated to
-// position pos and scaled by p.scale. writer: also the new K row (weights knw) and the V row into
-// cache row pos, visible to this workgroup's later loads. Ends with a workgroup barrier.
-void qk_prepare(const uint orow[BR], const uint rows_here, const uint kvh, const uint pos, const bool writer) {
-    const uint tid = gl_LocalInvocationID.x;
-    const uint qstride4 = p.q_stride / 4;
-    for (uint idx = tid; idx < BR * HD4; idx += WG) {
-        const uint r = idx / HD4;
-        qs[idx] = r < rows_here ? q[orow[r] * qstride4 + idx - r * HD4] : vec4(0.0);
-    }
-    if (writer) {
-        for (uint e = tid; e < HD4; e += WG) knorm[e] = knew[kvh * HD4 + e];
-    }
-    barrier();
-    [[unroll]] for (uint r = 0; r < BR + 1; ++r) {
-        float part = 0.0;
-        for (uint e = tid; e < HD4; e += WG) {
-            const vec4 x = r < BR ? qs[r * HD4 + e] : (writer ? knorm[e] : vec4(0.0));
-            part += dot(x, x);
-        }
-        part = subgroupAdd(part);
-        if (subgroupElect()) red[gl_SubgroupID * (BR + 1) + r] = part;
-    }
-    barrier();
-    float rs[BR + 1];                  // each row's 1 / rms
-    [[unroll]] for (uint r = 0; r < BR + 1; ++r) {
-        float ss = 0.0;
-        for (uint sg = 0; sg < gl_NumSubgroups; ++sg) ss += red[sg * (BR + 1) + r];
-        rs[r] = inversesqrt(ss / float(HD) + p.eps);
-    }
-    // Item j of a row: j < rope_dim / 8, vec4 j and its partner vec4 j + rope_dim / 8 (4 pairs);
-    // else vec4 j + rope_dim / 8, past rope_dim (normed only). Each item owns its vec4s: in place.
-    const uint rd8 = p.rope_dim / 8, per_row = rd8 + (HD - p.rope_dim) / 4;
-    const float rpos = float(rope_position(pos));
-    for (uint idx = tid; idx < (BR + 1) * per_row; idx += WG) {
-        const uint r = idx / per_row, j = idx - r * per_row;
-        if (r == BR && !writer) break;
-        const uint at = r < BR ? r * HD4 : 0;
-        vec4 hi = (r < BR ? qs[at + j + rd8] : knorm[j + rd8]) * rs[r] * (r < BR ? qnw[j + rd8] : knw[j + rd8]);
-        if (j < rd8) {
-            vec4 lo = (r < BR ? qs[at + j] : knorm[j]) * rs[r] * (r < BR ? qnw[j] : knw[j]);
-            rotate4(j, rpos, lo, hi);
-            if (r < BR) qs[at + j] = lo * p.scale;
-            else knorm[j] = lo;
-        }
-        if (r < BR) qs[at + j + rd8] = hi * p.scale;
-        else knorm[j + rd8] = hi;
-    }
-    barrier();
-    if (!writer) return;                           // uniform per workgroup
-    const uint row_base = (pos * p.n_head_kv + kvh) * HD;   // the cache row's first value of this head
-#ifdef KV_QUANT
-    if (KT == KV_F16) {
-        for (uint e = tid; e < HD4; e += WG) {
-            [[unroll]] for (uint c = 0; c < 4; ++c) kw16[row_base + 4 * e + c] = float16_t(knorm[e][c]);
-        }
-    }
-    if (VT == KV_F16) {
-        for (uint e = tid; e < HD4; e += WG) {
-            const vec4 x = vnew[kvh * HD4 + e];
-            [[unroll]] for (uint c = 0; c < 4; ++c) vw16[row_base + 4 * e + c] = float16_t(x[c]);
-        }
-    }
-    // A quantized cache: the head's HD / 32 blocks, K's by the first threads and V's by the last ones
-    // (one call site of kv_quantize: the kernel stays small).
-    const uint nblk = HD / 32;                     // blocks row_base / 32 + b of the head's row
-    const bool kblk = KT != KV_F16 && tid < nblk, vblk = VT != KV_F16 && tid >= WG - nblk;
-    if (kblk || vblk) {
-        const uint b = kblk ? tid : tid - (WG - nblk);
-        float vals[32];
-        for (uint c = 0; c < 32; ++c) vals[c] = kblk ? knorm[b * 8 + c / 4][c % 4] : vnew[kvh * HD4 + b * 8 + c / 4][c % 4];
-        uint w[17];
-        const uint n = kv_quantize(kblk ? KT : VT, vals, w);
-        const uint at = (row_base / 32 + b) * n;
-        for (uint c = 0; c < n; ++c) {
-            if (kblk) kq16[at + c] = uint16_t(w[c]);
-            else vq16[at + c] = uint16_t(w[c]);
-        }
-    }
-#else
-    for (uint e = tid; e < HD4; e += WG) {
-        const vec4 kx = knorm[e], vx = vnew[kvh * HD4 + e];
-        [[unroll]] for (uint c = 0; c < 4; ++c) {
-            kw16[row_base + 4 * e + c] = float16_t(kx[c]);
-            vw16[row_base + 4 * e + c] = float16_t(vx[c]);
-        }
-    }
-#endif
-    memoryBarrierBuffer();
-    barrier();
-}
-#endif
 
 void attend() {
     const uint tid = gl_LocalInvocationID.x;
@@ -269,12 +116,10 @@ void attend() {
         const uint t = row / n_gqa;
         orow[r] = t * p.n_head + kvh * n_gqa + (row - t * n_gqa);
     }
-#ifndef QK_FUSE
     for (uint idx = tid; idx < BR * HD4; idx += WG) {
         const uint r = idx / HD4;
         qs[idx] = r < rows_here ? q[orow[r] * HD4 + idx - r * HD4] * p.scale : vec4(0.0);
     }
-#endif
 
     // score lanes: 4 neighbouring lanes of a subgroup share a K row (the butterfly stays among them)
     const uint lin = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
@@ -296,21 +141,14 @@ void attend() {
 
     const uint start = max(kv_begin, kv_first);
     uvec4 kr[KMAX], vr[VMAX];
-#ifdef QK_FUSE
-    // The workgroups that read row n_past (one token: the last row of their range) store it first.
-    // First-block loads that cannot reach row n_past (every other workgroup's; a writer's whose first
-    // block, V rows past BP included, ends before it) are issued before the norms, the rest after.
-    const bool writer = start <= n_past && n_past < kv_end;
-    const bool early = start < kv_end && (!writer || start + VG * VPT <= n_past);
-    // (one expansion of the loads, not two: a quantized cache's dequantizing loads are most of the code)
-    [[dont_unroll]] for (uint pass = 0; pass < 2; ++pass) {
-        if (pass == 1) qk_prepare(orow, rows_here, kvh, n_past, writer);
-        if (start < kv_end && early == (pass == 0)) LOAD_FIRST_BLOCK
+    if (start < kv_end) {
+        const uint kb = min(start + krow, last) * stride8 + head8 + kq;
+        [[unroll]] for (uint i = 0; i < KMAX; ++i)
+            if (i < KP) kr[i] = K8(kb + i * 4);
+        [[unroll]] for (uint i = 0; i < VMAX; ++i)
+            if (i < VPT) vr[i] = V8(min(start + vg + i * VG, last) * stride8 + head8 + d8);
     }
-#else
-    if (start < kv_end) LOAD_FIRST_BLOCK
     barrier();                                     // qs
-#endif
 
     uint buf = 0;
     for (uint c0 = start; c0 < kv_end; c0 += BP) {

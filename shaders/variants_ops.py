@@ -37,17 +37,6 @@ VARIANTS = {
     "attention_dec_split_kvq": ("attention_decode.comp", {"SPLIT": "1", "KV_QUANT": "1"}),
     "attention_dec_chain_kvq": ("attention_decode.comp", {"CHAIN": "1", "KV_QUANT": "1"}),
     "attention_dec_split_chain_kvq": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1", "KV_QUANT": "1"}),
-    # one-token qwen3-style attention that norms and rotates q and the new k row and stores k and v
-    # itself (QK_FUSE: fusion.fuse_qk_norm_into_attention), each form above
-    "attention_dec_qk_f16": ("attention_decode.comp", {"QK_FUSE": "1"}),
-    "attention_dec_split_qk_f16": ("attention_decode.comp", {"SPLIT": "1", "QK_FUSE": "1"}),
-    "attention_dec_qk_chain_f16": ("attention_decode.comp", {"CHAIN": "1", "QK_FUSE": "1"}),
-    "attention_dec_split_qk_chain_f16": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1", "QK_FUSE": "1"}),
-    "attention_dec_qk_kvq": ("attention_decode.comp", {"KV_QUANT": "1", "QK_FUSE": "1"}),
-    "attention_dec_split_qk_kvq": ("attention_decode.comp", {"SPLIT": "1", "KV_QUANT": "1", "QK_FUSE": "1"}),
-    "attention_dec_qk_chain_kvq": ("attention_decode.comp", {"CHAIN": "1", "KV_QUANT": "1", "QK_FUSE": "1"}),
-    "attention_dec_split_qk_chain_kvq": ("attention_decode.comp",
-                                         {"SPLIT": "1", "CHAIN": "1", "KV_QUANT": "1", "QK_FUSE": "1"}),
     "attention_coop_f16_hd64": ("attention_coop.comp", {"HD": "64"}),
     "attention_coop_f16_hd128": ("attention_coop.comp", {"HD": "128"}),
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),

@@ -115,24 +115,3 @@ def test_delta_net_middle_into_one_op_for_one_token_steps():
     assert "attention" in attn and "delta_net_step" not in attn
     # a device that cannot (or LLAMAVK_GDN_FUSE=0): the three ops stay
     assert fuse_one_token(g, lambda a, b: False, lambda w: False) is None
-
-
-def test_qk_norms_and_rope_into_the_decode_attention_where_the_device_can():
-    """qwen3: the attention takes the raw Q/K/V products (the per-head norms, RoPE and the KV store in
-    it); with rope_dim < head_dim fuse_rope_kv leaves the head norms as ops, and this pass takes them."""
-    q3 = cfg(arch="qwen3", qk_norm=True, rope_neox=True)
-    for c, norms_left in ((q3, 0), (cfg(arch="qwen3", qk_norm=True, rope_neox=True, rope_dim=8), 2)):
-        g = fuse_rope_kv(build_graph(c))
-        assert kinds(g).count("head_norm") == norms_left * c.n_layer
-        f = fuse_one_token(g, lambda a, b: False, lambda w: True, can_qk=lambda op: True)
-        per_layer = [op for op in f.ops if op.layer == 1]
-        assert [op.kind for op in per_layer] == ["matmul"] * 3 + ["attention"] + ["matmul"] * 4
-        attn = per_layer[3]
-        assert attn.inputs == tuple(op.out for op in per_layer[:3])     # the raw products
-        assert attn.attrs["qk_fused"] and attn.attrs["kv_stored"] and not attn.attrs["rope"]
-        assert (attn.attrs["q_norm"].role, attn.attrs["k_norm"].role) == ("q_norm", "k_norm")
-        assert "q_stride" not in attn.attrs and not any(op.kind == "head_norm" for op in f.ops)
-        assert not any(op.attrs.get("rope") for op in per_layer[:3])   # the products do not rotate
-    # a device that cannot: the attention keeps its rope_kv stage
-    assert fuse_one_token(fuse_rope_kv(build_graph(q3)), lambda a, b: False, lambda w: False,
-                          can_qk=lambda op: False) is None

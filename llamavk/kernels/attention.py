@@ -11,11 +11,6 @@ steps and other batches of at most 4 query rows per KV head use a kernel shaped 
 this one's arithmetic, no block-wide softmax reductions). Prompts with one split run on cooperative
 matrices where the device has them (shaders/attention_coop.comp, selection.attention_coop_ok).
 
-One-token steps of qwen3-style attention (per-head Q/K RMS norms, then NEOX RoPE) can take the raw
-Q/K/V products (`qk=QKNormRope(...)`, attention_decode.comp QK_FUSE): each workgroup norms and rotates
-its own query rows, and the workgroups whose split holds the new position norm, rotate and store the
-new K row and the V row into the cache themselves, so rope_kv's dispatch and its stage go.
-
 Scratch for the split path (partial outputs, their softmax max/sum, and one completion counter per
 (row block, KV head), zeroed at allocation and reset by the kernel after each use) is allocated on
 first use and cached on the KernelCache (`kc.shared("attention splits", shape, ...)`): every recording on
@@ -38,7 +33,6 @@ from ..kv_cache import KVTypes
 from ..vk import Buffer
 from . import filled_buffer
 from .norm import _range
-from .rope import RopeParams
 from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok, device_kind
 
 KV_WG = 256
@@ -124,48 +118,6 @@ def _scratch(kc, n_splits: int, n_rows: int, head_dim: int, n_counters: int):
 
 
 @dataclass(frozen=True)
-class QKNormRope:
-    """What a one-token attention does before it attends (attention_decode.comp QK_FUSE): its q is the
-    raw Q product (q_stride floats per head, of which the first head_dim are the query: qwen35's
-    [q | gate] heads have 2 head_dim), each head RMS-normed with q_norm (eps) and rotated (NEOX, the
-    first rope.dim dims); k, v are the raw K and V products of the token: its K row normed with k_norm
-    and rotated, and its V row, go into the caches at row n_past."""
-    k: object
-    v: object
-    q_norm: object
-    k_norm: object
-    eps: float
-    rope: RopeParams
-    q_stride: int
-
-    def push(self) -> bytes:
-        return struct.pack("<3I6ff", self.q_stride, self.rope.dim, 1, *self.rope.angles(), self.eps)
-
-
-def qk_fuse_ok(kc, n_head: int, n_head_kv: int, head_dim: int, rope: RopeParams,
-               kv_types: KVTypes = KVTypes()) -> bool:
-    """Whether this device's one-token attention can norm, rotate and store q and k itself: the decode
-    kernel runs it (as `plan` decides), NEOX pairs over rope.dim dims (a multiple of 8, at most
-    head_dim), no rope_freqs table, whole quantized blocks per head. Whether the runtime uses it:
-    qk_fuse_enabled."""
-    if not rope.neox or rope.freqs is not None or rope.dim % 8 or not 0 < rope.dim <= head_dim:
-        return False
-    if n_head % n_head_kv or (kv_types.quantized and head_dim % 32):
-        return False
-    return _use_decode_kernel(kc, 1, n_head // n_head_kv, head_dim)
-
-
-def qk_fuse_enabled(kc) -> bool:
-    """Whether one-token steps take the Q/K norms, RoPE and KV store into the attention where
-    qk_fuse_ok: on GPUs (where a dependent stage costs a few us of drain and launch), not on software
-    devices (llvmpipe, 2 cores, tiny qwen3 of head_dim 32: tg128 1104-1129 t/s fused against
-    1169-1261 with the rope_kv stage: there the stage is cheap and every workgroup's extra barriers
-    and norm are not). LLAMAVK_QKNORM_FUSE=0 / 1: never / on every device (A/B, tests)."""
-    env = os.environ.get("LLAMAVK_QKNORM_FUSE", "")
-    return env == "1" or (env != "0" and device_kind(kc) != "cpu")
-
-
-@dataclass(frozen=True)
 class AttentionPlan:
     kernel: str          # shader variant
     grid: tuple
@@ -221,8 +173,7 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
 
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
               head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None,
-              signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes(),
-              qk: QKNormRope | None = None) -> int:
+              signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes()) -> int:
     """out = softmax(scale q k^T, causal) v, per query head h over KV head h // (n_head/n_head_kv);
     scale 0: 1/sqrt(head_dim).
 
@@ -239,8 +190,6 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     `signal` (a chain.Signal): where the decode kernel runs, every workgroup counts itself done there
     (attention_decode.comp CHAIN) for a next dispatch that waits in its shader. Returns how many
     workgroups count (0: none, so the next dispatch must not wait).
-    `qk` (one token, where qk_fuse_ok): q is the raw Q product, normed and rotated here, and the
-    token's K and V rows are stored here (QKNormRope); without it q is ready and the rows are stored.
     """
     if n_tokens <= 0:
         return 0
@@ -250,30 +199,20 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     # attention_split.glsl: window + n_tokens - 1 at most), not for the context
     span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
     pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk, window, kv_types)
-    if qk is not None and (n_tokens != 1 or not pl.kernel.startswith("attention_dec")
-                           or not qk_fuse_ok(kc, n_head, n_head_kv, head_dim, qk.rope, kv_types)):
-        raise ValueError("attention: the Q/K norm and RoPE run in one-token decode attention only")
     chained = signal is not None and pl.kernel.startswith("attention_dec")
     push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
                        scale or 1.0 / math.sqrt(head_dim), window)
     if chained:
         push += struct.pack("<I", signal.slot)
     name = pl.kernel
-    if qk is not None:
-        name = name.replace("_kvq", "_qk_kvq") if kv_types.quantized else name.replace("_f16", "_qk_f16")
-        push += qk.push()
     if chained:
         name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
-    # QK_FUSE writes the caches (row n_past)
-    bindings = ("rww" if qk is not None else "rrr") + ("rwwww" if pl.n_splits > 1 else "rw") \
-        + ("w" if chained else "") + ("rrrr" if qk is not None else "")
+    bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained else "")
     kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
     bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
     if pl.n_splits > 1:
         bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
     if chained:
         bufs.append(signal.counters)
-    if qk is not None:
-        bufs += [_range(qk.k), _range(qk.v), _range(qk.q_norm), _range(qk.k_norm)]
     seq.dispatch(kernel, bufs, pl.grid, push)
     return pl.grid[0] * pl.grid[1] * pl.grid[2] if chained else 0
