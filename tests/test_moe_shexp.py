@@ -234,6 +234,13 @@ def decode_rows(path, prompt, **env):
         return np.array(rows), rt
 
 
+# The fused and unfused steps run different products: on devices with integer dot products the
+# unfused shared expert's matrix-vector kernel quantizes x to two int8 levels (matvec_stream.comp
+# DOT8), the expert slot multiplies in f32. Measured on an H100: 1.4e-4 - 1.6e-4 of max|logit|
+# (llvmpipe, f32 both: ~1e-6).
+PATHS_TOL = 5e-4
+
+
 @pytest.mark.parametrize("qtype,overrides", [("q4_0", {}), ("q8_0", {"n_ff_shexp": 128})],
                          ids=["q4_0-shared-narrower", "q8_0-shared-wider"])
 def test_decode_with_the_shared_slot_matches_reference(synthetic_model, monkeypatch, qtype, overrides):
@@ -250,7 +257,7 @@ def test_decode_with_the_shared_slot_matches_reference(synthetic_model, monkeypa
         one = rt.fused_one["last"]
         assert sum("shexp" in op.attrs for op in one.ops) == (2 * rt.cfg.n_layer if fuse == "1" else 0)
         assert np.abs(got[fuse] - want).max() < 3e-3 * scale
-    assert np.abs(got["1"] - got["0"]).max() < 1e-4 * scale
+    assert np.abs(got["1"] - got["0"]).max() < PATHS_TOL * scale
 
 
 def test_decode_chained_with_the_shared_slot(synthetic_model, monkeypatch):
@@ -277,7 +284,7 @@ def test_split_decode_with_the_shared_slot(synthetic_model, mode):
     """Tensor / graph splits: each device holds row / column parts of the experts and of the shared
     expert (whole 32-column units), or of one of them only. A device holding both takes the shared
     slot; the others keep their ops. The decode logits are -sm none's up to float rounding (measured
-    9e-7 of max|logit|)."""
+    9e-7 of max|logit| on llvmpipe; PATHS_TOL where the unfused products take int8 x)."""
     path = synthetic_model("qwen35moe", "q8_0", seed=3)
     prompt = [int(t) for t in np.random.default_rng(6).integers(3, 500, 4)]
     want, _ = decode_rows(path, prompt)
@@ -296,4 +303,4 @@ def test_split_decode_with_the_shared_slot(synthetic_model, mode):
             for i, t in enumerate(prompt):
                 m.runtime.run_batch("last", [t], i)
                 rows.append(m.runtime.logits(1)[0].copy())
-        assert np.abs(np.array(rows) - want).max() < 1e-4 * np.abs(want).max(), f"{n_dev} devices"
+        assert np.abs(np.array(rows) - want).max() < PATHS_TOL * np.abs(want).max(), f"{n_dev} devices"
