@@ -234,7 +234,11 @@ class Model:
         kl_divergence_base: also save this run's token distributions to that file (llama.cpp's
         --kl-divergence-base format, see llamavk.kld), for `kl_divergence` with another model."""
         bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
-        tokens = self.tokenize(text, parse_special=False)     # as llama-perplexity tokenizes its -f text
+        # as llama-perplexity tokenizes its -f text; with a number of chunks, as far as they need it
+        if chunks is not None and chunks >= 0:
+            tokens, _ = self.tokenizer.encode_prefix(text, max(chunks, 2) * (n_ctx or self.n_ctx), parse_special=False)
+        else:
+            tokens = self.tokenize(text, parse_special=False)
         return self.perplexity_tokens(tokens, n_ctx, chunks, bos, on_chunk, on_scored, n_seq=n_seq,
                                       kl_divergence_base=kl_divergence_base)
 
