@@ -136,8 +136,9 @@ def perplexity(
             n_seq = min(n_seq, max(1, chunks))
         t_start = time.perf_counter()
         # The text is tokenized (as far as the chunks need it), and the evaluation's steps recorded,
-        # while the weights upload.
-        m = load_model(ctx_size * n_seq, batch_size, prerecord="score", prepare_prompt=text.tokenize)
+        # while the weights upload; the whole text is counted while the load waits for the rest of them.
+        m = load_model(ctx_size * n_seq, batch_size, prerecord="score", prepare_prompt=text.tokenize,
+                       while_uploading=lambda m: text.count_in_background())
         try:
             if verbose:
                 for line in describe_model(m):
