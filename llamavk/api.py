@@ -62,9 +62,9 @@ class Model:
         (f16, q8_0, q4_0). prerecord: the steps recorded during the load (one device), "generate"
         (the one-token step, and the prepared prompt's batches) or "score" (perplexity's all-logits
         micro-batches; prepare_prompt's tokens are then only kept, e.g. the text tokenized while
-        the weights upload). while_uploading(model), if given, is called once the load has nothing
-        left to do but wait for the weights: host work that can use that time (perplexity counts
-        its whole text there)."""
+        the weights upload). while_uploading(model), if given, is called when the load has nothing
+        left to do but wait for the weights, if they are still on their way (one device): host work
+        that can use that time (perplexity counts its whole text there)."""
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
@@ -114,7 +114,7 @@ class Model:
                     else:
                         rt.prerecord(n_prompt if n_prompt <= n_ctx else 0)
                     phases.mark("recordings")
-                    if while_uploading is not None:
+                    if while_uploading is not None and rt.uploading():
                         while_uploading(self)
                 finally:
                     rt.wait_weights()

@@ -6,8 +6,9 @@ chunks; at least two chunks' worth must exist), yet it reports how many ids the 
 book tokenizes in ~0.1 s of Python (botchan, 279 kB) where 16 chunks of 512 need a sixteenth of
 it: the load tokenizes only the head (Tokenizer.encode_prefix: cut where the ids cannot differ
 from the whole text's), and the whole text is tokenized again on a thread once the main thread
-mostly waits: for the weights' upload (the load's last step, api.Model(while_uploading=...)), then
-for the device's evaluation. Its count is what the run prints; its
+mostly waits: for the weights' upload (the load's last step, api.Model(while_uploading=...)) if
+they are still on their way, else for the device, from the first chunk on (cli/perplexity.py).
+Its count is what the run prints; its
 first ids must be the head's (a mismatch would be a tokenizer bug, reported, never scored
 silently). All chunks (--chunks -1) need the whole text anyway: it is tokenized during the load,
 as before. LLAMAVK_PPL_PREFIX=0 does that for every run (for comparisons).

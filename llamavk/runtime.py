@@ -569,8 +569,12 @@ class DeviceRuntime:
         is recorded when the evaluation first uses it, while the device runs the first slot's."""
         self.sequence("all", self.n_ubatch_all, 0)
         for slot in range(1, SLOTS):
-            if self._uploader is not None and self._uploader.is_alive():
+            if self.uploading():
                 self.sequence("all", self.n_ubatch_all, slot)
+
+    def uploading(self) -> bool:
+        """Whether the weights are still on their way (a background upload that has not ended)."""
+        return self._uploader is not None and self._uploader.is_alive()
 
     def sequence(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
         segs = self.recordings.get((key, n_tokens, slot))

@@ -154,3 +154,19 @@ def test_whole_text_where_every_chunk_is_wanted_or_prefix_off(monkeypatch):
         assert text.tokenize(m) == whole and text.complete and text.counted() and text.n_tokens() == len(whole)
         text.count_in_background()
         assert text._thread is None
+
+
+@pytest.mark.parametrize("uploading", [True, False])
+def test_load_uses_the_wait_for_the_weights(synthetic_model, monkeypatch, uploading):
+    """A perplexity load (prerecord="score") whose weights are still on their way after the first
+    slot's recording records the second slot's too and calls while_uploading (the count starts
+    there); once they are in, neither: the evaluation records the second slot when it needs it."""
+    import llamavk
+    from llamavk.runtime import DeviceRuntime
+
+    monkeypatch.setattr(DeviceRuntime, "uploading", lambda self: uploading)
+    calls = []
+    with llamavk.load(synthetic_model("llama", "q8_0"), n_ctx=128, n_ubatch=64, warn=lambda m: None,
+                      prerecord="score", while_uploading=calls.append) as m:
+        assert calls == ([m] if uploading else [])
+        assert {k[2] for k in m.runtime.recordings if k[0] == "all"} == ({0, 1} if uploading else {0})

@@ -183,9 +183,10 @@ class _Progress:
 def run_perplexity(m, text, ctx_size: int, chunks: int, n_seq: int, batch_size: int, kld_base) -> None:
     """text: a perplexity_text.EvaluationText, tokenized by the load (its ids: as many as the chunks
     need). The lines before the first chunk's name the whole text's number of ids; where the load
-    tokenized only a head of the text, a thread counts them while the device evaluates, and the
-    chunks that finish before it are shown once it has (the lines and their order stay those of a
-    run that tokenized the whole text first; the device never waits for the count)."""
+    tokenized only a head of the text, a thread counts them (from the load's wait for the weights,
+    or else from the first chunk on, while the device evaluates), and the chunks that finish before
+    it are shown once it has (the lines and their order stay those of a run that tokenized the whole
+    text first; the device never waits for the count)."""
     from ..perplexity import chunk_plan
 
     tokens = text.ids
@@ -216,8 +217,11 @@ def run_perplexity(m, text, ctx_size: int, chunks: int, n_seq: int, batch_size: 
         pending.append((i, ppl, time.perf_counter()))
         if progress is not None or text.counted():
             show_pending()
+        else:
+            # Not started during the load: now, when every step is recorded and the main thread only
+            # waits for the device (earlier, the thread would slow the recording of the second slot).
+            text.count_in_background()
 
-    text.count_in_background()
     t0 = time.perf_counter()
     if text.counted():
         header()
