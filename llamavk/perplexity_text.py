@@ -1,5 +1,5 @@
 """The ids of a perplexity run's text: the head that its chunks need on the critical path, the
-whole text's count on a thread while the device evaluates.
+whole text's count on a thread while the main thread waits.
 
 `llamavk perplexity --chunks N -c C` scores the first N * C ids of the text (llama-perplexity's
 chunks; at least two chunks' worth must exist), yet it reports how many ids the whole text has. A
@@ -8,9 +8,8 @@ it: the load tokenizes only the head (Tokenizer.encode_prefix: cut where the ids
 from the whole text's), and the whole text is tokenized again on a thread once the main thread
 mostly waits: for the weights' upload (the load's last step, api.Model(while_uploading=...)) if
 they are still on their way, else for the device, from the first chunk on (cli/perplexity.py).
-Its count is what the run prints; its
-first ids must be the head's (a mismatch would be a tokenizer bug, reported, never scored
-silently). All chunks (--chunks -1) need the whole text anyway: it is tokenized during the load,
+Its count is what the run prints; its first ids must be the head's (a mismatch would be a
+tokenizer bug, reported, never scored silently). All chunks (--chunks -1) need the whole text anyway: it is tokenized during the load,
 as before. LLAMAVK_PPL_PREFIX=0 does that for every run (for comparisons).
 """
 
