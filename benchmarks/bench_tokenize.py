@@ -4,7 +4,8 @@
 
 Without -m: the synthetic presets' SentencePiece vocabulary (32000 pieces, as 1b/8b); -f defaults to
 ~/.cache/llamavk/botchan.txt (scripts/fetch-test-data.sh). Each repeat builds a fresh tokenizer, so
-"first" includes the word cache filling (one merge per distinct word) and "warm" is the same text again.
+"first" includes the word cache filling (one merge per distinct word) and "warm" is the same text again;
+"head" is the first encode of only the ids perplexity --chunks 16 -c 512 evaluates (--head N).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def main() -> None:
     ap.add_argument("-m", "--model", help="GGUF file whose vocabulary to use (default: the synthetic 32k SPM one)")
     ap.add_argument("-f", "--file", default=str(Path.home() / ".cache" / "llamavk" / "botchan.txt"))
     ap.add_argument("-r", "--repeats", type=int, default=3)
+    ap.add_argument("--head", type=int, default=16 * 512,
+                    help="also time the first encode of a head of this many ids (encode_prefix: what "
+                         "perplexity --chunks N -c C tokenizes during the load, N*C ids; 0: not)")
     args = ap.parse_args()
     meta = vocab_metadata(args.model)
     text = read_text(args.file)
@@ -44,8 +48,15 @@ def main() -> None:
         t2 = time.perf_counter()
         tok.encode(text, parse_special=False)
         t3 = time.perf_counter()
+        head = ""
+        if args.head > 0:
+            tok = Tokenizer.from_metadata(meta)
+            t4 = time.perf_counter()
+            first, _ = tok.encode_prefix(text, args.head, parse_special=False)
+            head = f"   head of {len(first)} ids {1e3 * (time.perf_counter() - t4):6.1f} ms"
+            assert first == ids[:len(first)]
         print(f"vocabulary {1e3 * (t1 - t0):6.1f} ms   first encode {1e3 * (t2 - t1):6.1f} ms   "
-              f"warm {1e3 * (t3 - t2):6.1f} ms   {len(ids)} tokens")
+              f"warm {1e3 * (t3 - t2):6.1f} ms   {len(ids)} tokens{head}")
 
 
 if __name__ == "__main__":

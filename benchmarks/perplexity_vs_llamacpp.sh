@@ -2,7 +2,8 @@
 # llamavk perplexity beside llama-perplexity, whole commands timed, each run twice in one call (the
 # first llama-perplexity run compiles its shaders; the second runs are the ones to compare), then
 # llamavk once more with the host's log-softmax (LLAMAVK_PPL_HOST=1: the path before the device
-# reduction), a third llamavk run's phases (LLAMAVK_PHASES=1) and benchmarks/bench_perplexity.py's
+# reduction) and once with the whole text tokenized during the load (LLAMAVK_PPL_PREFIX=0: before
+# --chunks tokenized only the head it needs), a third llamavk run's phases (LLAMAVK_PHASES=1) and benchmarks/bench_perplexity.py's
 # breakdown (load, tokenize, evaluation).
 #
 #   bash benchmarks/perplexity_vs_llamacpp.sh LLAMACPP_DIR BOTCHAN MODEL [MODEL...]
@@ -42,5 +43,7 @@ for m in "$@"; do
     | grep -E "^phase|in all"
   timed "llamavk, host log-softmax" env LLAMAVK_PPL_HOST=1 $py -m llamavk perplexity -m "$m" -f "$text" -c "$ctx" \
     --chunks "$chunks"
+  timed "llamavk, whole text tokenized first" env LLAMAVK_PPL_PREFIX=0 $py -m llamavk perplexity -m "$m" -f "$text" \
+    -c "$ctx" --chunks "$chunks"
   $py benchmarks/bench_perplexity.py -m "$m" -f "$text" -c "$ctx" --chunks "$chunks" -r 2
 done

@@ -51,7 +51,7 @@ class Model:
                  max_gpu: int | None = None, reduce_type: str = "f16", n_ctx: int | None = None,
                  n_batch: int = 2048, n_ubatch: int = 512, n_gpu_layers: int | None = None,
                  verbose: bool = False, warn=None, progress=None, profile: bool = False, prepare_prompt=None,
-                 type_k: str = "f16", type_v: str = "f16", prerecord: str = "generate"):
+                 type_k: str = "f16", type_v: str = "f16", prerecord: str = "generate", while_uploading=None):
         """n_gpu_layers: llama.cpp's -ngl, accepted when it means every layer (None, -1 or at least
         the layer count): llamavk has no CPU offload. progress(done_bytes, total_bytes) is called as
         weights reach the devices. prepare_prompt(model) -> token ids, if given, is called during the
@@ -62,7 +62,9 @@ class Model:
         (f16, q8_0, q4_0). prerecord: the steps recorded during the load (one device), "generate"
         (the one-token step, and the prepared prompt's batches) or "score" (perplexity's all-logits
         micro-batches; prepare_prompt's tokens are then only kept, e.g. the text tokenized while
-        the weights upload)."""
+        the weights upload). while_uploading(model), if given, is called when the load has nothing
+        left to do but wait for the weights, if they are still on their way (one device): host work
+        that can use that time (perplexity counts its whole text there)."""
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
@@ -112,6 +114,8 @@ class Model:
                     else:
                         rt.prerecord(n_prompt if n_prompt <= n_ctx else 0)
                     phases.mark("recordings")
+                    if while_uploading is not None and rt.uploading():
+                        while_uploading(self)
                 finally:
                     rt.wait_weights()
                 phases.mark("weights in (upload wait)")
@@ -234,7 +238,11 @@ class Model:
         kl_divergence_base: also save this run's token distributions to that file (llama.cpp's
         --kl-divergence-base format, see llamavk.kld), for `kl_divergence` with another model."""
         bos = self.tokenizer.bos_id if self.tokenizer.add_bos else None
-        tokens = self.tokenize(text, parse_special=False)     # as llama-perplexity tokenizes its -f text
+        # as llama-perplexity tokenizes its -f text; with a number of chunks, as far as they need it
+        if chunks is not None and chunks >= 0:
+            tokens, _ = self.tokenizer.encode_prefix(text, max(chunks, 2) * (n_ctx or self.n_ctx), parse_special=False)
+        else:
+            tokens = self.tokenize(text, parse_special=False)
         return self.perplexity_tokens(tokens, n_ctx, chunks, bos, on_chunk, on_scored, n_seq=n_seq,
                                       kl_divergence_base=kl_divergence_base)
 

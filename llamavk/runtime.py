@@ -578,9 +578,17 @@ class DeviceRuntime:
 
     def prerecord_scoring(self) -> None:
         """Record, at load, what perplexity's evaluation replays (token_scorer.py): full
-        all-logits micro-batches in both slots -- not the one-token step, which it never runs."""
-        for slot in range(SLOTS):
-            self.sequence("all", self.n_ubatch_all, slot)
+        all-logits micro-batches -- not the one-token step, which it never runs. The second slot's
+        only while the weights still upload (the load waits for them anyway); once they are in, it
+        is recorded when the evaluation first uses it, while the device runs the first slot's."""
+        self.sequence("all", self.n_ubatch_all, 0)
+        for slot in range(1, SLOTS):
+            if self.uploading():
+                self.sequence("all", self.n_ubatch_all, slot)
+
+    def uploading(self) -> bool:
+        """Whether the weights are still on their way (a background upload that has not ended)."""
+        return self._uploader is not None and self._uploader.is_alive()
 
     def sequence(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
         segs = self.recordings.get((key, n_tokens, slot))

@@ -126,22 +126,24 @@ def perplexity(
         if file is None:
             raise UsageError("give the text to evaluate with -f FILE")
         from ..perplexity import read_text
+        from ..perplexity_text import EvaluationText
         try:
-            text = read_text(file)
+            text = EvaluationText(read_text(file), ctx_size, chunks)
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {file}: {exc.strerror if isinstance(exc, OSError) else exc}")
         n_seq = max(1, batch_size // ctx_size)          # llama-perplexity's n_batch / n_ctx
         if chunks >= 0:
             n_seq = min(n_seq, max(1, chunks))
         t_start = time.perf_counter()
-        # The text is tokenized, and the evaluation's steps recorded, while the weights upload.
-        m = load_model(ctx_size * n_seq, batch_size, prerecord="score",
-                       prepare_prompt=lambda m: m.tokenize(text, parse_special=False))
+        # The text is tokenized (as far as the chunks need it), and the evaluation's steps recorded,
+        # while the weights upload; the whole text is counted while the load waits for the rest of them.
+        m = load_model(ctx_size * n_seq, batch_size, prerecord="score", prepare_prompt=text.tokenize,
+                       while_uploading=lambda m: text.count_in_background())
         try:
             if verbose:
                 for line in describe_model(m):
                     eprint(line)
-            run_perplexity(m, m.prepared_tokens, ctx_size, chunks, n_seq, batch_size, kld_base)
+            run_perplexity(m, text, ctx_size, chunks, n_seq, batch_size, kld_base)
             phases.mark("evaluation")
         finally:
             m.close(release=not fast_exit())
@@ -155,19 +157,21 @@ def perplexity(
 class _Progress:
     """Chunks done: a tqdm bar on a terminal, else llama.cpp's one "seconds per pass" line."""
 
-    def __init__(self, name: str, n_chunks: int, n_seq: int):
+    def __init__(self, name: str, n_chunks: int, n_seq: int, t0: float | None = None):
+        """t0: when the evaluation started (default: now)."""
         self.name, self.n_chunks, self.n_seq = name, n_chunks, n_seq
         self.bar = None
         if sys.stderr.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=n_chunks, unit="chunk", file=sys.stderr, leave=False)
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter() if t0 is None else t0
 
-    def chunk(self, i: int) -> None:
+    def chunk(self, i: int, t_done: float | None = None) -> None:
+        """Chunk i is done (at t_done, default now)."""
         if self.bar is not None:
             self.bar.update(1)
         elif i == 0:
-            per = time.perf_counter() - self.t0
+            per = (time.perf_counter() if t_done is None else t_done) - self.t0
             passes = -(-self.n_chunks // self.n_seq)
             eprint(f"{self.name}: {per:.2f} seconds per pass - ETA {per * passes / 60:.2f} minutes")
 
@@ -176,25 +180,54 @@ class _Progress:
             self.bar.close()
 
 
-def run_perplexity(m, tokens: list[int], ctx_size: int, chunks: int, n_seq: int, batch_size: int, kld_base) -> None:
+def run_perplexity(m, text, ctx_size: int, chunks: int, n_seq: int, batch_size: int, kld_base) -> None:
+    """text: a perplexity_text.EvaluationText, tokenized by the load (its ids: as many as the chunks
+    need). The lines before the first chunk's name the whole text's number of ids; where the load
+    tokenized only a head of the text, a thread counts them (from the load's wait for the weights,
+    or else from the first chunk on, while the device evaluates), and the chunks that finish before
+    it are shown once it has (the lines and their order stay those of a run that tokenized the whole
+    text first; the device never waits for the count)."""
     from ..perplexity import chunk_plan
 
+    tokens = text.ids
     n_chunks = chunk_plan(len(tokens), ctx_size, chunks)
     n_seq = max(1, min(n_seq, n_chunks))
-    eprint(f"perplexity: tokenized the input into {len(tokens)} tokens")
-    if kld_base is not None:
-        eprint(f"perplexity: saving all logits to {kld_base}")
-    eprint(f"perplexity: calculating perplexity over {n_chunks} chunks, n_ctx={ctx_size}, "
-           f"batch_size={min(batch_size, ctx_size * n_seq)}, n_seq={n_seq}")
-    progress = _Progress("perplexity", n_chunks, n_seq)
+    progress = None
+    pending: list[tuple[int, float, float]] = []     # (chunk, running PPL, when it was done)
+
+    def header() -> None:
+        nonlocal progress
+        eprint(f"perplexity: tokenized the input into {text.n_tokens()} tokens")
+        if kld_base is not None:
+            eprint(f"perplexity: saving all logits to {kld_base}")
+        eprint(f"perplexity: calculating perplexity over {n_chunks} chunks, n_ctx={ctx_size}, "
+               f"batch_size={min(batch_size, ctx_size * n_seq)}, n_seq={n_seq}")
+        progress = _Progress("perplexity", n_chunks, n_seq, t0)
+
+    def show_pending() -> None:
+        if progress is None:
+            header()
+        for i, ppl, t_done in pending:
+            progress.chunk(i, t_done)
+            sys.stdout.write(f"[{i + 1}]{ppl:.4f},")
+        sys.stdout.flush()
+        pending.clear()
 
     def on_chunk(i: int, ppl: float) -> None:
-        progress.chunk(i)
-        sys.stdout.write(f"[{i + 1}]{ppl:.4f},")
-        sys.stdout.flush()
+        pending.append((i, ppl, time.perf_counter()))
+        if progress is not None or text.counted():
+            show_pending()
+        else:
+            # Not started during the load: now, when every step is recorded and the main thread only
+            # waits for the device (earlier, the thread would slow the recording of the second slot).
+            text.count_in_background()
 
+    t0 = time.perf_counter()
+    if text.counted():
+        header()
     bos = m.tokenizer.bos_id if m.tokenizer.add_bos else None
     result = m.perplexity_tokens(tokens, ctx_size, n_chunks, bos, on_chunk, n_seq=n_seq, kl_divergence_base=kld_base)
+    show_pending()
     progress.close()
     print()
     print(f"Final estimate: PPL = {result.ppl:.4f} +/- {result.uncertainty:.5f}")

@@ -42,36 +42,61 @@ class Tokenizer:
     # -- encoding ---------------------------------------------------------------------------------
 
     def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        v = self.vocab
-        out: list[int] = []
-        if add_special and self.add_bos:
-            if self.bos_id is None:
-                raise LlamavkError("the model asks for a BOS token but its vocabulary has none")
-            out.append(self.bos_id)
-        frags = partition(v, text, parse_special)
-        if v.model == "llama":
-            prev_special = True  # SPM adds the space prefix at the start and after special tokens
-            for frag in frags:
-                if isinstance(frag, int):
-                    out.append(frag)
-                    prev_special = True
-                    continue
-                if v.add_space_prefix and prev_special:
-                    frag = " " + frag
-                out.extend(self._spm.encode(frag.replace(" ", "\u2581")))
-                prev_special = False
-        else:
-            for frag in frags:
-                if isinstance(frag, int):
-                    out.append(frag)
-                    continue
-                for word in self._pre.split(frag):
-                    out.extend(self._bpe.encode_word(word))
+        out = self._start_ids(add_special)
+        after_special = True  # SPM adds the space prefix at the start and after special tokens
+        for frag in partition(self.vocab, text, parse_special):
+            if isinstance(frag, int):
+                out.append(frag)
+                after_special = True
+                continue
+            out.extend(self._encode_piece(self._fragment_text(frag, after_special)))
+            after_special = False
         if add_special and self.add_eos:
             if self.eos_id is None:
                 raise LlamavkError("the model asks for an EOS token but its vocabulary has none")
             out.append(self.eos_id)
         return out
+
+    def encode_prefix(self, text: str, min_tokens: int, add_special: bool = True,
+                      parse_special: bool = True) -> tuple[list[int], bool]:
+        """The first ids of encode(text, ...), at least `min_tokens` of them where the text has that
+        many, from a prefix of the text cut where its ids cannot differ from the whole text's
+        (prefix.py); and whether they are all of encode's ids."""
+        from .prefix import encode_prefix
+        return encode_prefix(self, text, min_tokens, add_special, parse_special)
+
+    def _start_ids(self, add_special: bool) -> list[int]:
+        if add_special and self.add_bos:
+            if self.bos_id is None:
+                raise LlamavkError("the model asks for a BOS token but its vocabulary has none")
+            return [self.bos_id]
+        return []
+
+    def _fragment_text(self, frag: str, after_special: bool) -> str:
+        """A text fragment as the algorithm reads it: SPM's escaped text (spaces as U+2581, the space
+        prefix where the vocabulary adds one), byte-level BPE's as is."""
+        if self.vocab.model != "llama":
+            return frag
+        if self.vocab.add_space_prefix and after_special:
+            frag = " " + frag
+        return frag.replace(" ", "\u2581")
+
+    def _encode_piece(self, piece: str) -> list[int]:
+        """Ids of a fragment's text as _fragment_text gives it (or of a part of it between two of
+        _next_cut's positions)."""
+        if self.vocab.model == "llama":
+            return self._spm.encode(piece)
+        out: list[int] = []
+        for word in self._pre.split(piece):
+            out.extend(self._bpe.encode_word(word))
+        return out
+
+    def _next_cut(self, piece: str, start: int) -> int:
+        """The first position >= start (and > 0) where a fragment's text can be cut into two parts
+        whose ids, each encoded alone, are the whole's (-1: none)."""
+        if self.vocab.model == "llama":
+            return self._spm.next_cut(piece, start)
+        return self._pre.next_cut(piece, start)
 
     # -- decoding ---------------------------------------------------------------------------------
 

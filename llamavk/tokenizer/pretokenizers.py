@@ -52,6 +52,18 @@ _BAILINGMOE = (
 
 _BLOOM = r" ?[^(\s|.,!?…。，、।۔،)]+"
 
+# Where every family's split of a text is the splits of its two sides: before a space between two
+# letters. Why, for each pattern above: (1) no match can hold a letter followed by a space (letter
+# runs, digit runs and punctuation runs exclude \s; a space is only ever an optional first character,
+# or part of a whitespace run), so no match crosses the cut; (2) at the space, a match starts: " " +
+# letters is ` ?\p{L}+`, `[^\r\n\p{L}\p{N}]?\p{L}+` (Qwen3.5: with marks), Bloom's ` ?[^...]+`
+# -- only the first regexes of multi-regex sequences (punctuation, digits) match nothing there, and
+# leave the text around the cut to the next regex as one unmatched piece; (3) none of the patterns
+# looks behind, so the matches after the cut are found alike in the whole text and in its tail; (4)
+# the one look-ahead, `\s+(?!\S)`, could end a match at the end of the head differently than in the
+# whole text only if the head ended with whitespace, and it ends with a letter.
+CUT = r"(?<=\p{L}) (?=\p{L})"
+
 # Regex sequences per llama.cpp pre-tokenizer type (the order matters: applied left to right).
 REGEX_SEQUENCES: dict[str, tuple[str, ...]] = {
     "default": (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"),
@@ -128,6 +140,13 @@ class PreTokenizer:
 
         self.family = family
         self.patterns = [regex.compile(p) for p in REGEX_SEQUENCES[family]]
+        self._cut = regex.compile(CUT)
+
+    def next_cut(self, text: str, start: int) -> int:
+        """The first position >= start where `text` can be cut (see CUT; -1: none): split(text) is
+        split(text[:cut]) + split(text[cut:])."""
+        m = self._cut.search(text, max(start, 1))
+        return m.start() if m else -1
 
     def split(self, text: str) -> list[str]:
         pieces = [text]

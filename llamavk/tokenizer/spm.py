@@ -83,11 +83,21 @@ class SPM:
         """`text` cut before each U+2581 whose preceding character no token has before a U+2581
         (see the module's note: no merge crosses such a cut). One regex split (a zero-width match:
         a U+2581 ahead, any character but those behind), not a Python loop over the words."""
+        return self._cuts.split(text)
+
+    def next_cut(self, text: str, start: int) -> int:
+        """The first of _segments' cut positions in `text` at or after `start` (-1: none): the ids of
+        text[:cut] and text[cut:], each encoded alone, are those of the whole text."""
+        m = self._cuts.search(text, max(start, 1))
+        return m.start() if m else -1
+
+    @property
+    def _cuts(self) -> re.Pattern:
         if self._cut_pattern is None:
             glue = "".join(re.escape(c) for c in sorted(self._before_space))
             behind = f"[^{glue}]" if glue else "."
             self._cut_pattern = re.compile(f"(?<={behind})(?={SPACE})", re.DOTALL)
-        return self._cut_pattern.split(text)
+        return self._cut_pattern
 
     def _encode_segment(self, text: str) -> list[int]:
         n = len(text)
