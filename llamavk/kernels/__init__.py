@@ -161,9 +161,10 @@ def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: in
 
 
 def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None,
-                     experts: int = 0, source: tuple[int, int] | None = None):
+                     experts: int = 0, source: tuple[int, int] | None = None, blocks=None):
     """upload_qweight in two steps: (the QWeight, its buffers allocated but not yet written; a
-    function that queues the copies of `raw` into them). A load records the forward pass, which
+    function that queues the copies of `raw` into them; blocks: a vk.MemoryBlocks that places
+    the buffers, bound by its bind() before the copies run). A load records the forward pass, which
     needs only the buffers, while another thread runs the copies (runtime.py). source = (file
     descriptor, offset): `raw` is those bytes of that file, read from it by the transfer's upload
     threads (vk/transfer.py upload_file) rather than copied from `raw` by this thread."""
@@ -181,7 +182,7 @@ def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: 
     chunks = []
     for start in range(0, rows, rows_per_chunk):
         n = min(rows_per_chunk, rows - start)
-        chunks.append(WeightChunk(Buffer(device, n * row_bytes), start, n))
+        chunks.append(WeightChunk(Buffer(device, n * row_bytes, blocks=blocks), start, n))
 
     name = getattr(qtype, "name", str(qtype))
 
