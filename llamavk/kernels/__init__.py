@@ -103,9 +103,11 @@ class KernelCache:
 
 
 def filled_buffer(device, data) -> Buffer:
-    """A device buffer holding `data` (a numpy array): counters and sentinels a kernel expects at rest."""
+    """A device buffer holding `data` (a numpy array): counters and sentinels a kernel expects at rest.
+    Recordings make these while the weights upload: the copy is queued, not waited for (the first
+    step waits for it: Device.write_soon)."""
     buf = Buffer(device, data.nbytes)
-    buf.write(data)
+    device.write_soon(buf, data)
     return buf
 
 

@@ -62,6 +62,7 @@ class Device:
         self.timeline = TimelineSemaphore(self)
         self._submitted = 0
         self._transfer = None
+        self.writes_pending = 0         # timeline value of write_soon()'s copies not yet waited for
 
     # -- creation ---------------------------------------------------------------------------
     def _pick_queue_family(self) -> int:
@@ -177,6 +178,24 @@ class Device:
     def upload(self, buffer, data, offset: int = 0) -> None:
         """Copy host bytes into any buffer (through a staging buffer when it is not host-visible)."""
         self.transfer.upload(buffer, data, offset)
+
+    def write_soon(self, buffer, data, offset: int = 0) -> None:
+        """Queue a copy of host bytes into a device-local buffer and return without waiting; the
+        next step submitted (CommandSequence.submit) waits for it first. For the small buffers a
+        recording makes (counters at rest): during a load the queue holds the weights' copies,
+        and a copy's wait would be theirs too (a timeline value is reached once every earlier
+        submission is done). Called by the thread that records and submits steps."""
+        import numpy as np
+
+        value = self.transfer.upload_pieces(buffer, [np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)],
+                                            offset)
+        self.writes_pending = max(self.writes_pending, value)
+
+    def settle_writes(self) -> None:
+        """Wait for the copies write_soon() queued."""
+        value, self.writes_pending = self.writes_pending, 0
+        if value:
+            self.timeline.wait_any_thread(value)
 
     def download(self, buffer, size: int, offset: int = 0) -> bytes:
         return self.transfer.download(buffer, size, offset)
