@@ -95,20 +95,23 @@ class DeviceRuntime:
 
     def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph],
                  profile: bool = False, progress=None, step_pass=None, background_upload: bool = False,
-                 kv_types: KVTypes = KVTypes()):
+                 kv_types: KVTypes = KVTypes(), prefetch=()):
         """graphs: key -> graph ("last", "all"; a split mode may add "<key>@large" for batches above
         LARGE_BATCH tokens). progress(nbytes), if given, is called as each weight reaches the device
         (the load's progress bar). step_pass(graph, one_token) -> graph: a split's last rewrite of
         the matrix-vector step graphs (split/matvec_steps.py). background_upload: the weights' buffers
         are allocated here and their contents copied by a worker thread, so that the caller records
         steps (prerecord) while the file streams to the device; wait_weights() joins it (the first
-        step does). kv_types: the KV cache's K and V types (kv_cache.py)."""
+        step does). kv_types: the KV cache's K and V types (kv_cache.py). prefetch: kernels to
+        start making on threads now (vk/kernel_list.py: those the last load of this model made)."""
         self.model = model_file
         self.profile = profile
         self.cfg = model_file.config
         self.device = device
         self.comm = None     # a split's SplitRuntime sets this device's DeviceComm (split/comm.py)
         self.kc = KernelCache(device)
+        if prefetch:
+            self.kc.prefetch(prefetch)
         self.n_ctx = n_ctx
         self.n_ubatch = n_ubatch
         self.kv_types = kv_types

@@ -79,6 +79,7 @@ class KernelCache:
         self.info = device.info
         self._kernels: dict = {}
         self._shared: dict = {}
+        self._pending: dict = {}      # key -> Future of a kernel being made by prefetch()
 
     def shared(self, kind: str, key, make, fits=None):
         """A device object made once per (kind, key) and shared by every recording on this device:
@@ -95,11 +96,58 @@ class KernelCache:
         key = (name, tuple(spec))
         kernel = self._kernels.get(key)
         if kernel is None:
-            t0 = time.perf_counter()
-            kernel = Kernel(self.device, name, bindings, push_size=push_size, spec=spec)
-            phases.add("pipeline creation", time.perf_counter() - t0)
+            future = self._pending.pop(key, None)
+            if future is not None:
+                t0 = time.perf_counter()
+                kernel = future.result()
+                phases.add("wait for prefetched pipelines", time.perf_counter() - t0)
+                if kernel is not None and (kernel.bindings, kernel.push_size) != (bindings, push_size):
+                    kernel = None         # listed with other bindings: made again as asked
+            if kernel is None:
+                t0 = time.perf_counter()
+                kernel = Kernel(self.device, name, bindings, push_size=push_size, spec=spec)
+                phases.add("pipeline creation", time.perf_counter() - t0)
             self._kernels[key] = kernel
         return kernel
+
+    def entries(self) -> list[tuple]:
+        """(name, bindings, push_size, spec) of every kernel made so far (vk/kernel_list.py)."""
+        return [(key[0], k.bindings, k.push_size, key[1]) for key, k in self._kernels.items()]
+
+    def prefetch(self, entries, threads: int | None = None) -> None:
+        """Start making the kernels `entries` [(name, bindings, push_size, spec)] on threads
+        (what the last load of this model made: vk/kernel_list.py), so that get() finds them made
+        or waits for the one in progress. The driver calls release the interpreter and
+        VkPipelineCache is internally synchronized. An entry that fails is made by get() itself,
+        which reports the error as it always has; the device waits for the threads before it
+        closes."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        todo = {(n, tuple(s)): (n, b, p, tuple(s)) for n, b, p, s in entries}
+        todo = [e for key, e in todo.items() if key not in self._kernels and key not in self._pending]
+        if not todo:
+            return
+        import os
+        pool = ThreadPoolExecutor(threads or max(1, min(4, (os.cpu_count() or 2) // 2)),
+                                  thread_name_prefix=f"llamavk-pipelines-{self.device.name}")
+        for name, bindings, push, spec in todo:
+            self._pending[(name, spec)] = pool.submit(self._make, name, bindings, push, spec)
+        pool.shutdown(wait=False)
+        self.device.before_close.append(self.wait_prefetch)
+
+    def _make(self, name, bindings, push_size, spec):
+        t0 = time.perf_counter()
+        try:
+            return Kernel(self.device, name, bindings, push_size=push_size, spec=spec)
+        except Exception:             # noqa: BLE001 -- get() makes it again and reports
+            return None
+        finally:
+            phases.add("pipeline creation (prefetch threads)", time.perf_counter() - t0)
+
+    def wait_prefetch(self) -> None:
+        """Wait for every kernel prefetch() is making (before the device closes)."""
+        for future in list(self._pending.values()):
+            future.exception()
 
 
 def filled_buffer(device, data) -> Buffer:

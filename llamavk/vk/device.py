@@ -63,6 +63,7 @@ class Device:
         self._submitted = 0
         self._transfer = None
         self.writes_pending = 0         # timeline value of write_soon()'s copies not yet waited for
+        self.before_close: list = []    # called first by close(): threads still creating objects on it
 
     # -- creation ---------------------------------------------------------------------------
     def _pick_queue_family(self) -> int:
@@ -209,6 +210,9 @@ class Device:
         and save the pipeline cache only (the process is about to exit, which frees the rest)."""
         if self.handle is None:
             return
+        for wait in self.before_close:
+            wait()
+        self.before_close.clear()
         vk.vkDeviceWaitIdle(self.handle)
         if not release:
             if self._transfer is not None:
