@@ -142,22 +142,27 @@ class Device:
 
     # -- descriptor sets ----------------------------------------------------------------------
     def allocate_descriptor_set(self, layout):
-        if self._descriptor_free == 0:
-            sets = 4096
+        return self.allocate_descriptor_sets(layout, 1)[0]
+
+    def allocate_descriptor_sets(self, layout, count: int) -> list:
+        """`count` descriptor sets of one layout, in one call (pools of 4096 sets, 8 storage-buffer
+        descriptors a set on average)."""
+        if self._descriptor_free < count:
+            sets = max(4096, count)
             sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=sets * 8)]
             pool = vk.vkCreateDescriptorPool(self.handle, vk.VkDescriptorPoolCreateInfo(
                 maxSets=sets, poolSizeCount=1, pPoolSizes=sizes), None)
             self._descriptor_pools.append(pool)
             self._descriptor_free = sets
-        self._descriptor_free -= 1
+        self._descriptor_free -= count
         # Raw cffi: the package's struct and call wrappers cost ~50 us a set, and a 1.1B model's
         # decode and prompt recordings allocate ~450 sets at load.
-        layouts = ffi.new("VkDescriptorSetLayout[1]", [layout])
+        layouts = ffi.new("VkDescriptorSetLayout[]", [layout] * count)
         alloc = new_struct("VkDescriptorSetAllocateInfo", vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                           descriptorPool=self._descriptor_pools[-1], descriptorSetCount=1, pSetLayouts=layouts)
-        out = ffi.new("VkDescriptorSet*")
+                           descriptorPool=self._descriptor_pools[-1], descriptorSetCount=count, pSetLayouts=layouts)
+        out = ffi.new("VkDescriptorSet[]", count)
         check(lib.vkAllocateDescriptorSets(self.handle, alloc, out), "vkAllocateDescriptorSets")
-        return out[0]
+        return list(out)
 
     # -- submission ---------------------------------------------------------------------------
     def next_timeline_value(self) -> int:
