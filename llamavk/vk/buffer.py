@@ -49,8 +49,8 @@ class Buffer:
         self.handle = out[0]
         req = vk.vkGetBufferMemoryRequirements(device.handle, self.handle)
         if blocks is not None:
+            device.register(self)     # first: if placing it fails, the device still destroys it
             blocks._add(self, req)
-            device.register(self)
             return
         try:
             if _import is not None:
