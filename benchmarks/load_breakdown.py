@@ -104,7 +104,8 @@ def main() -> None:
             n = f"{counts[label]:5d} x" if counts.get(label) else "       "
             print(f"  {label:<42} {n} {1e3 * times[label]:8.1f} ms")
         for key, segs in shapes.items():
-            print(f"  recording {key}: dispatches/barriers per segment {segs}; recorded again {1e3 * again[key]:.1f} ms")
+            print(f"  recording {key}: dispatches/barriers per segment {segs}; "
+                  f"recorded again {1e3 * again[key]:.1f} ms")
 
 
 if __name__ == "__main__":
