@@ -104,9 +104,13 @@ class Model:
                 phases.mark("graphs, fit check")
                 # The weights stream to the device on a worker thread while this one records the
                 # decode step (and the prompt's), creating the pipelines those need.
+                # the kernels the last load of this file made here, made again on threads meanwhile
+                from .vk import kernel_list
+                kernels_key = kernel_list.model_key(self.path)
                 self.runtime = rt = DeviceRuntime(self.file, self.devices[0], n_ctx, n_ubatch, graphs,
                                                   profile=profile, progress=weight_progress(progress, need.weights),
-                                                  background_upload=True, kv_types=kv_types)
+                                                  background_upload=True, kv_types=kv_types,
+                                                  prefetch=kernel_list.read(self.devices[0].info, kernels_key))
                 try:
                     n_prompt = self._prepare(prepare_prompt)
                     if prerecord == "score":
@@ -119,6 +123,7 @@ class Model:
                 finally:
                     rt.wait_weights()
                 phases.mark("weights in (upload wait)")
+                self._kernels_key = kernels_key     # close() records the kernels this model used
             else:
                 opts.main_gpu = chosen.index(main_gpu) if main_gpu in chosen else 0
                 self.runtime = build_split_runtime(self.file, self.devices, shares, opts, graphs, n_ctx, n_ubatch,
@@ -351,6 +356,10 @@ class Model:
         rt = getattr(self, "runtime", None)
         if rt is not None and hasattr(rt, "wait_weights"):
             rt.wait_weights(raise_error=False)   # no copy may still run when the device goes
+        if getattr(self, "_kernels_key", None) is not None and hasattr(rt, "kc") and self.devices:
+            from .vk import kernel_list
+            kernel_list.write(self.devices[0].info, self._kernels_key, rt.kc.entries())
+            self._kernels_key = None
         if rt is not None and hasattr(rt, "shared") and release:
             rt.close()
         for d in getattr(self, "devices", []):

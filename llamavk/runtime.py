@@ -27,7 +27,7 @@ from .kernels import deltanet, elementwise, matmul, moe, norm, rope
 from .kernels.chain import ChainCounters
 from .kernels.selection import chain_edges
 from .quant import GGMLQuantizationType, quant_info
-from .vk import Buffer, CommandSequence
+from .vk import Buffer, CommandSequence, MemoryBlocks
 
 
 SPIN_SECONDS = 0.02   # longest a decode step's wait polls before it blocks
@@ -95,20 +95,23 @@ class DeviceRuntime:
 
     def __init__(self, model_file, device, n_ctx: int, n_ubatch: int, graphs: dict[str, Graph],
                  profile: bool = False, progress=None, step_pass=None, background_upload: bool = False,
-                 kv_types: KVTypes = KVTypes()):
+                 kv_types: KVTypes = KVTypes(), prefetch=()):
         """graphs: key -> graph ("last", "all"; a split mode may add "<key>@large" for batches above
         LARGE_BATCH tokens). progress(nbytes), if given, is called as each weight reaches the device
         (the load's progress bar). step_pass(graph, one_token) -> graph: a split's last rewrite of
         the matrix-vector step graphs (split/matvec_steps.py). background_upload: the weights' buffers
         are allocated here and their contents copied by a worker thread, so that the caller records
         steps (prerecord) while the file streams to the device; wait_weights() joins it (the first
-        step does). kv_types: the KV cache's K and V types (kv_cache.py)."""
+        step does). kv_types: the KV cache's K and V types (kv_cache.py). prefetch: kernels to
+        start making on threads now (vk/kernel_list.py: those the last load of this model made)."""
         self.model = model_file
         self.profile = profile
         self.cfg = model_file.config
         self.device = device
         self.comm = None     # a split's SplitRuntime sets this device's DeviceComm (split/comm.py)
         self.kc = KernelCache(device)
+        if prefetch:
+            self.kc.prefetch(prefetch)
         self.n_ctx = n_ctx
         self.n_ubatch = n_ubatch
         self.kv_types = kv_types
@@ -117,6 +120,7 @@ class DeviceRuntime:
         # file order through the staging ring (vk/transfer.py) here or by a worker thread.
         self._upload_start = time.perf_counter()
         self.weights: dict[str, object] = {}
+        self._weight_blocks = MemoryBlocks(device)    # a few allocations, not one per weight (vk/buffer.py)
         fills = []
         for g in graphs.values():
             for name, t in g.weights.items():
@@ -127,6 +131,7 @@ class DeviceRuntime:
         if "rope_freqs.weight" in model_file.weights:
             self.freqs, fill = self._allocate_vector("rope_freqs.weight")
             fills.append((fill, 0))
+        self._weight_blocks.bind()
         device.transfer               # created on this thread, before a worker uses it
         phases.mark("weight buffers")
         self.upload_seconds = 0.0
@@ -183,13 +188,15 @@ class DeviceRuntime:
         """KV cache, recurrent state, step buffers, fused graphs and activation plans."""
         device, n_ctx, n_ubatch = self.device, self.n_ctx, self.n_ubatch
         # KV cache for the layers whose attention runs here, as wide as the KV heads it holds.
+        # All of it (and the recurrent state) in a few allocations, like the weights.
+        state_blocks = MemoryBlocks(device)
         self.kv: dict[int, tuple[Buffer, Buffer]] = {}
         for g in graphs.values():
             for op in g.ops:
                 if op.kind == "attention" and op.layer not in self.kv:
                     width = op.attrs.get("n_head_kv", self.cfg.n_head_kv) * self.cfg.head_dim
-                    self.kv[op.layer] = (Buffer(device, kv_cache.cache_bytes(self.kv_types.k, n_ctx, width)),
-                                         Buffer(device, kv_cache.cache_bytes(self.kv_types.v, n_ctx, width)))
+                    self.kv[op.layer] = (state_blocks.buffer(kv_cache.cache_bytes(self.kv_types.k, n_ctx, width)),
+                                         state_blocks.buffer(kv_cache.cache_bytes(self.kv_types.v, n_ctx, width)))
         # Recurrent state of the DeltaNet layers that run here (qwen35), beside the KV cache: the
         # convolution's last inputs and the delta rule's state, as wide as the channels and heads held.
         # One sequence at a time: the state is that of the tokens evaluated so far (state_pos of them).
@@ -198,11 +205,14 @@ class DeviceRuntime:
             for op in g.ops:
                 a = op.attrs
                 if op.kind == "ssm_conv":
-                    self.ssm.setdefault(op.layer, {}).setdefault(
-                        "conv", Buffer(device, deltanet.conv_state_bytes(a["channels"], a["d_conv"])))
+                    bufs = self.ssm.setdefault(op.layer, {})
+                    if "conv" not in bufs:
+                        bufs["conv"] = state_blocks.buffer(deltanet.conv_state_bytes(a["channels"], a["d_conv"]))
                 elif op.kind == "delta_net":
-                    self.ssm.setdefault(op.layer, {}).setdefault(
-                        "state", Buffer(device, deltanet.state_bytes(a["n_v_heads"], a["head_dim"])))
+                    bufs = self.ssm.setdefault(op.layer, {})
+                    if "state" not in bufs:
+                        bufs["state"] = state_blocks.buffer(deltanet.state_bytes(a["n_v_heads"], a["head_dim"]))
+        state_blocks.bind()
         self.state_pos = 0
         phases.mark("KV cache")
         self.step = Buffer(device, SLOTS * VIEW_ALIGN, host_visible=True)
@@ -306,7 +316,8 @@ class DeviceRuntime:
             return self._allocate_vector(t.source or name, t.part)
         raw, qtype = weight_part(self.model, t.source or name, t.part)
         return allocate_qweight(self.device, raw, qtype, t.rows * max(t.experts, 1), t.width, experts=t.experts,
-                                source=self._file_source(t.source or name) if t.part is None else None)
+                                source=self._file_source(t.source or name) if t.part is None else None,
+                                blocks=self._weight_blocks)
 
     def _file_source(self, name: str):
         """(descriptor, offset) of a whole weight's bytes in the model file, for the upload threads to
@@ -323,7 +334,7 @@ class DeviceRuntime:
         data = np.ascontiguousarray(self.model.dequantize(name), dtype=np.float32).reshape(-1)
         if part is not None:
             data = np.ascontiguousarray(np.concatenate([data[a:b] for a, b in part_ranges(part)]))
-        buf = Buffer(self.device, data.nbytes)
+        buf = self._weight_blocks.buffer(data.nbytes)
         return buf, lambda: self.device.transfer.upload(buf, data, wait=False)
 
     def weight_bytes(self, experts_only: bool = False) -> int:

@@ -79,6 +79,7 @@ class KernelCache:
         self.info = device.info
         self._kernels: dict = {}
         self._shared: dict = {}
+        self._pending: dict = {}      # key -> Future of a kernel being made by prefetch()
 
     def shared(self, kind: str, key, make, fits=None):
         """A device object made once per (kind, key) and shared by every recording on this device:
@@ -95,17 +96,66 @@ class KernelCache:
         key = (name, tuple(spec))
         kernel = self._kernels.get(key)
         if kernel is None:
-            t0 = time.perf_counter()
-            kernel = Kernel(self.device, name, bindings, push_size=push_size, spec=spec)
-            phases.add("pipeline creation", time.perf_counter() - t0)
+            future = self._pending.pop(key, None)
+            if future is not None:
+                t0 = time.perf_counter()
+                kernel = future.result()
+                phases.add("wait for prefetched pipelines", time.perf_counter() - t0)
+                if kernel is not None and (kernel.bindings, kernel.push_size) != (bindings, push_size):
+                    kernel = None         # listed with other bindings: made again as asked
+            if kernel is None:
+                t0 = time.perf_counter()
+                kernel = Kernel(self.device, name, bindings, push_size=push_size, spec=spec)
+                phases.add("pipeline creation", time.perf_counter() - t0)
             self._kernels[key] = kernel
         return kernel
 
+    def entries(self) -> list[tuple]:
+        """(name, bindings, push_size, spec) of every kernel made so far (vk/kernel_list.py)."""
+        return [(key[0], k.bindings, k.push_size, key[1]) for key, k in self._kernels.items()]
+
+    def prefetch(self, entries, threads: int | None = None) -> None:
+        """Start making the kernels `entries` [(name, bindings, push_size, spec)] on threads
+        (what the last load of this model made: vk/kernel_list.py), so that get() finds them made
+        or waits for the one in progress. The driver calls release the interpreter and
+        VkPipelineCache is internally synchronized. An entry that fails is made by get() itself,
+        which reports the error as it always has; the device waits for the threads before it
+        closes."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        todo = {(n, tuple(s)): (n, b, p, tuple(s)) for n, b, p, s in entries}
+        todo = [e for key, e in todo.items() if key not in self._kernels and key not in self._pending]
+        if not todo:
+            return
+        import os
+        pool = ThreadPoolExecutor(threads or max(1, min(4, (os.cpu_count() or 2) // 2)),
+                                  thread_name_prefix=f"llamavk-pipelines-{self.device.name}")
+        for name, bindings, push, spec in todo:
+            self._pending[(name, spec)] = pool.submit(self._make, name, bindings, push, spec)
+        pool.shutdown(wait=False)
+        self.device.before_close.append(self.wait_prefetch)
+
+    def _make(self, name, bindings, push_size, spec):
+        t0 = time.perf_counter()
+        try:
+            return Kernel(self.device, name, bindings, push_size=push_size, spec=spec)
+        except Exception:             # noqa: BLE001 -- get() makes it again and reports
+            return None
+        finally:
+            phases.add("pipeline creation (prefetch threads)", time.perf_counter() - t0)
+
+    def wait_prefetch(self) -> None:
+        """Wait for every kernel prefetch() is making (before the device closes)."""
+        for future in list(self._pending.values()):
+            future.exception()
+
 
 def filled_buffer(device, data) -> Buffer:
-    """A device buffer holding `data` (a numpy array): counters and sentinels a kernel expects at rest."""
+    """A device buffer holding `data` (a numpy array): counters and sentinels a kernel expects at rest.
+    Recordings make these while the weights upload: the copy is queued, not waited for (the first
+    step waits for it: Device.write_soon)."""
     buf = Buffer(device, data.nbytes)
-    buf.write(data)
+    device.write_soon(buf, data)
     return buf
 
 
@@ -161,9 +211,10 @@ def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: in
 
 
 def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None,
-                     experts: int = 0, source: tuple[int, int] | None = None):
+                     experts: int = 0, source: tuple[int, int] | None = None, blocks=None):
     """upload_qweight in two steps: (the QWeight, its buffers allocated but not yet written; a
-    function that queues the copies of `raw` into them). A load records the forward pass, which
+    function that queues the copies of `raw` into them; blocks: a vk.MemoryBlocks that places
+    the buffers, bound by its bind() before the copies run). A load records the forward pass, which
     needs only the buffers, while another thread runs the copies (runtime.py). source = (file
     descriptor, offset): `raw` is those bytes of that file, read from it by the transfer's upload
     threads (vk/transfer.py upload_file) rather than copied from `raw` by this thread."""
@@ -181,7 +232,7 @@ def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: 
     chunks = []
     for start in range(0, rows, rows_per_chunk):
         n = min(rows_per_chunk, rows - start)
-        chunks.append(WeightChunk(Buffer(device, n * row_bytes), start, n))
+        chunks.append(WeightChunk(Buffer(device, n * row_bytes, blocks=blocks), start, n))
 
     name = getattr(qtype, "name", str(qtype))
 

@@ -11,10 +11,10 @@ so that its driver calls start sooner.
 
 import importlib
 
-_WHERE = {"Buffer": "buffer", "SharedHostMemory": "buffer", "Device": "device", "Instance": "instance",
-          "get_instance": "instance", "Kernel": "kernel", "load_spirv": "kernel", "pack_constants": "kernel",
-          "DeviceInfo": "physical", "MemoryHeap": "physical", "CommandSequence": "sequence",
-          "Fence": "sync", "TimelineSemaphore": "sync"}
+_WHERE = {"Buffer": "buffer", "SharedHostMemory": "buffer", "MemoryBlocks": "buffer", "Device": "device",
+          "Instance": "instance", "get_instance": "instance", "Kernel": "kernel", "load_spirv": "kernel",
+          "pack_constants": "kernel", "DeviceInfo": "physical", "MemoryHeap": "physical",
+          "CommandSequence": "sequence", "Fence": "sync", "TimelineSemaphore": "sync"}
 
 __all__ = list(_WHERE)
 

@@ -1,8 +1,10 @@
 """Buffers: device-local, host-visible (persistently mapped), and host memory shared by devices.
 
-`Buffer` is one VkBuffer with its own allocation. `SharedHostMemory` is one page-aligned host
-allocation imported into several devices (VK_EXT_external_memory_host): each device sees it as a
-`Buffer`, the host sees it as numpy, and nothing is copied between them.
+`Buffer` is one VkBuffer with its own allocation, or bound at an offset of a block that
+`MemoryBlocks` allocated for many buffers (a model's weights, its KV cache: one vkAllocateMemory per
+GiB instead of one per tensor). `SharedHostMemory` is one page-aligned host allocation imported into
+several devices (VK_EXT_external_memory_host): each device sees it as a `Buffer`, the host sees it as
+numpy, and nothing is copied between them.
 """
 
 from __future__ import annotations
@@ -21,13 +23,19 @@ USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC
 
 
 class Buffer:
-    """A VkBuffer bound to its own memory. Host-visible buffers stay mapped (`.array()`)."""
+    """A VkBuffer bound to its own memory, or to part of a `MemoryBlocks` block (`blocks=`: bound
+    when the blocks' bind() runs; nothing may use the buffer before). Host-visible buffers stay
+    mapped (`.array()`)."""
 
-    def __init__(self, device, size: int, host_visible: bool = False, _import=None):
+    def __init__(self, device, size: int, host_visible: bool = False, _import=None, blocks=None):
         self.device = device
         self.size = max(int(size), 4)
         self.host_visible = host_visible
         self._mapped = None
+        self._block = None            # the MemoryBlocks block this buffer lives in (None: its own memory)
+        self.memory = None
+        if blocks is not None and (host_visible or _import is not None):
+            raise ValueError("MemoryBlocks place device-local buffers only")
         external = None
         if _import is not None:
             external = new_struct("VkExternalMemoryBufferCreateInfo",
@@ -40,6 +48,10 @@ class Buffer:
         check(lib.vkCreateBuffer(device.handle, create, ffi.NULL, out), "vkCreateBuffer")
         self.handle = out[0]
         req = vk.vkGetBufferMemoryRequirements(device.handle, self.handle)
+        if blocks is not None:
+            device.register(self)     # first: if placing it fails, the device still destroys it
+            blocks._add(self, req)
+            return
         try:
             if _import is not None:
                 self.memory = _import(req)
@@ -81,11 +93,15 @@ class Buffer:
         if self.handle is None:
             return
         vk.vkDestroyBuffer(self.device.handle, self.handle, None)
-        if self._mapped is not None:
-            vk.vkUnmapMemory(self.device.handle, self.memory)
-        vk.vkFreeMemory(self.device.handle, self.memory, None)
+        if self._block is not None:
+            self._block.release()
+        elif self.memory is not None:
+            if self._mapped is not None:
+                vk.vkUnmapMemory(self.device.handle, self.memory)
+            vk.vkFreeMemory(self.device.handle, self.memory, None)
         self.handle = None
         self._mapped = None
+        self._block = None
 
     def __repr__(self):
         return f"Buffer({self.size} bytes on {self.device.name}{', host' if self.host_visible else ''})"
@@ -111,6 +127,78 @@ def _allocate(device, size: int, memory_type: int, pnext=ffi.NULL):
         raise LlamavkError(f"{device.name}: out of memory allocating {size / 2**20:.1f} MiB")
     check(result, "vkAllocateMemory")
     return out[0]
+
+
+BLOCK_BYTES = 1 << 30   # Vulkan guarantees maxMemoryAllocationSize >= 1 GiB on every device
+
+
+class MemoryBlocks:
+    """Device-local buffers placed side by side in a few large allocations.
+
+    Drivers pay per vkAllocateMemory (~0.2 ms each on NVIDIA, more for larger ones) and a model has
+    a buffer per weight (chunk) and two per layer for its KV cache: a 1.1B model ~200 allocations.
+    Here `buffer(size)` creates the VkBuffer at once (recordings need only its handle) and `bind()`
+    then allocates blocks of at most BLOCK_BYTES, each exactly as large as the buffers it holds,
+    and binds every buffer at an offset aligned to its own memory requirements. A buffer larger
+    than a block gets a block of its own, as a lone Buffer would. Descriptors keep addressing each
+    buffer from its offset 0, so minStorageBufferOffsetAlignment and maxStorageBufferRange apply
+    per buffer exactly as before; there are no images, so bufferImageGranularity does not apply.
+    A block's memory is freed when the last buffer in it is closed.
+    """
+
+    def __init__(self, device, block_bytes: int | None = None):
+        self.device = device
+        self.block_bytes = int(block_bytes or BLOCK_BYTES)
+        self._pending: list = []          # (buffer, size, alignment, memory type) not yet bound
+        self.blocks: list[_Block] = []    # every block this object allocated (tests, accounting)
+
+    def buffer(self, size: int) -> Buffer:
+        return Buffer(self.device, size, blocks=self)
+
+    def _add(self, buf: Buffer, req) -> None:
+        mtype = _memory_type(self.device, req.memoryTypeBits, False)
+        self._pending.append((buf, int(req.size), int(req.alignment), mtype))
+
+    def bind(self) -> None:
+        """Allocate the blocks for every buffer made since the last bind() and bind them."""
+        pending, self._pending = [p for p in self._pending if p[0].handle is not None], []
+        by_type: dict[int, list] = {}
+        for item in pending:
+            by_type.setdefault(item[3], []).append(item)
+        for mtype, items in by_type.items():
+            placed: list = []             # (buffer, offset) of the block being filled
+            top = 0
+            for buf, size, align, _ in items:
+                offset = (top + align - 1) // align * align
+                if placed and offset + size > self.block_bytes:
+                    self._allocate(mtype, top, placed)
+                    placed, offset = [], 0
+                placed.append((buf, offset))
+                top = offset + size
+            if placed:
+                self._allocate(mtype, top, placed)
+
+    def _allocate(self, mtype: int, size: int, placed) -> None:
+        memory = _allocate(self.device, size, mtype)   # on failure the unbound buffers close with the device
+        block = _Block(self.device, memory, size, len(placed))
+        self.blocks.append(block)
+        handle = self.device.handle
+        for buf, offset in placed:
+            check(lib.vkBindBufferMemory(handle, buf.handle, memory, offset), "vkBindBufferMemory")
+            buf.memory, buf._block, buf.offset_in_block = memory, block, offset
+
+
+class _Block:
+    """One VkDeviceMemory shared by `users` buffers; freed when the last of them is closed."""
+
+    def __init__(self, device, memory, size: int, users: int):
+        self.device, self.memory, self.size, self.users = device, memory, size, users
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0 and self.memory is not None:
+            vk.vkFreeMemory(self.device.handle, self.memory, None)
+            self.memory = None
 
 
 class SharedHostMemory:

@@ -62,6 +62,8 @@ class Device:
         self.timeline = TimelineSemaphore(self)
         self._submitted = 0
         self._transfer = None
+        self.writes_pending = 0         # timeline value of write_soon()'s copies not yet waited for
+        self.before_close: list = []    # called first by close(): threads still creating objects on it
 
     # -- creation ---------------------------------------------------------------------------
     def _pick_queue_family(self) -> int:
@@ -140,22 +142,27 @@ class Device:
 
     # -- descriptor sets ----------------------------------------------------------------------
     def allocate_descriptor_set(self, layout):
-        if self._descriptor_free == 0:
-            sets = 4096
+        return self.allocate_descriptor_sets(layout, 1)[0]
+
+    def allocate_descriptor_sets(self, layout, count: int) -> list:
+        """`count` descriptor sets of one layout, in one call (pools of 4096 sets, 8 storage-buffer
+        descriptors a set on average)."""
+        if self._descriptor_free < count:
+            sets = max(4096, count)
             sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=sets * 8)]
             pool = vk.vkCreateDescriptorPool(self.handle, vk.VkDescriptorPoolCreateInfo(
                 maxSets=sets, poolSizeCount=1, pPoolSizes=sizes), None)
             self._descriptor_pools.append(pool)
             self._descriptor_free = sets
-        self._descriptor_free -= 1
+        self._descriptor_free -= count
         # Raw cffi: the package's struct and call wrappers cost ~50 us a set, and a 1.1B model's
         # decode and prompt recordings allocate ~450 sets at load.
-        layouts = ffi.new("VkDescriptorSetLayout[1]", [layout])
+        layouts = ffi.new("VkDescriptorSetLayout[]", [layout] * count)
         alloc = new_struct("VkDescriptorSetAllocateInfo", vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                           descriptorPool=self._descriptor_pools[-1], descriptorSetCount=1, pSetLayouts=layouts)
-        out = ffi.new("VkDescriptorSet*")
+                           descriptorPool=self._descriptor_pools[-1], descriptorSetCount=count, pSetLayouts=layouts)
+        out = ffi.new("VkDescriptorSet[]", count)
         check(lib.vkAllocateDescriptorSets(self.handle, alloc, out), "vkAllocateDescriptorSets")
-        return out[0]
+        return list(out)
 
     # -- submission ---------------------------------------------------------------------------
     def next_timeline_value(self) -> int:
@@ -178,6 +185,24 @@ class Device:
         """Copy host bytes into any buffer (through a staging buffer when it is not host-visible)."""
         self.transfer.upload(buffer, data, offset)
 
+    def write_soon(self, buffer, data, offset: int = 0) -> None:
+        """Queue a copy of host bytes into a device-local buffer and return without waiting; the
+        next step submitted (CommandSequence.submit) waits for it first. For the small buffers a
+        recording makes (counters at rest): during a load the queue holds the weights' copies,
+        and a copy's wait would be theirs too (a timeline value is reached once every earlier
+        submission is done). Called by the thread that records and submits steps."""
+        import numpy as np
+
+        value = self.transfer.upload_pieces(buffer, [np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)],
+                                            offset)
+        self.writes_pending = max(self.writes_pending, value)
+
+    def settle_writes(self) -> None:
+        """Wait for the copies write_soon() queued."""
+        value, self.writes_pending = self.writes_pending, 0
+        if value:
+            self.timeline.wait_any_thread(value)
+
     def download(self, buffer, size: int, offset: int = 0) -> bytes:
         return self.transfer.download(buffer, size, offset)
 
@@ -190,6 +215,9 @@ class Device:
         and save the pipeline cache only (the process is about to exit, which frees the rest)."""
         if self.handle is None:
             return
+        for wait in self.before_close:
+            wait()
+        self.before_close.clear()
         vk.vkDeviceWaitIdle(self.handle)
         if not release:
             if self._transfer is not None:

@@ -16,6 +16,7 @@ from ..errors import LlamavkError
 from ._ffi import check, ffi, lib, new_struct
 
 SPV_PACKAGE = "llamavk.spv"
+SETS_PER_ALLOCATION = 16
 
 
 def load_spirv(name: str) -> bytes:
@@ -111,6 +112,8 @@ class Kernel:
         self.pipeline = out_pipe[0]
         del code, spec_entries, spec_buf, spec_info, entry, stage, subgroup_info
         self._sets: dict = {}
+        self._write = self._infos = None     # descriptor_set()'s reusable write
+        self._spare_sets: list = []          # allocated, not yet written
         device.register(self)
 
     def statistics(self) -> dict[str, float]:
@@ -142,13 +145,24 @@ class Kernel:
             return cached
         if len(ranges) != len(self.bindings):
             raise ValueError(f"{self.name} takes {len(self.bindings)} buffers, got {len(ranges)}")
-        dset = self.device.allocate_descriptor_set(self.set_layout)
-        infos = ffi.new("VkDescriptorBufferInfo[]", [dict(buffer=b.handle, offset=o, range=s) for b, o, s in ranges])
-        writes = ffi.new("VkWriteDescriptorSet[]", [
-            dict(sType=vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, dstSet=dset, dstBinding=i, descriptorCount=1,
-                 descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=infos + i)
-            for i in range(len(ranges))])
-        lib.vkUpdateDescriptorSets(self.device.handle, len(ranges), writes, 0, ffi.NULL)
+        if not self._spare_sets:     # a few at a time: one call instead of one per set
+            self._spare_sets = self.device.allocate_descriptor_sets(self.set_layout, SETS_PER_ALLOCATION)[::-1]
+        dset = self._spare_sets.pop()
+        # One write of all bindings (consecutive bindings of one type), into arrays reused by every
+        # set of this kernel: a load makes ~450 sets, and building the structs from dicts cost more
+        # than the driver's work.
+        if self._write is None:
+            n = len(self.bindings)
+            self._infos = ffi.new("VkDescriptorBufferInfo[]", n)
+            self._write = ffi.new("VkWriteDescriptorSet*", dict(
+                sType=vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, dstBinding=0, descriptorCount=n,
+                descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=self._infos))
+        infos = self._infos
+        for i, (b, o, s) in enumerate(ranges):
+            info = infos[i]
+            info.buffer, info.offset, info.range = b.handle, o, s
+        self._write.dstSet = dset
+        lib.vkUpdateDescriptorSets(self.device.handle, 1, self._write, 0, ffi.NULL)
         self._sets[key] = dset
         return dset
 

@@ -189,6 +189,10 @@ class CommandSequence:
     def submit(self, waits=(), signals=()) -> int:
         """Queue the recorded commands. `waits`/`signals`: [(TimelineSemaphore, value)].
         Also signals the device's own timeline; returns that value (see Device.wait_idle)."""
+        if self.device.writes_pending and self.pool is self.device.command_pool:
+            # a step reads what Device.write_soon queued (the transfer's copies, from pools of their
+            # own, need not wait)
+            self.device.settle_writes()
         value = self.device.next_timeline_value()
         key = (tuple(id(s) for s, _ in waits), tuple(id(s) for s, _ in signals))
         if self._submit is None or self._submit[0] != key:
