@@ -191,3 +191,23 @@ def test_smollm2_greedy_continuation(smollm2):
     assert out == [7042, 30, 198, 198, 504]
     assert smollm2.detokenize(out) == " Paris.\n\nThe"
 
+
+
+def test_short_prompt_runs_through_the_one_token_step(synthetic_model, monkeypatch):
+    """A prompt of at most runtime.short_prompt_max() tokens whose own step was never recorded runs
+    token by token through the one-token step: the same logits as its own step (numpy reference),
+    and no recording of that step; LLAMAVK_SHORT_PROMPT=0 records it again."""
+    path = synthetic_model("llama", "q8_0")
+    prompt = [int(t) for t in np.random.default_rng(5).integers(0, 500, 9)]
+    want = ReferenceModel(load_model_file(path)).logits(prompt)[-1]
+    got = {}
+    for limit in ("16", "0"):
+        monkeypatch.setenv("LLAMAVK_SHORT_PROMPT", limit)
+        with quiet_load(path, n_ctx=64) as m:
+            m.runtime.prerecord(len(prompt))
+            got[limit] = m.logits(prompt)
+            assert (("last", 9, 0) in m.runtime.recordings) == (limit == "0")
+            assert list(m.generate(prompt, n=4, temp=0)) == list(ReferenceModel(load_model_file(path))
+                                                                 .generate_greedy(prompt, 4))
+    for v in got.values():
+        assert np.abs(v - want).max() < 2e-3 * np.abs(want).max()
