@@ -70,9 +70,7 @@ def _graph_like(graph: Graph, ops: list[Op]) -> Graph:
 
 
 def fuse_rope_kv(graph: Graph) -> Graph:
-    ops = _copy_ops(graph)
-    consumers = _consumers(ops)
-    producer = {op.out: op for op in ops if op.out is not None}
+    ops, consumers, producer = _rewrite_state(graph)
     dropped: set[int] = set()
     for op in ops:
         if op.kind != "attention":
@@ -94,6 +92,12 @@ def fuse_rope_kv(graph: Graph) -> Graph:
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
+def _rewrite_state(graph: Graph):
+    """A pass's working state: a copy of the graph's ops, each tensor's readers and its producer."""
+    ops = _copy_ops(graph)
+    return ops, _consumers(ops), {op.out: op for op in ops if op.out is not None}
+
+
 def _consumers(ops):
     consumers = defaultdict(list)
     for op in ops:
@@ -104,9 +108,7 @@ def _consumers(ops):
 
 def fuse_rope_into_products(graph: Graph, can_fuse) -> Graph:
     """can_fuse(weight) -> bool: whether the device's one-token product of that weight can do it."""
-    ops = _copy_ops(graph)
-    consumers = _consumers(ops)
-    producer = {op.out: op for op in ops if op.out is not None}
+    ops, consumers, producer = _rewrite_state(graph)
     for op in ops:
         if op.kind != "attention" or not op.attrs.get("rope") or "q_norm" in op.attrs:
             continue
@@ -122,9 +124,7 @@ def fuse_rope_into_products(graph: Graph, can_fuse) -> Graph:
 
 def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
     """can_pair(gate_weight, up_weight) -> bool: whether the device runs this pair as one product."""
-    ops = _copy_ops(graph)
-    consumers = _consumers(ops)
-    producer = {op.out: op for op in ops if op.out is not None}
+    ops, consumers, producer = _rewrite_state(graph)
     dropped: set[int] = set()
     for op in ops:
         if op.kind != "swiglu":
@@ -145,9 +145,7 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
 def fuse_delta_net_step(graph: Graph, can_fuse) -> Graph:
     """can_fuse(head_dim, d_conv) -> bool: whether the device runs a DeltaNet layer's one-token
     conv, delta rule and gated norm as one dispatch."""
-    ops = _copy_ops(graph)
-    consumers = _consumers(ops)
-    producer = {op.out: op for op in ops if op.out is not None}
+    ops, consumers, producer = _rewrite_state(graph)
     dropped: set[int] = set()
     for op in ops:
         if op.kind != "gated_norm":
@@ -176,9 +174,7 @@ def fuse_shared_expert(graph: Graph, can_fuse) -> Graph:
     whether the device's router and expert products can take the shared expert as a slot. Only the
     exact shape moe_ffn builds (each intermediate read by the next op alone) is rewritten; anything
     else (e.g. a split mode's exchange ops in between) keeps its ops."""
-    ops = _copy_ops(graph)
-    consumers = _consumers(ops)
-    producer = {op.out: op for op in ops if op.out is not None}
+    ops, consumers, producer = _rewrite_state(graph)
     dropped: set[int] = set()
 
     def only(t, kind, user, n_inputs=2, attrs=()):
