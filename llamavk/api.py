@@ -172,8 +172,9 @@ class Model:
                            strip_bos=tok.add_bos, strip_eos=tok.add_eos)
 
     # -- evaluation ----------------------------------------------------------------------------
-    def _eval(self, tokens, n_past: int, all_logits: bool):
-        return self.runtime.eval("all" if all_logits else "last", tokens, n_past)
+    def _eval(self, tokens, n_past: int, all_logits: bool, short_ok: bool = True):
+        """short_ok=False: a prompt always through its own step (bench's prompt tests measure it)."""
+        return self.runtime.eval("all" if all_logits else "last", tokens, n_past, short_ok=short_ok)
 
     def logits(self, tokens, all: bool = False) -> np.ndarray:
         """Logits of a fresh context: the last token's row (vocab,), or one row per token."""

@@ -25,7 +25,7 @@ def random_tokens(model, n: int, rng: np.random.Generator, bos_first: bool = Tru
 def prompt(model, n: int, rng, n_past: int = 0) -> None:
     """Evaluate a prompt of n random tokens after n_past cached ones (micro-batched, last logits)."""
     if n:
-        model._eval(random_tokens(model, n, rng), n_past, False)
+        model._eval(random_tokens(model, n, rng), n_past, False, short_ok=False)
 
 
 def decode(model, n: int, rng, n_past: int = 0) -> None:

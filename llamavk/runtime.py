@@ -673,11 +673,13 @@ class DeviceRuntime:
             raise ValueError("a one-row (\"last\") step's slot holds one row of logits")
         return self.logits_last.array(np.float32, n, slot * self.last_stride).reshape(1, n)
 
-    def eval(self, key: str, tokens, n_past: int, seq_len: int = 0) -> np.ndarray:
+    def eval(self, key: str, tokens, n_past: int, seq_len: int = 0, short_ok: bool = False) -> np.ndarray:
         """Evaluate tokens at n_past... in micro-batches: every token's logits ("all"), or the last's.
-        seq_len > 0: the tokens are whole sequences of seq_len tokens back to back (prepare())."""
+        seq_len > 0: the tokens are whole sequences of seq_len tokens back to back (prepare()).
+        short_ok: a short prompt may run through the one-token step (short_prompt_max; a prompt's
+        caller, not a benchmark of prompt steps)."""
         ub = self.n_ubatch_all if key == "all" else self.n_ubatch
-        if key == "last" and not seq_len and 1 < len(tokens) <= short_prompt_max() \
+        if short_ok and key == "last" and not seq_len and 1 < len(tokens) <= short_prompt_max() \
                 and ("last", len(tokens), 0) not in self.recordings and ("last", 1, 0) in self.recordings:
             for i, t in enumerate(tokens):       # a short prompt, token by token (short_prompt_max)
                 self.run_batch("last", [t], n_past + i)

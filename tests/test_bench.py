@@ -293,7 +293,8 @@ class FakeModel:
                                        host_seconds=0.0)
         self.calls = []
 
-    def _eval(self, tokens, n_past, all_logits):
+    def _eval(self, tokens, n_past, all_logits, short_ok=True):
+        assert not short_ok, "bench's prompts must run through their own steps, never token by token"
         self.calls.append(("eval", n_past, list(tokens)))
 
     def __enter__(self):

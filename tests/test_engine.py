@@ -207,6 +207,8 @@ def test_short_prompt_runs_through_the_one_token_step(synthetic_model, monkeypat
             m.runtime.prerecord(len(prompt))
             got[limit] = m.logits(prompt)
             assert (("last", 9, 0) in m.runtime.recordings) == (limit == "0")
+            m.runtime.eval("last", prompt, 0)        # no short_ok (bench's prompts): its own step
+            assert ("last", 9, 0) in m.runtime.recordings
             assert list(m.generate(prompt, n=4, temp=0)) == list(ReferenceModel(load_model_file(path))
                                                                  .generate_greedy(prompt, 4))
     for v in got.values():

@@ -100,7 +100,8 @@ class SplitRuntime:
         self._wait(pending, n)
         return n if key == "all" else 1
 
-    def eval(self, key: str, tokens, n_past: int, seq_len: int = 0) -> np.ndarray:
+    def eval(self, key: str, tokens, n_past: int, seq_len: int = 0, short_ok: bool = False) -> np.ndarray:
+        # short_ok (DeviceRuntime.eval): split steps always take the prompt's own micro-batches
         ub = self.n_ubatch_all if key == "all" else self.n_ubatch
         batches = [(n_past + i, tokens[i:i + ub]) for i in range(0, len(tokens), ub)]
         self.runtimes[0].check_batch(key, len(batches[-1][1]), batches[-1][0])
