@@ -36,12 +36,11 @@ def start_vulkan(open_device: bool = False) -> None:
     def work() -> None:
         try:
             try:
-                # imported now, while the main thread waits: the instance's and device's modules,
-                # and numpy with the runtime's others. Why those too: on an H100 machine, with numpy
-                # left for the main thread to import while this thread created the instance (the
-                # driver loads its libraries then), the command's imports took 290 ms against 145.
+                # imported now, while the main thread waits: the vk package (numpy and the
+                # runtime's modules with it) and devices. Why all of it: on an H100 machine, with
+                # numpy left for the main thread to import while this thread created the instance
+                # (the driver loads its libraries then), the command's imports took 290 ms against 145.
                 from .. import devices  # noqa: F401
-                from ..vk import buffer, device, kernel, sequence  # noqa: F401
                 from ..vk.instance import get_instance
             finally:
                 imported.set()

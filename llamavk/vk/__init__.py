@@ -3,26 +3,16 @@
 Instance (process-wide) -> DeviceInfo (what a GPU can do) -> Device (logical device + queue)
 -> Buffer / SharedHostMemory -> Kernel (SPIR-V pipeline) -> CommandSequence (record once, replay)
 -> TimelineSemaphore / Fence.
-
-The names below are imported on first use (PEP 562): a command's early thread (cli/early.py) opens
-the instance and the default device with vk.instance / vk.device alone, without numpy and the rest,
-so that its driver calls start sooner.
 """
 
-import importlib
+from .buffer import Buffer, MemoryBlocks, SharedHostMemory
+from .device import Device
+from .instance import Instance, get_instance
+from .kernel import Kernel, load_spirv, pack_constants
+from .physical import DeviceInfo, MemoryHeap
+from .sequence import CommandSequence
+from .sync import Fence, TimelineSemaphore
 
-_WHERE = {"Buffer": "buffer", "SharedHostMemory": "buffer", "MemoryBlocks": "buffer", "Device": "device",
-          "Instance": "instance", "get_instance": "instance", "Kernel": "kernel", "load_spirv": "kernel",
-          "pack_constants": "kernel", "DeviceInfo": "physical", "MemoryHeap": "physical",
-          "CommandSequence": "sequence", "Fence": "sync", "TimelineSemaphore": "sync"}
-
-__all__ = list(_WHERE)
-
-
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__all__ = ["Buffer", "MemoryBlocks", "SharedHostMemory", "Device", "Instance", "get_instance", "Kernel",
+           "load_spirv", "pack_constants", "DeviceInfo", "MemoryHeap", "CommandSequence", "Fence",
+           "TimelineSemaphore"]
