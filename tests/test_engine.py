@@ -13,6 +13,8 @@ import llamavk
 from llamavk.models import load_model_file
 from llamavk.reference import ReferenceModel
 
+from .vk_fixtures import chainable_stream_kernel
+
 ARCH_TYPES = [(a, q) for a in ("llama", "qwen2", "qwen3") for q in ("f16", "q8_0", "q4_0", "q4_k", "q6_k")] + \
     [("llama", "iq4_nl"), ("qwen2", "iq4_xs"), ("qwen3", "mxfp4")]   # every 2-D weight of these types
 
@@ -79,10 +81,7 @@ def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, q
     one row block per workgroup when chained: bit for bit the unchained logits (within the reference's
     tolerance), every producer's counter at its workgroup count after a step (each workgroup counted
     once, the counters zeroed per step), fewer barriers. splits: KV splits (the split kernel's chain)."""
-    from llamavk.kernels import matmul as mm
-
-    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2, xfirst=1,
-                                                                   chained_steps=1)})
+    chainable_stream_kernel(monkeypatch)
     if splits:
         monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", str(splits))
         monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "32")

@@ -25,6 +25,7 @@ from llamavk.reference import ReferenceModel, silu, softmax
 from llamavk.vk import Buffer, CommandSequence
 
 from .test_kernels_matmul import host_f32, make_weight, small_cols
+from .vk_fixtures import chainable_stream_kernel
 
 TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.Q5_1, T.IQ4_NL, T.MXFP4]
 
@@ -296,11 +297,7 @@ def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch
     pair, the router after the output projection, each waiting in its shader for its producer's
     workgroup count. On a software device the wait is met at once, so the logits must be the same
     bits as unchained; each producer counts every workgroup."""
-    from llamavk.kernels import matmul as mm
-
-    # the dense products on the stream kernel (the one that can signal), as on the GPUs that chain
-    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2, xfirst=1,
-                                                                   chained_steps=1)})
+    chainable_stream_kernel(monkeypatch)
     path = synthetic_model("qwen3moe", "q4_0", seed=3)
     prompt = [int(t) for t in np.random.default_rng(4).integers(3, 500, 8)]
     got = {}

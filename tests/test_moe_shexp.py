@@ -24,6 +24,7 @@ from llamavk.vk import CommandSequence
 
 from .test_kernels_matmul import host_f32, make_weight
 from .test_moe import device_array, expert_weight, random_routes, reference_route, route_rows
+from .vk_fixtures import chainable_stream_kernel
 
 
 @pytest.fixture(scope="module")
@@ -264,10 +265,7 @@ def test_decode_chained_with_the_shared_slot(synthetic_model, monkeypatch):
     """Edges e and r (kernels/chain.py) with the shared slot: the router (its extra workgroup too)
     waiting for the output projection, the down product for the pair. On a software device the
     waits are met at once: the same bits as unchained."""
-    from llamavk.kernels import matmul as mm
-
-    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2, xfirst=1,
-                                                                   chained_steps=1)})
+    chainable_stream_kernel(monkeypatch)
     path = synthetic_model("qwen35moe", "q4_0", seed=3)
     prompt = [int(t) for t in np.random.default_rng(5).integers(3, 500, 5)]
     got = {}

@@ -18,3 +18,11 @@ def first_device_info():
 
 def open_device(name: str | None = None) -> Device:
     return Device(first_device_info(), name=name)
+
+
+def chainable_stream_kernel(monkeypatch) -> None:
+    """The dense one-token products on the stream kernel in the form GPUs chain (x loaded first, one
+    row block per workgroup when chained): on a software device, tests of the chained stages."""
+    from llamavk.kernels import matmul as mm
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2, xfirst=1,
+                                                                   chained_steps=1)})
