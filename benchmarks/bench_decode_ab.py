@@ -28,6 +28,9 @@ from llamavk.synthetic import synthetic_model_path
 SHAPES = {"down": lambda r, c: c > r, "gateup": lambda r, c: c < r < 20000, "square": lambda r, c: c == r,
           "kv": lambda r, c: r < c <= 8192}
 PARTS = ("down", "gateup", "qkv", "o", "attn", "rope", "output")
+# a mixture of experts' step (parts told apart by weight name, not shape)
+MOE_PARTS = ("qkv", "o", "attn", "rope", "router", "experts_pair", "experts_down", "output")
+NAMED = (("attn_q", "qkv"), ("attn_k", "qkv"), ("attn_v", "qkv"), ("attn_output", "o"), ("output", "output"))
 
 
 def product_part(w, kw) -> str:
@@ -41,20 +44,35 @@ def product_part(w, kw) -> str:
     return "qkv" if kw.get("norm") is not None else "o"
 
 
+def named_part(rt, w) -> str:
+    """Which part of a layer a weight is, from its name in the runtime's weights."""
+    name = next((k for k, v in rt.weights.items() if v is w), "")
+    leaf = name.split(".")[-2] if name.startswith("blk.") else name.split(".")[0]
+    return next((part for prefix, part in NAMED if leaf == prefix), leaf)
+
+
 def leave_out(rt, parts: set) -> None:
     """Re-record the runtime's steps without the dispatches of `parts`."""
-    mm_orig, attn_orig, rope_orig = leave_out.originals
+    mm_orig, attn_orig, rope_orig, router_orig, mmid_orig = leave_out.originals
+    moe_model = any(w.experts for w in rt.weights.values() if hasattr(w, "experts"))
 
     def matmul(seq, kc, w, x, y, n, **kw):
-        if product_part(w, kw) not in parts:
-            mm_orig(seq, kc, w, x, y, n, **kw)
+        part = named_part(rt, w) if moe_model else product_part(w, kw)
+        if part not in parts:
+            return mm_orig(seq, kc, w, x, y, n, **kw)
+
+    def matmul_id(seq, kc, w, *a, **kw):
+        if ("experts_down" if kw.get("sum_slots") else "experts_pair") not in parts:
+            return mmid_orig(seq, kc, w, *a, **kw)
     R.matmul.matmul = matmul
+    R.moe.matmul_id = matmul_id
+    R.moe.router = (lambda *a, **k: None) if "router" in parts else router_orig
     R.attn_k.attention = (lambda *a, **k: None) if "attn" in parts else attn_orig
     R.rope.rope_kv = (lambda *a, **k: None) if "rope" in parts else rope_orig
     rt.recordings.clear()
 
 
-leave_out.originals = (R.matmul.matmul, R.attn_k.attention, R.rope.rope_kv)
+leave_out.originals = (R.matmul.matmul, R.attn_k.attention, R.rope.rope_kv, R.moe.router, R.moe.matmul_id)
 
 
 def tg(m, rng, n: int = 128) -> float:
@@ -89,7 +107,8 @@ def main() -> int:
         base = tg(m, rng)
         print(f"{a.model} {' '.join(a.rule)}{' no pairs' if a.no_pairs else ''}: tg128 {base:.1f} t/s", flush=True)
         if a.ablate:
-            for parts in [(p,) for p in PARTS] + [("attn", "rope")]:
+            moe_model = any(getattr(w, "experts", 0) for w in m.runtime.weights.values())
+            for parts in [(p,) for p in (MOE_PARTS if moe_model else PARTS)] + [("attn", "rope")]:
                 leave_out(m.runtime, set(parts))
                 r = tg(m, rng)
                 per_layer = (1 / base - 1 / r) / m.runtime.cfg.n_layer * 1e6
