@@ -201,7 +201,7 @@ def test_matmul_id_decode_x_staged_or_not(dev, kc, qtype, stage, monkeypatch):
 def test_matmul_id_stages_x_where_it_fits(kc):
     assert moe.matvec_id_staged(kc, 2048, 1) == 512                   # 8 KiB: one token's row
     assert moe.matvec_id_staged(kc, 768, 4, True, True) == 768        # a down product's 4 slot rows (SwiGLU in)
-    assert moe.matvec_id_staged(kc, 768, 4, True, False) == 0         # plain x: from memory by default
+    assert moe.matvec_id_staged(kc, 768, 4, True, False) == 768       # plain x: staged too by default
     assert moe.matvec_id_staged(kc, 8192, 8) == 0                     # 256 KiB: from memory
 
 

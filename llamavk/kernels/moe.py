@@ -148,13 +148,16 @@ def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = Fals
     """matvec_id.comp's XS: the vec4s of x' a workgroup stages in shared memory (rows x cols), or 0
     where they would not fit beside its other shared arrays (x then comes from memory).
     fused: x' is computed from two inputs (NORM: x and the norm weights; GLU: gate and up).
-    Staged by default where x' is fused: there every lane read two strided inputs per x value. H100,
-    tg128 (one call): 30B-A3B (gate/up with the norm folded in) 262.6 -> 298.8 staged; staging its
-    plain down product as well changes nothing (298.3-299.3 against 298.4-298.9); 35B-A3B, whose
-    expert products read a plain x, 200.1 -> 194.0 with both staged.
-    LLAMAVK_MVID_STAGE=0 turns staging off, =1 on for every product, =s for the slot-summing products
-    only, =t for the others only, =f (default) for fused inputs only (A/B)."""
-    mode = os.environ.get("LLAMAVK_MVID_STAGE", "f")
+    Staged by default for every product: a lane otherwise reads its units' consecutive vec4s of x
+    straight from memory, each load instruction of a subgroup touching 32 cache lines. H100, tg128,
+    one call (e181a0d): staging the slot-summing down product as well as the fused gate/up pair,
+    30B-A3B 297.8 / 294.9 -> 305.9 / 306.7 and, with the down chained to the pair (selection
+    CHAIN_VENDORS "e", which only pays with it), 329.8 / 325.5; 35B-A3B 321.9 / 326.4 -> 325.8 /
+    327.0, chained 338.3 / 338.7. (Before the shared-expert slot folded the norm into the 35B-A3B's
+    pair, staging its plain products lost: 200.1 -> 194.0.)
+    LLAMAVK_MVID_STAGE=0 turns staging off, =1 (default) on for every product, =s for the slot-summing
+    products only, =t for the others only, =f for fused inputs only (A/B)."""
+    mode = os.environ.get("LLAMAVK_MVID_STAGE", "1")
     if mode == "0" or (mode == "s" and not summing) or (mode == "t" and summing) or (mode == "f" and not fused):
         return 0
     room = (kc.info.max_shared_memory or 16384) - (4 * MATVEC_ID_RED if summing else 0) - 1024

@@ -323,8 +323,10 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    330-336 unchained, a+o 346-348, a+o+g+d 350-351. a alone: Q4_K +2.5%; o alone: +0.5-2%.
 #    e and r on the 30B-A3B (H100, tg128, one call): aog 261.8, aoge 255.7 (8 loads per lane in
 #    matvec_id); at 16 loads aog 241.3, aoge 253.3, aoger 244.8: small products gain less from
-#    loads in flight than they lose to waiting workgroups holding the SMs. Not enabled.
-CHAIN_VENDORS = {0x10DE: "aog"}
+#    loads in flight than they lose to waiting workgroups holding the SMs. Since the down product
+#    stages its slots' x in shared memory (moe.matvec_id_staged; e181a0d, one call, tg128): e pays,
+#    30B-A3B 305.9 / 306.7 -> 329.8 / 325.5, 35B-A3B 325.8 / 327.0 -> 338.3 / 338.7.
+CHAIN_VENDORS = {0x10DE: "aoge"}
 CHAIN_ALL = "aogder"
 
 
