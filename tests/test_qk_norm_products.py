@@ -86,3 +86,18 @@ def test_quantized_kv_cache_keeps_rope_kv(synthetic_model, monkeypatch):
     attn = [op for op in one.ops if op.kind == "attention"]
     assert attn and all(op.attrs["rope"] and "q_norm" in op.attrs for op in attn)
     assert not any(op.attrs.get("rope") for op in one.ops if op.kind == "matmul")
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+def test_other_neox_models_on_the_whole_heads_epilogue(synthetic_model, monkeypatch, arch):
+    """Neox RoPE without head norms (qwen2: its Q/K biases before the rotation) and gemma3 (head norms,
+    sliding-window layers with their own RoPE base) take the same epilogue: logits as the reference."""
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2)})
+    path = synthetic_model(arch, "q8_0", seed=5)
+    cfg = load_model_file(path).config
+    tokens = [int(t) for t in np.random.default_rng(13).integers(3, cfg.n_vocab, 8)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    got, _, one = decode_logits(path, tokens)
+    assert sum(op.attrs.get("kv_stored", False) for op in one.ops) == cfg.n_layer
+    assert any("head_norm" in op.attrs for op in one.ops) == cfg.qk_norm
+    assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
