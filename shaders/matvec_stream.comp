@@ -469,8 +469,10 @@ void head_epilogue(uint row0, float v, bool mine, uint pos) {
         return;
     }
     // the head spans hd / R blocks: store, count, and the last block finishes it
-    if (mine) part[r0 + tid] = floatBitsToUint(v);
-    memoryBarrierBuffer();
+    if (mine) {   // only the storing lanes fence (a fence also waits for the lane's loads in flight)
+        part[r0 + tid] = floatBitsToUint(v);
+        memoryBarrierBuffer();
+    }
     barrier();
     const uint counter = p.y_stride + r0 / hd;
     if (tid == 0) {
