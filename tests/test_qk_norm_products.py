@@ -101,3 +101,21 @@ def test_other_neox_models_on_the_whole_heads_epilogue(synthetic_model, monkeypa
     assert sum(op.attrs.get("kv_stored", False) for op in one.ops) == cfg.n_layer
     assert any("head_norm" in op.attrs for op in one.ops) == cfg.qk_norm
     assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("sm", ["tensor", "graph"])
+def test_head_split_modes_norm_heads_in_each_devices_products(synthetic_model, monkeypatch, sm):
+    """-sm tensor / graph on 2 virtual devices: each device's Q/K products hold whole heads (its KV
+    head group) and finish them; one-token logits as the reference."""
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2)})
+    path = synthetic_model("qwen3", "q4_k", seed=5)
+    tokens = [int(t) for t in np.random.default_rng(14).integers(3, 500, 5)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    with llamavk.load(path, n_ctx=64, split_mode=sm, devices=["Vulkan0", "Vulkan0"], warn=lambda m: None) as m:
+        rts = m.runtime.runtimes
+        assert [sum(op.attrs.get("kv_stored", False) for op in rt.fused_one["last"].ops) for rt in rts] == [2, 2]
+        rows = []
+        for i, t in enumerate(tokens):
+            m.runtime.run_batch("last", [t], i)
+            rows.append(m.runtime.logits(1)[0].copy())
+    assert np.abs(np.array(rows) - ref).max() <= 0.003 * np.abs(ref).max()
