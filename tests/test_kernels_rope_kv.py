@@ -147,3 +147,90 @@ def test_rope_kv_with_head_norms_equals_norm_then_rope_kv(dev, neox, hd, freqs, 
     np.testing.assert_allclose(q1, q2, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(k1[rows].astype(np.float32), k2[rows].astype(np.float32), rtol=2e-3, atol=2e-3)
     np.testing.assert_array_equal(v1[rows], v2[rows])
+
+
+def ref_norm_rope(v, hd, norm_w, eps, pos, rope_dim, neox, base):
+    """numpy: per-head RMS norm (norm_w None: none), then RoPE of the first rope_dim dims of each head."""
+    v = v.reshape(-1, hd).astype(np.float64)
+    if norm_w is not None:
+        v = v / np.sqrt((v * v).mean(axis=1, keepdims=True) + eps) * norm_w
+    half = rope_dim // 2
+    theta = pos * base ** (-2.0 * np.arange(half) / rope_dim)
+    c, s = np.cos(theta), np.sin(theta)
+    out = v.copy()
+    i0, i1 = (np.arange(half), np.arange(half) + half) if neox else (np.arange(half) * 2, np.arange(half) * 2 + 1)
+    out[:, i0] = v[:, i0] * c - v[:, i1] * s
+    out[:, i1] = v[:, i0] * s + v[:, i1] * c
+    return out.reshape(-1)
+
+
+# (head_dim, workgroup, rows per lane, row blocks per workgroup, kernel): on a 256-wide Q4_0 row the
+# stream kernel takes 8 lanes per row, so a row block is wg / 8 * nr rows (R)
+HEAD_LAYOUTS = [
+    (32, 64, 2, 1, "stream"),      # R 16: each head spans 2 row blocks (2 workgroups count, 1 finishes)
+    (64, 128, 4, 1, "stream"),     # R 64: one head per row block
+    (128, 64, 4, 3, "stream_dp"),  # R 32: 4 row blocks per head, 3 blocks per workgroup
+    (128, 256, 8, 1, "stream"),    # R 256: 2 heads per row block
+]
+
+
+@pytest.mark.parametrize("hd,wg,nr,steps,kernel", HEAD_LAYOUTS)
+@pytest.mark.parametrize("norm,neox,partial", [(True, True, False), (True, False, False), (False, True, False),
+                                               (False, True, True)])
+def test_head_norm_and_rope_in_qkv_products_equal_numpy(dev, monkeypatch, hd, wg, nr, steps, kernel, norm,
+                                                        neox, partial):
+    """One-token Q/K/V products that finish whole heads themselves (matvec_stream.comp HEADS: qwen3's
+    per-head RMS norm of q and k, then RoPE, neox or adjacent pairs, K and V into an f16 cache) equal
+    numpy (weights dequantized by gguf.quants); weights in chunks of whole heads; the same recording
+    replayed at another position (the heads' counters are back at zero after each run)."""
+    from gguf import GGMLQuantizationType as T
+
+    from llamavk.kernels import matmul as mm
+    from llamavk.kernels import upload_qweight
+    from llamavk.kernels.rope import RopeOut
+
+    from .test_kernels_matmul import make_weight
+
+    kc = KernelCache(dev)
+    if kernel == "stream_dp" and not dev.features.get("int_dot"):
+        pytest.skip("no integer dot products")
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(wg, nr, 1, 1, kernel, steps=steps)})
+    n_heads, n_kv, cols, n_ctx, eps, base = 4, 2, 256, 48, 1e-6, 10000.0
+    rope_dim = hd // 2 if partial else hd
+    rng = np.random.default_rng(hd * 10 + wg + 2 * norm + neox)
+    x = rng.standard_normal(cols).astype(np.float32)
+    weights, refs = [], []
+    for rows, seed in ((n_heads * hd, 1), (n_kv * hd, 2), (n_kv * hd, 3)):
+        raw, ref = make_weight(T.Q4_0, rows, cols, seed=seed)
+        refs.append(ref @ x.astype(np.float64))
+        # chunks of 2 heads: every chunk a dispatch of its own, heads never straddle them
+        weights.append(upload_qweight(dev, raw, T.Q4_0, rows, cols, max_chunk_bytes=raw.shape[1] * 2 * hd))
+    assert len(weights[0].chunks) == 2
+    cfg, _, (tpr, _, rj) = mm._one_token_stream(kc, weights[0])
+    assert cfg.wg // tpr * rj == wg // 8 * nr   # the row block the case means to test
+    qn, kn = (rng.uniform(0.5, 1.5, hd).astype(np.float32) for _ in range(2))
+    params = RopeParams(dim=rope_dim, base=base, neox=neox)
+    assert all(mm.matvec_rope_ok(kc, w, params, hd, head_norm=norm) for w in weights[:2])
+    step_buf = host(dev, np.array([5, 1, 6, 0, 0], np.uint32))
+    step = View.whole(step_buf)
+    Q = host(dev, np.full(n_heads * hd, np.nan, np.float32))
+    caches = [host(dev, np.full(n_ctx * n_kv * hd, np.nan, np.float16)) for _ in range(2)]
+    norms = [View.whole(host(dev, qn)), View.whole(host(dev, kn)), None]
+    seq = CommandSequence(dev).begin()
+    for w, kind, cache, nw in zip(weights, "qkv", [None] + caches, norms):
+        out = RopeOut(kind, params, step, hd, View.whole(cache) if cache else None, n_ctx,
+                      head_norm=nw if norm else None, head_eps=eps)
+        y = View.whole(Q) if kind == "q" else View.whole(host(dev, np.zeros(w.rows, np.float32)))
+        mm.matmul(seq, kc, w, View.whole(host(dev, x)), y, 1, rope=out)
+    seq.end()
+    for n_past in (5, 37):
+        step_buf.array(np.uint32, 5)[:] = [n_past, 1, n_past + 1, 0, 0]
+        seq.run()
+        want_q, want_k = (ref_norm_rope(r, hd, nw if norm else None, eps, n_past, rope_dim, neox, base)
+                          for r, nw in zip(refs, (qn, kn)))
+        np.testing.assert_allclose(Q.array(np.float32), want_q, rtol=2e-3, atol=2e-3)
+        k1, v1 = (c.array(np.float16).reshape(n_ctx, n_kv * hd) for c in caches)
+        np.testing.assert_allclose(k1[n_past].astype(np.float32), want_k, rtol=3e-3, atol=3e-3)
+        np.testing.assert_allclose(v1[n_past].astype(np.float32), refs[2], rtol=3e-3, atol=3e-3)
+    written = np.isfinite(k1).all(axis=1)
+    assert written[[5, 37]].all() and written.sum() == 2   # those rows only
