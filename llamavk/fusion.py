@@ -23,8 +23,6 @@ batches use the tiled matrix-matrix kernel, which takes the unfused graph).
 `fuse_rope_into_products` (one-token steps, where the device's kernel can): the Q, K and V products
 feeding a rope=True attention apply RoPE and store K and V into the cache themselves (attrs
 rope="q" / "k" / "v"; the attention op gets kv_stored=True): the rope_kv dispatch and its stage go.
-Per-head Q/K norms folded into the attention (qwen3: its attrs q_norm, k_norm, eps) go with them:
-the Q and K products norm each head before the rotation (attrs head_norm, head_eps).
 
 `fuse_delta_net_step` (one-token steps, where the device can): a Gated DeltaNet layer's
 `gated_norm(delta_net(ssm_conv(qkv)), z)` becomes one op, delta_net_step, recorded as one dispatch
@@ -109,21 +107,16 @@ def _consumers(ops):
 
 
 def fuse_rope_into_products(graph: Graph, can_fuse) -> Graph:
-    """can_fuse(weight, head_norm) -> bool: whether the device's one-token product of that weight can
-    do it (head_norm: with a per-head RMS norm before the rotation)."""
+    """can_fuse(weight) -> bool: whether the device's one-token product of that weight can do it."""
     ops, consumers, producer = _rewrite_state(graph)
     for op in ops:
-        if op.kind != "attention" or not op.attrs.get("rope"):
+        if op.kind != "attention" or not op.attrs.get("rope") or "q_norm" in op.attrs:
             continue
-        norms = {"q": op.attrs.get("q_norm"), "k": op.attrs.get("k_norm"), "v": None}
         prods = [producer.get(t) for t in op.inputs]
         if all(p is not None and p.kind == "matmul" and consumers[p.out] == [op] and "residual" not in p.attrs
-               and "pair" not in p.attrs and can_fuse(p.inputs[0], norms[kind] is not None)
-               for p, kind in zip(prods, "qkv")):
+               and "pair" not in p.attrs and can_fuse(p.inputs[0]) for p in prods):
             for p, kind in zip(prods, "qkv"):
                 p.attrs["rope"] = kind
-                if norms[kind] is not None:
-                    p.attrs.update(head_norm=norms[kind], head_eps=op.attrs["eps"])
             op.attrs["rope"] = False
             op.attrs["kv_stored"] = True
     return _graph_like(graph, ops)

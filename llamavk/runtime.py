@@ -252,8 +252,8 @@ class DeviceRuntime:
             return moe.matvec_id_pairs(wg, wu) if wg.experts else matmul.matvec_pairs(self.kc, wg, wu)
 
         # (the stream kernel writes f16 caches only: quantized ones keep the rope_kv dispatch)
-        can_rope = lambda w, head_norm: not self.kv_types.quantized and matmul.matvec_rope_ok(  # noqa: E731
-            self.kc, self.weights[w.name], self.rope_of(w.layer), self.cfg.head_dim, head_norm)
+        can_rope = lambda w: not self.kv_types.quantized and matmul.matvec_rope_ok(  # noqa: E731
+            self.kc, self.weights[w.name], self.rope_of(w.layer), self.cfg.head_dim)
         can_gdn = lambda head_dim, d_conv: deltanet.decode_fusable(self.kc, head_dim, d_conv)  # noqa: E731
         # and a shared expert (qwen35moe) as one more slot of the routed experts' products
         can_shexp = lambda router, *mats: can_route(router) and moe.shexp_slot_ok(  # noqa: E731
@@ -575,10 +575,7 @@ class DeviceRuntime:
         if not kind:
             return None
         cache = View.whole(self.kv[op.layer][0 if kind == "k" else 1]) if kind != "q" else None
-        head_norm = op.attrs.get("head_norm")   # qwen3's per-head Q/K norm, before the rotation
-        return rope.RopeOut(kind, self.rope_of(op.layer), step, self.cfg.head_dim, cache, self.n_ctx,
-                            head_norm=View.whole(self.weights[head_norm.name]) if head_norm is not None else None,
-                            head_eps=op.attrs.get("head_eps", 0.0))
+        return rope.RopeOut(kind, self.rope_of(op.layer), step, self.cfg.head_dim, cache, self.n_ctx)
 
     def prerecord(self, prompt_tokens: int = 0) -> None:
         """Record the one-token step now (at load), so that the first generated token does not wait

@@ -69,19 +69,6 @@
 // Rows 2i and 2i + 1 sit in lanes tid and tid ^ 1 of one subgroup (G even: the host checks it), so
 // the rotation is one shuffle. Bias before the rotation, as in the graph. Positions past n_ctx write
 // nothing (as rope_kv.comp).
-// HEADS > 0 (Q and K products whose rotation needs a whole head: qwen3's per-head RMS norm of q and k
-// before RoPE (HNORM: weights of head_dim at binding 5, which a ROPE product never uses for a
-// residual; epsilon head_eps), or NEOX pairs (d, d + rope_dim / 2), which are not in neighbouring
-// lanes): the rows go through shared memory (hv, HEADS floats) and are finished a whole head at a
-// time -- sum of squares, norm, rotation, store. A workgroup's row block (R = rows_per_wg rows, thread
-// t holding row t) either holds whole heads (R a multiple of head_dim: finished from hv at once), or
-// a head spans head_dim / R consecutive blocks, computed by other workgroups (the host's choice of
-// rows per workgroup is the product's, not the norm's): then each block stores its rows to binding 8
-// ([rows] f32, then one counter per head, zero between runs), fences and counts itself on its head's
-// counter; the block that counts last reads the head back, finishes it and zeroes the counter. Nothing
-// waits on another workgroup (no deadlock on any device, llvmpipe's loop limit included). The host
-// checks: head_dim a multiple of the subgroup size (a subgroup's rows are in one head), chunks of
-// whole heads, HEADS >= max(R, head_dim).
 // STEPS > 1 (C == 1: the host checks it): each workgroup takes STEPS row blocks, b, b + B, b + 2B,...
 // (B = workgroups per part), staging x once for all of them, and issues the next block's weight loads
 // right after this block's arithmetic, so that they are in flight during its reduction and writes.
@@ -105,7 +92,7 @@
 // flight meanwhile. The counters are zeroed at the start of every step (kernels/chain.py).
 // Deadlock-free when the producer's workgroups all start before the product's (submission order).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
-// 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE, 15 HEADS, 16 HNORM.
+// 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -122,8 +109,6 @@ layout(constant_id = 11) const bool XFIRST = false;
 layout(constant_id = 12) const bool WAIT = false;
 layout(constant_id = 13) const bool SIGNAL = false;
 layout(constant_id = 14) const uint PHASE = 0;
-layout(constant_id = 15) const uint HEADS = 0;
-layout(constant_id = 16) const bool HNORM = false;
 const uint RO = PAIR ? RJ / 2 : RJ;   // rows written per lane's row group
 const uint WPB = PHASE == 0 ? KSPLIT : (PHASE == 1 ? KSPLIT - 1 : 1);   // workgroups per row block
 
@@ -150,11 +135,10 @@ layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };      // PAI
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
 // KSPLIT: written by one workgroup, polled by another of the same dispatch (volatile: every read goes
 // to memory)
-layout(std430, binding = 8) volatile coherent buffer Part { uint part[]; };   // [PAIR + 1][KSPLIT][y_stride]; HEADS: [y_stride] rows, then a counter per head
+layout(std430, binding = 8) volatile coherent buffer Part { uint part[]; };   // [PAIR + 1][KSPLIT][y_stride]
 layout(std430, binding = 9) readonly buffer Step { uint step[]; };      // ROPE: [n_past, n_tokens, n_kv, sync_base, seq_len]
 layout(std430, binding = 10) writeonly buffer KVC { float16_t kvc[]; }; // ROPE 2, 3: the K or V cache
 layout(std430, binding = 11) volatile coherent buffer Chain { uint chain[]; };   // WAIT / SIGNAL: counters
-layout(std430, binding = 5) readonly buffer HeadNormW { float hnw[]; };   // HNORM: the per-head norm weights
 layout(push_constant) uniform Push {
     uint n_rows;       // rows of this chunk
     uint cols;
@@ -169,7 +153,6 @@ layout(push_constant) uniform Push {
     uint wait_slot;    // WAIT: the producer's counter
     uint wait_n;       // WAIT: its workgroups
     uint signal_slot;  // SIGNAL: this product's counter
-    float head_eps;    // HNORM
 } p;
 #include "rope_common.glsl"
 
@@ -201,9 +184,6 @@ shared vec4 xs[XS_LEN];
 #define MAX_SUBGROUPS 64
 shared float red[2 * MAX_SUBGROUPS][8];   // two buffers: step s uses half s % 2
 shared float red_ss[MAX_SUBGROUPS];
-shared float hv[HEADS + 1];         // HEADS: whole heads' rows before norm and rotation
-shared float hss[HEADS / 8 + 1];    // their sums of squares per subgroup's rows (subgroups >= 8 lanes)
-shared uint hlast;                  // HEADS: whether this workgroup counted last on its head
 const uint SENTINEL = 0xFFFFFFFFu;   // a NaN no arithmetic here produces; stores map it to another NaN
 
 // KSPLIT: the sum of parts 0 .. KSPLIT - 2 of the value at part[i + k * y_stride], waited for, in
@@ -418,77 +398,6 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
 }
 
-// HEADS: hv[0, n * head_dim) holds n whole heads whose first row (of the whole matrix) is r0: each is
-// normed (HNORM), rotated and written (Q: y; K: row pos of the cache). Every invocation calls it.
-void finish_heads(uint r0, uint n, uint pos) {
-    const uint hd = p.head_dim, len = n * hd, S = gl_SubgroupSize, tid = gl_LocalInvocationIndex;
-    if (HNORM) {
-        // a subgroup's S consecutive values are in one head (head_dim % S == 0): one sum each
-        for (uint e = tid; e < len; e += WG) {
-            float x = hv[e];
-            float s = subgroupAdd(x * x);
-            if (gl_SubgroupInvocationID == 0) hss[e / S] = s;
-        }
-        barrier();
-    }
-    const float rpos = float(rope_position(pos));
-    for (uint e = tid; e < len; e += WG) {
-        uint h = e / hd, d = e - h * hd;
-        float scale = 1.0;
-        if (HNORM) {
-            float ss = 0.0;
-            for (uint k = 0; k < hd / S; ++k) ss += hss[h * (hd / S) + k];
-            scale = inversesqrt(ss / float(hd) + p.head_eps);
-        }
-        float x = hv[e] * scale * (HNORM ? hnw[d] : 1.0);
-        if (d < p.rope_dim) {
-            // pair i: (i, i + rope_dim / 2) with NEOX, else (2i, 2i + 1); pd: the other of the pair
-            uint half_dim = p.rope_dim / 2, i, pd;
-            bool first;
-            if (p.neox != 0) { first = d < half_dim; i = first ? d : d - half_dim; pd = first ? d + half_dim : i; }
-            else { first = (d & 1u) == 0u; i = d / 2; pd = d ^ 1u; }
-            float o = hv[e - d + pd] * scale * (HNORM ? hnw[pd] : 1.0);
-            vec2 cs = rope_cos_sin(i, rpos);
-            x = first ? x * cs.x - o * cs.y : o * cs.y + x * cs.x;
-        }
-        if (ROPE == 1) y[r0 + e] = x;
-        else if (pos < p.n_ctx) kvc[pos * p.y_stride + r0 + e] = float16_t(x);
-    }
-}
-
-// HEADS: the epilogue of the row block at row0 (of this chunk), thread t holding row t's value v
-// (header). Every invocation calls it.
-void head_epilogue(uint row0, float v, bool mine, uint pos) {
-    const uint hd = p.head_dim, R = p.rows_per_wg, tid = gl_LocalInvocationIndex;
-    const uint r0 = p.y_off + row0;
-    barrier();   // the previous row block's finish has read hv, hss, hlast
-    if (R % hd == 0) {   // whole heads in this block (those past the chunk's rows: none of its rows)
-        if (tid < R) hv[tid] = v;
-        barrier();
-        finish_heads(r0, min(R, p.n_rows - row0) / hd, pos);
-        return;
-    }
-    // the head spans hd / R blocks: store, count, and the last block finishes it
-    if (mine) {   // only the storing lanes fence (a fence also waits for the lane's loads in flight)
-        part[r0 + tid] = floatBitsToUint(v);
-        memoryBarrierBuffer();
-    }
-    barrier();
-    const uint counter = p.y_stride + r0 / hd;
-    if (tid == 0) {
-        uint before = atomicAdd(part[counter], 1u);
-        hlast = before == hd / R - 1 ? 1u : 0u;
-        if (hlast != 0u) part[counter] = 0u;   // for the next run: every block of the head has counted
-        memoryBarrierBuffer();
-    }
-    barrier();
-    if (hlast == 0u) return;   // uniform
-    const uint h0 = r0 - r0 % hd;
-    for (uint e = tid; e < hd; e += WG) hv[e] = uintBitsToFloat(part[h0 + e]);
-    barrier();
-    finish_heads(h0, 1, pos);
-}
-
 void product() {
     uint row_units = p.cols / UNIT;
     uint n_units = row_units / KSPLIT;   // units of this workgroup's part of the row
@@ -618,8 +527,6 @@ void product() {
             }
             if (ROPE == 0) {
                 if (mine) y[out_row] = v;
-            } else if (HEADS > 0 && ROPE != 3) {
-                head_epilogue(row0, v, mine, step[0]);
             } else {
                 // RoPE: both lanes of a pair take part in the shuffle (G * RO is even)
                 uint pos = step[0];

@@ -69,38 +69,17 @@ def test_gate_and_up_pair_where_the_device_can():
 
 def test_rope_and_kv_store_into_the_qkv_products_where_the_device_can():
     g = fuse_rope_kv(build_graph(cfg()))
-    f = fuse_one_token(g, lambda a, b: True, lambda w, head_norm: w.role in ("q", "k", "v") and not head_norm)
+    f = fuse_one_token(g, lambda a, b: True, lambda w: w.role in ("q", "k", "v"))
     per_layer = [op for op in f.ops if op.layer == 1]
     assert [op.kind for op in per_layer] == ["matmul"] * 3 + ["attention"] + ["matmul"] * 3   # 5 stages
     assert [op.attrs.get("rope") for op in per_layer[:3]] == ["q", "k", "v"]
-    assert not any("head_norm" in op.attrs for op in f.ops)
     attn = per_layer[3]
     assert attn.attrs["kv_stored"] and not attn.attrs["rope"]
+    # qwen3's head norms sit between the products and RoPE: nothing to fold
+    q3 = fuse_rope_kv(build_graph(cfg(arch="qwen3", qk_norm=True)))
+    assert not any(op.attrs.get("kv_stored") for op in fuse_one_token(q3, lambda a, b: True, lambda w: True).ops)
     # a device whose kernels can do neither: no separate one-token graph
-    assert fuse_one_token(g, lambda a, b: False, lambda w, head_norm: False) is None
-
-
-def test_qwen3_head_norms_go_into_the_qk_products_with_rope():
-    """qwen3's per-head Q/K norms (folded into the attention with RoPE by fuse_rope_kv) go into the Q
-    and K products with the rotation where the device's products can norm heads; where they cannot,
-    the attention keeps norms and RoPE (the rope_kv dispatch)."""
-    q3 = fuse_rope_kv(build_graph(cfg(arch="qwen3", qk_norm=True, rms_eps=1e-6)))
-    assert "head_norm" not in kinds(q3)
-    asked = []
-    f = fuse_one_token(q3, lambda a, b: True, lambda w, head_norm: asked.append((w.role, head_norm)) or True)
-    assert sorted(set(asked)) == [("k", True), ("q", True), ("v", False)] and len(asked) == 3 * 3
-    per_layer = [op for op in f.ops if op.layer == 1]
-    assert [op.kind for op in per_layer] == ["matmul"] * 3 + ["attention"] + ["matmul"] * 3   # 5 stages
-    q, k, v, attn = per_layer[:4]
-    assert [op.attrs.get("rope") for op in (q, k, v)] == ["q", "k", "v"]
-    assert q.attrs["head_norm"].role == "q_norm" and k.attrs["head_norm"].role == "k_norm"
-    assert "head_norm" not in v.attrs and q.attrs["head_eps"] == k.attrs["head_eps"] == 1e-6
-    assert attn.attrs["kv_stored"] and not attn.attrs["rope"]
-    # products that can rotate but not norm heads (or LLAMAVK_QKNORM_FUSE=0): rope_kv with the norms
-    kept = fuse_one_token(q3, lambda a, b: True, lambda w, head_norm: not head_norm)
-    attn = [op for op in kept.ops if op.kind == "attention"]
-    assert all(op.attrs["rope"] and "q_norm" in op.attrs and not op.attrs.get("kv_stored") for op in attn)
-    assert not any(op.attrs.get("rope") for op in kept.ops if op.kind == "matmul")
+    assert fuse_one_token(g, lambda a, b: False, lambda w: False) is None
 
 
 def test_delta_net_middle_into_one_op_for_one_token_steps():
@@ -113,7 +92,7 @@ def test_delta_net_middle_into_one_op_for_one_token_steps():
     c = config_from_metadata(hybrid_meta())
     g = fuse_rope_kv(build_graph(c))
     asked = []
-    f = fuse_one_token(g, lambda a, b: False, lambda w, head_norm: False,
+    f = fuse_one_token(g, lambda a, b: False, lambda w: False,
                        can_fuse_gdn=lambda head_dim, d_conv: asked.append((head_dim, d_conv)) or True)
     assert asked == [(16, 4)] * sum(c.recurrent_layers)
     layer0 = [op for op in f.ops if op.layer == 0]
@@ -135,4 +114,4 @@ def test_delta_net_middle_into_one_op_for_one_token_steps():
     attn = [op.kind for op in f.ops if op.layer == 3]
     assert "attention" in attn and "delta_net_step" not in attn
     # a device that cannot (or LLAMAVK_GDN_FUSE=0): the three ops stay
-    assert fuse_one_token(g, lambda a, b: False, lambda w, head_norm: False) is None
+    assert fuse_one_token(g, lambda a, b: False, lambda w: False) is None

@@ -195,7 +195,7 @@ def test_rewrite_of_the_one_token_ffn(tiny_config, pair_shared):
     cfg = tiny_config
     graph = build_graph(cfg)
     can_pair = (lambda g, u: True) if pair_shared else (lambda g, u: g.experts > 0)
-    one = fuse_one_token(graph, can_pair, lambda w, head_norm: False, can_shexp=lambda *w: True)
+    one = fuse_one_token(graph, can_pair, lambda w: False, can_shexp=lambda *w: True)
     for layer in range(cfg.n_layer):
         ops = ffn_ops(one, layer)
         assert [describe(op) for op in ops] == [
@@ -219,8 +219,8 @@ def test_rewrite_keeps_the_graph_where_it_cannot(tiny_config):
     as it is (scale_sigmoid, its products, the add) in every layer."""
     graph = build_graph(tiny_config)
     for can_pair, can_shexp in [(lambda g, u: True, lambda *w: False), (lambda g, u: False, lambda *w: True)]:
-        one = fuse_one_token(graph, can_pair, lambda w, head_norm: False, can_shexp=can_shexp) \
-            or fuse_one_token(graph, lambda g, u: True, lambda w, head_norm: False)
+        one = fuse_one_token(graph, can_pair, lambda w: False, can_shexp=can_shexp) \
+            or fuse_one_token(graph, lambda g, u: True, lambda w: False)
         assert sum(op.kind == "scale_sigmoid" for op in one.ops) == tiny_config.n_layer
         assert not any("shexp" in op.attrs or "shexp_gate" in op.attrs for op in one.ops)
 

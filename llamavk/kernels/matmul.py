@@ -223,65 +223,18 @@ def matvec_pairs(kc: KernelCache, w: QWeight, p: QWeight) -> bool:
     return found is not None and found[2][2] >= 2
 
 
-def matvec_rope_ok(kc: KernelCache, w: QWeight, rope, head_dim: int, head_norm: bool = False) -> bool:
+def matvec_rope_ok(kc: KernelCache, w: QWeight, rope, head_dim: int) -> bool:
     """Whether w's one-token product can apply RoPE and store K / V itself (matvec_stream.comp ROPE):
-    the stream kernel over whole rows, no frequency table, whole heads, chunks of whole pairs; llama's
-    adjacent pairs with an even number of row groups (pairs in neighbouring lanes), or, for neox
-    pairs or a per-head RMS norm first (head_norm: qwen3's Q/K norms), the whole-heads epilogue
-    (_whole_heads_ok)."""
-    if rope.freqs is not None or head_dim % 2 or rope.dim % 2 or not 0 < rope.dim <= head_dim or \
-            w.rows % head_dim or any(ch.n_rows % 2 for ch in w.chunks):
+    the stream kernel over whole rows with an even number of row groups (pairs in neighbouring
+    lanes), llama's adjacent pairs without a frequency table, whole heads, chunks of whole pairs."""
+    if rope.neox or rope.freqs is not None or head_dim % 2 or w.rows % head_dim or \
+            any(ch.n_rows % 2 for ch in w.chunks):
         return False
     found = _one_token_stream(kc, w)
     if found is None:
         return False
-    cfg, parts, (tpr, _, rj) = found
-    if parts != 1:
-        return False
-    if head_norm or rope.neox:
-        return _whole_heads_ok(kc, w, cfg, tpr, rj, head_dim)
-    return (cfg.wg // tpr) % 2 == 0
-
-
-def whole_heads_enabled() -> bool:
-    """LLAMAVK_QKNORM_FUSE=0 turns the whole-heads epilogue off (A/B comparisons): qwen3's Q/K norms
-    and neox RoPE then stay in the rope_kv dispatch, as before it."""
-    return os.environ.get("LLAMAVK_QKNORM_FUSE", "1") != "0"
-
-
-def _whole_heads_ok(kc: KernelCache, w: QWeight, cfg: MatvecConfig, tpr: int, rj: int, head_dim: int) -> bool:
-    """matvec_stream.comp HEADS: a row block's rows (R) hold whole heads or a head is a whole number of
-    row blocks; a subgroup's rows in one head (head_dim a multiple of its >= 8 lanes); chunks of whole
-    heads; hv and hss beside the x chunk and the reduction in shared memory."""
-    if not whole_heads_enabled():
-        return False
-    sg = kc.info.subgroup_size or 32
-    rows = cfg.wg // tpr * rj
-    if sg < 8 or head_dim % sg or (rows % head_dim and head_dim % rows) or \
-            any(ch.row_start % head_dim or ch.n_rows % head_dim for ch in w.chunks):
-        return False
-    name = type_suffix(w.qtype)
-    unit = MATVEC_WIDE_UNIT[name]
-    dp = cfg.kernel.startswith("stream_dp") or cfg.kernel == "stream_read"
-    x_bytes = tpr * (2 * unit + unit // 4 if dp else 4 * unit)
-    n = _head_len(rows, head_dim)
-    return x_bytes + 5120 + 4 * (n + 1) + 4 * (n // 8 + 1) + 4 <= (kc.info.max_shared_memory or 49152)
-
-
-def _head_len(rows_per_wg: int, head_dim: int) -> int:
-    """matvec_stream.comp HEADS: the rows its shared memory holds (a row block's, or one head's)."""
-    return max(rows_per_wg, head_dim)
-
-
-def _head_scratch(kc: KernelCache, rope, rows: int) -> tuple:
-    """matvec_stream.comp's binding 8 for a whole-heads epilogue whose heads span several row blocks:
-    [rows] values, then one counter per head (zero between runs). One per kind (q, k) and shape, so
-    that the Q and K products of a layer share nothing and run side by side; the recorder orders two
-    users of one (both write it)."""
-    n = rows + rows // rope.head_dim
-    buf = kc.shared("head rows", (rope.kind, rows, rope.head_dim),
-                    lambda: filled_buffer(kc.device, np.zeros(n, dtype=np.uint32)))
-    return (buf, 0, 4 * n)
+    cfg, parts, (tpr, _, _) = found
+    return parts == 1 and (cfg.wg // tpr) % 2 == 0
 
 
 def matvec_chain_ok(kc: KernelCache, w: QWeight) -> bool:
@@ -336,22 +289,16 @@ def _parts_scratch(kc: KernelCache, rows: int, parts: int) -> tuple:
     return (buf, 0, 8 * rows * parts)
 
 
-def _stream_tail(kc: KernelCache, w: QWeight, parts: int, x: View, y: View, rope, rows_per_wg: int) -> list:
-    """matvec_stream.comp's bindings 8-10: KSPLIT's partial sums (or HEADS' head rows), ROPE's step
-    buffer and KV cache; where unused, y and x (which the kernel then never touches there)."""
-    if parts > 1:
-        part_bufs = [_parts_scratch(kc, w.rows, parts)]
-    elif rope is not None and rope.whole_heads and rows_per_wg % rope.head_dim:
-        part_bufs = [_head_scratch(kc, rope, w.rows)]
-    else:
-        part_bufs = [y.range]
+def _stream_tail(kc: KernelCache, w: QWeight, parts: int, x: View, y: View, rope) -> list:
+    """matvec_stream.comp's bindings 8-10: KSPLIT's partial sums, ROPE's step buffer and KV cache;
+    where unused, y and x (which the kernel then never touches there)."""
+    part_bufs = [_parts_scratch(kc, w.rows, parts) if parts > 1 else y.range]
     rope_bufs = [rope.step.range, (rope.cache or y).range] if rope is not None else [x.range, y.range]
     return part_bufs + rope_bufs
 
 
-# matvec_stream.comp's push constants: the product (7 words), RoPE's (10), WAIT's and SIGNAL's (3),
-# HNORM's epsilon (1)
-STREAM_PUSH = 84
+# matvec_stream.comp's push constants: the product (7 words), RoPE's (10), WAIT's and SIGNAL's (3)
+STREAM_PUSH = 80
 
 
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
@@ -368,8 +315,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     at most SMALL_ROWS rows over larger batches the small tiles (_matmul_small), larger ones the tiled kernels. pair (one token, where matvec_pairs allows it): a second
     matrix P, and y[r] = silu(W[r] . x') * (P[r] . x') instead (no bias or residual). rope (one
     token, a rope.RopeOut, where matvec_rope_ok allows it): a Q product writes its rows rotated, a K
-    or V product writes row n_past of its KV cache instead of y (no residual); with the RopeOut's
-    head_norm, Q and K RMS-norm each head first. wait (a chain.Wait, one
+    or V product writes row n_past of its KV cache instead of y (no residual). wait (a chain.Wait, one
     token, where matvec_chain_ok allows it): the product is recorded without a barrier after its
     producer and waits in its shader until the producer's workgroups have all counted themselves done,
     its weight loads already issued (matvec_stream.comp WAIT; with the config's xfirst the wait comes
@@ -389,8 +335,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
                              or not matvec_pairs(kc, w, pair)):
         raise LlamavkError("matmul: a gate/up pair takes one token, no bias, residual or glu, and the stream kernel")
     if rope is not None and (n_tokens != 1 or residual is not None or pair is not None
-                             or not matvec_rope_ok(kc, w, rope.rope, rope.head_dim,
-                                                   rope.head_norm is not None and rope.kind != "v")):
+                             or not matvec_rope_ok(kc, w, rope.rope, rope.head_dim)):
         raise LlamavkError("matmul: RoPE in the product takes one token, no residual or pair, and the stream kernel")
     if (wait is not None or signal is not None) and (n_tokens != 1 or not matvec_chain_ok(kc, w)):
         raise LlamavkError("matmul: chaining without a barrier takes one token and the stream kernel")
@@ -414,31 +359,23 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         # (kernel, workgroups per row block) per dispatch of a chunk: one; or, column parts apart, the
         # storing parts and then the last one (PHASE 1, 2)
         phases = [(1, parts - 1), (2, 1)] if parts > 1 and _parts_apart(kc) else [(0, parts)]
-        # HEADS, HNORM: the whole-heads epilogue (RopeOut.whole_heads), its shared rows and the norm
-        heads = rope is not None and rope.whole_heads
-        head_spec = (_head_len(rows_per_wg, rope.head_dim) if heads else 0, heads and rope.head_norm is not None)
         passes = [(kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwrww" if stream else "rrrwrrr",
-                          push_size=STREAM_PUSH if stream else 28,
-                          spec=spec + (phase,) + head_spec if stream else spec), n)
+                          push_size=STREAM_PUSH if stream else 28, spec=spec + (phase,) if stream else spec), n)
                   for phase, n in phases]
-        # binding 5: the residual, or a ROPE product's head norm weights (it has no residual)
-        head_norm = rope.head_norm if rope is not None and rope.kind != "v" else None
-        extra = [(norm or x).range, (residual or head_norm or x).range, (glu or x).range]
+        extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         chain = wait or signal   # both name the step's counters (binding 11; else an unused y)
-        tail = _stream_tail(kc, w, parts, x, y, rope, rows_per_wg) + [chain.counters if chain else y.range] \
-            if stream else []
+        tail = _stream_tail(kc, w, parts, x, y, rope) + [chain.counters if chain else y.range] if stream else []
         rope_push = rope.push() if rope is not None else bytes(40)
         pair_chunks = pair.chunks if pair is not None else w.chunks
         grids = []   # per chunk, per pass
         for ch in w.chunks:
             blocks = (ch.n_rows + rows_per_wg - 1) // rows_per_wg
             grids.append([groups_2d(n * ((blocks + steps - 1) // steps)) for _, n in passes])
-        tail_push = struct.pack("<3If", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0,
-                                 rope.head_eps if rope is not None else 0.0)
+        chain_push = struct.pack("<3I", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0)
         for ch, pch, groups in zip(w.chunks, pair_chunks, grids):
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
             if stream:
-                push += rope_push + tail_push
+                push += rope_push + chain_push
             stream_bufs = [pch.buffer] + tail if stream else []
             for i, ((kernel, _), g) in enumerate(zip(passes, groups)):
                 # the last part's pass behind a barrier (it reads the scratch the first one wrote)

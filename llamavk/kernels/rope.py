@@ -72,24 +72,15 @@ class RopeParams:
 @dataclass(frozen=True)
 class RopeOut:
     """Where a one-token Q, K or V product writes instead of rope_kv.comp (matvec_stream.comp ROPE):
-    q rotated into its output; k rotated and v as f16 into row n_past of their KV cache; q and k
-    RMS-normed per head first where head_norm is given (qwen3)."""
+    q rotated into its output; k rotated and v as f16 into row n_past of their KV cache."""
     kind: str                 # "q", "k" or "v"
     rope: RopeParams
     step: object              # the step-parameter View (n_past at run time)
     head_dim: int
     cache: object = None      # k, v: the cache View, [n_ctx][rows] f16
     n_ctx: int = 0
-    head_norm: object = None  # q, k: View of the per-head norm weights (float32 [head_dim]) or None
-    head_eps: float = 0.0
 
     MODES = {"q": 1, "k": 2, "v": 3}
-
-    @property
-    def whole_heads(self) -> bool:
-        """Whether the product finishes whole heads (matvec_stream.comp HEADS): a norm per head, or
-        neox pairs (d, d + rope_dim / 2), which neighbouring lanes do not hold."""
-        return self.kind != "v" and (self.head_norm is not None or bool(self.rope.neox))
 
     def push(self) -> bytes:
         """The stream kernel's push fields after eps."""
