@@ -38,6 +38,42 @@ def _coopmat_ok(kc, cols: int) -> bool:
     return has_coopmat(kc) and cols % 32 == 0
 
 
+# Weight types of the NV cooperative-matrix-2 prompt kernel (shaders/matmul_cm2.comp).
+CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k")
+
+
+def has_coopmat2(kc) -> bool:
+    """The device runs shaders/matmul_cm2.comp: VK_NV_cooperative_matrix2 enabled with every feature
+    it uses (vk/coopmat2.py REQUIRED; NVIDIA). LLAMAVK_CM2=0 keeps the KHR cooperative-matrix kernels
+    (A/B on one device)."""
+    return os.environ.get("LLAMAVK_CM2", "1") != "0" and bool(kc.device.features.get("coopmat2", False))
+
+
+def _cm2_ok(kc, cols: int) -> bool:
+    return has_coopmat2(kc) and cols % 32 == 0
+
+
+# Tiles of matmul_cm2.comp (specialization constants), rows x tokens per workgroup of 256 threads: the
+# first rule that applies. LLAMAVK_CM2_TILE=BMxBN overrides (sweeps).
+CM2_TILES = (
+    (lambda n, rows: rows >= 8192 and n >= 256, (128, 256)),
+    (lambda n, rows: True, (128, 128)),
+)
+
+
+def cm2_tile(n_tokens: int, rows: int) -> tuple[int, int]:
+    env = os.environ.get("LLAMAVK_CM2_TILE")
+    if env:
+        try:
+            bm, bn = (int(v) for v in env.lower().split("x"))
+        except ValueError:
+            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BMxBN, e.g. 128x256") from None
+        if bm <= 0 or bn <= 0 or bm % 16 or bn % 16:
+            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BM and BN multiples of 16")
+        return bm, bn
+    return next(tile for applies, tile in CM2_TILES if applies(n_tokens, rows))
+
+
 def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
     limit = int(os.environ.get("LLAMAVK_MV_BATCHED_MAX") or MATVEC_BATCHED_MAX[device_kind(kc)])
     return n <= limit and rows % 8 == 0 and cols % 8 == 0   # token slices stay VIEW_ALIGN-aligned
@@ -134,18 +170,23 @@ PRODUCT_KERNELS = (
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
     ("mul_mm_small",    _small_gemm_ok),   # few rows, many tokens: small tiles, columns split (above)
     ("mul_mv_batched",  _small_rows_ok),   # few rows (a router): 128-row tiles leave a few workgroups
+    ("mul_mm_cm2",      lambda kc, n, rows, cols: _cm2_ok(kc, cols)),
+    #                   NV coopmat2 (CM2_TYPES only), tiles by CM2_TILES
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
     ("mul_mm",          lambda kc, n, rows, cols: True),                     # portable f32 tiles
 )
 # LLAMAVK_MATMUL=mul_mm skips the cooperative-matrix rows (comparisons on one device).
-_SKIP = {"mul_mm": {"mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
+_SKIP = {"mul_mm": {"mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
 
 
-def product_kernel(kc, n_tokens: int, rows: int, cols: int) -> str:
-    """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight on kc's device."""
-    return next(name for name, applies in PRODUCT_KERNELS if name not in _SKIP and applies(kc, n_tokens, rows, cols))
+def product_kernel(kc, n_tokens: int, rows: int, cols: int, type_name: str | None = None) -> str:
+    """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight of type type_name on
+    kc's device (rows of kernels that lack the type are passed over; no type: the cm2 row is)."""
+    return next(name for name, applies in PRODUCT_KERNELS
+                if name not in _SKIP and (name != "mul_mm_cm2" or type_name in CM2_TYPES)
+                and applies(kc, n_tokens, rows, cols))
 
 
 # Expert products of a prompt (kernels/moe.py): tokens grouped by expert, so each expert's tile sees a
