@@ -10,17 +10,21 @@
 // loads straight from the weight buffer through a decode function per weight type, so the shader
 // itself has no shared-memory tiles, barriers or conversion loops (matmul_coop.comp has all three,
 // and they bound it). The same bindings, push constants and output contract as matmul_coop.comp:
-// kernels/matmul.py chooses either without its callers knowing.
+// kernels/matmul.py chooses either without its callers knowing (it converts x to f16 for this one).
 //
 // As a GEMM: Y^T (rows x tokens) = W (rows x cols) . X^T (cols x tokens). A workgroup computes BM rows
 // x BN tokens (specialization constants 0 and 1, chosen by the recorder) with one f32 accumulator
 // matrix, stepping along K by BK = 32 columns:
 //   A (BM x BK, f16): coopMatLoadTensorNV over a tensor layout of blocks (1 x QK elements, the
 //     weight type's block), each element decoded by decode_w below from its block's bytes;
-//   B (BK x BN, f16): x is f32 [tokens][cols]; a layout of 1 x 4 blocks (one vec4 each) viewed
-//     transposed, decode_x converting to f16;
-// rows past the chunk and tokens past the batch read as 0 (clamp mode constant); the epilogue adds
-// the bias per element and stores through a layout clamped to the chunk's rows and the batch's tokens.
+//   B (BK x BN, f16): x as f16 [tokens][cols] (binding 1: kernels/matmul.py converts the f32 x
+//     first), viewed transposed;
+// whole tiles load without bounds checks; at the edges rows past the chunk and tokens past the batch
+// read as 0 (clamp mode constant). The epilogue adds the bias per element and stores through a
+// layout clamped to the chunk's rows and the batch's tokens.
+// Benchmark variants (benchmarks/bench_matmul.py --extra): X_F32 reads the f32 x itself through a
+// decode function (blocks of one vec4); W_RAW loads the weight buffer as f16 without decoding
+// (timing only: wrong results).
 //
 // Weight layouts (quants.glsl): Q4_0 and Q8_0 planar (a quants plane of 16 / 32 bytes per block, then
 // the f16 scales at f16 index QD_PLANE * blocks: read from the binding, by block coordinates), Q4_K
@@ -32,7 +36,11 @@ const uint BK = 32;
 
 #include "quants.glsl"
 
+#ifdef X_F32
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+#else
+layout(std430, binding = 1) readonly buffer XH { float16_t xh[]; };   // x, converted to f16 first
+#endif
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform Push {
@@ -108,42 +116,77 @@ float16_t decode_w(const in WRef bl, const in uint bc[2], const in uint ci[2]) {
 #error "matmul_cm2.comp: Q4_0, Q8_0, Q4_K or Q6_K"
 #endif
 layout(std430, binding = 0) readonly buffer WBlocks { WBlock wblocks[]; };
+#ifdef W_RAW
+layout(std430, binding = 0) readonly buffer WRaw { float16_t wraw[]; };   // benchmark: no decoding
+#endif
 
-// x: f32, read as blocks of 4 consecutive columns of one token
+#ifdef X_F32
+// benchmark variant: x read as f32 blocks of 4 consecutive columns of one token, converted by decode_x
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer XRef { vec4 v; };
 float16_t decode_x(const in XRef bl, const in uint bc[2], const in uint ci[2]) {
     return float16_t(bl.v[ci[1]]);
 }
+#endif
 
 float add_bias(const in uint r, const in uint c, const in float v, const in uint row0) {
     return row0 + r < p.n_rows ? v + bias[p.y_off + row0 + r] : v;
 }
+
+// The product of one tile over all columns, with tensor layouts LW (weights) and LX (x) of clamp mode
+// CLAMP: rows and tokens past the ends read as 0 where it is constant.
+#ifdef W_RAW
+#define LOAD_W(LW) coopMatLoadTensorNV(a, wraw, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK))
+#else
+#define LOAD_W(LW) coopMatLoadTensorNV(a, wblocks, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK), decode_w)
+#endif
+#ifdef X_F32
+#define LOAD_X(LX) coopMatLoadTensorNV(b, x4, 0, sliceTensorLayoutNV(LX, tok0, BN, k0, BK), transposed, decode_x)
+#else
+#define LOAD_X(LX) coopMatLoadTensorNV(b, xh, 0, sliceTensorLayoutNV(LX, tok0, BN, k0, BK), transposed)
+#endif
+#define PRODUCT(CLAMP) { \
+    tensorLayoutNV<2, CLAMP> lw = createTensorLayoutNV(2, CLAMP); \
+    lw = setTensorLayoutBlockSizeNV(lw, 1, W_BLOCK); \
+    lw = setTensorLayoutDimensionNV(lw, p.n_rows, p.cols); \
+    lw = setTensorLayoutStrideNV(lw, W_STRIDE, 1); \
+    tensorLayoutNV<2, CLAMP> lx = createTensorLayoutNV(2, CLAMP); \
+    lx = setTensorLayoutBlockSizeNV(lx, 1, X_BLOCK); \
+    lx = setTensorLayoutDimensionNV(lx, p.n_tokens, p.cols); \
+    lx = setTensorLayoutStrideNV(lx, p.cols / X_BLOCK, 1); \
+    for (uint k0 = 0; k0 < p.cols; k0 += BK) { \
+        coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a; \
+        coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b; \
+        LOAD_W(lw); \
+        LOAD_X(lx); \
+        acc = coopMatMulAdd(a, b, acc); \
+    } }
+#ifdef W_RAW   // (rows overlap 4-fold so that they stay inside the smaller quantized buffer)
+#define W_BLOCK 1
+#define W_STRIDE (p.cols / 4)
+#else
+#define W_BLOCK QK
+#define W_STRIDE (p.cols / QK)
+#endif
+#ifdef X_F32
+#define X_BLOCK 4
+#else
+#define X_BLOCK 1
+#endif
 
 void main() {
     q_chunk_blocks = p.n_rows * (p.cols / QK);
     blocks_per_row = p.cols / QK;
     const uint row0 = gl_WorkGroupID.x * BM;
     const uint tok0 = gl_WorkGroupID.y * BN;
-
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lw = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    lw = setTensorLayoutBlockSizeNV(lw, 1, QK);
-    lw = setTensorLayoutDimensionNV(lw, p.n_rows, p.cols);
-    lw = setTensorLayoutStrideNV(lw, p.cols / QK, 1);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lx = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    lx = setTensorLayoutBlockSizeNV(lx, 1, 4);
-    lx = setTensorLayoutDimensionNV(lx, p.n_tokens, p.cols);
-    lx = setTensorLayoutStrideNV(lx, p.cols / 4, 1);
     tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
 
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
-    [[dont_unroll]] for (uint k0 = 0; k0 < p.cols; k0 += BK) {
-        coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a;
-        coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b;
-        coopMatLoadTensorNV(a, wblocks, 0, sliceTensorLayoutNV(lw, row0, BM, k0, BK), decode_w);
-        coopMatLoadTensorNV(b, x4, 0, sliceTensorLayoutNV(lx, tok0, BN, k0, BK), transposed, decode_x);
-        acc = coopMatMulAdd(a, b, acc);
-    }
+    // whole tiles (uniform per workgroup) load without bounds checks; the edges clamp
+    if (row0 + BM <= p.n_rows && tok0 + BN <= p.n_tokens)
+        PRODUCT(gl_CooperativeMatrixClampModeUndefinedNV)
+    else
+        PRODUCT(gl_CooperativeMatrixClampModeConstantNV)
     if (p.has_bias != 0)
         coopMatPerElementNV(acc, acc, add_bias, row0);
 
