@@ -13,8 +13,8 @@
 // kernels/matmul.py chooses either without its callers knowing (it converts x to f16 for this one).
 //
 // As a GEMM: Y^T (rows x tokens) = W (rows x cols) . X^T (cols x tokens). A workgroup computes BM rows
-// x BN tokens (specialization constants 0 and 1, chosen by the recorder) with one f32 accumulator
-// matrix, stepping along K by BK = 32 columns:
+// x BN tokens with one f32 accumulator matrix, stepping along K by BK columns (specialization
+// constants 0, 1, 2, chosen by the recorder: selection.CM2_TILES):
 //   A (BM x BK, f16): coopMatLoadTensorNV over a tensor layout of blocks (1 x QK elements, the
 //     weight type's block), each element decoded by decode_w below from its block's bytes;
 //   B (BK x BN, f16): x as f16 [tokens][cols] (binding 1: kernels/matmul.py converts the f32 x
@@ -32,7 +32,7 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint BM = 128;
 layout(constant_id = 1) const uint BN = 128;
-const uint BK = 32;
+layout(constant_id = 2) const uint BK = 64;   // a multiple of 32 (K-quants' blocks may span steps)
 
 #include "quants.glsl"
 
@@ -183,7 +183,7 @@ void main() {
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
     // whole tiles (uniform per workgroup) load without bounds checks; the edges clamp
-    if (row0 + BM <= p.n_rows && tok0 + BN <= p.n_tokens)
+    if (row0 + BM <= p.n_rows && tok0 + BN <= p.n_tokens && p.cols % BK == 0)
         PRODUCT(gl_CooperativeMatrixClampModeUndefinedNV)
     else
         PRODUCT(gl_CooperativeMatrixClampModeConstantNV)

@@ -54,10 +54,12 @@ def test_matmul_cm2(dev, kc, qtype, monkeypatch):
     w = check(dev, kc, qtype, 260, cols, 64 + 7, seed=5, with_bias=True,
               max_chunk_bytes=70 * quant_info(qtype).row_bytes(cols))
     assert len(w.chunks) > 1
+    if bs == 32:   # whole tiles of rows and tokens, columns not a multiple of the step (64)
+        check(dev, kc, qtype, 256, 25 * bs, 256, seed=6)
 
 
 # The other tile shapes (specialization constants): the large-weight rule's 128 x 256 and others.
-@pytest.mark.parametrize("tile", ["128x256", "256x128", "64x64"])
+@pytest.mark.parametrize("tile", ["128x256", "256x128", "64x64x32", "128x128x128"])
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_K], ids=lambda t: t.name)
 def test_matmul_cm2_tiles(dev, kc, qtype, tile, monkeypatch):
     needs_cm2(kc, monkeypatch)
@@ -92,10 +94,12 @@ def test_cm2_selection(monkeypatch):
 
 
 def test_cm2_tiles_rule(monkeypatch):
-    assert selection.cm2_tile(512, 14336) == (128, 256)
-    assert selection.cm2_tile(512, 4096) == (128, 128)
+    assert selection.cm2_tile(512, 14336) == (128, 256, 64)
+    assert selection.cm2_tile(512, 4096) == (128, 128, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32")
-    assert selection.cm2_tile(512, 4096) == (64, 32)
+    assert selection.cm2_tile(512, 4096) == (64, 32, 64)
+    monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32x128")
+    assert selection.cm2_tile(512, 4096) == (64, 32, 128)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64")
     with pytest.raises(LlamavkError, match="LLAMAVK_CM2_TILE"):
         selection.cm2_tile(512, 4096)

@@ -386,8 +386,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         return sum(gx * gy * gz for chunk in grids for gx, gy, gz in chunk)
     else:
         if family.startswith("mul_mm_cm2"):   # tiles are the kernel's specialization constants
-            tile_rows, tile_tokens = cm2_tile(n_tokens, w.rows)
-            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24, spec=(tile_rows, tile_tokens))
+            tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows)
+            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24, spec=(tile_rows, tile_tokens, tile_k))
             if family in CM2_F16_X:   # it reads x as f16: converted first, into a scratch shared by all
                 n = n_tokens * w.cols
                 size = 1 << max(12, (2 * n - 1).bit_length())

@@ -53,24 +53,25 @@ def _cm2_ok(kc, cols: int) -> bool:
     return has_coopmat2(kc) and cols % 32 == 0
 
 
-# Tiles of matmul_cm2.comp (specialization constants), rows x tokens per workgroup of 256 threads: the
-# first rule that applies. LLAMAVK_CM2_TILE=BMxBN overrides (sweeps).
+# Tiles of matmul_cm2.comp (specialization constants), rows x tokens x columns per step, workgroups of
+# 256 threads: the first rule that applies. LLAMAVK_CM2_TILE=BMxBN[xBK] overrides (sweeps).
 CM2_TILES = (
-    (lambda n, rows: rows >= 8192 and n >= 256, (128, 256)),
-    (lambda n, rows: True, (128, 128)),
+    (lambda n, rows: rows >= 8192 and n >= 256, (128, 256, 64)),
+    (lambda n, rows: True, (128, 128, 64)),
 )
 
 
-def cm2_tile(n_tokens: int, rows: int) -> tuple[int, int]:
+def cm2_tile(n_tokens: int, rows: int) -> tuple[int, int, int]:
     env = os.environ.get("LLAMAVK_CM2_TILE")
     if env:
         try:
-            bm, bn = (int(v) for v in env.lower().split("x"))
+            tile = tuple(int(v) for v in env.lower().split("x"))
+            bm, bn, bk = tile if len(tile) == 3 else (*tile, 64)
         except ValueError:
-            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BMxBN, e.g. 128x256") from None
-        if bm <= 0 or bn <= 0 or bm % 16 or bn % 16:
-            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BM and BN multiples of 16")
-        return bm, bn
+            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BMxBN[xBK], e.g. 128x256x64") from None
+        if min(bm, bn, bk) <= 0 or bm % 16 or bn % 16 or bk % 32:
+            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BM and BN multiples of 16, BK of 32")
+        return bm, bn, bk
     return next(tile for applies, tile in CM2_TILES if applies(n_tokens, rows))
 
 
