@@ -10,21 +10,19 @@
 // loads straight from the weight buffer through a decode function per weight type, so the shader
 // itself has no shared-memory tiles, barriers or conversion loops (matmul_coop.comp has all three,
 // and they bound it). The same bindings, push constants and output contract as matmul_coop.comp:
-// kernels/matmul.py chooses either without its callers knowing (it converts x to f16 for this one).
+// kernels/matmul.py chooses either without its callers knowing.
 //
 // As a GEMM: Y^T (rows x tokens) = W (rows x cols) . X^T (cols x tokens). A workgroup computes BM rows
 // x BN tokens with one f32 accumulator matrix, stepping along K by BK columns (specialization
 // constants 0, 1, 2, chosen by the recorder: selection.CM2_TILES):
 //   A (BM x BK, f16): coopMatLoadTensorNV over a tensor layout of blocks (1 x QK elements, the
 //     weight type's block), each element decoded by decode_w below from its block's bytes;
-//   B (BK x BN, f16): x as f16 [tokens][cols] (binding 1: kernels/matmul.py converts the f32 x
-//     first), viewed transposed;
+//   B (BK x BN, f16): x is f32 [tokens][cols]; a layout of 1 x 4 blocks (one vec4 each) viewed
+//     transposed, decode_x converting to f16 (H100: 1.6-2x faster than converting x to f16 in a pass
+//     of its own and loading that without a decode function, whose loads are not known aligned);
 // whole tiles load without bounds checks; at the edges rows past the chunk and tokens past the batch
 // read as 0 (clamp mode constant). The epilogue adds the bias per element and stores through a
 // layout clamped to the chunk's rows and the batch's tokens.
-// Benchmark variants (benchmarks/bench_matmul.py --extra): X_F32 reads the f32 x itself through a
-// decode function (blocks of one vec4); W_RAW loads the weight buffer as f16 without decoding
-// (timing only: wrong results).
 //
 // Weight layouts (quants.glsl): Q4_0 and Q8_0 planar (a quants plane of 16 / 32 bytes per block, then
 // the f16 scales at f16 index QD_PLANE * blocks: read from the binding, by block coordinates), Q4_K
@@ -36,11 +34,7 @@ layout(constant_id = 2) const uint BK = 64;   // a multiple of 32 (K-quants' blo
 
 #include "quants.glsl"
 
-#ifdef X_F32
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
-#else
-layout(std430, binding = 1) readonly buffer XH { float16_t xh[]; };   // x, converted to f16 first
-#endif
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform Push {
@@ -76,14 +70,16 @@ float16_t decode_w(const in WRef bl, const in uint bc[2], const in uint ci[2]) {
     return float16_t(float(d) * float(q));
 }
 #elif defined(QTYPE_Q4_K)
-struct WBlock { uint w[36]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer WRef { uint w[36]; };
-uint q4k_byte(const in WRef bl, uint k) { return (bl.w[k >> 2] >> (8u * (k & 3u))) & 255u; }
+// 144-byte blocks: 16-byte aligned in the chunk, so read as uvec4s (wide loads)
+struct WBlock { uvec4 v[9]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer WRef { uvec4 v[9]; };
+uint q4k_word(const in WRef bl, uint i) { return bl.v[i >> 2][i & 3u]; }
+uint q4k_byte(const in WRef bl, uint k) { return (q4k_word(bl, k >> 2) >> (8u * (k & 3u))) & 255u; }
 float16_t decode_w(const in WRef bl, const in uint bc[2], const in uint ci[2]) {
     // words: 0 d, dmin (f16 pair); 1..3 twelve bytes of 6-bit scales and mins; 4..35 quants.
     // element e = 32 s + l: nibble s % 2 of quant byte 32 (s / 2) + l; x = d sc[s] q - dmin mn[s]
     const uint e = ci[1], s = e >> 5, l = e & 31u;
-    const vec2 dm = unpackHalf2x16(bl.w[0]);
+    const vec2 dm = unpackHalf2x16(q4k_word(bl, 0u));
     uint sc, mn;
     if (s < 4u) {
         sc = q4k_byte(bl, 4u + s) & 63u;
@@ -94,7 +90,7 @@ float16_t decode_w(const in WRef bl, const in uint bc[2], const in uint ci[2]) {
         mn = (md >> 4) | ((q4k_byte(bl, 4u + s) >> 6) << 4);
     }
     const uint k = 32u * (s >> 1) + l;
-    const uint q = (bl.w[4u + (k >> 2)] >> (8u * (k & 3u) + 4u * (s & 1u))) & 15u;
+    const uint q = (q4k_word(bl, 4u + (k >> 2)) >> (8u * (k & 3u) + 4u * (s & 1u))) & 15u;
     return float16_t(dm.x * float(sc) * float(q) - dm.y * float(mn));
 }
 #elif defined(QTYPE_Q6_K)
@@ -116,17 +112,13 @@ float16_t decode_w(const in WRef bl, const in uint bc[2], const in uint ci[2]) {
 #error "matmul_cm2.comp: Q4_0, Q8_0, Q4_K or Q6_K"
 #endif
 layout(std430, binding = 0) readonly buffer WBlocks { WBlock wblocks[]; };
-#ifdef W_RAW
-layout(std430, binding = 0) readonly buffer WRaw { float16_t wraw[]; };   // benchmark: no decoding
-#endif
 
-#ifdef X_F32
-// benchmark variant: x read as f32 blocks of 4 consecutive columns of one token, converted by decode_x
+
+// x: f32, read as blocks of 4 consecutive columns of one token (16-byte aligned loads), to f16
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer XRef { vec4 v; };
 float16_t decode_x(const in XRef bl, const in uint bc[2], const in uint ci[2]) {
     return float16_t(bl.v[ci[1]]);
 }
-#endif
 
 float add_bias(const in uint r, const in uint c, const in float v, const in uint row0) {
     return row0 + r < p.n_rows ? v + bias[p.y_off + row0 + r] : v;
@@ -134,16 +126,8 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
 
 // The product of one tile over all columns, with tensor layouts LW (weights) and LX (x) of clamp mode
 // CLAMP: rows and tokens past the ends read as 0 where it is constant.
-#ifdef W_RAW
-#define LOAD_W(LW) coopMatLoadTensorNV(a, wraw, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK))
-#else
 #define LOAD_W(LW) coopMatLoadTensorNV(a, wblocks, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK), decode_w)
-#endif
-#ifdef X_F32
 #define LOAD_X(LX) coopMatLoadTensorNV(b, x4, 0, sliceTensorLayoutNV(LX, tok0, BN, k0, BK), transposed, decode_x)
-#else
-#define LOAD_X(LX) coopMatLoadTensorNV(b, xh, 0, sliceTensorLayoutNV(LX, tok0, BN, k0, BK), transposed)
-#endif
 #define PRODUCT(CLAMP) { \
     tensorLayoutNV<2, CLAMP> lw = createTensorLayoutNV(2, CLAMP); \
     lw = setTensorLayoutBlockSizeNV(lw, 1, W_BLOCK); \
@@ -160,18 +144,9 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
         LOAD_X(lx); \
         acc = coopMatMulAdd(a, b, acc); \
     } }
-#ifdef W_RAW   // (rows overlap 4-fold so that they stay inside the smaller quantized buffer)
-#define W_BLOCK 1
-#define W_STRIDE (p.cols / 4)
-#else
 #define W_BLOCK QK
 #define W_STRIDE (p.cols / QK)
-#endif
-#ifdef X_F32
 #define X_BLOCK 4
-#else
-#define X_BLOCK 1
-#endif
 
 void main() {
     q_chunk_blocks = p.n_rows * (p.cols / QK);

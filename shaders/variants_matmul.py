@@ -53,9 +53,3 @@ COMPILERS = {}
 for _t in ["q4_0", "q8_0", "q4_k", "q6_k"]:
     VARIANTS[f"mul_mm_cm2_{_t}"] = ("matmul_cm2.comp", {f"QTYPE_{_t.upper()}": "1"})
     COMPILERS[f"mul_mm_cm2_{_t}"] = "glslc-trixie"
-# benchmark only (benchmarks/bench_matmul.py --extra): x read as f32 through a decode function; the
-# weights loaded as f16 without decoding (timing only)
-VARIANTS["mul_mm_cm2x32_q4_0"] = ("matmul_cm2.comp", {"QTYPE_Q4_0": "1", "X_F32": "1"})
-VARIANTS["mul_mm_cm2raw_q4_0"] = ("matmul_cm2.comp", {"QTYPE_Q4_0": "1", "W_RAW": "1"})
-for _n in ("mul_mm_cm2x32_q4_0", "mul_mm_cm2raw_q4_0"):
-    COMPILERS[_n] = "glslc-trixie"

@@ -30,7 +30,7 @@ from ..errors import LlamavkError
 from ..quant import quant_info
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, filled_buffer, groups_2d
-from .collective import convert, reduce_sum
+from .collective import reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
                         cm2_tile, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
                         SMALL_GEMM_WORKGROUPS, SmallGemmConfig, small_gemm_config)
@@ -38,8 +38,6 @@ from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MA
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
 MATMUL_TILES = {"mul_mm": (64, 64), "mul_mm_coop": (128, 128), "mul_mm_coop_big": (256, 128)}
 GET_ROWS_WG = 64
-# NV coopmat2 kernels that read x as f16 (matmul_cm2.comp; its benchmark variant X_F32 does not)
-CM2_F16_X = {"mul_mm_cm2", "mul_mm_cm2raw"}
 
 
 def type_suffix(qtype) -> str:
@@ -388,12 +386,6 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         if family.startswith("mul_mm_cm2"):   # tiles are the kernel's specialization constants
             tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows)
             kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24, spec=(tile_rows, tile_tokens, tile_k))
-            if family in CM2_F16_X:   # it reads x as f16: converted first, into a scratch shared by all
-                n = n_tokens * w.cols
-                size = 1 << max(12, (2 * n - 1).bit_length())
-                xh = View(kc.shared("f16 x", size, lambda: Buffer(kc.device, size)), 0, 2 * n)
-                convert(seq, kc, x, xh, "f16", n)
-                x = xh
         else:
             tile_rows, tile_tokens = MATMUL_TILES[family]
             kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
