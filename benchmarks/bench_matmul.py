@@ -64,13 +64,14 @@ def main():
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--shapes", default=None)
     ap.add_argument("--extra", default="", help="more kernel families (benchmark variants), comma-separated")
+    ap.add_argument("--no-portable", action="store_true", help="leave out the portable f32 tiles (slow)")
     ap.add_argument("--cm2-tiles", default="", help="NV coopmat2 tile shapes to time, BMxBN, comma-separated")
     a = ap.parse_args()
     dev = open_devices(select(get_instance().devices)[0][:1])[0]
     kc = KernelCache(dev)
     rng = np.random.default_rng(0)
     shapes = SHAPES if a.shapes is None else [tuple(map(int, s.split("x"))) for s in a.shapes.split()]
-    families = ["mul_mm"] + (["mul_mm_coop", "mul_mm_coop_big"] if mm.has_coopmat(kc) else [])
+    families = ([] if a.no_portable else ["mul_mm"]) + (["mul_mm_coop", "mul_mm_coop_big"] if mm.has_coopmat(kc) else [])
     families += [f for f in a.extra.split(",") if f]
     for f in families:   # benchmark variants: the tiles of the kernel they vary
         mm.MATMUL_TILES.setdefault(f, mm.MATMUL_TILES["mul_mm_coop_big" if "big" in f else "mul_mm_coop"])
