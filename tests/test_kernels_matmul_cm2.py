@@ -44,8 +44,9 @@ def check(dev, kc, qtype, rows, cols, n_tokens, seed, **kw):
 # way, a bias, weights in several chunks (each a dispatch writing its rows of y).
 @pytest.mark.parametrize("qtype", CM2_TYPES, ids=lambda t: t.name)
 def test_matmul_cm2(dev, kc, qtype, monkeypatch):
+    chosen = qtype.name.lower() in selection.cm2_chosen_types()
     assert not selection.has_coopmat2(kc) or \
-        selection.product_kernel(kc, 512, 4096, 4096, qtype.name.lower()) == "mul_mm_cm2"
+        (selection.product_kernel(kc, 512, 4096, 4096, qtype.name.lower()) == "mul_mm_cm2") == chosen
     needs_cm2(kc, monkeypatch)
     bs = quant_info(qtype).block_size
     cols = 24 * bs if bs == 32 else 3 * bs
@@ -80,9 +81,15 @@ def test_cm2_selection(monkeypatch):
     LLAMAVK_CM2=0 and LLAMAVK_MATMUL=mul_mm switch it off."""
     cm2 = _FakeKC({"coopmat": True, "coopmat2": True})
     khr = _FakeKC({"coopmat": True})
-    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_cm2"
-    assert selection.product_kernel(cm2, 512, 14336, 4096, "q4_0") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 1024, 4096, "q4_0") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 14336, 4096, "q4_0") == "mul_mm_coop_big"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_coop"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"
+    monkeypatch.setenv("LLAMAVK_CM2_TYPES", "q4_k,q5_0")
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"   # no such kernel
+    monkeypatch.delenv("LLAMAVK_CM2_TYPES")
     assert selection.product_kernel(cm2, 512, 4096, 4096) == "mul_mm_coop"
     assert selection.product_kernel(cm2, 4, 4096, 4096, "q4_0") == "mul_mv"
     assert selection.product_kernel(khr, 512, 4096, 4096, "q4_0") == "mul_mm_coop"
@@ -96,6 +103,7 @@ def test_cm2_selection(monkeypatch):
 def test_cm2_tiles_rule(monkeypatch):
     assert selection.cm2_tile(512, 14336) == (128, 256, 64)
     assert selection.cm2_tile(512, 4096) == (128, 128, 64)
+    assert selection.cm2_tile(512, 1024) == (64, 128, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32")
     assert selection.cm2_tile(512, 4096) == (64, 32, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32x128")

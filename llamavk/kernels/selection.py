@@ -38,8 +38,19 @@ def _coopmat_ok(kc, cols: int) -> bool:
     return has_coopmat(kc) and cols % 32 == 0
 
 
-# Weight types of the NV cooperative-matrix-2 prompt kernel (shaders/matmul_cm2.comp).
+# Weight types of the NV cooperative-matrix-2 prompt kernel (shaders/matmul_cm2.comp), and those it is
+# chosen for. H100, benchmarks/bench_matmul.py, 512 tokens, TFLOP/s, cm2 (best tile) against the KHR
+# kernels as chosen: Q8_0 4096x4096 124 / 92, 4096x14336 129 / 92, 1024x4096 50 / 31, but 14336x4096
+# 104 / 123 (256-row KHR tiles); Q4_0 4096x4096 130 / 131, 4096x14336 128 / 124, 1024x4096 51 / 37,
+# 14336x4096 109 / 152. Q4_K and Q6_K decode each element's 6-bit / 8-bit scale again: 57-75 / 100-131,
+# so they keep the KHR kernels (correct and tested; LLAMAVK_CM2_TYPES=q4_0,q4_k,... chooses others).
 CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k")
+CM2_CHOSEN_TYPES = ("q4_0", "q8_0")
+
+
+def cm2_chosen_types() -> tuple[str, ...]:
+    env = os.environ.get("LLAMAVK_CM2_TYPES")
+    return tuple(t for t in env.split(",") if t in CM2_TYPES) if env else CM2_CHOSEN_TYPES
 
 
 def has_coopmat2(kc) -> bool:
@@ -55,8 +66,11 @@ def _cm2_ok(kc, cols: int) -> bool:
 
 # Tiles of matmul_cm2.comp (specialization constants), rows x tokens x columns per step, workgroups of
 # 256 threads: the first rule that applies. LLAMAVK_CM2_TILE=BMxBN[xBK] overrides (sweeps).
+# H100 (512 tokens): 1024 rows 64 x 128 x 64 (51 TFLOP/s Q4_0; 128 x 128: 34), 4096 rows 128 x 128 x 64
+# (130; BK 32: 100, BK 128: 79, 256 x 128: 48), 14336 rows 128 x 256 x 64 (109; 128 x 128: 109).
 CM2_TILES = (
     (lambda n, rows: rows >= 8192 and n >= 256, (128, 256, 64)),
+    (lambda n, rows: rows <= 2048, (64, 128, 64)),
     (lambda n, rows: True, (128, 128, 64)),
 )
 
@@ -171,8 +185,9 @@ PRODUCT_KERNELS = (
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
     ("mul_mm_small",    _small_gemm_ok),   # few rows, many tokens: small tiles, columns split (above)
     ("mul_mv_batched",  _small_rows_ok),   # few rows (a router): 128-row tiles leave a few workgroups
-    ("mul_mm_cm2",      lambda kc, n, rows, cols: _cm2_ok(kc, cols)),
-    #                   NV coopmat2 (CM2_TYPES only), tiles by CM2_TILES
+    ("mul_mm_cm2",      lambda kc, n, rows, cols: _cm2_ok(kc, cols) and rows < 8192),
+    #                   NV coopmat2 (cm2_chosen_types() only), tiles by CM2_TILES; 8192 rows and more:
+    #                   the KHR 256 x 128 tiles (measured faster, above)
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
@@ -186,7 +201,7 @@ def product_kernel(kc, n_tokens: int, rows: int, cols: int, type_name: str | Non
     """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight of type type_name on
     kc's device (rows of kernels that lack the type are passed over; no type: the cm2 row is)."""
     return next(name for name, applies in PRODUCT_KERNELS
-                if name not in _SKIP and (name != "mul_mm_cm2" or type_name in CM2_TYPES)
+                if name not in _SKIP and (name != "mul_mm_cm2" or type_name in cm2_chosen_types())
                 and applies(kc, n_tokens, rows, cols))
 
 
