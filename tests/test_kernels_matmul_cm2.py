@@ -82,8 +82,9 @@ def test_cm2_selection(monkeypatch):
     cm2 = _FakeKC({"coopmat": True, "coopmat2": True})
     khr = _FakeKC({"coopmat": True})
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm_cm2"
-    assert selection.product_kernel(cm2, 512, 1024, 4096, "q4_0") == "mul_mm_cm2"
-    assert selection.product_kernel(cm2, 512, 14336, 4096, "q4_0") == "mul_mm_coop_big"
+    assert selection.product_kernel(cm2, 512, 1024, 4096, "q8_0") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 14336, 4096, "q8_0") == "mul_mm_coop_big"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm_coop"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_coop"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"
     monkeypatch.setenv("LLAMAVK_CM2_TYPES", "q4_k,q5_0")
@@ -92,12 +93,12 @@ def test_cm2_selection(monkeypatch):
     monkeypatch.delenv("LLAMAVK_CM2_TYPES")
     assert selection.product_kernel(cm2, 512, 4096, 4096) == "mul_mm_coop"
     assert selection.product_kernel(cm2, 4, 4096, 4096, "q4_0") == "mul_mv"
-    assert selection.product_kernel(khr, 512, 4096, 4096, "q4_0") == "mul_mm_coop"
+    assert selection.product_kernel(khr, 512, 4096, 4096, "q8_0") == "mul_mm_coop"
     monkeypatch.setenv("LLAMAVK_CM2", "0")
-    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm_coop"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm_coop"
     monkeypatch.setattr(selection, "_SKIP", {"mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"})
     monkeypatch.delenv("LLAMAVK_CM2")
-    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm"
 
 
 def test_cm2_tiles_rule(monkeypatch):

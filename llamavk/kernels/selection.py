@@ -42,10 +42,12 @@ def _coopmat_ok(kc, cols: int) -> bool:
 # chosen for. H100, benchmarks/bench_matmul.py, 512 tokens, TFLOP/s, cm2 (best tile) against the KHR
 # kernels as chosen: Q8_0 4096x4096 124 / 92, 4096x14336 129 / 92, 1024x4096 50 / 31, but 14336x4096
 # 104 / 123 (256-row KHR tiles); Q4_0 4096x4096 130 / 131, 4096x14336 128 / 124, 1024x4096 51 / 37,
-# 14336x4096 109 / 152. Q4_K and Q6_K decode each element's 6-bit / 8-bit scale again: 57-75 / 100-131,
-# so they keep the KHR kernels (correct and tested; LLAMAVK_CM2_TYPES=q4_0,q4_k,... chooses others).
+# 14336x4096 109 / 152. Q4_K and Q6_K decode each element's 6-bit / 8-bit scale again: 57-75 / 100-131.
+# 7.2B pp512 (same call, second passes): Q8_0 7,600 with cm2 against 6,718; Q4_0 8,402 against 8,549
+# (its products no faster, the model slower). So Q8_0 only; the others keep the KHR kernels (correct
+# and tested; LLAMAVK_CM2_TYPES=q4_0,q8_0,... chooses others).
 CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k")
-CM2_CHOSEN_TYPES = ("q4_0", "q8_0")
+CM2_CHOSEN_TYPES = ("q8_0",)
 
 
 def cm2_chosen_types() -> tuple[str, ...]:
