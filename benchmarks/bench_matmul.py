@@ -6,11 +6,14 @@ Every matrix-matrix row of llamavk.kernels.selection.PRODUCT_KERNELS the device 
 whatever the table would choose): 20 products (barrier-separated, rotating over 2 weight copies),
 replayed for 0.3 s first (an idle GPU's clocks measure several times
 slower), mean GPU time per product from timestamps; 2 * rows * cols * tokens / time.
+On devices with NV coopmat2, `mul_mm_cm2` (matmul_cm2.comp, tiles by selection.CM2_TILES) too, and one
+more column per tile of `--cm2-tiles 128x128,128x256` (LLAMAVK_CM2_TILE for that column).
 `--extra mul_mm_coopP1,mul_mm_coopP2` adds the cooperative-matrix kernel's phases alone (Q4_0 only:
 multiplications without loads, loads without multiplications) to see which one bounds it.
 """
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -61,18 +64,25 @@ def main():
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--shapes", default=None)
     ap.add_argument("--extra", default="", help="more kernel families (benchmark variants), comma-separated")
+    ap.add_argument("--no-portable", action="store_true", help="leave out the portable f32 tiles (slow)")
+    ap.add_argument("--cm2-tiles", default="", help="NV coopmat2 tile shapes to time, BMxBN, comma-separated")
     a = ap.parse_args()
     dev = open_devices(select(get_instance().devices)[0][:1])[0]
     kc = KernelCache(dev)
     rng = np.random.default_rng(0)
     shapes = SHAPES if a.shapes is None else [tuple(map(int, s.split("x"))) for s in a.shapes.split()]
-    families = ["mul_mm"] + (["mul_mm_coop", "mul_mm_coop_big"] if mm.has_coopmat(kc) else [])
+    families = ([] if a.no_portable else ["mul_mm"]) + (["mul_mm_coop", "mul_mm_coop_big"] if mm.has_coopmat(kc) else [])
     families += [f for f in a.extra.split(",") if f]
     for f in families:   # benchmark variants: the tiles of the kernel they vary
         mm.MATMUL_TILES.setdefault(f, mm.MATMUL_TILES["mul_mm_coop_big" if "big" in f else "mul_mm_coop"])
+    # (column label, family, LLAMAVK_CM2_TILE for it)
+    columns = [(f, f, None) for f in families]
+    if mm.has_coopmat2(kc):
+        columns += [("mul_mm_cm2", "mul_mm_cm2", None)]
+        columns += [(f"cm2 {t}", "mul_mm_cm2", t) for t in a.cm2_tiles.split(",") if t]
     n = a.tokens
     print(f"{dev.info.name}; {n} tokens; TFLOP/s (2 * rows * cols * tokens / GPU time)")
-    print("type  shape         " + " ".join(f.rjust(12) for f in families))
+    print("type  shape         " + " ".join(label.rjust(12) for label, _, _ in columns))
     for tname in a.types.split(","):
         qtype = qtype_from_name(tname)
         for rows, cols in shapes:
@@ -82,11 +92,16 @@ def main():
             x.write(rng.standard_normal(cols * n).astype(np.float32))
             y = Buffer(dev, 4 * rows * n)
             cells = []
-            for fam in families:
+            for _, fam, tile in columns:
                 if not (SPV / f"{fam}_{tname}.spv").exists():
                     cells.append(f"{'-':>12}")
                     continue
-                t = time_family(dev, kc, fam, weights, View.whole(x), View.whole(y), n)
+                if tile:
+                    os.environ["LLAMAVK_CM2_TILE"] = tile
+                try:
+                    t = time_family(dev, kc, fam, weights, View.whole(x), View.whole(y), n)
+                finally:
+                    os.environ.pop("LLAMAVK_CM2_TILE", None)
                 cells.append(f"{2 * rows * cols * n / t / 1e12:12.1f}")
             print(f"{tname:5s} {rows:5d}x{cols:<6d} " + " ".join(cells), flush=True)
             for w in weights:

@@ -2,8 +2,9 @@
 """Compile every kernel variant in VARIANTS to SPIR-V shipped in llamavk/spv/, plus a manifest.
 
 Variants come from shaders/variants_*.py: one file per kernel family, each defining
-`VARIANTS = {name: (source, defines)}`. Each shipped kernel has a manifest entry in
-llamavk/spv/<name>.json recording a hash of its inputs (the .comp source, every file it includes,
+`VARIANTS = {name: (source, defines)}` and, for variants that need a newer compiler than Debian 12's
+glslc, `COMPILERS = {name: compiler}` (a key of COMPILERS below; default "glslc"). Each shipped
+kernel has a manifest entry in llamavk/spv/<name>.json recording a hash of its inputs (the .comp source, every file it includes,
 its defines, the compiler) and of its output. tests/test_shaders.py fails when the shipped SPIR-V does
 not match the sources, so a forgotten rebuild cannot ship.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,11 +25,23 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "llamavk" / "spv"
 GLSLC_FLAGS = ["--target-env=vulkan1.2", "-O", "-fshader-stage=compute"]
 
+# Compilers a variant can name: key -> (how to find the executable, flags).
+#   glslc         the one on PATH: Debian 12's shaderc 2023.2 built every kernel but the few below
+#   glslc-trixie  Debian 13's shaderc 2025.2 (`bash ../shared/tools/glslc-trixie.sh` unpacks it to
+#                 ~/.cache/glslc-trixie/glslc; $LLAMAVK_GLSLC_TRIXIE names another path): the first
+#                 that compiles GL_NV_cooperative_matrix2, which needs SPIR-V 1.6 (vulkan1.3)
+COMPILERS = {
+    "glslc": (lambda: "glslc", GLSLC_FLAGS),
+    "glslc-trixie": (lambda: os.environ.get("LLAMAVK_GLSLC_TRIXIE")
+                     or str(Path.home() / ".cache" / "glslc-trixie" / "glslc"),
+                     ["--target-env=vulkan1.3", "-O", "-fshader-stage=compute"]),
+}
 
 
-def load_variants() -> dict[str, tuple[str, dict[str, str]]]:
-    """name -> (source, defines), merged from every shaders/variants_*.py."""
+def load_variants() -> tuple[dict[str, tuple[str, dict[str, str]]], dict[str, str]]:
+    """(name -> (source, defines), name -> compiler key), merged from every shaders/variants_*.py."""
     variants: dict[str, tuple[str, dict[str, str]]] = {}
+    compilers: dict[str, str] = {}
     for path in sorted(HERE.glob("variants_*.py")):
         scope: dict = {}
         exec(compile(path.read_text(), str(path), "exec"), scope)
@@ -35,10 +49,19 @@ def load_variants() -> dict[str, tuple[str, dict[str, str]]]:
             if name in variants:
                 sys.exit(f"kernel {name} is defined twice (second time in {path.name})")
             variants[name] = value
-    return variants
+        for name, key in scope.get("COMPILERS", {}).items():
+            if name not in variants or key not in COMPILERS:
+                sys.exit(f"{path.name}: COMPILERS[{name!r}] = {key!r}: unknown kernel or compiler")
+            compilers[name] = key
+    return variants, compilers
 
 
-VARIANTS = load_variants()
+VARIANTS, VARIANT_COMPILERS = load_variants()
+
+
+def compiler_of(name: str) -> str:
+    """The COMPILERS key that builds kernel `name`."""
+    return VARIANT_COMPILERS.get(name, "glslc")
 
 
 def includes(source: Path) -> list[Path]:
@@ -56,8 +79,12 @@ def includes(source: Path) -> list[Path]:
     return seen
 
 
-def compiler_version() -> str:
-    out = subprocess.run(["glslc", "--version"], capture_output=True, text=True, check=True).stdout
+def compiler_version(key: str = "glslc") -> str | None:
+    """The first line of the compiler's --version (what manifests record), None where it is absent."""
+    try:
+        out = subprocess.run([COMPILERS[key][0](), "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
     return out.splitlines()[0].strip()
 
 
@@ -74,16 +101,17 @@ def input_hash(name: str, compiler: str) -> str:
         inputs.append(HERE / "coopmat_khr.py")
     for p in inputs:
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    h.update(json.dumps([defines, GLSLC_FLAGS, compiler], sort_keys=True).encode())
+    h.update(json.dumps([defines, COMPILERS[compiler_of(name)][1], compiler], sort_keys=True).encode())
     return h.hexdigest()
 
 
 def compile_variant(name: str) -> bytes:
     source, defines = VARIANTS[name]
-    args = ["glslc", *GLSLC_FLAGS, *[f"-D{k}={v}" for k, v in defines.items()], str(HERE / source), "-o", "-"]
+    exe, flags = COMPILERS[compiler_of(name)]
+    args = [exe(), *flags, *[f"-D{k}={v}" for k, v in defines.items()], str(HERE / source), "-o", "-"]
     result = subprocess.run(args, capture_output=True)
     if result.returncode != 0:
-        sys.exit(f"{name}: glslc failed\n{result.stderr.decode()}")
+        sys.exit(f"{name}: {args[0]} failed\n{result.stderr.decode()}")
     if uses_nv_coopmat(source):
         sys.path.insert(0, str(HERE))
         from coopmat_khr import nv_to_khr
@@ -101,9 +129,13 @@ def main(argv: list[str]) -> None:
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         sys.exit(f"unknown kernels: {unknown}")
-    compiler = compiler_version()
+    versions = {key: compiler_version(key) for key in {compiler_of(n) for n in names}}
+    missing = sorted(key for key, v in versions.items() if v is None)
+    if missing:
+        sys.exit(f"compilers not found: {missing} (shaders/build.py COMPILERS says where they are looked for)")
     OUT.mkdir(parents=True, exist_ok=True)
     for name in names:
+        compiler = versions[compiler_of(name)]
         spv = compile_variant(name)
         if check:
             if (OUT / f"{name}.spv").read_bytes() != spv:

@@ -47,3 +47,9 @@ for _t in ["q4_0", "q8_0", "q4_k"]:
 # constants (selection.SMALL_GEMM_CONFIGS).
 for _t in _TYPES:
     VARIANTS[f"mul_mm_small_{_t}"] = ("matmul_small.comp", {f"QTYPE_{_t.upper()}": "1"})
+# Prompt products on NV cooperative matrix 2 (matmul_cm2.comp; selection.has_coopmat2): workgroup-scope
+# matrices loaded through a decode function per type. GL_NV_cooperative_matrix2 needs shaderc 2025.2.
+COMPILERS = {}
+for _t in ["q4_0", "q8_0", "q4_k", "q6_k"]:
+    VARIANTS[f"mul_mm_cm2_{_t}"] = ("matmul_cm2.comp", {f"QTYPE_{_t.upper()}": "1"})
+    COMPILERS[f"mul_mm_cm2_{_t}"] = "glslc-trixie"

@@ -156,7 +156,7 @@ def test_matvec_batched(dev, kc, qtype, monkeypatch):
 def record_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, slices_env="0"):
     """(the product through matmul's batched path, dispatched kernel names, numpy reference)."""
     monkeypatch.setattr(matmul_module, "product_kernel",
-                        lambda kc, n, r, c: "mul_mv" if n <= MATVEC_MAX_TOKENS else "mul_mv_batched")
+                        lambda kc, n, r, c, t=None: "mul_mv" if n <= MATVEC_MAX_TOKENS else "mul_mv_batched")
     monkeypatch.setenv("LLAMAVK_SMALL_ROWS_SLICES", slices_env)
     return record_product(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes, with_bias=True)
 

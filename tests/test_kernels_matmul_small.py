@@ -27,7 +27,7 @@ def kc(dev):
 def forced(monkeypatch):
     """Batches over MATVEC_MAX_TOKENS take the small-tile kernel (any device, any shape)."""
     monkeypatch.setattr(matmul_module, "product_kernel",
-                        lambda kc, n, r, c: "mul_mv" if n <= MATVEC_MAX_TOKENS else "mul_mm_small")
+                        lambda kc, n, r, c, t=None: "mul_mv" if n <= MATVEC_MAX_TOKENS else "mul_mm_small")
 
 
 def run_small(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, with_bias=True):

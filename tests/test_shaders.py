@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,21 @@ def test_shipped_spirv_matches_sources(name):
 
 @pytest.mark.skipif(shutil.which("glslc") is None, reason="glslc not installed")
 def test_fresh_build_reproduces_shipped_spirv():
-    compilers = {e["compiler"] for e in MANIFEST.values()}
-    if compilers != {build.compiler_version()}:
-        pytest.skip(f"shipped SPIR-V was built with {compilers}, this machine has {build.compiler_version()}")
-    subprocess.run([sys.executable, str(ROOT / "shaders" / "build.py"), "--check"], check=True)
+    # Each kernel's compiler (build.COMPILERS) is checked where this machine has the version its
+    # manifest recorded; the rest are named in the skip or the warning.
+    by_compiler: dict[str, list[str]] = {}
+    for name in build.VARIANTS:
+        by_compiler.setdefault(build.compiler_of(name), []).append(name)
+    names, absent = [], []
+    for key, group in sorted(by_compiler.items()):
+        recorded = {MANIFEST[n]["compiler"] for n in group}
+        have = build.compiler_version(key)
+        if recorded == {have}:
+            names += group
+        else:
+            absent.append(f"{len(group)} kernels of {key}: built with {sorted(recorded)}, this machine has {have}")
+    if not names:
+        pytest.skip("; ".join(absent))
+    if absent:
+        warnings.warn("not rebuilt: " + "; ".join(absent))
+    subprocess.run([sys.executable, str(ROOT / "shaders" / "build.py"), "--check", *names], check=True)

@@ -26,7 +26,8 @@ def details(e: DeviceEntry) -> str:
     yes = lambda b: "yes" if b else "no"  # noqa: E731
     coop = ", ".join(i.coopmat) if i.coopmat else "no"
     if i.coopmat2:
-        coop += " (+NV coopmat2)"
+        coop += f" (+NV coopmat2: {', '.join(i.coopmat2_features) or 'no features'}" + \
+            (f", workgroups up to {i.coopmat2_max_workgroup}" if i.coopmat2_max_workgroup else "") + ")"
     return (f"type {i.type}, vendor {i.vendor}, driver {i.driver_name} {i.driver_info}, Vulkan {i.api_version}, "
             f"fp16 {yes(i.fp16)}, bf16 {yes(i.bf16)}, int8-dot {yes(i.int_dot)}, "
             f"subgroup {i.subgroup_size}, shared memory {i.max_shared_memory // 1024} KiB, "

@@ -7,9 +7,9 @@ matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
   any batch) the same kernel
   once per MATVEC_MAX_TOKENS-token slice, all full slices in one dispatch; on GPUs, products of few
   rows over more tokens the small-tile kernel (matmul_small.comp, columns split over the grid where
-  the tiles are few, reduce_sum.comp adding the parts); more use cooperative
-  matrices where the device has them (matmul_coop.comp, f16 inputs, f32 sums), else the portable
-  tiled kernel (matmul.comp, f32).
+  the tiles are few, reduce_sum.comp adding the parts); more use NV cooperative matrix 2 where the
+  device and the type have it (matmul_cm2.comp), else KHR cooperative matrices where the device has
+  them (matmul_coop.comp, f16 inputs, f32 sums), else the portable tiled kernel (matmul.comp, f32).
 - `get_rows`: out[t, :] = dequant(W[ids[t], :]).
 
 Each weight chunk (its own buffer, rows [row_start, row_start + n_rows)) is one dispatch; the kernel
@@ -32,7 +32,7 @@ from ..vk import Buffer
 from . import KernelCache, QWeight, View, filled_buffer, groups_2d
 from .collective import reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
-                        has_coopmat, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
+                        cm2_tile, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
                         SMALL_GEMM_WORKGROUPS, SmallGemmConfig, small_gemm_config)
 
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
@@ -330,7 +330,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         _check_view(bias, 4 * w.rows, "matmul bias")
     b = bias if bias is not None else x  # an unused binding still needs a buffer
     has_bias = 1 if bias is not None else 0
-    family = product_kernel(kc, n_tokens, w.rows, w.cols)
+    family = product_kernel(kc, n_tokens, w.rows, w.cols, name)
     if pair is not None and (n_tokens != 1 or bias is not None or residual is not None or glu is not None
                              or not matvec_pairs(kc, w, pair)):
         raise LlamavkError("matmul: a gate/up pair takes one token, no bias, residual or glu, and the stream kernel")
@@ -383,8 +383,12 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
                              chained=wait is not None and i == 0)
         return sum(gx * gy * gz for chunk in grids for gx, gy, gz in chunk)
     else:
-        tile_rows, tile_tokens = MATMUL_TILES[family]
-        kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
+        if family.startswith("mul_mm_cm2"):   # tiles are the kernel's specialization constants
+            tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows)
+            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24, spec=(tile_rows, tile_tokens, tile_k))
+        else:
+            tile_rows, tile_tokens = MATMUL_TILES[family]
+            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
         gy = (n_tokens + tile_tokens - 1) // tile_tokens
         for ch in w.chunks:
             gx = (ch.n_rows + tile_rows - 1) // tile_rows

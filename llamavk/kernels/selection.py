@@ -38,6 +38,59 @@ def _coopmat_ok(kc, cols: int) -> bool:
     return has_coopmat(kc) and cols % 32 == 0
 
 
+# Weight types of the NV cooperative-matrix-2 prompt kernel (shaders/matmul_cm2.comp), and those it is
+# chosen for. H100, benchmarks/bench_matmul.py, 512 tokens, TFLOP/s, cm2 (best tile) against the KHR
+# kernels as chosen: Q8_0 4096x4096 124 / 92, 4096x14336 129 / 92, 1024x4096 50 / 31, but 14336x4096
+# 104 / 123 (256-row KHR tiles); Q4_0 4096x4096 130 / 131, 4096x14336 128 / 124, 1024x4096 51 / 37,
+# 14336x4096 109 / 152. Q4_K and Q6_K decode each element's 6-bit / 8-bit scale again: 57-75 / 100-131.
+# 7.2B pp512 (same call, second passes): Q8_0 7,600 with cm2 against 6,718; Q4_0 8,402 against 8,549
+# (its products no faster, the model slower). So Q8_0 only; the others keep the KHR kernels (correct
+# and tested; LLAMAVK_CM2_TYPES=q4_0,q8_0,... chooses others).
+CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k")
+CM2_CHOSEN_TYPES = ("q8_0",)
+
+
+def cm2_chosen_types() -> tuple[str, ...]:
+    env = os.environ.get("LLAMAVK_CM2_TYPES")
+    return tuple(t for t in env.split(",") if t in CM2_TYPES) if env else CM2_CHOSEN_TYPES
+
+
+def has_coopmat2(kc) -> bool:
+    """The device runs shaders/matmul_cm2.comp: VK_NV_cooperative_matrix2 enabled with every feature
+    it uses (vk/coopmat2.py REQUIRED; NVIDIA). LLAMAVK_CM2=0 keeps the KHR cooperative-matrix kernels
+    (A/B on one device)."""
+    return os.environ.get("LLAMAVK_CM2", "1") != "0" and bool(kc.device.features.get("coopmat2", False))
+
+
+def _cm2_ok(kc, cols: int) -> bool:
+    return has_coopmat2(kc) and cols % 32 == 0
+
+
+# Tiles of matmul_cm2.comp (specialization constants), rows x tokens x columns per step, workgroups of
+# 256 threads: the first rule that applies. LLAMAVK_CM2_TILE=BMxBN[xBK] overrides (sweeps).
+# H100 (512 tokens): 1024 rows 64 x 128 x 64 (51 TFLOP/s Q4_0; 128 x 128: 34), 4096 rows 128 x 128 x 64
+# (130; BK 32: 100, BK 128: 79, 256 x 128: 48), 14336 rows 128 x 256 x 64 (109; 128 x 128: 109).
+CM2_TILES = (
+    (lambda n, rows: rows >= 8192 and n >= 256, (128, 256, 64)),
+    (lambda n, rows: rows <= 2048, (64, 128, 64)),
+    (lambda n, rows: True, (128, 128, 64)),
+)
+
+
+def cm2_tile(n_tokens: int, rows: int) -> tuple[int, int, int]:
+    env = os.environ.get("LLAMAVK_CM2_TILE")
+    if env:
+        try:
+            tile = tuple(int(v) for v in env.lower().split("x"))
+            bm, bn, bk = tile if len(tile) == 3 else (*tile, 64)
+        except ValueError:
+            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BMxBN[xBK], e.g. 128x256x64") from None
+        if min(bm, bn, bk) <= 0 or bm % 16 or bn % 16 or bk % 32:
+            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BM and BN multiples of 16, BK of 32")
+        return bm, bn, bk
+    return next(tile for applies, tile in CM2_TILES if applies(n_tokens, rows))
+
+
 def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
     limit = int(os.environ.get("LLAMAVK_MV_BATCHED_MAX") or MATVEC_BATCHED_MAX[device_kind(kc)])
     return n <= limit and rows % 8 == 0 and cols % 8 == 0   # token slices stay VIEW_ALIGN-aligned
@@ -134,18 +187,24 @@ PRODUCT_KERNELS = (
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
     ("mul_mm_small",    _small_gemm_ok),   # few rows, many tokens: small tiles, columns split (above)
     ("mul_mv_batched",  _small_rows_ok),   # few rows (a router): 128-row tiles leave a few workgroups
+    ("mul_mm_cm2",      lambda kc, n, rows, cols: _cm2_ok(kc, cols) and rows < 8192),
+    #                   NV coopmat2 (cm2_chosen_types() only), tiles by CM2_TILES; 8192 rows and more:
+    #                   the KHR 256 x 128 tiles (measured faster, above)
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
     ("mul_mm",          lambda kc, n, rows, cols: True),                     # portable f32 tiles
 )
 # LLAMAVK_MATMUL=mul_mm skips the cooperative-matrix rows (comparisons on one device).
-_SKIP = {"mul_mm": {"mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
+_SKIP = {"mul_mm": {"mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
 
 
-def product_kernel(kc, n_tokens: int, rows: int, cols: int) -> str:
-    """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight on kc's device."""
-    return next(name for name, applies in PRODUCT_KERNELS if name not in _SKIP and applies(kc, n_tokens, rows, cols))
+def product_kernel(kc, n_tokens: int, rows: int, cols: int, type_name: str | None = None) -> str:
+    """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight of type type_name on
+    kc's device (rows of kernels that lack the type are passed over; no type: the cm2 row is)."""
+    return next(name for name, applies in PRODUCT_KERNELS
+                if name not in _SKIP and (name != "mul_mm_cm2" or type_name in cm2_chosen_types())
+                and applies(kc, n_tokens, rows, cols))
 
 
 # Expert products of a prompt (kernels/moe.py): tokens grouped by expert, so each expert's tile sees a

@@ -11,6 +11,7 @@ import os
 import vulkan as vk
 
 from ..errors import LlamavkError
+from . import coopmat2
 from ._ffi import c_string_array, check, ffi, lib, new_struct
 from .instance import Instance, get_instance
 from .physical import DeviceInfo
@@ -20,6 +21,7 @@ OPTIONAL_EXTENSIONS = (
     "VK_EXT_external_memory_host",   # one host allocation imported into several devices
     "VK_EXT_memory_budget",          # free memory for list-devices and layer sizing
     "VK_KHR_cooperative_matrix",     # tensor-core matrix products
+    coopmat2.EXTENSION,              # NV cooperative matrix 2: prompt products (matmul_cm2.comp)
     "VK_KHR_shader_integer_dot_product",
     "VK_EXT_subgroup_size_control",
     "VK_KHR_shader_bfloat16",
@@ -93,6 +95,12 @@ class Device:
                             vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR, head)
             head = cm
             keep.append(cm)
+        cm2 = None
+        if coopmat2.EXTENSION in self.extensions:
+            # not in the `vulkan` package: raw words (vk/coopmat2.py), kept alive in `keep`
+            cm2 = coopmat2.features_struct(head)
+            head = cm2.ptr
+            keep.append(cm2)
         stats = None
         if PIPELINE_STATS_EXTENSION in self.extensions:
             stats = new_struct("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
@@ -118,6 +126,9 @@ class Device:
         self.features = {"fp16": bool(f12.shaderFloat16), "int8": bool(f12.shaderInt8),
                          "bda": bool(f12.bufferDeviceAddress),
                          "coopmat": "VK_KHR_cooperative_matrix" in self.extensions,
+                         # every NV coopmat2 feature matmul_cm2.comp uses (all reported ones are enabled)
+                         "coopmat2": bool(cm2 is not None and "VK_KHR_cooperative_matrix" in self.extensions
+                                          and set(coopmat2.REQUIRED) <= set(coopmat2.feature_names(cm2))),
                          # 4x8-bit integer dot products (matvec_stream.comp's _dp variants): a 1.3 feature
                          "int_dot": bool(major_minor >= (1, 3) and keep[2].shaderIntegerDotProduct),
                          "pipeline_stats": bool(stats is not None and stats.pipelineExecutableInfo)}

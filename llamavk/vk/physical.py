@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 import vulkan as vk
 
+from . import coopmat2
 from ._ffi import ffi, lib, new_struct, struct_string
 
 DEVICE_TYPES = {
@@ -68,6 +69,8 @@ class DeviceInfo:
     host_import_alignment: int = 0
     coopmat: list[str] = field(default_factory=list)   # "16x16x16 f16->f32", ...
     coopmat2: bool = False       # VK_NV_cooperative_matrix2
+    coopmat2_features: list[str] = field(default_factory=list)   # coopmat2.FEATURES it reports
+    coopmat2_max_workgroup: int = 0   # the most threads a workgroup-scope matrix may be shared by
     driver_version: int = 0      # VkPhysicalDeviceProperties.driverVersion (vendor-encoded)
     pipeline_cache_uuid: str = ""   # hex: pipeline caches are compatible only with the same UUID
 
@@ -126,6 +129,10 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
         host_props = new_struct("VkPhysicalDeviceExternalMemoryHostPropertiesEXT",
                                 vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT, head)
         head = host_props
+    cm2_props = None
+    if has(coopmat2.EXTENSION):
+        cm2_props = coopmat2.properties_struct(head)
+        head = cm2_props.ptr
     props2 = new_struct("VkPhysicalDeviceProperties2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, head)
     lib.vkGetPhysicalDeviceProperties2(handle, props2)
     p = props2.properties
@@ -134,7 +141,9 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
     # Features: one chain read by vkGetPhysicalDeviceFeatures2.
     f11 = new_struct("VkPhysicalDeviceVulkan11Features", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES)
     f12 = new_struct("VkPhysicalDeviceVulkan12Features", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, f11)
-    feats2 = new_struct("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, f12)
+    cm2_feats = coopmat2.features_struct(f12) if has(coopmat2.EXTENSION) else None
+    feats2 = new_struct("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                        cm2_feats.ptr if cm2_feats is not None else f12)
     lib.vkGetPhysicalDeviceFeatures2(handle, feats2)
 
     heaps = read_memory_heaps(handle, has("VK_EXT_memory_budget"))
@@ -171,7 +180,10 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
         external_memory_host=host_props is not None,
         host_import_alignment=host_props.minImportedHostPointerAlignment if host_props is not None else 0,
         coopmat=_coopmat_shapes(instance, handle) if has("VK_KHR_cooperative_matrix") else [],
-        coopmat2=has("VK_NV_cooperative_matrix2"),
+        coopmat2=has(coopmat2.EXTENSION),
+        coopmat2_features=coopmat2.feature_names(cm2_feats) if cm2_feats is not None else [],
+        coopmat2_max_workgroup=(coopmat2.property_values(cm2_props)["workgroup_scope_max_workgroup_size"]
+                                if cm2_props is not None else 0),
         driver_version=p.driverVersion,
         pipeline_cache_uuid=bytes(ffi.buffer(p.pipelineCacheUUID, 16)).hex(),
     )

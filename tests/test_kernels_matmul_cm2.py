@@ -1,0 +1,144 @@
+"""The NV cooperative-matrix-2 prompt product (shaders/matmul_cm2.comp, family mul_mm_cm2) against
+numpy, where the device has VK_NV_cooperative_matrix2 (NVIDIA; skipped elsewhere, llvmpipe included),
+and the selection and raw feature structs that serve it, everywhere. Weights and the float64
+reference as in test_kernels_matmul.py; outputs poisoned with NaN first."""
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from llamavk.errors import LlamavkError
+from llamavk.kernels import KernelCache
+from llamavk.kernels import matmul as matmul_module
+from llamavk.kernels import selection
+from llamavk.quant import quant_info
+from llamavk.vk import coopmat2
+from llamavk.vk._ffi import ffi
+
+from .test_kernels_matmul import record_product, tol
+
+CM2_TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K]
+
+
+@pytest.fixture(scope="module")
+def kc(dev):
+    return KernelCache(dev)
+
+
+def needs_cm2(kc, monkeypatch):
+    """Skip without coopmat2; else every product takes it (small shapes would take other kernels)."""
+    if not selection.has_coopmat2(kc):
+        pytest.skip(f"{kc.device.info.name} has no VK_NV_cooperative_matrix2 with {', '.join(coopmat2.REQUIRED)}")
+    monkeypatch.setattr(matmul_module, "product_kernel", lambda *a: "mul_mm_cm2")
+
+
+def check(dev, kc, qtype, rows, cols, n_tokens, seed, **kw):
+    w, out, names, ref = record_product(dev, kc, qtype, rows, cols, n_tokens, seed, **kw)
+    assert set(names) == {f"mul_mm_cm2_{qtype.name.lower()}"}, names
+    err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert err < tol(qtype, coopmat=True), f"{qtype.name} {rows}x{cols} x {n_tokens}: relative error {err:.2e}"
+    return w
+
+
+# Tiles of 128 rows x 128 tokens: rows and tokens that are not multiples of them, several tiles each
+# way, a bias, weights in several chunks (each a dispatch writing its rows of y).
+@pytest.mark.parametrize("qtype", CM2_TYPES, ids=lambda t: t.name)
+def test_matmul_cm2(dev, kc, qtype, monkeypatch):
+    chosen = qtype.name.lower() in selection.cm2_chosen_types()
+    assert not selection.has_coopmat2(kc) or \
+        (selection.product_kernel(kc, 512, 4096, 4096, qtype.name.lower()) == "mul_mm_cm2") == chosen
+    needs_cm2(kc, monkeypatch)
+    bs = quant_info(qtype).block_size
+    cols = 24 * bs if bs == 32 else 3 * bs
+    check(dev, kc, qtype, 37, cols, 17, seed=3)
+    check(dev, kc, qtype, 300, cols, 130, seed=4, with_bias=True)
+    w = check(dev, kc, qtype, 260, cols, 64 + 7, seed=5, with_bias=True,
+              max_chunk_bytes=70 * quant_info(qtype).row_bytes(cols))
+    assert len(w.chunks) > 1
+    if bs == 32:   # whole tiles of rows and tokens, columns not a multiple of the step (64)
+        check(dev, kc, qtype, 256, 25 * bs, 256, seed=6)
+
+
+# The other tile shapes (specialization constants): the large-weight rule's 128 x 256 and others.
+@pytest.mark.parametrize("tile", ["128x256", "256x128", "64x64x32", "128x128x128"])
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_K], ids=lambda t: t.name)
+def test_matmul_cm2_tiles(dev, kc, qtype, tile, monkeypatch):
+    needs_cm2(kc, monkeypatch)
+    monkeypatch.setenv("LLAMAVK_CM2_TILE", tile)
+    cols = 24 * 32 if qtype == T.Q4_0 else 3 * 256
+    check(dev, kc, qtype, 300, cols, 270, seed=8, with_bias=True)
+
+
+class _FakeKC:
+    """What the selection reads of a kernel cache: the device's features and info."""
+    def __init__(self, features):
+        self.device = type("D", (), {"features": features})()
+        self.info = type("I", (), {"is_cpu": False, "coopmat": [selection.COOPMAT_SHAPE], "subgroup_size": 32})()
+
+
+def test_cm2_selection(monkeypatch):
+    """Devices with coopmat2 take it for its types; other types and devices keep the KHR kernels;
+    LLAMAVK_CM2=0 and LLAMAVK_MATMUL=mul_mm switch it off."""
+    cm2 = _FakeKC({"coopmat": True, "coopmat2": True})
+    khr = _FakeKC({"coopmat": True})
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 1024, 4096, "q8_0") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 14336, 4096, "q8_0") == "mul_mm_coop_big"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm_coop"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_coop"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"
+    monkeypatch.setenv("LLAMAVK_CM2_TYPES", "q4_k,q5_0")
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"   # no such kernel
+    monkeypatch.delenv("LLAMAVK_CM2_TYPES")
+    assert selection.product_kernel(cm2, 512, 4096, 4096) == "mul_mm_coop"
+    assert selection.product_kernel(cm2, 4, 4096, 4096, "q4_0") == "mul_mv"
+    assert selection.product_kernel(khr, 512, 4096, 4096, "q8_0") == "mul_mm_coop"
+    monkeypatch.setenv("LLAMAVK_CM2", "0")
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm_coop"
+    monkeypatch.setattr(selection, "_SKIP", {"mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"})
+    monkeypatch.delenv("LLAMAVK_CM2")
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm"
+
+
+def test_cm2_tiles_rule(monkeypatch):
+    assert selection.cm2_tile(512, 14336) == (128, 256, 64)
+    assert selection.cm2_tile(512, 4096) == (128, 128, 64)
+    assert selection.cm2_tile(512, 1024) == (64, 128, 64)
+    monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32")
+    assert selection.cm2_tile(512, 4096) == (64, 32, 64)
+    monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32x128")
+    assert selection.cm2_tile(512, 4096) == (64, 32, 128)
+    monkeypatch.setenv("LLAMAVK_CM2_TILE", "64")
+    with pytest.raises(LlamavkError, match="LLAMAVK_CM2_TILE"):
+        selection.cm2_tile(512, 4096)
+
+
+def test_raw_structs_match_the_c_layout():
+    """sType at 0, pNext at 8, members from 16: the layout of every Vulkan feature struct (checked on
+    the KHR cooperative-matrix one the `vulkan` package does know)."""
+    known = "VkPhysicalDeviceCooperativeMatrixFeaturesKHR"
+    assert (ffi.offsetof(known, "sType"), ffi.offsetof(known, "pNext"), ffi.offsetof(known, "cooperativeMatrix")) == (0, 8, 16)
+    nxt = ffi.new("uint32_t[4]")
+    s = coopmat2.features_struct(nxt)
+    raw = bytes(ffi.buffer(s.words))
+    assert len(raw) == 16 + 4 * len(coopmat2.FEATURES)
+    assert int.from_bytes(raw[0:4], "little") == coopmat2.FEATURES_STYPE
+    assert int.from_bytes(raw[8:16], "little") == int(ffi.cast("uintptr_t", nxt))
+    s.set_member(coopmat2.FEATURES.index("block_loads"), 1)
+    s.set_member(0, 1)
+    assert coopmat2.feature_names(s) == ["workgroup_scope", "block_loads"]
+    p = coopmat2.properties_struct()
+    p.set_member(0, 256)
+    assert coopmat2.property_values(p)["workgroup_scope_max_workgroup_size"] == 256
+    assert int.from_bytes(bytes(ffi.buffer(p.words))[8:16], "little") == 0
+
+
+def test_device_reports_cm2_consistently(dev):
+    """The device enables coopmat2 only with the extension and every feature the kernel uses."""
+    if dev.features.get("coopmat2"):
+        assert coopmat2.EXTENSION in dev.extensions
+        assert set(coopmat2.REQUIRED) <= set(dev.info.coopmat2_features)
+    else:
+        assert not (coopmat2.EXTENSION in dev.extensions and set(coopmat2.REQUIRED) <= set(dev.info.coopmat2_features)
+                    and "VK_KHR_cooperative_matrix" in dev.extensions)
