@@ -102,10 +102,14 @@
 // in a fixed order (the route does not depend on timing), then picks the experts exactly as
 // moe_router.comp does and writes the route row to binding 20, and puts the count back to 0.
 // RSH: qwen35moe's shared-expert gate sigmoid(w_shexp . x') (binding 21) as slot RNU (moe_router.comp
-// SHEXP). Bindings 16 Wr (f32, [RNE][rows of the whole matrix]), 17 nw.
+// SHEXP). Bindings 16 Wr (f32, [RNE][rows of the whole matrix]), 17 nw. A thread's router weights of a
+// row block (RK x RROWS registers) are loaded ahead: REARLY, the first block's with its matrix loads
+// and each next block's after this block's terms (in flight during the next block's arithmetic);
+// else each block's after its arithmetic, in flight during its reduction (fewer registers held
+// during the products' loads). nw comes with the bias and residual.
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
-// 25 REPS, 26 RNORM, 27 RSH.
+// 25 REPS, 26 RNORM, 27 RSH, 28 REARLY.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -135,9 +139,11 @@ layout(constant_id = 24) const float RSCALE = 1.0;    // and multiplied by this
 layout(constant_id = 25) const float REPS = 1e-6;     // the FFN norm's epsilon
 layout(constant_id = 26) const bool RNORM = true;     // the FFN norm folded in (else logits of x itself)
 layout(constant_id = 27) const bool RSH = false;      // the shared expert's gate as slot RNU
+layout(constant_id = 28) const bool REARLY = true;    // router weights loaded with the matrix's (header)
 const uint RNC = RNE + (RSH ? 1 : 0) + 1;             // partial columns: logits, gate, sum of squares
 const uint RNC4 = (RNC + 3) / 4;                      // ... as vec4s (the host checks RNC4 <= WG)
 const uint RK = (RNC + WG - 1) / WG;                  // columns per thread
+const uint RROWS = (WG / TPR) * RJ;                   // rows of a row block (no PAIR with ROUTER)
 layout(std430, binding = 16) readonly buffer RouterW { float rw[]; };
 layout(std430, binding = 17) readonly buffer RouterNorm { float rnw[]; };
 layout(std430, binding = 18) volatile coherent buffer RouterPart { float rpart[]; };   // [workgroup][RNC4 * 4]
@@ -151,6 +157,7 @@ shared uint rpick_id[RNU];
 shared float rpick_w[RNU];
 shared bool rlast;
 float racc[RK];                // this workgroup's partial of columns tid + WG k
+float rwv[RK][RROWS];          // this thread's router weights of the current row block
 #endif
 
 #include "quants.glsl"
@@ -441,21 +448,30 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 
 #ifdef ROUTER
 // ---- ROUTER: a row block's terms, then the last workgroup's pick (header) ----
-// Adds the terms of the block's rows (from row0; v: this thread's row of x, 0 past the end) to racc.
-void router_block(uint row0, float v) {
+// Loads this thread's router weights (columns tid + WG k) of the row block from row0 into rwv.
+void router_load(uint row0) {
     uint tid = gl_LocalInvocationIndex;
-    if (tid < p.rows_per_wg) rbuf[tid].x = v;
+    [[unroll]] for (uint k = 0; k < RK; ++k) {
+        uint e = tid + WG * k;
+        [[unroll]] for (uint i = 0; i < RROWS; ++i) {
+            uint r = p.y_off + min(row0 + i, p.n_rows - 1);
+            rwv[k][i] = e < RNE ? rw[e * p.y_stride + r] : (RSH && e == RNE ? rshw[r] : 0.0);
+        }
+    }
+}
+
+// Adds the terms of the block's rows (from row0) to racc: v is this thread's row of x (0 past the
+// end), rn its norm weight.
+void router_block(uint row0, float v, float rn) {
+    uint tid = gl_LocalInvocationIndex;
+    if (tid < RROWS) rbuf[tid].xy = vec2(v, RNORM ? v * rn : v);   // x, x' (moe_router.comp's order)
     barrier();
-    uint nr = min(p.rows_per_wg, p.n_rows - row0), r0 = p.y_off + row0;
+    uint nr = min(RROWS, p.n_rows - row0);
     [[unroll]] for (uint k = 0; k < RK; ++k) {
         uint e = tid + WG * k;
         float s = 0.0;
         if (e < RNC - 1) {   // a logit (or the shared expert's gate): W[e] . x' over these rows
-            for (uint i = 0; i < nr; ++i) {
-                float xv = rbuf[i].x;
-                if (RNORM) xv *= rnw[r0 + i];
-                s += (e < RNE ? rw[e * p.y_stride + r0 + i] : rshw[r0 + i]) * xv;
-            }
+            [[unroll]] for (uint i = 0; i < RROWS; ++i) if (i < nr) s += rwv[k][i] * rbuf[i].y;
         } else if (e == RNC - 1) {   // the sum of squares
             for (uint i = 0; i < nr; ++i) s += rbuf[i].x * rbuf[i].x;
         }
@@ -481,8 +497,16 @@ void router_finish(uint widx, uint n_writers) {
     // column c4 (4 of them) over the workgroups sl, sl + nsl, ..., then the nsl slices in order
     uint nsl = WG / RNC4, c4 = tid % RNC4, sl = tid / RNC4;
     vec4 acc4 = vec4(0.0);
-    if (sl < nsl)
-        for (uint w = sl; w < n_writers; w += nsl) acc4 += rpart4[w * RNC4 + c4];
+    if (sl < nsl) {
+        for (uint w0 = sl; w0 < n_writers; w0 += 8 * nsl) {   // 8 loads in flight, added in order
+            vec4 a[8];
+            [[unroll]] for (uint j = 0; j < 8; ++j) {
+                uint w = w0 + j * nsl;
+                a[j] = w < n_writers ? rpart4[w * RNC4 + c4] : vec4(0.0);
+            }
+            [[unroll]] for (uint j = 0; j < 8; ++j) acc4 += a[j];
+        }
+    }
     rbuf[tid] = acc4;
     barrier();
     if (tid < RNC4) {
@@ -576,6 +600,10 @@ void product() {
     // 1. Every weight load of the first row block, before anything else.
     uint blk = wg;
     load_weights(blk * p.rows_per_wg, u0, n_units, row_units, g, c, G);
+#ifdef ROUTER
+    bool rwrite = KSPLIT == 1 || ks == KSPLIT - 1;   // ROUTER: this workgroup writes rows of x
+    if (REARLY && rwrite) router_load(blk * p.rows_per_wg);
+#endif
     if (WAIT && !XFIRST) wait_for_producer();
 
     // 2. Per x chunk: stage it (the loads above are in flight meanwhile), then multiply from registers.
@@ -612,6 +640,9 @@ void product() {
         uint next = blk + wg_stride;
         bool more = s + 1 < STEPS && next < n_blocks;
         if (more) load_weights(next * p.rows_per_wg, u0, n_units, row_units, g, c, G);
+#ifdef ROUTER
+        if (!REARLY && rwrite) router_load(blk * p.rows_per_wg);   // in flight during the reduction
+#endif
         uint row0 = blk * p.rows_per_wg, rb = (s % 2) * MAX_SUBGROUPS;
         uint gg = tid % G, j = tid / G;   // this thread's output row: row0 + gg + G * j
         uint out_row = p.y_off + row0 + gg + G * j;
@@ -623,6 +654,9 @@ void product() {
             if (p.has_bias != 0) b_add = bias[out_row];
             if (RESID) r_add = WAIT ? residc[out_row] : resid[out_row];
         }
+#ifdef ROUTER
+        float r_nw = mine && write && RNORM ? rnw[out_row] : 0.0;   // ROUTER: the FFN norm's weight
+#endif
 
         // 3. Reduce: within the subgroup, then over the TPR / S subgroups of a row group (the sum of
         //    squares over the whole workgroup, once). TPR < S: a subgroup holds S / TPR row groups,
@@ -693,13 +727,16 @@ void product() {
             }
         }
 #ifdef ROUTER
-        if (write) router_block(row0, mine ? v : 0.0);   // ROUTER: this block's rows of x are final
+        if (write) {   // ROUTER: this block's rows of x are final
+            router_block(row0, mine ? v : 0.0, r_nw);
+            if (REARLY && more) router_load(next * p.rows_per_wg);
+        }
 #endif
         if (!more) break;
         blk = next;
     }
 #ifdef ROUTER
-    if (KSPLIT == 1 || ks == KSPLIT - 1) router_finish(wg, min(wg_stride, n_blocks));
+    if (rwrite) router_finish(wg, min(wg_stride, n_blocks));
 #endif
 }
 

@@ -21,6 +21,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 import llamavk
+from llamavk.errors import LlamavkError
 from llamavk.kernels import KernelCache, View, moe, upload_qweight
 from llamavk.kernels import matmul as mm
 from llamavk.kernels.matmul import MatvecConfig, matmul
@@ -56,6 +57,9 @@ CASES = {
     "q4_0-128x8-dp-steps": (T.Q4_0, 200, 1024, 128, 8, "softmax", True, 1.0, True, False,
                             MatvecConfig(64, 2, 1, 1, "stream_dp", steps=2)),
 }
+# LLAMAVK_ROUTER_FUSE=late: each block's router weights loaded after its arithmetic (REARLY off)
+CASES["q8_0-70x6-sigmoid-steps-late"] = CASES["q8_0-70x6-sigmoid-steps"]
+CASES["q4_0-10x3-parts-shexp-late"] = CASES["q4_0-10x3-parts-shexp"]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -64,6 +68,9 @@ def test_router_in_product(dev, kc, monkeypatch, case):
     if cfg.kernel == "stream_dp" and not kc.device.features.get("int_dot"):
         cfg = replace(cfg, kernel="stream")
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    late = case.endswith("-late")
+    if late:
+        monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "late")
     name = mm.type_suffix(qtype)
     _, rows_per_wg, parts, steps = mm._matvec_spec(kc, cfg, name, cols, 1, False, True, False)
     assert -(-rows // (rows_per_wg * steps)) > 1          # several workgroups write y
@@ -118,6 +125,8 @@ def test_router_in_product(dev, kc, monkeypatch, case):
         other = unfused.array(np.float32, 2 * half)
         np.testing.assert_array_equal(got[:half].view(np.uint32), other[:half].view(np.uint32))
         np.testing.assert_allclose(got[half:], other[half:], rtol=1e-5, atol=1e-7)
+    specs = [spec for kname, spec in kc._kernels if kname.startswith("mul_mv_stream") and "_router_" in kname]
+    assert any(spec[20] == n_expert and spec[28] == (not late) for spec in specs)
 
 
 def test_router_fold_refusals(dev, kc, monkeypatch):
@@ -130,14 +139,17 @@ def test_router_fold_refusals(dev, kc, monkeypatch):
     rw = upload_qweight(dev, wr.view(np.uint8).reshape(8, -1), T.F32, 8, 37)
     assert moe.router_fold_ok(kc, qw, rw, 2, False)
     assert not moe.router_fold_ok(kc, qw, rw, 9, False)                      # more chosen than experts
-    raw16, _ = make_weight(T.F16, 8, 37 * 0 + 64, seed=6)
-    assert not moe.router_fold_ok(kc, qw, upload_qweight(dev, raw16, T.F16, 8, 64), 2, False)
+    raw16, _ = make_weight(T.F16, 8, 37, seed=6)
+    assert not moe.router_fold_ok(kc, qw, upload_qweight(dev, raw16, T.F16, 8, 37), 2, False)
     rw_other = upload_qweight(dev, np.zeros((8, 38), np.float32).view(np.uint8).reshape(8, -1), T.F32, 8, 38)
     assert not moe.router_fold_ok(kc, qw, rw_other, 2, False)               # not x's rows
     chunked = upload_qweight(dev, raw, T.Q4_0, 37, 416, max_chunk_bytes=raw.shape[1] * 5)
     assert not moe.router_fold_ok(kc, chunked, rw, 2, False)                 # x over several dispatches
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "0")
     assert not moe.router_fold_ok(kc, qw, rw, 2, False)
+    monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "yes")
+    with pytest.raises(LlamavkError, match="LLAMAVK_ROUTER_FUSE='yes': 0, 1 or late"):
+        moe.router_fold_ok(kc, qw, rw, 2, False)
     monkeypatch.delenv("LLAMAVK_ROUTER_FUSE")
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": MatvecConfig(64, 2, 1, 1, "base")})
     assert not moe.router_fold_ok(kc, qw, rw, 2, False)                      # not the stream kernel

@@ -250,6 +250,7 @@ ROUTER_BINDING0 = 16
 ROUTER_SPEC0 = 20
 ROUTER_BINDINGS = "rrwwwr"   # 16 router matrix, 17 norm weights, 18 partials, 19 count, 20 route, 21 shared gate
 ROUTER_MAX_USED = 32         # the shader's pick (as moe_router.comp's)
+ROUTER_MAX_REGS = 32         # router weights a thread holds for a row block (columns x rows)
 
 
 def _stream_shared_bytes(cfg: MatvecConfig, name: str, tpr: int) -> int:
@@ -265,16 +266,18 @@ def matvec_router_ok(kc: KernelCache, w: QWeight, router_cols: int, n_used: int)
     """Whether w's one-token product can compute a router of `router_cols` partial columns (experts,
     a shared expert's gate, the sum of squares) choosing n_used experts from the rows it writes
     (matvec_stream.comp ROUTER): the stream kernel over one chunk (the whole of x in one dispatch),
-    no more columns than 4 per thread, and the router's shared arrays fitting beside the kernel's."""
+    a thread's router weights of a row block within ROUTER_MAX_REGS, and the router's shared arrays
+    fitting beside the kernel's."""
     if len(w.chunks) != 1 or not 1 <= n_used <= ROUTER_MAX_USED:
         return False
     found = _one_token_stream(kc, w)
     if found is None:
         return False
-    cfg, _, (tpr, _, _) = found
+    cfg, _, (tpr, _, rj) = found
     col4 = -(-router_cols // 4)
+    regs = -(-router_cols // cfg.wg) * (cfg.wg // tpr) * rj
     shared = _stream_shared_bytes(cfg, type_suffix(w.qtype), tpr) + 16 * cfg.wg + 16 * col4 + 8 * n_used + 4
-    return col4 <= cfg.wg and shared <= (kc.info.max_shared_memory or 49152)
+    return col4 <= cfg.wg and regs <= ROUTER_MAX_REGS and shared <= (kc.info.max_shared_memory or 49152)
 
 
 def _router_dispatch(kc: KernelCache, router, n_bound: int, filler, writers: int) -> tuple[str, tuple, list]:

@@ -102,10 +102,19 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
                  (n_expert + (shexp is not None), n_tokens, 1), push, chained=wait is not None)
 
 
+def router_fold_mode() -> str:
+    """LLAMAVK_ROUTER_FUSE (A/B): 0 keeps the router a dispatch of its own after the product writing
+    its input; `late` folds it with each row block's router weights loaded after the block's
+    arithmetic instead of with its matrix loads (matvec_stream.comp REARLY); 1 or unset: folded, early.
+    -> "off", "early" or "late"."""
+    value = os.environ.get("LLAMAVK_ROUTER_FUSE", "1")
+    if value not in ("0", "1", "late"):
+        raise LlamavkError(f"LLAMAVK_ROUTER_FUSE={value!r}: 0, 1 or late")
+    return {"0": "off", "1": "early", "late": "late"}[value]
+
+
 def router_fold_enabled() -> bool:
-    """LLAMAVK_ROUTER_FUSE=0 keeps the router a dispatch of its own after the product writing its
-    input (A/B)."""
-    return os.environ.get("LLAMAVK_ROUTER_FUSE", "1") != "0"
+    return router_fold_mode() != "off"
 
 
 def router_fold_ok(kc: KernelCache, product_w: QWeight, router_w: QWeight, n_used: int, shexp: bool) -> bool:
@@ -139,9 +148,9 @@ class FoldedRouter:
         return self.w.rows + (self.shexp is not None) + 1
 
     def spec(self) -> tuple:
-        """matvec_stream.comp's RNE, RNU, RSIG, RRENORM, RSCALE, REPS, RNORM, RSH."""
+        """matvec_stream.comp's RNE, RNU, RSIG, RRENORM, RSCALE, REPS, RNORM, RSH, REARLY."""
         return (self.w.rows, self.n_used, self.gating == "sigmoid", bool(self.norm), float(self.scale),
-                float(self.eps), self.norm_w is not None, self.shexp is not None)
+                float(self.eps), self.norm_w is not None, self.shexp is not None, router_fold_mode() != "late")
 
     def scratch(self, kc: KernelCache, writers: int) -> tuple:
         """(partials, count) ranges: [writers][columns rounded up to 4] floats, and the count of
