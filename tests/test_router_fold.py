@@ -167,14 +167,15 @@ def decode_rows(path, prompt):
         return np.array(rows), dispatches, rt.fused_one["last"].ops, rt.cfg
 
 
-@pytest.mark.parametrize("arch", ["qwen3moe", "qwen35moe"])
-def test_decode_with_router_in_product(synthetic_model, monkeypatch, arch):
+@pytest.mark.parametrize("arch,qtype", [("qwen3moe", "q4_0"), ("qwen3moe", "q4_k"), ("qwen35moe", "q4_0"),
+                                        ("qwen35moe", "q8_0")])
+def test_decode_with_router_in_product(synthetic_model, monkeypatch, arch, qtype):
     """The one-token step with each MoE layer's router in the product writing its input (the output
     projection; qwen35moe's DeltaNet layers: ssm_out, with the shared expert's gate): logits equal
     the numpy reference and the unfused step's (the same experts: another pick moves a logit by far
     more), one dispatch fewer per layer."""
     chainable_stream_kernel(monkeypatch)
-    path = synthetic_model(arch, "q4_0", seed=3)
+    path = synthetic_model(arch, qtype, seed=3)
     prompt = [int(t) for t in np.random.default_rng(4).integers(3, 500, 6)]
     want = ReferenceModel(load_model_file(path)).logits(prompt)
     scale = np.abs(want).max()
