@@ -396,6 +396,7 @@ class DeviceRuntime:
             seq = segments[-1]
             if self.profile:
                 pair = f"+{op.attrs['pair'].role}" if "pair" in op.attrs else ""
+                pair += "+router" if "router" in op.attrs else ""   # a router folded in (fusion.py)
                 seq.label = f"{k}:{op.inputs[0].role}{pair}" if k == "matmul" else k
             if k == "sync_reduce":       # a split's exchange point and sum in one dispatch (comm.py)
                 n = self.comm.sync_reduce(seq, op, n_tokens, act, step, slot, chain=signal)
