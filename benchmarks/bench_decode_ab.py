@@ -58,6 +58,8 @@ def leave_out(rt, parts: set) -> None:
 
     def matmul(seq, kc, w, x, y, n, **kw):
         part = named_part(rt, w) if moe_model else product_part(w, kw)
+        if "router" in parts and kw.get("router") is not None:   # a router folded into the product
+            kw["router"] = None
         if part not in parts:
             return mm_orig(seq, kc, w, x, y, n, **kw)
 

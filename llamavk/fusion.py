@@ -45,6 +45,15 @@ wider), the gate/up pair computes the shared slot too (attrs shexp, shexp_pair: 
 output per token: the routed slots' rows, then the shared slot's), and the down product sums all
 slots (attrs sum, shexp). `fuse_for_matvec` then folds the norm into router and pair and the
 residual add into the down product: 3 dependent stages for the FFN instead of 6-7.
+
+`fuse_router_into_products` (one-token steps, after `fuse_for_matvec`, where the device's kernel can):
+a router picking the experts itself (attr route) whose input x is written by a product (the output
+projection + residual; qwen35moe's DeltaNet output product likewise) goes into that product: the
+router's logits are linear in x, so the product's workgroups add the router's terms of the rows of x
+they write, and the last of them picks the experts (matvec_stream.comp ROUTER). The product gets attr
+router (the router's weight, route attrs, norm, eps, shared-expert gate) and attr route_out, the
+route tensor it now writes besides x (graph.WRITTEN_ATTRS); the router op goes: one dependent stage
+fewer per MoE layer.
 """
 
 from __future__ import annotations
@@ -241,15 +250,41 @@ def fuse_shared_expert(graph: Graph, can_fuse) -> Graph:
 
 def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True,
                    can_route=lambda weight: True, can_fuse_gdn=lambda head_dim, d_conv: False,
-                   can_shexp=lambda *weights: False) -> Graph | None:
+                   can_shexp=lambda *weights: False,
+                   can_fold_router=lambda product, router, n_used, shexp: False) -> Graph | None:
     """The one-token step's graph: pairs, RoPE and a shared expert in the products and DeltaNet's
-    middle in one op, where the device can, then the decode fusions; None where none applies (the
-    step then takes fuse_for_matvec's graph)."""
+    middle in one op, where the device can, then the decode fusions and routers in the products
+    writing their inputs; None where none applies (the step then takes fuse_for_matvec's graph)."""
     one = fuse_rope_into_products(fuse_glu_pairs(graph, can_pair), can_rope)
     one = fuse_shared_expert(fuse_delta_net_step(one, can_fuse_gdn), can_shexp)
-    if len(one.ops) == len(graph.ops) and not any(op.attrs.get("kv_stored") for op in one.ops):
-        return None
-    return fuse_for_matvec(one, can_sum, can_route)
+    changed = len(one.ops) != len(graph.ops) or any(op.attrs.get("kv_stored") for op in one.ops)
+    decode = fuse_for_matvec(one, can_sum, can_route)
+    folded = fuse_router_into_products(decode, can_fold_router)
+    return folded if changed or len(folded.ops) != len(decode.ops) else None
+
+
+def fuse_router_into_products(graph: Graph, can_fold) -> Graph:
+    """can_fold(product weight, router weight, n_used, shexp) -> bool: whether the device's one-token
+    product of that weight can compute that router (n_used experts per token; shexp: with a shared
+    expert's gate) from the rows it writes."""
+    ops, consumers, producer = _rewrite_state(graph)
+    dropped: set[int] = set()
+    for op in ops:
+        if op.kind != "matmul" or "route" not in op.attrs or len(op.inputs) != 2:
+            continue
+        x = op.inputs[1]
+        prod = producer.get(x)
+        if prod is None or prod.kind != "matmul" or prod.out is graph.logits \
+                or any(k in prod.attrs for k in ("pair", "rope", "route", "router")):
+            continue
+        a = op.attrs
+        if not can_fold(prod.inputs[0], op.inputs[0], a["route"]["n_used"], "shexp_gate" in a):
+            continue
+        prod.attrs["router"] = dict(weight=op.inputs[0], route=a["route"], norm=a.get("norm"),
+                                    eps=a.get("eps", 0.0), shexp_gate=a.get("shexp_gate"))
+        prod.attrs["route_out"] = op.out
+        dropped.add(id(op))
+    return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
 def fuse_for_matvec(graph: Graph, can_sum=lambda weight: True, can_route=lambda weight: True) -> Graph:

@@ -61,6 +61,11 @@ class Tensor:
         return f"Tensor({self.name}, {self.kind}, width={self.width})"
 
 
+# attrs naming a tensor the op writes besides its output: a product's route (a router folded into it,
+# fusion.fuse_router_into_products)
+WRITTEN_ATTRS = ("route_out",)
+
+
 @dataclass(eq=False)
 class Op:
     kind: str
@@ -71,8 +76,13 @@ class Op:
 
     def reads(self) -> tuple[Tensor, ...]:
         """Every tensor the op reads: its inputs and tensors carried in attrs (fused operands)."""
-        extra = tuple(v for v in self.attrs.values() if isinstance(v, Tensor))
+        extra = tuple(v for k, v in self.attrs.items() if isinstance(v, Tensor) and k not in WRITTEN_ATTRS)
         return self.inputs + extra
+
+    def writes(self) -> tuple[Tensor, ...]:
+        """Every tensor the op writes: its output, and a fused op's second output (WRITTEN_ATTRS)."""
+        extra = tuple(self.attrs[k] for k in WRITTEN_ATTRS if k in self.attrs)
+        return ((self.out,) if self.out is not None else ()) + extra
 
     def __repr__(self):
         return f"Op({self.kind}, {[t.name for t in self.inputs]} -> {self.out.name if self.out else None})"

@@ -58,10 +58,11 @@ def plan_activations(graph: Graph, n_tokens: int) -> ActivationPlan:
     offsets, sizes, top = {}, {}, 0
     rows = n_tokens
     for i, op in enumerate(graph.ops):
-        out = op.out
         if op.kind == "last_row":
             rows = 1                              # everything after it is one token's row
-        if out is not None and out not in offsets and out is not graph.logits:   # logits: own buffer
+        for out in op.writes():
+            if out in offsets or out is graph.logits:   # logits: own buffer
+                continue
             size = _align(rows * out.width * 4)
             for j, (off, sz) in enumerate(free):
                 if sz >= size:
@@ -258,8 +259,11 @@ class DeviceRuntime:
         # and a shared expert (qwen35moe) as one more slot of the routed experts' products
         can_shexp = lambda router, *mats: can_route(router) and moe.shexp_slot_ok(  # noqa: E731
             *(self.weights[w.name] for w in mats))
+        # and a router in the product writing its input (the output projection), where that kernel can
+        can_fold = lambda prod, router, n_used, shexp: moe.router_fold_ok(  # noqa: E731
+            self.kc, self.weights[prod.name], self.weights[router.name], n_used, shexp)
         self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route, can_fuse_gdn=can_gdn,
-                                              can_shexp=can_shexp) or self.fused[key]
+                                              can_shexp=can_shexp, can_fold_router=can_fold) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
         if self._step_pass is not None:
             self.fused = {key: self._step_pass(g, False) for key, g in self.fused.items()}
@@ -392,6 +396,7 @@ class DeviceRuntime:
             seq = segments[-1]
             if self.profile:
                 pair = f"+{op.attrs['pair'].role}" if "pair" in op.attrs else ""
+                pair += "+router" if "router" in op.attrs else ""   # a router folded in (fusion.py)
                 seq.label = f"{k}:{op.inputs[0].role}{pair}" if k == "matmul" else k
             if k == "sync_reduce":       # a split's exchange point and sum in one dispatch (comm.py)
                 n = self.comm.sync_reduce(seq, op, n_tokens, act, step, slot, chain=signal)
@@ -431,7 +436,8 @@ class DeviceRuntime:
                               residual=act(resid) if resid is not None else None,
                               glu=act(glu) if glu is not None else None,
                               pair=self.weights[pair.name] if pair is not None else None,
-                              rope=self._rope_out(op, step), wait=wait, signal=signal)
+                              rope=self._rope_out(op, step), wait=wait, signal=signal,
+                              router=self._folded_router(op, act, vec))
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]
@@ -567,6 +573,16 @@ class DeviceRuntime:
         else:
             return False
         return kind != "" and kind in edges and matmul.matvec_chain_ok(self.kc, self.weights[op.inputs[0].name])
+
+    def _folded_router(self, op, act, vec) -> moe.FoldedRouter | None:
+        """The router a product computes from the rows it writes (fusion.fuse_router_into_products)."""
+        a = op.attrs.get("router")
+        if a is None:
+            return None
+        r = a["route"]
+        return moe.FoldedRouter(self.weights[a["weight"].name], act(op.attrs["route_out"]), r["n_used"], r["gating"],
+                                r["norm"], r["scale"], vec(a["norm"]) if a["norm"] is not None else None, a["eps"],
+                                vec(a["shexp_gate"]) if a["shexp_gate"] is not None else None)
 
     def _rope_out(self, op, step) -> rope.RopeOut | None:
         """Where a Q/K/V product with RoPE in it (fusion.fuse_rope_into_products) writes: q rotated

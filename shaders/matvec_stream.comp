@@ -91,8 +91,25 @@
 // workgroups and launches the next grid with DRAM idle; chained, the next product's weights are in
 // flight meanwhile. The counters are zeroed at the start of every step (kernels/chain.py).
 // Deadlock-free when the producer's workgroups all start before the product's (submission order).
+// ROUTER (variants *_router; one-token steps of a mixture of experts, fusion.fuse_router_into_products):
+// the product writing x (the output projection + residual) also computes the MoE router's choice from
+// it, so the router's dispatch and its dependent stage go. The router's logits are linear in x:
+//   logit_e = (sum_c Wr[e, c] nw[c] x[c]) / rms(x)      (nw: the FFN norm's weights; RNORM)
+// so every workgroup that writes final rows of x (the last column part's) adds, per row block, its
+// rows' terms for every expert and the rows' sum of squares (column RNE + RSH of the partials), over
+// its row blocks, and stores them to binding 18 ([workgroup][columns]); the workgroup that counts
+// itself done last on binding 19 (count and continue: no workgroup waits) adds the workgroups' partials
+// in a fixed order (the route does not depend on timing), then picks the experts exactly as
+// moe_router.comp does and writes the route row to binding 20, and puts the count back to 0.
+// RSH: qwen35moe's shared-expert gate sigmoid(w_shexp . x') (binding 21) as slot RNU (moe_router.comp
+// SHEXP). Bindings 16 Wr (f32, [RNE][rows of the whole matrix]), 17 nw. A thread's router weights of a
+// row block (RK x RROWS registers) are loaded ahead: REARLY, the first block's with its matrix loads
+// and each next block's after this block's terms (in flight during the next block's arithmetic);
+// else each block's after its arithmetic, in flight during its reduction (fewer registers held
+// during the products' loads). nw comes with the bias and residual.
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
-// 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE.
+// 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
+// 25 REPS, 26 RNORM, 27 RSH, 28 REARLY.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -111,6 +128,37 @@ layout(constant_id = 13) const bool SIGNAL = false;
 layout(constant_id = 14) const uint PHASE = 0;
 const uint RO = PAIR ? RJ / 2 : RJ;   // rows written per lane's row group
 const uint WPB = PHASE == 0 ? KSPLIT : (PHASE == 1 ? KSPLIT - 1 : 1);   // workgroups per row block
+
+#ifdef ROUTER
+// ---- ROUTER: constants and buffers (header) ----
+layout(constant_id = 20) const uint RNE = 8;          // experts
+layout(constant_id = 21) const uint RNU = 2;          // experts chosen per token (<= 32)
+layout(constant_id = 22) const bool RSIG = false;     // sigmoid of each logit (else softmax)
+layout(constant_id = 23) const bool RRENORM = true;   // the chosen weights divided by their sum
+layout(constant_id = 24) const float RSCALE = 1.0;    // and multiplied by this
+layout(constant_id = 25) const float REPS = 1e-6;     // the FFN norm's epsilon
+layout(constant_id = 26) const bool RNORM = true;     // the FFN norm folded in (else logits of x itself)
+layout(constant_id = 27) const bool RSH = false;      // the shared expert's gate as slot RNU
+layout(constant_id = 28) const bool REARLY = true;    // router weights loaded with the matrix's (header)
+const uint RNC = RNE + (RSH ? 1 : 0) + 1;             // partial columns: logits, gate, sum of squares
+const uint RNC4 = (RNC + 3) / 4;                      // ... as vec4s (the host checks RNC4 <= WG)
+const uint RK = (RNC + WG - 1) / WG;                  // columns per thread
+const uint RROWS = (WG / TPR) * RJ;                   // rows of a row block (no PAIR with ROUTER)
+layout(std430, binding = 16) readonly buffer RouterW { float rw[]; };
+layout(std430, binding = 17) readonly buffer RouterNorm { float rnw[]; };
+layout(std430, binding = 18) volatile coherent buffer RouterPart { float rpart[]; };   // [workgroup][RNC4 * 4]
+layout(std430, binding = 18) volatile coherent buffer RouterPart4 { vec4 rpart4[]; };
+layout(std430, binding = 19) volatile coherent buffer RouterCount { uint rcount[]; };  // 0 between runs
+layout(std430, binding = 20) writeonly buffer Route { float route[]; };
+layout(std430, binding = 21) readonly buffer RouterShexp { float rshw[]; };
+shared vec4 rbuf[WG];          // a row block's x (.x), then the partials' slices
+shared float rtot[RNC4 * 4];   // the summed columns, then the probabilities
+shared uint rpick_id[RNU];
+shared float rpick_w[RNU];
+shared bool rlast;
+float racc[RK];                // this workgroup's partial of columns tid + WG k
+float rwv[RK][RROWS];          // this thread's router weights of the current row block
+#endif
 
 #include "quants.glsl"
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -398,6 +446,127 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
 }
 
+#ifdef ROUTER
+// ---- ROUTER: a row block's terms, then the last workgroup's pick (header) ----
+// Loads this thread's router weights (columns tid + WG k) of the row block from row0 into rwv.
+void router_load(uint row0) {
+    uint tid = gl_LocalInvocationIndex;
+    [[unroll]] for (uint k = 0; k < RK; ++k) {
+        uint e = tid + WG * k;
+        [[unroll]] for (uint i = 0; i < RROWS; ++i) {
+            uint r = p.y_off + min(row0 + i, p.n_rows - 1);
+            rwv[k][i] = e < RNE ? rw[e * p.y_stride + r] : (RSH && e == RNE ? rshw[r] : 0.0);
+        }
+    }
+}
+
+// Adds the terms of the block's rows (from row0) to racc: v is this thread's row of x (0 past the
+// end), rn its norm weight.
+void router_block(uint row0, float v, float rn) {
+    uint tid = gl_LocalInvocationIndex;
+    if (tid < RROWS) rbuf[tid].xy = vec2(v, RNORM ? v * rn : v);   // x, x' (moe_router.comp's order)
+    barrier();
+    uint nr = min(RROWS, p.n_rows - row0);
+    [[unroll]] for (uint k = 0; k < RK; ++k) {
+        uint e = tid + WG * k;
+        float s = 0.0;
+        if (e < RNC - 1) {   // a logit (or the shared expert's gate): W[e] . x' over these rows
+            [[unroll]] for (uint i = 0; i < RROWS; ++i) if (i < nr) s += rwv[k][i] * rbuf[i].y;
+        } else if (e == RNC - 1) {   // the sum of squares
+            for (uint i = 0; i < nr; ++i) s += rbuf[i].x * rbuf[i].x;
+        }
+        racc[k] += s;
+    }
+    barrier();   // rbuf holds the next block's x next
+}
+
+// Stores this workgroup's partials (it is writer widx of n_writers); the last to count itself done
+// adds them all (workgroup order: the same sums every run) and writes the route row.
+void router_finish(uint widx, uint n_writers) {
+    uint tid = gl_LocalInvocationIndex;
+    [[unroll]] for (uint k = 0; k < RK; ++k) {
+        uint e = tid + WG * k;
+        if (e < RNC4 * 4) rpart[widx * RNC4 * 4 + e] = e < RNC ? racc[k] : 0.0;
+    }
+    memoryBarrierBuffer();
+    barrier();
+    if (tid == 0) rlast = atomicAdd(rcount[0], 1u) == n_writers - 1;
+    barrier();
+    if (!rlast) return;   // uniform: another workgroup picks
+    memoryBarrierBuffer();
+    // column c4 (4 of them) over the workgroups sl, sl + nsl, ..., then the nsl slices in order
+    uint nsl = WG / RNC4, c4 = tid % RNC4, sl = tid / RNC4;
+    vec4 acc4 = vec4(0.0);
+    if (sl < nsl) {
+        for (uint w0 = sl; w0 < n_writers; w0 += 8 * nsl) {   // 8 loads in flight, added in order
+            vec4 a[8];
+            [[unroll]] for (uint j = 0; j < 8; ++j) {
+                uint w = w0 + j * nsl;
+                a[j] = w < n_writers ? rpart4[w * RNC4 + c4] : vec4(0.0);
+            }
+            [[unroll]] for (uint j = 0; j < 8; ++j) acc4 += a[j];
+        }
+    }
+    rbuf[tid] = acc4;
+    barrier();
+    if (tid < RNC4) {
+        vec4 t = vec4(0.0);
+        for (uint k = 0; k < nsl; ++k) t += rbuf[tid + RNC4 * k];
+        rtot[4 * tid] = t.x; rtot[4 * tid + 1] = t.y; rtot[4 * tid + 2] = t.z; rtot[4 * tid + 3] = t.w;
+    }
+    barrier();
+    // the pick, by the first subgroup: moe_router.comp's (each lane reads and writes only its own
+    // experts' rtot, i = lane + S k, but for the picks' broadcast)
+    if (gl_SubgroupID != 0) return;
+    uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize;
+    uint half_row = RSH ? RNU + 1 : RNU;   // route row: half_row ids, then their weights
+    float inv_rms = RNORM ? inversesqrt(rtot[RNC - 1] / float(p.y_stride) + REPS) : 1.0;
+    float m = -3.4e38;
+    for (uint i = lane; i < RNE; i += S) {
+        float l = rtot[i] * inv_rms;
+        rtot[i] = l;
+        m = max(m, l);
+    }
+    m = subgroupMax(m);
+    float sum = 0.0;
+    for (uint i = lane; i < RNE; i += S) {
+        float v = rtot[i];
+        v = RSIG ? 1.0 / (1.0 + exp(-v)) : exp(v - m);
+        rtot[i] = v;
+        sum += v;
+    }
+    float inv = RSIG ? 1.0 : 1.0 / subgroupAdd(sum);
+    float chosen_sum = 0.0;
+    for (uint k = 0; k < RNU; ++k) {
+        float bv = -2.0;
+        uint bi = 0xFFFFFFFFu;
+        for (uint i = lane; i < RNE; i += S) {
+            float v = rtot[i];
+            if (v > bv) { bv = v; bi = i; }   // ascending i: the first of equals stays
+        }
+        float best = subgroupMax(bv);
+        uint id = subgroupMin(bv == best ? bi : 0xFFFFFFFFu);
+        chosen_sum += best * inv;
+        if (lane == 0) { rpick_id[k] = id; rpick_w[k] = best * inv; }
+        if (id % S == lane) rtot[id] = -1.0;   // its owner takes it out (probabilities are >= 0)
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+    }
+    float f = RRENORM ? RSCALE / chosen_sum : RSCALE;
+    for (uint k = lane; k < RNU; k += S) {
+        route[k] = uintBitsToFloat(rpick_id[k]);
+        route[half_row + k] = rpick_w[k] * f;
+    }
+    if (RSH && lane == 0) {   // the shared expert's gate (moe_router.comp SHEXP)
+        float logit = rtot[RNE] * inv_rms;
+        route[RNU] = uintBitsToFloat(RNE);
+        route[half_row + RNU] = 1.0 / (1.0 + exp(-logit));
+    }
+    if (lane == 0) rcount[0] = 0u;
+}
+// ---- end ROUTER ----
+#endif
+
 void product() {
     uint row_units = p.cols / UNIT;
     uint n_units = row_units / KSPLIT;   // units of this workgroup's part of the row
@@ -413,6 +582,9 @@ void product() {
     uint g = tid / TPR, c = tid % TPR;
     uint S = gl_SubgroupSize, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     uint per_row = max(TPR / S, 1u);     // subgroups per row group (TPR < S: 1, and red[] per row group)
+#ifdef ROUTER
+    [[unroll]] for (uint k = 0; k < RK; ++k) racc[k] = 0.0;
+#endif
 
     // 0. XFIRST: this lane's share of x's first chunk, loaded before the weights (header); with WAIT
     //    that is after the wait, so the weights follow the wait too
@@ -428,6 +600,10 @@ void product() {
     // 1. Every weight load of the first row block, before anything else.
     uint blk = wg;
     load_weights(blk * p.rows_per_wg, u0, n_units, row_units, g, c, G);
+#ifdef ROUTER
+    bool rwrite = KSPLIT == 1 || ks == KSPLIT - 1;   // ROUTER: this workgroup writes rows of x
+    if (REARLY && rwrite) router_load(blk * p.rows_per_wg);
+#endif
     if (WAIT && !XFIRST) wait_for_producer();
 
     // 2. Per x chunk: stage it (the loads above are in flight meanwhile), then multiply from registers.
@@ -464,6 +640,9 @@ void product() {
         uint next = blk + wg_stride;
         bool more = s + 1 < STEPS && next < n_blocks;
         if (more) load_weights(next * p.rows_per_wg, u0, n_units, row_units, g, c, G);
+#ifdef ROUTER
+        if (!REARLY && rwrite) router_load(blk * p.rows_per_wg);   // in flight during the reduction
+#endif
         uint row0 = blk * p.rows_per_wg, rb = (s % 2) * MAX_SUBGROUPS;
         uint gg = tid % G, j = tid / G;   // this thread's output row: row0 + gg + G * j
         uint out_row = p.y_off + row0 + gg + G * j;
@@ -475,6 +654,9 @@ void product() {
             if (p.has_bias != 0) b_add = bias[out_row];
             if (RESID) r_add = WAIT ? residc[out_row] : resid[out_row];
         }
+#ifdef ROUTER
+        float r_nw = mine && write && RNORM ? rnw[out_row] : 0.0;   // ROUTER: the FFN norm's weight
+#endif
 
         // 3. Reduce: within the subgroup, then over the TPR / S subgroups of a row group (the sum of
         //    squares over the whole workgroup, once). TPR < S: a subgroup holds S / TPR row groups,
@@ -544,9 +726,18 @@ void product() {
                 }
             }
         }
+#ifdef ROUTER
+        if (write) {   // ROUTER: this block's rows of x are final
+            router_block(row0, mine ? v : 0.0, r_nw);
+            if (REARLY && more) router_load(next * p.rows_per_wg);
+        }
+#endif
         if (!more) break;
         blk = next;
     }
+#ifdef ROUTER
+    if (rwrite) router_finish(wg, min(wg_stride, n_blocks));
+#endif
 }
 
 void main() {

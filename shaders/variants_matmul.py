@@ -33,6 +33,9 @@ for _t in ["q4_0", "q8_0", "q4_k"]:
     # benchmark only: without the x staging / without staging and arithmetic
     VARIANTS[f"mul_mv_stream_dp_nox_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1", "NO_X": "1"})
     VARIANTS[f"mul_mv_stream_read_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1", "READ_ONLY": "1"})
+    # a mixture of experts' router folded into the product writing its input (ROUTER)
+    VARIANTS[f"mul_mv_stream_router_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "ROUTER": "1"})
+    VARIANTS[f"mul_mv_stream_dp_router_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1", "ROUTER": "1"})
 for _t in ["q4_0", "q8_0"]:
     VARIANTS[f"mul_mv_read_{_t}"] = ("matvec.comp", {f"QTYPE_{_t.upper()}": "1", "READ_ONLY": "1"})
 # Prompt batches of products with few rows (routers, DeltaNet alpha/beta; kernels/matmul.py

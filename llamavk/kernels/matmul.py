@@ -243,6 +243,54 @@ def matvec_chain_ok(kc: KernelCache, w: QWeight) -> bool:
     return _one_token_stream(kc, w) is not None
 
 
+# matvec_stream.comp ROUTER (a mixture of experts' router folded into the product writing its input,
+# kernels/moe.py FoldedRouter): its bindings and specialization constants start here, past the stream
+# kernel's own (room left for more of those).
+ROUTER_BINDING0 = 16
+ROUTER_SPEC0 = 20
+ROUTER_BINDINGS = "rrwwwr"   # 16 router matrix, 17 norm weights, 18 partials, 19 count, 20 route, 21 shared gate
+ROUTER_MAX_USED = 32         # the shader's pick (as moe_router.comp's)
+ROUTER_MAX_REGS = 32         # router weights a thread holds for a row block (columns x rows)
+
+
+def _stream_shared_bytes(cfg: MatvecConfig, name: str, tpr: int) -> int:
+    """Shared memory of matvec_stream.comp without ROUTER: the x chunk (floats, or the _dp form's
+    int8 levels and per-32 scales) and the reductions."""
+    unit = MATVEC_WIDE_UNIT[name]
+    dp = cfg.kernel.startswith("stream_dp") or cfg.kernel == "stream_read"
+    xs = tpr * (2 * unit + 8 * (unit // 32)) if dp else 4 * tpr * unit
+    return xs + 2 * 64 * 8 * 4 + 64 * 4
+
+
+def matvec_router_ok(kc: KernelCache, w: QWeight, router_cols: int, n_used: int) -> bool:
+    """Whether w's one-token product can compute a router of `router_cols` partial columns (experts,
+    a shared expert's gate, the sum of squares) choosing n_used experts from the rows it writes
+    (matvec_stream.comp ROUTER): the stream kernel over one chunk (the whole of x in one dispatch),
+    a thread's router weights of a row block within ROUTER_MAX_REGS, and the router's shared arrays
+    fitting beside the kernel's."""
+    if len(w.chunks) != 1 or not 1 <= n_used <= ROUTER_MAX_USED:
+        return False
+    found = _one_token_stream(kc, w)
+    if found is None:
+        return False
+    cfg, _, (tpr, _, rj) = found
+    col4 = -(-router_cols // 4)
+    regs = -(-router_cols // cfg.wg) * (cfg.wg // tpr) * rj
+    shared = _stream_shared_bytes(cfg, type_suffix(w.qtype), tpr) + 16 * cfg.wg + 16 * col4 + 8 * n_used + 4
+    return col4 <= cfg.wg and regs <= ROUTER_MAX_REGS and shared <= (kc.info.max_shared_memory or 49152)
+
+
+def _router_dispatch(kc: KernelCache, router, n_bound: int, filler, writers: int) -> tuple[str, tuple, list]:
+    """The ROUTER variant's extra access string, specialization constants (from ROUTER_SPEC0) and
+    buffers (from ROUTER_BINDING0; the bindings from n_bound up to it, which the shader does not
+    have, take `filler`) for up to `writers` workgroups writing y."""
+    scratch, count = router.scratch(kc, writers)
+    pad = ROUTER_BINDING0 - n_bound
+    bufs = [filler] * pad + [router.w.chunks[0].buffer, (router.norm_w or router.out).range, scratch,
+                             count, router.out.range, (router.shexp or router.out).range]
+    return "r" * pad + ROUTER_BINDINGS, router.spec(), bufs
+
+
 def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
                  resid: bool, glu: bool, pair: bool = False, rope_mode: int = 0,
                  wait: bool = False, signal: bool = False) -> tuple[tuple, int, int, int]:
@@ -265,6 +313,14 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
         xs = cfg.xs and cfg.kernel == "wide" and 16 * n_tokens * ch4 <= MATVEC_XS_BYTES
         spec += (cfg.dq, n_tokens * ch4 if xs else 0)
     return spec, cfg.nr * max(1, max(1, cfg.wg // sg) // cfg.ks), 1, 1
+
+
+def _spec_with_router(spec: tuple, router_spec: tuple) -> tuple:
+    """The stream kernel's specialization constants, and ROUTER's from ROUTER_SPEC0 (the ids between,
+    which the shader does not have, set to 0: Vulkan ignores them)."""
+    if not router_spec:
+        return spec
+    return spec + (0,) * (ROUTER_SPEC0 - len(spec)) + router_spec
 
 
 # matvec_stream.comp's SENTINEL: what its partial-sum slots hold between runs
@@ -303,7 +359,7 @@ STREAM_PUSH = 80
 
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
            norm: View | None = None, eps: float = 0.0, residual: View | None = None, glu: View | None = None,
-           pair: QWeight | None = None, rope=None, wait=None, signal=None) -> int:
+           pair: QWeight | None = None, rope=None, wait=None, signal=None, router=None) -> int:
     """Record y[t, r] = residual[t, r] + bias[r] + sum_c W[r, c] * x'[t, c] for t < n_tokens.
 
     x: float32 [n_tokens][w.cols]; y, residual: float32 [n_tokens][w.rows]; bias: float32 [w.rows].
@@ -320,7 +376,9 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     producer and waits in its shader until the producer's workgroups have all counted themselves done,
     its weight loads already issued (matvec_stream.comp WAIT; with the config's xfirst the wait comes
     first; its chained_steps apply). signal (a chain.Signal, likewise): every workgroup counts itself
-    done there. Returns the number of workgroups recorded."""
+    done there. router (a moe.FoldedRouter, one token, where matvec_router_ok allows it): the product
+    also writes the route of a mixture of experts' router reading its y (matvec_stream.comp ROUTER).
+    Returns the number of workgroups recorded."""
     if n_tokens <= 0:
         return 0
     name = type_suffix(w.qtype)
@@ -339,6 +397,10 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         raise LlamavkError("matmul: RoPE in the product takes one token, no residual or pair, and the stream kernel")
     if (wait is not None or signal is not None) and (n_tokens != 1 or not matvec_chain_ok(kc, w)):
         raise LlamavkError("matmul: chaining without a barrier takes one token and the stream kernel")
+    if router is not None and (n_tokens != 1 or pair is not None or rope is not None or router.w.cols != w.rows
+                               or not matvec_router_ok(kc, w, router.columns, router.n_used)):
+        raise LlamavkError("matmul: a router in the product takes one token, no pair or RoPE, the stream kernel "
+                           "over one chunk, and the router's columns as its rows")
     if family != "mul_mv" and (norm is not None or residual is not None or glu is not None):
         raise LlamavkError("fused norm/residual/glu matmul is only available for matrix-vector batches")
     if family == "mul_mv_batched":
@@ -359,12 +421,21 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         # (kernel, workgroups per row block) per dispatch of a chunk: one; or, column parts apart, the
         # storing parts and then the last one (PHASE 1, 2)
         phases = [(1, parts - 1), (2, 1)] if parts > 1 and _parts_apart(kc) else [(0, parts)]
-        passes = [(kc.get(f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}", "rrrwrrrrwrww" if stream else "rrrwrrr",
-                          push_size=STREAM_PUSH if stream else 28, spec=spec + (phase,) if stream else spec), n)
-                  for phase, n in phases]
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         chain = wait or signal   # both name the step's counters (binding 11; else an unused y)
         tail = _stream_tail(kc, w, parts, x, y, rope) + [chain.counters if chain else y.range] if stream else []
+        access = "rrrwrrrrwrww" if stream else "rrrwrrr"
+        variant = f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}"
+        router_spec, router_bufs = (), []
+        if router is not None:   # one chunk (matvec_router_ok): its workgroups that write y
+            # (partials: a slot per row block, at least one per workgroup that writes y)
+            router_access, router_spec, router_bufs = _router_dispatch(kc, router, len(access), x.range,
+                                                                       -(-w.rows // rows_per_wg))
+            access += router_access
+            variant = f"{MATVEC_KERNELS[cfg.kernel][0]}_router_{name}"
+        passes = [(kc.get(variant, access, push_size=STREAM_PUSH if stream else 28,
+                          spec=_spec_with_router(spec + (phase,), router_spec) if stream else spec), n)
+                  for phase, n in phases]
         rope_push = rope.push() if rope is not None else bytes(40)
         pair_chunks = pair.chunks if pair is not None else w.chunks
         grids = []   # per chunk, per pass
@@ -376,7 +447,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
             if stream:
                 push += rope_push + chain_push
-            stream_bufs = [pch.buffer] + tail if stream else []
+            stream_bufs = [pch.buffer] + tail + router_bufs if stream else []
             for i, ((kernel, _), g) in enumerate(zip(passes, groups)):
                 # the last part's pass behind a barrier (it reads the scratch the first one wrote)
                 seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range] + extra + stream_bufs, g, push,

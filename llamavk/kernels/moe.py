@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import LlamavkError
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, filled_buffer, groups_2d
-from .matmul import MATMUL_TILES, MATVEC_MAX_TOKENS, _check_view, type_suffix
+from .matmul import MATMUL_TILES, MATVEC_MAX_TOKENS, _check_view, matvec_router_ok, type_suffix
 from .selection import moe_product_kernel
 
 # prompt kernels (selection.moe_product_kernel): name prefix -> (rows, tokens) per workgroup tile
@@ -99,6 +100,71 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
     seq.dispatch(kernel, [w.chunks[0].buffer, x.range, (norm_w or x).range, out.range, logits, counts,
                           wait.counters if wait else counts, (shexp or x).range],
                  (n_expert + (shexp is not None), n_tokens, 1), push, chained=wait is not None)
+
+
+def router_fold_mode() -> str:
+    """LLAMAVK_ROUTER_FUSE (A/B): 0 keeps the router a dispatch of its own after the product writing
+    its input; `late` folds it with each row block's router weights loaded after the block's
+    arithmetic instead of with its matrix loads (matvec_stream.comp REARLY); 1 or unset: folded, early.
+    -> "off", "early" or "late"."""
+    value = os.environ.get("LLAMAVK_ROUTER_FUSE", "1")
+    if value not in ("0", "1", "late"):
+        raise LlamavkError(f"LLAMAVK_ROUTER_FUSE={value!r}: 0, 1 or late")
+    return {"0": "off", "1": "early", "late": "late"}[value]
+
+
+def router_fold_enabled() -> bool:
+    return router_fold_mode() != "off"
+
+
+def router_fold_ok(kc: KernelCache, product_w: QWeight, router_w: QWeight, n_used: int, shexp: bool) -> bool:
+    """Whether the one-token product of product_w (writing x) can also compute the router reading x
+    (FoldedRouter; matvec_stream.comp ROUTER): an f32 router matrix in one buffer over x's rows, and
+    the product's kernel able to (matmul.matvec_router_ok)."""
+    return (router_fold_enabled() and type_suffix(router_w.qtype) == "f32" and len(router_w.chunks) == 1
+            and not router_w.experts and router_w.cols == product_w.rows and n_used <= router_w.rows
+            and matvec_router_ok(kc, product_w, router_w.rows + shexp + 1, n_used))
+
+
+@dataclass(frozen=True)
+class FoldedRouter:
+    """A router folded into the one-token product that writes its input x (matmul(router=...),
+    fusion.fuse_router_into_products): that product's workgroups add the router's terms of the rows
+    they write, the last of them picks the experts and writes the route row as router() would, so the
+    router's dispatch and its dependent stage go."""
+    w: QWeight              # the router matrix: f32, n_expert x the product's rows
+    out: View               # the route row: n_used (+1) ids, then their weights
+    n_used: int
+    gating: str             # "softmax" or "sigmoid"
+    norm: bool              # the chosen weights renormalized to sum 1
+    scale: float
+    norm_w: View | None     # the FFN norm's weights: the router reads rms_norm(x) * norm_w
+    eps: float
+    shexp: View | None      # a shared expert's gate vector: slot n_used, weight sigmoid(shexp . x')
+
+    @property
+    def columns(self) -> int:
+        """Partial sums per workgroup: a logit per expert, the shared gate's, x's sum of squares."""
+        return self.w.rows + (self.shexp is not None) + 1
+
+    def spec(self) -> tuple:
+        """matvec_stream.comp's RNE, RNU, RSIG, RRENORM, RSCALE, REPS, RNORM, RSH, REARLY."""
+        return (self.w.rows, self.n_used, self.gating == "sigmoid", bool(self.norm), float(self.scale),
+                float(self.eps), self.norm_w is not None, self.shexp is not None, router_fold_mode() != "late")
+
+    def scratch(self, kc: KernelCache, writers: int) -> tuple:
+        """(partials, count) ranges: [writers][columns rounded up to 4] floats, and the count of
+        workgroups done (0 between runs: the last one puts it back). One of each per device, shared
+        by every layer (the recorder orders two users: both write them)."""
+        nbytes = 16 * writers * -(-self.columns // 4)
+        part = kc.shared("router fold partials", nbytes, lambda: Buffer(kc.device, nbytes))
+        count = kc.shared("router fold count", 0, lambda: filled_buffer(kc.device, np.zeros(4, np.uint32)))
+        _check_view(self.out, 4 * 2 * (self.n_used + (self.shexp is not None)), "folded router route")
+        if self.shexp is not None:
+            _check_view(self.shexp, 4 * self.w.cols, "folded router shared expert gate")
+        if self.norm_w is not None:
+            _check_view(self.norm_w, 4 * self.w.cols, "folded router norm")
+        return (part, 0, nbytes), (count, 0, 16)
 
 
 def group_scratch(kc: KernelCache, n_expert: int, n_tokens: int) -> View:

@@ -1,0 +1,193 @@
+"""A mixture of experts' router folded into the one-token product that writes its input
+(matvec_stream.comp ROUTER, moe.FoldedRouter, fusion.fuse_router_into_products).
+
+Kernel: the product's y against numpy (gguf.quants-dequantized weights, float64), the route row (ids
+and weights) against a numpy router + top-k over the y the GPU wrote (so that both read the same x),
+and against the unfused router dispatch (moe_router.comp) over that y: the same experts. Shapes: 8 to
+128 experts, 2 to 8 chosen, rows not multiples of a workgroup's rows (several workgroups write y),
+row blocks per workgroup (STEPS), column parts (KSPLIT > 1: on llvmpipe two dispatches, PHASE 1 / 2),
+a shared expert's gate (qwen35moe), sigmoid gating without renormalization, no FFN norm. Each case
+runs twice: the workgroup count must be back at 0.
+
+Models: the tiny qwen3moe / qwen35moe decode step with the router in the output projection (and
+qwen35moe's DeltaNet output product): logits against the numpy reference and the unfused step
+(LLAMAVK_ROUTER_FUSE=0), and one dispatch fewer per MoE layer.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+import llamavk
+from llamavk.errors import LlamavkError
+from llamavk.kernels import KernelCache, View, moe, upload_qweight
+from llamavk.kernels import matmul as mm
+from llamavk.kernels.matmul import MatvecConfig, matmul
+from llamavk.models import load_model_file
+from llamavk.reference import ReferenceModel
+from llamavk.vk import Buffer, CommandSequence
+
+from .test_kernels_matmul import make_weight
+from .test_moe import reference_route
+from .vk_fixtures import chainable_stream_kernel
+
+
+@pytest.fixture(scope="module")
+def kc(dev):
+    return KernelCache(dev)
+
+
+def f32(dev, a):
+    a = np.ascontiguousarray(a, np.float32)
+    buf = Buffer(dev, max(4, a.nbytes), host_visible=True)
+    buf.array(np.float32, a.size)[:] = a.reshape(-1)
+    return buf
+
+
+# (type, rows of x, cols, experts, chosen, gating, renormalized, scale, FFN norm, shared gate, config)
+CASES = {
+    "q4_0-8x2": (T.Q4_0, 37, 416, 8, 2, "softmax", True, 1.0, True, False, MatvecConfig(64, 2, 1, 1, "stream")),
+    "q8_0-70x6-sigmoid-steps": (T.Q8_0, 100, 416, 70, 6, "sigmoid", False, 2.5, False, False,
+                                MatvecConfig(64, 2, 1, 1, "stream", steps=3)),
+    "q4_k-128x8-shexp": (T.Q4_K, 37, 768, 128, 8, "softmax", True, 1.0, True, True, MatvecConfig(64, 2, 1, 1, "stream")),
+    "q4_0-10x3-parts-shexp": (T.Q4_0, 37, 4096, 10, 3, "softmax", True, 1.0, True, True,
+                              MatvecConfig(64, 2, 32, 1, "stream", xfirst=1)),
+    "q4_0-128x8-dp-steps": (T.Q4_0, 200, 1024, 128, 8, "softmax", True, 1.0, True, False,
+                            MatvecConfig(64, 2, 1, 1, "stream_dp", steps=2)),
+}
+# LLAMAVK_ROUTER_FUSE=late: each block's router weights loaded after its arithmetic (REARLY off)
+CASES["q8_0-70x6-sigmoid-steps-late"] = CASES["q8_0-70x6-sigmoid-steps"]
+CASES["q4_0-10x3-parts-shexp-late"] = CASES["q4_0-10x3-parts-shexp"]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_router_in_product(dev, kc, monkeypatch, case):
+    qtype, rows, cols, n_expert, n_used, gating, renorm, scale, with_norm, with_shexp, cfg = CASES[case]
+    if cfg.kernel == "stream_dp" and not kc.device.features.get("int_dot"):
+        cfg = replace(cfg, kernel="stream")
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    late = case.endswith("-late")
+    if late:
+        monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "late")
+    name = mm.type_suffix(qtype)
+    _, rows_per_wg, parts, steps = mm._matvec_spec(kc, cfg, name, cols, 1, False, True, False)
+    assert -(-rows // (rows_per_wg * steps)) > 1          # several workgroups write y
+    assert (parts > 1) == (cfg.ks > 1) and (steps > 1) == (cfg.steps > 1)
+    rng = np.random.default_rng(sum(map(ord, case)))
+    eps = 1e-6
+    raw, w = make_weight(qtype, rows, cols, seed=rng.integers(1000))
+    qw = upload_qweight(dev, raw, qtype, rows, cols)
+    # router logits of std ~1.5 (as the synthetic models'): distinct experts win
+    # (no norm: over x's own scale, w x' of std ~3 sqrt(cols) std(w), so that sigmoids do not saturate)
+    x_scale = 1.0 if with_norm else 3 * np.sqrt(cols) * w.std()
+    wr = (rng.standard_normal((n_expert, rows)) * 1.5 / np.sqrt(rows) / x_scale).astype(np.float32)
+    rw = upload_qweight(dev, wr.view(np.uint8).reshape(n_expert, -1), T.F32, n_expert, rows)
+    nw = rng.uniform(0.5, 1.5, rows).astype(np.float32)
+    gate = (rng.standard_normal(rows) / np.sqrt(rows)).astype(np.float32)
+    assert moe.router_fold_ok(kc, qw, rw, n_used, with_shexp)
+    half = n_used + with_shexp
+    norm_v = View.whole(f32(dev, nw)) if with_norm else None
+    gate_v = View.whole(f32(dev, gate)) if with_shexp else None
+    for rep in range(2):   # the count must be back at 0 for the second run
+        x = (rng.standard_normal(cols) * 3).astype(np.float32)
+        res = rng.standard_normal(rows).astype(np.float32)
+        Y = f32(dev, np.full(rows, np.nan))
+        route = f32(dev, np.full(2 * half, np.nan))
+        folded = moe.FoldedRouter(rw, View.whole(route), n_used, gating, renorm, scale, norm_v, eps, gate_v)
+        seq = CommandSequence(dev).begin()
+        matmul(seq, kc, qw, View.whole(f32(dev, x)), View.whole(Y), 1, residual=View.whole(f32(dev, res)),
+               router=folded)
+        seq.end().run()
+        y = Y.array(np.float32, rows).copy()
+        want = res + w @ x.astype(np.float64)
+        tol = 1e-4 if cfg.kernel == "stream_dp" else 1e-5
+        assert np.abs(y - want).max() <= tol * np.abs(want).max()
+        # the route from the y written, in float64
+        yd = y.astype(np.float64)
+        h = yd / np.sqrt((yd ** 2).mean() + eps) * nw if with_norm else yd
+        ids, weights = reference_route((h @ wr.T.astype(np.float64))[None], n_used, gating, renorm, scale)
+        got = route.array(np.float32, 2 * half)
+        np.testing.assert_array_equal(got[:n_used].view(np.uint32), ids[0])
+        np.testing.assert_allclose(got[half:half + n_used], weights[0], rtol=1e-4, atol=1e-6)
+        if with_shexp:
+            assert got[n_used].view(np.uint32) == n_expert
+            np.testing.assert_allclose(got[-1], 1.0 / (1.0 + np.exp(-(h @ gate))), rtol=1e-4)
+        counts = kc._shared["router fold count"][0]
+        assert (np.frombuffer(counts.read(), dtype=np.uint32) == 0).all()
+        # the router's own dispatch (moe_router.comp) over the same y: the same experts and weights
+        unfused = f32(dev, np.full(2 * half, np.nan))
+        seq = CommandSequence(dev).begin()
+        moe.router(seq, kc, rw, View.whole(Y), View.whole(unfused), 1, n_used, gating, renorm, scale,
+                   norm_w=norm_v, eps=eps, shexp=gate_v)
+        seq.end().run()
+        other = unfused.array(np.float32, 2 * half)
+        np.testing.assert_array_equal(got[:half].view(np.uint32), other[:half].view(np.uint32))
+        np.testing.assert_allclose(got[half:], other[half:], rtol=1e-5, atol=1e-7)
+    specs = [spec for kname, spec in kc._kernels if kname.startswith("mul_mv_stream") and "_router_" in kname]
+    assert any(spec[20] == n_expert and spec[28] == (not late) for spec in specs)
+
+
+def test_router_fold_refusals(dev, kc, monkeypatch):
+    """Where the stream kernel cannot take the router, router_fold_ok says no (the graph keeps the
+    router's dispatch): another kernel, a router of f16 or over other rows, chunked rows, the knob."""
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": MatvecConfig(64, 2, 1, 1, "stream")})
+    raw, _ = make_weight(T.Q4_0, 37, 416, seed=5)
+    qw = upload_qweight(dev, raw, T.Q4_0, 37, 416)
+    wr = np.zeros((8, 37), np.float32)
+    rw = upload_qweight(dev, wr.view(np.uint8).reshape(8, -1), T.F32, 8, 37)
+    assert moe.router_fold_ok(kc, qw, rw, 2, False)
+    assert not moe.router_fold_ok(kc, qw, rw, 9, False)                      # more chosen than experts
+    raw16, _ = make_weight(T.F16, 8, 37, seed=6)
+    assert not moe.router_fold_ok(kc, qw, upload_qweight(dev, raw16, T.F16, 8, 37), 2, False)
+    rw_other = upload_qweight(dev, np.zeros((8, 38), np.float32).view(np.uint8).reshape(8, -1), T.F32, 8, 38)
+    assert not moe.router_fold_ok(kc, qw, rw_other, 2, False)               # not x's rows
+    chunked = upload_qweight(dev, raw, T.Q4_0, 37, 416, max_chunk_bytes=raw.shape[1] * 5)
+    assert not moe.router_fold_ok(kc, chunked, rw, 2, False)                 # x over several dispatches
+    monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "0")
+    assert not moe.router_fold_ok(kc, qw, rw, 2, False)
+    monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "yes")
+    with pytest.raises(LlamavkError, match="LLAMAVK_ROUTER_FUSE='yes': 0, 1 or late"):
+        moe.router_fold_ok(kc, qw, rw, 2, False)
+    monkeypatch.delenv("LLAMAVK_ROUTER_FUSE")
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": MatvecConfig(64, 2, 1, 1, "base")})
+    assert not moe.router_fold_ok(kc, qw, rw, 2, False)                      # not the stream kernel
+
+
+def decode_rows(path, prompt):
+    """The one-token step's logits for each token of prompt, and the step's dispatches and its ops."""
+    with llamavk.load(path, n_ctx=32, warn=lambda m: None) as m:
+        rt = m.runtime
+        rows = []
+        for i, t in enumerate(prompt):
+            rt.run_batch("last", [t], i)
+            rows.append(rt.logits(1)[0].copy())
+        dispatches = sum(s.n_dispatches for s in rt.recordings[("last", 1, 0)])
+        return np.array(rows), dispatches, rt.fused_one["last"].ops, rt.cfg
+
+
+@pytest.mark.parametrize("arch,qtype", [("qwen3moe", "q4_0"), ("qwen3moe", "q4_k"), ("qwen35moe", "q4_0"),
+                                        ("qwen35moe", "q8_0")])
+def test_decode_with_router_in_product(synthetic_model, monkeypatch, arch, qtype):
+    """The one-token step with each MoE layer's router in the product writing its input (the output
+    projection; qwen35moe's DeltaNet layers: ssm_out, with the shared expert's gate): logits equal
+    the numpy reference and the unfused step's (the same experts: another pick moves a logit by far
+    more), one dispatch fewer per layer."""
+    chainable_stream_kernel(monkeypatch)
+    path = synthetic_model(arch, qtype, seed=3)
+    prompt = [int(t) for t in np.random.default_rng(4).integers(3, 500, 6)]
+    want = ReferenceModel(load_model_file(path)).logits(prompt)
+    scale = np.abs(want).max()
+    got, n_fused, ops, cfg = decode_rows(path, prompt)
+    monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "0")
+    plain, n_plain, plain_ops, _ = decode_rows(path, prompt)
+    folded = [op for op in ops if "router" in op.attrs]
+    assert len(folded) == cfg.n_layer and not any("route" in op.attrs for op in ops)
+    assert {op.inputs[0].role for op in folded} == ({"o"} if arch == "qwen3moe" else {"o", "ssm_out"})
+    assert all(("shexp_gate" in op.attrs["router"] and op.attrs["router"]["shexp_gate"] is not None)
+               == (arch == "qwen35moe") for op in folded)
+    assert not any("router" in op.attrs for op in plain_ops)
+    assert n_plain - n_fused == cfg.n_layer, (n_plain, n_fused)
+    assert np.abs(got - want).max() < 3e-3 * scale
+    assert np.abs(got - plain).max() < 1e-5 * scale
