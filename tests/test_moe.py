@@ -284,8 +284,14 @@ def test_moe_decode_reads_only_chosen_experts(synthetic_model):
         ops = [op for op in m.runtime.fused_one["last"].ops if op.layer == 0]
     kinds = [op.kind for op in ops]
     assert "moe_sum" not in kinds and "swiglu" not in kinds and "moe_route" not in kinds
-    router = next(op for op in ops if op.kind == "matmul" and op.inputs[0].role == "router")
-    assert "route" in router.attrs and "norm" in router.attrs
+    # the router's own product, or folded into the output projection where the device's kernel can
+    # (GPUs with the stream kernel: test_router_fold.py)
+    router = next((op for op in ops if op.kind == "matmul" and op.inputs[0].role == "router"), None)
+    if router is None:
+        router = next(op for op in ops if "router" in op.attrs)
+        assert router.inputs[0].role == "o" and router.attrs["router"]["norm"] is not None
+    else:
+        assert "route" in router.attrs and "norm" in router.attrs
     ids = [op for op in ops if op.kind == "matmul_id"]
     assert [op.inputs[0].role for op in ids] == ["gate_exps", "down_exps"]
     assert ids[0].attrs["pair"].role == "up_exps" and "norm" in ids[0].attrs

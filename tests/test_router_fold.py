@@ -57,7 +57,8 @@ CASES = {
     "q4_0-128x8-dp-steps": (T.Q4_0, 200, 1024, 128, 8, "softmax", True, 1.0, True, False,
                             MatvecConfig(64, 2, 1, 1, "stream_dp", steps=2)),
 }
-# LLAMAVK_ROUTER_FUSE=late: each block's router weights loaded after its arithmetic (REARLY off)
+# LLAMAVK_ROUTER_FUSE=late (the default): each block's router weights loaded after its arithmetic
+# (REARLY off); the other cases run early (with its matrix loads)
 CASES["q8_0-70x6-sigmoid-steps-late"] = CASES["q8_0-70x6-sigmoid-steps"]
 CASES["q4_0-10x3-parts-shexp-late"] = CASES["q4_0-10x3-parts-shexp"]
 
@@ -69,8 +70,7 @@ def test_router_in_product(dev, kc, monkeypatch, case):
         cfg = replace(cfg, kernel="stream")
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
     late = case.endswith("-late")
-    if late:
-        monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "late")
+    monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "late" if late else "early")
     name = mm.type_suffix(qtype)
     _, rows_per_wg, parts, steps = mm._matvec_spec(kc, cfg, name, cols, 1, False, True, False)
     assert -(-rows // (rows_per_wg * steps)) > 1          # several workgroups write y
@@ -148,7 +148,7 @@ def test_router_fold_refusals(dev, kc, monkeypatch):
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "0")
     assert not moe.router_fold_ok(kc, qw, rw, 2, False)
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "yes")
-    with pytest.raises(LlamavkError, match="LLAMAVK_ROUTER_FUSE='yes': 0, 1 or late"):
+    with pytest.raises(LlamavkError, match="LLAMAVK_ROUTER_FUSE='yes': 0, early or late"):
         moe.router_fold_ok(kc, qw, rw, 2, False)
     monkeypatch.delenv("LLAMAVK_ROUTER_FUSE")
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": MatvecConfig(64, 2, 1, 1, "base")})
