@@ -190,4 +190,7 @@ def test_decode_with_router_in_product(synthetic_model, monkeypatch, arch, qtype
     assert not any("router" in op.attrs for op in plain_ops)
     assert n_plain - n_fused == cfg.n_layer, (n_plain, n_fused)
     assert np.abs(got - want).max() < 3e-3 * scale
-    assert np.abs(got - plain).max() < 1e-5 * scale
+    # 1e-5 on llvmpipe; on NVIDIA the products take x as two int8 levels (DOT8), so the router's
+    # other summation order moves a weight by an ulp, which can move a later int8 rounding: the H100
+    # measured 4.3e-5 (same experts: another pick moves a logit by far more)
+    assert np.abs(got - plain).max() < 5e-4 * scale
