@@ -29,8 +29,10 @@ shared expert) stay split, so a layer has one all-reduce (after the weighted exp
 two. Why: an MoE decode step is latency-bound (a layer's dependent stages take ~70 us on an H200
 against ~11 us of weight reads), so halving each device's attention reads saves little, while an
 all-reduce through host memory costs ~10-15 us; the attention is a small part of the weights (the
-30B-A3B's ~510 MB of 17 GB), so holding it everywhere costs little memory. Dense models split their
-attention: their FFN is not large enough next to it.
+30B-A3B's ~510 MB of 17 GB), so holding it everywhere costs little memory. With the output product
+whole, a device's router reads a product's output rather than a sum, and is folded into that product
+as on one device (fusion.py). Dense models keep the split by heads: their attention is a large share
+of their weight reads.
 
 build() is shared with -sm graph (split/graph.py), which changes how the sums are made.
 """
