@@ -4,7 +4,8 @@ Each mode is one module with `plan(graph, shares, opts, blocks) -> DeviceGraphs`
 
   layer.py   contiguous blocks of layers per device            (exchange: once per boundary)
   row.py     every matrix split by rows, the rest on -mg       (broadcast + gather per product group)
-  tensor.py  Megatron-style heads / FFN columns / vocab        (two all-reduces per layer)
+  tensor.py  Megatron-style heads / FFN columns / vocab        (two all-reduces per layer; one in a
+             mixture of experts, whose attention is mirrored)
   graph.py   tensor's structure, ring reduce + f16 for big batches, --max-gpu, empty devices
 
 base.py has the shared plan machinery, exchange.py the communication patterns as graph ops,

@@ -2,10 +2,11 @@
 
 - Uneven -ts may leave a device empty, and --max-gpu N keeps the N devices with the largest shares:
   idle devices are dropped before the split (split/__init__.py).
-- The sums after attention and after the FFN: for batches up to 32 tokens (decode) every device
-  reads every f32 partial after one exchange (latency bound); above that a ring-style
-  reduce-scatter + all-gather, two exchanges where each device sums one column chunk, with the
-  partials sent in --reduce-type (f16 by default): half the bytes over the bus, bandwidth bound.
+- The sums after attention and after the FFN (after the experts only, in a mixture of experts): for
+  batches up to 32 tokens (decode) every device reads every f32 partial after one exchange (latency
+  bound); above that a ring-style reduce-scatter + all-gather, two exchanges where each device sums
+  one column chunk, with the partials sent in --reduce-type (f16 by default): half the bytes over
+  the bus, bandwidth bound.
 - Communication overlapped with independent work (one-token steps, spin sync, devices that chain
   products: kernels/chain.py): the product after each all-reduce is recorded without a barrier and
   issues its weight loads while the exchange point waits for the peers (split/matvec_steps.py).

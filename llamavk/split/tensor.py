@@ -21,10 +21,25 @@ gate, beta and alpha products, their convolution channels, dt and A, and their r
 output product is split by those columns and summed like attention's. The gated attention's Q
 product has [q | gate] per head: its rows go by whole heads of 2 x head_dim.
 
+A mixture of experts mirrors its attention instead (the default; LLAMAVK_MOE_SPLIT_ATTN=1 splits it
+by heads as above): every device holds all of Q/K/V/O, the whole KV cache, and runs the attention and
+the output product in full, and likewise the whole Gated DeltaNet block (q|k|v, gate, beta, alpha,
+convolution, delta rule, gated norm, ssm_out) with its recurrent state. Only the experts (and the
+shared expert) stay split, so a layer has one all-reduce (after the weighted expert sum) instead of
+two. Why: an MoE decode step is latency-bound (a layer's dependent stages take ~70 us on an H200
+against ~11 us of weight reads), so halving each device's attention reads saves little, while an
+all-reduce through host memory costs ~10-15 us; the attention is a small part of the weights (the
+30B-A3B's ~510 MB of 17 GB), so holding it everywhere costs little memory. With the output product
+whole, a device's router reads a product's output rather than a sum, and is folded into that product
+as on one device (fusion.py). Dense models keep the split by heads: their attention is a large share
+of their weight reads.
+
 build() is shared with -sm graph (split/graph.py), which changes how the sums are made.
 """
 
 from __future__ import annotations
+
+import os
 
 from .base import DeviceGraphs, partition
 from .exchange import all_reduce
@@ -35,6 +50,16 @@ ROW_PARALLEL = {"o", "down", "down_exps", "down_shexp", "ssm_out"}
 MIRRORED = {"router"}
 DELTANET_OPS = ("ssm_conv", "delta_net", "gated_norm")
 OUTPUT_ROLES = {"output", "token_embd"}     # token_embd: a tied output matrix (the lookup is "embed")
+# The attention and DeltaNet blocks: their products and the ops between them (mirrored_attention)
+ATTENTION_ROLES = {"q", "k", "v", "o", "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_out"}
+ATTENTION_OPS = {"rope", "head_norm", "attention", "attn_gate", *DELTANET_OPS}
+ENV_MOE_SPLIT_ATTN = "LLAMAVK_MOE_SPLIT_ATTN"
+
+
+def mirrored_attention(cfg) -> bool:
+    """Every device runs the whole attention (and DeltaNet) block: mixtures of experts, unless
+    LLAMAVK_MOE_SPLIT_ATTN=1 asks for the split by heads (module doc)."""
+    return bool(cfg.n_expert) and os.environ.get(ENV_MOE_SPLIT_ATTN, "0") != "1"
 
 
 def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
@@ -48,6 +73,7 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
     D, group = cfg.head_dim, cfg.n_head // cfg.n_head_kv
     dg = DeviceGraphs(graph, n)
     devices = list(range(n))
+    mirror = mirrored_attention(cfg)
     kv = partition(cfg.n_head_kv, shares)                         # KV-head groups per device
     ff_block = blocks.get("down", 32)
     ff = partition(cfg.n_ff, shares, ff_block if cfg.n_ff // ff_block >= n else 32)
@@ -95,6 +121,9 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
                     dg.emit(d, k, [dg.tensor(d, op.inputs[0])], None, op.layer, **op.attrs)
         elif k == "matmul" and op.inputs[0].role in MIRRORED:
             for d in devices:
+                dg.place(d, op)
+        elif mirror and (k in ATTENTION_OPS or (k == "matmul" and op.inputs[0].role in ATTENTION_ROLES)):
+            for d in devices:                        # as on one device: whole weights, all heads
                 dg.place(d, op)
         elif k in ("matmul", "matmul_id"):
             w, x = op.inputs[0], op.inputs[1]
@@ -166,7 +195,11 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
             e0, e1 = exp[d]
             ffn = f"columns {e0}-{e1 - 1} of every expert" if e1 > e0 else "no expert columns"
         heads = [f"KV heads {h0}-{h1 - 1}" if h1 > h0 else "no heads"]
-        if cfg.recurrent_layers:
+        if mirror:
+            heads = ["attention mirrored (all heads, the whole KV cache)"]
+            if cfg.recurrent_layers:
+                heads.append("DeltaNet mirrored (all heads and their state)")
+        elif cfg.recurrent_layers:
             k0, k1 = kh[d]
             heads.append(f"DeltaNet key heads {k0}-{k1 - 1} (and their state)" if k1 > k0 else "no DeltaNet heads")
         dg.holds[d] = heads + [ffn, f"vocab {v0}-{v1 - 1}" if v1 > v0 else "no vocab rows"]
