@@ -34,7 +34,9 @@ def needs_cm2(kc, monkeypatch):
 
 def check(dev, kc, qtype, rows, cols, n_tokens, seed, **kw):
     w, out, names, ref = record_product(dev, kc, qtype, rows, cols, n_tokens, seed, **kw)
-    assert set(names) == {f"mul_mm_cm2_{qtype.name.lower()}"}, names
+    family = "mul_mm_cm2h" if selection.cm2_x_f16() else "mul_mm_cm2"
+    assert set(names) - {"convert_f16"} == {f"{family}_{qtype.name.lower()}"}, names
+    assert ("convert_f16" in names) == (family == "mul_mm_cm2h"), names
     err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
     assert err < tol(qtype, coopmat=True), f"{qtype.name} {rows}x{cols} x {n_tokens}: relative error {err:.2e}"
     return w
@@ -42,8 +44,11 @@ def check(dev, kc, qtype, rows, cols, n_tokens, seed, **kw):
 
 # Tiles of 128 rows x 128 tokens: rows and tokens that are not multiples of them, several tiles each
 # way, a bias, weights in several chunks (each a dispatch writing its rows of y).
+# x read as f32 through a decode function, or converted to f16 first (LLAMAVK_CM2_X)
+@pytest.mark.parametrize("x_type", ["f32", "f16"])
 @pytest.mark.parametrize("qtype", CM2_TYPES, ids=lambda t: t.name)
-def test_matmul_cm2(dev, kc, qtype, monkeypatch):
+def test_matmul_cm2(dev, kc, qtype, x_type, monkeypatch):
+    monkeypatch.setenv("LLAMAVK_CM2_X", x_type)
     chosen = qtype.name.lower() in selection.cm2_chosen_types()
     assert not selection.has_coopmat2(kc) or \
         (selection.product_kernel(kc, 512, 4096, 4096, qtype.name.lower()) == "mul_mm_cm2") == chosen
@@ -59,14 +64,17 @@ def test_matmul_cm2(dev, kc, qtype, monkeypatch):
         check(dev, kc, qtype, 256, 25 * bs, 256, seed=6)
 
 
-# The other tile shapes (specialization constants): the large-weight rule's 128 x 256 and others.
-@pytest.mark.parametrize("tile", ["128x256", "256x128", "64x64x32", "128x128x128"])
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_K], ids=lambda t: t.name)
+# The other tile shapes (specialization constants): the large-weight rule's 128 x 256 and others
+# (every BM fills the K-quants' scale tables with its own number of threads per row; BK 32 and 256
+# unroll 8 and 1 steps per span), columns in several spans of 256.
+@pytest.mark.parametrize("tile", ["128x256", "256x128", "64x64x32", "128x128x128", "32x64x256"])
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
 def test_matmul_cm2_tiles(dev, kc, qtype, tile, monkeypatch):
     needs_cm2(kc, monkeypatch)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", tile)
-    cols = 24 * 32 if qtype == T.Q4_0 else 3 * 256
+    cols = 32 * 32 if qtype == T.Q4_0 else 3 * 256
     check(dev, kc, qtype, 300, cols, 270, seed=8, with_bias=True)
+    check(dev, kc, qtype, 512, cols, 256, seed=9)   # whole tiles only (the unclamped loads)
 
 
 class _FakeKC:
@@ -109,9 +117,10 @@ def test_cm2_tiles_rule(monkeypatch):
     assert selection.cm2_tile(512, 4096) == (64, 32, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32x128")
     assert selection.cm2_tile(512, 4096) == (64, 32, 128)
-    monkeypatch.setenv("LLAMAVK_CM2_TILE", "64")
-    with pytest.raises(LlamavkError, match="LLAMAVK_CM2_TILE"):
-        selection.cm2_tile(512, 4096)
+    for bad in ["64", "48x64", "64x40", "64x64x96", "512x64"]:
+        monkeypatch.setenv("LLAMAVK_CM2_TILE", bad)
+        with pytest.raises(LlamavkError, match="LLAMAVK_CM2_TILE"):
+            selection.cm2_tile(512, 4096)
 
 
 def test_raw_structs_match_the_c_layout():

@@ -30,14 +30,16 @@ from ..errors import LlamavkError
 from ..quant import quant_info
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, filled_buffer, groups_2d
-from .collective import reduce_sum
+from .collective import convert, reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
-                        cm2_tile, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
+                        cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
                         SMALL_GEMM_WORKGROUPS, SmallGemmConfig, small_gemm_config)
 
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
 MATMUL_TILES = {"mul_mm": (64, 64), "mul_mm_coop": (128, 128), "mul_mm_coop_big": (256, 128)}
 GET_ROWS_WG = 64
+# The NV coopmat2 kernel that reads x as f16 (matmul_cm2.comp X_F16), converted by _f16_copy first
+CM2_F16_X = "mul_mm_cm2h"
 
 
 def type_suffix(qtype) -> str:
@@ -455,8 +457,12 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         return sum(gx * gy * gz for chunk in grids for gx, gy, gz in chunk)
     else:
         if family.startswith("mul_mm_cm2"):   # tiles are the kernel's specialization constants
+            if family == "mul_mm_cm2" and cm2_x_f16():
+                family = CM2_F16_X
             tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows)
             kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24, spec=(tile_rows, tile_tokens, tile_k))
+            if family == CM2_F16_X:   # it reads x as f16: converted first, into a scratch per size
+                x = _f16_copy(seq, kc, x, n_tokens * w.cols)
         else:
             tile_rows, tile_tokens = MATMUL_TILES[family]
             kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
@@ -468,6 +474,16 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
             push = struct.pack("<6I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens)
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
     return 0
+
+
+def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
+    """x's first n floats converted to f16, in a scratch shared by every product of this size class
+    (a power of two of at least 4 KiB, so a recording never replaces one its dispatches still use;
+    the recorder's barriers order a conversion after the last product that read the scratch)."""
+    size = 1 << max(12, (2 * n - 1).bit_length())
+    xh = View(kc.shared("cm2 f16 x", size, lambda: Buffer(kc.device, size)), 0, 2 * n)
+    convert(seq, kc, x, xh, "f16", n)
+    return xh
 
 
 # Matrix-vector kernels with a form that takes its token slice from the grid's z (TOKEN_SLICES in

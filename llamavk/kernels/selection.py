@@ -77,6 +77,16 @@ CM2_TILES = (
 )
 
 
+CM2_TILE_BM = (32, 64, 128, 256)
+CM2_TILE_BK = (32, 64, 128, 256)
+
+
+def cm2_x_f16() -> bool:
+    """matmul_cm2.comp reads x as f16, converted by a pass of its own first (mul_mm_cm2h), rather than
+    the f32 x through a decode function. LLAMAVK_CM2_X=f16 / f32 overrides."""
+    return os.environ.get("LLAMAVK_CM2_X", "f32") == "f16"
+
+
 def cm2_tile(n_tokens: int, rows: int) -> tuple[int, int, int]:
     env = os.environ.get("LLAMAVK_CM2_TILE")
     if env:
@@ -85,8 +95,11 @@ def cm2_tile(n_tokens: int, rows: int) -> tuple[int, int, int]:
             bm, bn, bk = tile if len(tile) == 3 else (*tile, 64)
         except ValueError:
             raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BMxBN[xBK], e.g. 128x256x64") from None
-        if min(bm, bn, bk) <= 0 or bm % 16 or bn % 16 or bk % 32:
-            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BM and BN multiples of 16, BK of 32")
+        # BM: the K-quants' scale tables are filled by 256 / BM threads per row; BK: whole steps in a
+        # span of 256 columns (matmul_cm2.comp)
+        if bm not in CM2_TILE_BM or bn <= 0 or bn % 16 or bk not in CM2_TILE_BK:
+            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BM one of {CM2_TILE_BM}, BN a multiple of 16, "
+                               f"BK one of {CM2_TILE_BK}")
         return bm, bn, bk
     return next(tile for applies, tile in CM2_TILES if applies(n_tokens, rows))
 
