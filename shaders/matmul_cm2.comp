@@ -22,7 +22,9 @@
 //     and loaded plainly (a row stride the driver can see is a multiple of 8 halves: 16-byte loads);
 // whole tiles load without bounds checks; at the edges rows past the chunk and tokens past the batch
 // read as 0 (clamp mode constant). Where cols is a multiple of 256 the steps go in spans of 256
-// columns, 256 / BK steps unrolled (the driver overlaps one step's loads with another's products).
+// columns, 256 / BK steps unrolled (the driver overlaps one step's loads with another's products),
+// and the spans may be split over the grid's z (split K: few tiles would leave SMs idle), each part
+// storing its sums at part_stride * z for kernels/matmul.py to add (reduce_sum.comp).
 // The epilogue adds the bias per element and stores through a layout clamped to the chunk's rows and
 // the batch's tokens.
 //
@@ -58,6 +60,8 @@ layout(push_constant) uniform Push {
     uint y_off;     // first row of this chunk in the whole matrix
     uint has_bias;
     uint n_tokens;
+    uint spans_per_part;   // split K: workgroup z sums spans [z, z + 1) * spans_per_part (cols % 256 == 0)
+    uint part_stride;      // floats between two parts' outputs in y (parts > 1: a scratch)
 } p;
 
 uint blocks_per_row;   // cols / QK, for the planar types' scale index and the K-quants' tables
@@ -217,29 +221,31 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
     lx = setTensorLayoutDimensionNV(lx, p.n_tokens, p.cols); \
     lx = setTensorLayoutStrideNV(lx, x_stride, 1);
 #ifdef SCALE_TABLE
-#define TBL_FIRST() { tbl_fetch(0u); tbl_store(0u); barrier(); }
+#define TBL_FIRST(SPAN_I) { tbl_fetch(SPAN_I); tbl_store(((SPAN_I) & 1u) * TBL_HALF); barrier(); }
 #define TBL_NEXT(SPAN_I) tbl_fetch(SPAN_I)
 #define TBL_SWAP(SPAN_I) { tbl_store(((SPAN_I) & 1u) * TBL_HALF); barrier(); }
 #define TBL_USE(SPAN_I) tbl_base = ((SPAN_I) & 1u) * TBL_HALF
 #else
-#define TBL_FIRST()
+#define TBL_FIRST(SPAN_I)
 #define TBL_NEXT(SPAN_I)
 #define TBL_SWAP(SPAN_I)
 #define TBL_USE(SPAN_I)
 #endif
-// cols a multiple of SPAN: spans of 256 / BK unrolled steps (the K-quants' tables per span)
+// cols a multiple of SPAN: spans of 256 / BK unrolled steps (the K-quants' tables per span), this
+// workgroup's part of them (split K)
 #define PRODUCT_SPANS(CLAMP) { \
     LAYOUTS(CLAMP) \
-    const uint n_spans = p.cols / SPAN; \
-    TBL_FIRST() \
-    for (uint sp = 0; sp < n_spans; ++sp) { \
+    const uint sp0 = gl_WorkGroupID.z * p.spans_per_part; \
+    const uint sp_end = min(p.cols / SPAN, sp0 + p.spans_per_part); \
+    TBL_FIRST(sp0) \
+    for (uint sp = sp0; sp < sp_end; ++sp) { \
         TBL_USE(sp); \
-        if (sp + 1u < n_spans) TBL_NEXT(sp + 1u); \
+        if (sp + 1u < sp_end) TBL_NEXT(sp + 1u); \
         [[unroll]] for (uint j = 0; j < SPAN / BK; ++j) { \
             const uint k0 = sp * SPAN + j * BK; \
             STEP(lw, lx) \
         } \
-        if (sp + 1u < n_spans) TBL_SWAP(sp + 1u); \
+        if (sp + 1u < sp_end) TBL_SWAP(sp + 1u); \
     } }
 // any cols (a multiple of 32; Q4_0 / Q8_0 only: the K-quants' cols are multiples of 256)
 #define PRODUCT_STEPS(CLAMP) { \
@@ -276,5 +282,5 @@ void main() {
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> ly = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     ly = setTensorLayoutDimensionNV(ly, p.n_tokens, p.y_off + p.n_rows);
     ly = setTensorLayoutStrideNV(ly, p.y_stride, 1);
-    coopMatStoreTensorNV(acc, y, 0, sliceTensorLayoutNV(ly, tok0, BN, p.y_off + row0, BM), transposed);
+    coopMatStoreTensorNV(acc, y, gl_WorkGroupID.z * p.part_stride, sliceTensorLayoutNV(ly, tok0, BN, p.y_off + row0, BM), transposed);
 }

@@ -77,6 +77,33 @@ def test_matmul_cm2_tiles(dev, kc, qtype, tile, monkeypatch):
     check(dev, kc, qtype, 512, cols, 256, seed=9)   # whole tiles only (the unclamped loads)
 
 
+# Split K: the columns' spans over the grid's z, the parts and the bias added by reduce_sum (3 parts
+# of 3, 3 and 2 spans; rows and tokens not multiples of the tiles).
+@pytest.mark.parametrize("x_type", ["f32", "f16"])
+@pytest.mark.parametrize("qtype", CM2_TYPES, ids=lambda t: t.name)
+def test_matmul_cm2_split(dev, kc, qtype, x_type, monkeypatch):
+    needs_cm2(kc, monkeypatch)
+    monkeypatch.setenv("LLAMAVK_CM2_X", x_type)
+    monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "3")
+    w, out, names, ref = record_product(dev, kc, qtype, 200, 8 * 256, 150, seed=10, with_bias=True)
+    assert "reduce_sum_f32" in names, names
+    err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert err < tol(qtype, coopmat=True), f"{qtype.name} split: relative error {err:.2e}"
+
+
+def test_cm2_parts_rule(monkeypatch):
+    assert selection.cm2_parts(64, 16) == 2      # 4096 rows x 512 tokens in 128 x 256 tiles
+    assert selection.cm2_parts(128, 16) == 1
+    assert selection.cm2_parts(8, 16) == 8       # at most CM2_MAX_PARTS
+    assert selection.cm2_parts(8, 5) == 2        # two spans a part at least
+    assert selection.cm2_parts(8, 0) == 1        # cols not a multiple of 256
+    monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "3")
+    assert selection.cm2_parts(128, 16) == 3
+    monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "x")
+    with pytest.raises(LlamavkError, match="LLAMAVK_CM2_SPLIT"):
+        selection.cm2_parts(128, 16)
+
+
 class _FakeKC:
     """What the selection reads of a kernel cache: the device's features and info."""
     def __init__(self, features):
@@ -91,12 +118,15 @@ def test_cm2_selection(monkeypatch):
     khr = _FakeKC({"coopmat": True})
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm_cm2"
     assert selection.product_kernel(cm2, 512, 1024, 4096, "q8_0") == "mul_mm_cm2"
-    assert selection.product_kernel(cm2, 512, 14336, 4096, "q8_0") == "mul_mm_coop_big"
-    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm_coop"
-    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_coop"
-    assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"
-    monkeypatch.setenv("LLAMAVK_CM2_TYPES", "q4_k,q5_0")
+    assert selection.product_kernel(cm2, 512, 14336, 4096, "q8_0") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm_cm2"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 14336, 4096, "q4_k") == "mul_mm_coop_big"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q6_k") == "mul_mm_coop"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"
+    monkeypatch.setenv("LLAMAVK_CM2_TYPES", "q6_k,q5_0")
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q6_k") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_coop"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"   # no such kernel
     monkeypatch.delenv("LLAMAVK_CM2_TYPES")
     assert selection.product_kernel(cm2, 512, 4096, 4096) == "mul_mm_coop"

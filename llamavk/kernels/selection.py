@@ -47,7 +47,9 @@ def _coopmat_ok(kc, cols: int) -> bool:
 # (its products no faster, the model slower). So Q8_0 only; the others keep the KHR kernels (correct
 # and tested; LLAMAVK_CM2_TYPES=q4_0,q8_0,... chooses others).
 CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k")
-CM2_CHOSEN_TYPES = ("q8_0",)
+CM2_CHOSEN_TYPES = ("q8_0", "q4_0", "q4_k")
+# ... and those it is chosen for at 8192 rows and more too (the others take the KHR 256 x 128 tiles)
+CM2_LARGE_TYPES = ("q4_0", "q8_0")
 
 
 def cm2_chosen_types() -> tuple[str, ...]:
@@ -84,7 +86,31 @@ CM2_TILE_BK = (32, 64, 128, 256)
 def cm2_x_f16() -> bool:
     """matmul_cm2.comp reads x as f16, converted by a pass of its own first (mul_mm_cm2h), rather than
     the f32 x through a decode function. LLAMAVK_CM2_X=f16 / f32 overrides."""
-    return os.environ.get("LLAMAVK_CM2_X", "f32") == "f16"
+    return os.environ.get("LLAMAVK_CM2_X", "f16") == "f16"
+
+
+# Split K of matmul_cm2.comp: a grid of fewer tiles than CM2_FILL_WORKGROUPS / 2 leaves SMs idle (H100:
+# 132; a 4096-row weight at 512 tokens in 128 x 256 tiles is 64), so its columns' spans of 256 are
+# split over parts (at most CM2_MAX_PARTS, two spans each at least) that reduce_sum.comp adds.
+# LLAMAVK_CM2_SPLIT=N forces N parts (1: none).
+CM2_FILL_WORKGROUPS = 132
+CM2_MAX_PARTS = 8
+
+
+def cm2_parts(tiles: int, n_spans: int) -> int:
+    """Parts of the columns for a grid of `tiles` tiles over n_spans spans of 256 columns (0: cols
+    not a multiple of 256, which the kernel does not split)."""
+    env = os.environ.get("LLAMAVK_CM2_SPLIT")
+    if env:
+        try:
+            parts = int(env)
+        except ValueError:
+            raise LlamavkError(f"LLAMAVK_CM2_SPLIT={env!r}: a number of parts") from None
+        if parts < 1:
+            raise LlamavkError(f"LLAMAVK_CM2_SPLIT={env!r}: a number of parts") from None
+    else:
+        parts = CM2_FILL_WORKGROUPS // tiles if 2 * tiles <= CM2_FILL_WORKGROUPS else 1
+    return max(1, min(parts, CM2_MAX_PARTS, n_spans // 2))
 
 
 def cm2_tile(n_tokens: int, rows: int) -> tuple[int, int, int]:
@@ -200,9 +226,9 @@ PRODUCT_KERNELS = (
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
     ("mul_mm_small",    _small_gemm_ok),   # few rows, many tokens: small tiles, columns split (above)
     ("mul_mv_batched",  _small_rows_ok),   # few rows (a router): 128-row tiles leave a few workgroups
-    ("mul_mm_cm2",      lambda kc, n, rows, cols: _cm2_ok(kc, cols) and rows < 8192),
-    #                   NV coopmat2 (cm2_chosen_types() only), tiles by CM2_TILES; 8192 rows and more:
-    #                   the KHR 256 x 128 tiles (measured faster, above)
+    ("mul_mm_cm2",      lambda kc, n, rows, cols: _cm2_ok(kc, cols)),
+    #                   NV coopmat2 (cm2_chosen_types() only; 8192 rows and more CM2_LARGE_TYPES only:
+    #                   the others the KHR 256 x 128 tiles, measured faster), tiles by CM2_TILES
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
@@ -212,11 +238,15 @@ PRODUCT_KERNELS = (
 _SKIP = {"mul_mm": {"mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
 
 
+def _cm2_chosen(type_name: str | None, rows: int) -> bool:
+    return type_name in cm2_chosen_types() and (rows < 8192 or type_name in CM2_LARGE_TYPES)
+
+
 def product_kernel(kc, n_tokens: int, rows: int, cols: int, type_name: str | None = None) -> str:
     """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight of type type_name on
     kc's device (rows of kernels that lack the type are passed over; no type: the cm2 row is)."""
     return next(name for name, applies in PRODUCT_KERNELS
-                if name not in _SKIP and (name != "mul_mm_cm2" or type_name in cm2_chosen_types())
+                if name not in _SKIP and (name != "mul_mm_cm2" or _cm2_chosen(type_name, rows))
                 and applies(kc, n_tokens, rows, cols))
 
 
