@@ -35,7 +35,7 @@ def needs_cm2(kc, monkeypatch):
 def check(dev, kc, qtype, rows, cols, n_tokens, seed, **kw):
     w, out, names, ref = record_product(dev, kc, qtype, rows, cols, n_tokens, seed, **kw)
     family = "mul_mm_cm2h" if selection.cm2_x_f16() else "mul_mm_cm2"
-    assert set(names) - {"convert_f16"} == {f"{family}_{qtype.name.lower()}"}, names
+    assert set(names) - {"convert_f16", "reduce_sum_f32"} == {f"{family}_{qtype.name.lower()}"}, names
     assert ("convert_f16" in names) == (family == "mul_mm_cm2h"), names
     err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
     assert err < tol(qtype, coopmat=True), f"{qtype.name} {rows}x{cols} x {n_tokens}: relative error {err:.2e}"
@@ -140,9 +140,12 @@ def test_cm2_selection(monkeypatch):
 
 
 def test_cm2_tiles_rule(monkeypatch):
-    assert selection.cm2_tile(512, 14336) == (128, 256, 64)
+    assert selection.cm2_tile(512, 14336, "q4_0") == (128, 256, 64)
+    assert selection.cm2_tile(512, 1024, "q8_0") == (128, 256, 64)
+    assert selection.cm2_tile(128, 4096, "q4_0") == (128, 128, 64)
+    assert selection.cm2_tile(512, 4096, "q4_k") == (128, 128, 64)
+    assert selection.cm2_tile(512, 1024, "q4_k") == (64, 128, 64)
     assert selection.cm2_tile(512, 4096) == (128, 128, 64)
-    assert selection.cm2_tile(512, 1024) == (64, 128, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32")
     assert selection.cm2_tile(512, 4096) == (64, 32, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32x128")

@@ -480,7 +480,7 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
     name = type_suffix(w.qtype)
     if family == "mul_mm_cm2" and cm2_x_f16():
         family = CM2_F16_X
-    tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows)
+    tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows, name)
     kernel = kc.get(f"{family}_{name}", "rrrw", push_size=32, spec=(tile_rows, tile_tokens, tile_k))
     if family == CM2_F16_X:   # it reads x as f16: converted first, into a scratch per size
         x = _f16_copy(seq, kc, x, n_tokens * w.cols)
