@@ -7,7 +7,8 @@ whatever the table would choose): 20 products (barrier-separated, rotating over 
 replayed for 0.3 s first (an idle GPU's clocks measure several times
 slower), mean GPU time per product from timestamps; 2 * rows * cols * tokens / time.
 On devices with NV coopmat2, `mul_mm_cm2` (matmul_cm2.comp, tiles by selection.CM2_TILES) too, and one
-more column per tile of `--cm2-tiles 128x128,128x256` (LLAMAVK_CM2_TILE for that column).
+more column per tile of `--cm2-tiles 128x128,128x256:2` (LLAMAVK_CM2_TILE for that column; after a
+colon, LLAMAVK_CM2_SPLIT: the parts the columns are split into).
 `--extra mul_mm_coopP1,mul_mm_coopP2` adds the cooperative-matrix kernel's phases alone (Q4_0 only:
 multiplications without loads, loads without multiplications) to see which one bounds it.
 """
@@ -97,11 +98,15 @@ def main():
                     cells.append(f"{'-':>12}")
                     continue
                 if tile:
-                    os.environ["LLAMAVK_CM2_TILE"] = tile
+                    shape, _, split = tile.partition(":")
+                    os.environ["LLAMAVK_CM2_TILE"] = shape
+                    if split:
+                        os.environ["LLAMAVK_CM2_SPLIT"] = split
                 try:
                     t = time_family(dev, kc, fam, weights, View.whole(x), View.whole(y), n)
                 finally:
                     os.environ.pop("LLAMAVK_CM2_TILE", None)
+                    os.environ.pop("LLAMAVK_CM2_SPLIT", None)
                 cells.append(f"{2 * rows * cols * n / t / 1e12:12.1f}")
             print(f"{tname:5s} {rows:5d}x{cols:<6d} " + " ".join(cells), flush=True)
             for w in weights:

@@ -34,7 +34,9 @@ def needs_cm2(kc, monkeypatch):
 
 def check(dev, kc, qtype, rows, cols, n_tokens, seed, **kw):
     w, out, names, ref = record_product(dev, kc, qtype, rows, cols, n_tokens, seed, **kw)
-    assert set(names) == {f"mul_mm_cm2_{qtype.name.lower()}"}, names
+    family = "mul_mm_cm2h" if selection.cm2_x_f16() else "mul_mm_cm2"
+    assert set(names) - {"convert_f16", "reduce_sum_f32"} == {f"{family}_{qtype.name.lower()}"}, names
+    assert ("convert_f16" in names) == (family == "mul_mm_cm2h"), names
     err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
     assert err < tol(qtype, coopmat=True), f"{qtype.name} {rows}x{cols} x {n_tokens}: relative error {err:.2e}"
     return w
@@ -42,8 +44,11 @@ def check(dev, kc, qtype, rows, cols, n_tokens, seed, **kw):
 
 # Tiles of 128 rows x 128 tokens: rows and tokens that are not multiples of them, several tiles each
 # way, a bias, weights in several chunks (each a dispatch writing its rows of y).
+# x read as f32 through a decode function, or converted to f16 first (LLAMAVK_CM2_X)
+@pytest.mark.parametrize("x_type", ["f32", "f16"])
 @pytest.mark.parametrize("qtype", CM2_TYPES, ids=lambda t: t.name)
-def test_matmul_cm2(dev, kc, qtype, monkeypatch):
+def test_matmul_cm2(dev, kc, qtype, x_type, monkeypatch):
+    monkeypatch.setenv("LLAMAVK_CM2_X", x_type)
     chosen = qtype.name.lower() in selection.cm2_chosen_types()
     assert not selection.has_coopmat2(kc) or \
         (selection.product_kernel(kc, 512, 4096, 4096, qtype.name.lower()) == "mul_mm_cm2") == chosen
@@ -59,14 +64,44 @@ def test_matmul_cm2(dev, kc, qtype, monkeypatch):
         check(dev, kc, qtype, 256, 25 * bs, 256, seed=6)
 
 
-# The other tile shapes (specialization constants): the large-weight rule's 128 x 256 and others.
-@pytest.mark.parametrize("tile", ["128x256", "256x128", "64x64x32", "128x128x128"])
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_K], ids=lambda t: t.name)
+# The other tile shapes (specialization constants): the large-weight rule's 128 x 256 and others
+# (every BM fills the K-quants' scale tables with its own number of threads per row; BK 32 and 256
+# unroll 8 and 1 steps per span), columns in several spans of 256.
+@pytest.mark.parametrize("tile", ["128x256", "256x128", "64x64x32", "128x128x128", "32x64x256"])
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
 def test_matmul_cm2_tiles(dev, kc, qtype, tile, monkeypatch):
     needs_cm2(kc, monkeypatch)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", tile)
-    cols = 24 * 32 if qtype == T.Q4_0 else 3 * 256
+    cols = 32 * 32 if qtype == T.Q4_0 else 3 * 256
     check(dev, kc, qtype, 300, cols, 270, seed=8, with_bias=True)
+    check(dev, kc, qtype, 512, cols, 256, seed=9)   # whole tiles only (the unclamped loads)
+
+
+# Split K: the columns' spans over the grid's z, the parts and the bias added by reduce_sum (3 parts
+# of 3, 3 and 2 spans; rows and tokens not multiples of the tiles).
+@pytest.mark.parametrize("x_type", ["f32", "f16"])
+@pytest.mark.parametrize("qtype", CM2_TYPES, ids=lambda t: t.name)
+def test_matmul_cm2_split(dev, kc, qtype, x_type, monkeypatch):
+    needs_cm2(kc, monkeypatch)
+    monkeypatch.setenv("LLAMAVK_CM2_X", x_type)
+    monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "3")
+    w, out, names, ref = record_product(dev, kc, qtype, 200, 8 * 256, 150, seed=10, with_bias=True)
+    assert "reduce_sum_f32" in names, names
+    err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert err < tol(qtype, coopmat=True), f"{qtype.name} split: relative error {err:.2e}"
+
+
+def test_cm2_parts_rule(monkeypatch):
+    assert selection.cm2_parts(64, 16) == 2      # 4096 rows x 512 tokens in 128 x 256 tiles
+    assert selection.cm2_parts(128, 16) == 1
+    assert selection.cm2_parts(8, 16) == 8       # at most CM2_MAX_PARTS
+    assert selection.cm2_parts(8, 5) == 2        # two spans a part at least
+    assert selection.cm2_parts(8, 0) == 1        # cols not a multiple of 256
+    monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "3")
+    assert selection.cm2_parts(128, 16) == 3
+    monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "x")
+    with pytest.raises(LlamavkError, match="LLAMAVK_CM2_SPLIT"):
+        selection.cm2_parts(128, 16)
 
 
 class _FakeKC:
@@ -83,12 +118,15 @@ def test_cm2_selection(monkeypatch):
     khr = _FakeKC({"coopmat": True})
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm_cm2"
     assert selection.product_kernel(cm2, 512, 1024, 4096, "q8_0") == "mul_mm_cm2"
-    assert selection.product_kernel(cm2, 512, 14336, 4096, "q8_0") == "mul_mm_coop_big"
-    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm_coop"
-    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_coop"
-    assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"
-    monkeypatch.setenv("LLAMAVK_CM2_TYPES", "q4_k,q5_0")
+    assert selection.product_kernel(cm2, 512, 14336, 4096, "q8_0") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm_cm2"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 14336, 4096, "q4_k") == "mul_mm_coop_big"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q6_k") == "mul_mm_coop"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"
+    monkeypatch.setenv("LLAMAVK_CM2_TYPES", "q6_k,q5_0")
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q6_k") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_coop"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"   # no such kernel
     monkeypatch.delenv("LLAMAVK_CM2_TYPES")
     assert selection.product_kernel(cm2, 512, 4096, 4096) == "mul_mm_coop"
@@ -102,16 +140,20 @@ def test_cm2_selection(monkeypatch):
 
 
 def test_cm2_tiles_rule(monkeypatch):
-    assert selection.cm2_tile(512, 14336) == (128, 256, 64)
+    assert selection.cm2_tile(512, 14336, "q4_0") == (128, 256, 64)
+    assert selection.cm2_tile(512, 1024, "q8_0") == (128, 256, 64)
+    assert selection.cm2_tile(128, 4096, "q4_0") == (128, 128, 64)
+    assert selection.cm2_tile(512, 4096, "q4_k") == (128, 128, 64)
+    assert selection.cm2_tile(512, 1024, "q4_k") == (64, 128, 64)
     assert selection.cm2_tile(512, 4096) == (128, 128, 64)
-    assert selection.cm2_tile(512, 1024) == (64, 128, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32")
     assert selection.cm2_tile(512, 4096) == (64, 32, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32x128")
     assert selection.cm2_tile(512, 4096) == (64, 32, 128)
-    monkeypatch.setenv("LLAMAVK_CM2_TILE", "64")
-    with pytest.raises(LlamavkError, match="LLAMAVK_CM2_TILE"):
-        selection.cm2_tile(512, 4096)
+    for bad in ["64", "48x64", "64x40", "64x64x96", "512x64"]:
+        monkeypatch.setenv("LLAMAVK_CM2_TILE", bad)
+        with pytest.raises(LlamavkError, match="LLAMAVK_CM2_TILE"):
+            selection.cm2_tile(512, 4096)
 
 
 def test_raw_structs_match_the_c_layout():

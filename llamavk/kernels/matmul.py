@@ -30,14 +30,16 @@ from ..errors import LlamavkError
 from ..quant import quant_info
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, filled_buffer, groups_2d
-from .collective import reduce_sum
+from .collective import convert, reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
-                        cm2_tile, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
+                        cm2_parts, cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
                         SMALL_GEMM_WORKGROUPS, SmallGemmConfig, small_gemm_config)
 
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
 MATMUL_TILES = {"mul_mm": (64, 64), "mul_mm_coop": (128, 128), "mul_mm_coop_big": (256, 128)}
 GET_ROWS_WG = 64
+# The NV coopmat2 kernel that reads x as f16 (matmul_cm2.comp X_F16), converted by _f16_copy first
+CM2_F16_X = "mul_mm_cm2h"
 
 
 def type_suffix(qtype) -> str:
@@ -454,12 +456,11 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
                              chained=wait is not None and i == 0)
         return sum(gx * gy * gz for chunk in grids for gx, gy, gz in chunk)
     else:
-        if family.startswith("mul_mm_cm2"):   # tiles are the kernel's specialization constants
-            tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows)
-            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24, spec=(tile_rows, tile_tokens, tile_k))
-        else:
-            tile_rows, tile_tokens = MATMUL_TILES[family]
-            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
+        if family.startswith("mul_mm_cm2"):
+            _matmul_cm2(seq, kc, family, w, x, y, n_tokens, bias)
+            return 0
+        tile_rows, tile_tokens = MATMUL_TILES[family]
+        kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
         gy = (n_tokens + tile_tokens - 1) // tile_tokens
         for ch in w.chunks:
             gx = (ch.n_rows + tile_rows - 1) // tile_rows
@@ -468,6 +469,52 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
             push = struct.pack("<6I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens)
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
     return 0
+
+
+def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View, n_tokens: int,
+                bias: View | None) -> None:
+    """Record matmul_cm2.comp (family mul_mm_cm2, or mul_mm_cm2h reading x converted to f16) per
+    weight chunk: tiles by selection.cm2_tile (specialization constants); where the tiles are few, the
+    columns' spans of 256 split over the grid's z into a scratch, and reduce_sum.comp adding the parts
+    and the bias into y (a fixed order: the same bits every run)."""
+    name = type_suffix(w.qtype)
+    if family == "mul_mm_cm2" and cm2_x_f16():
+        family = CM2_F16_X
+    tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows, name)
+    kernel = kc.get(f"{family}_{name}", "rrrw", push_size=32, spec=(tile_rows, tile_tokens, tile_k))
+    if family == CM2_F16_X:   # it reads x as f16: converted first, into a scratch per size
+        x = _f16_copy(seq, kc, x, n_tokens * w.cols)
+    has_bias = int(bias is not None)
+    b = bias if bias is not None else x   # an unused binding still needs a buffer
+    n_spans = w.cols // 256 if w.cols % 256 == 0 else 0   # the kernel splits only whole spans
+    gy = (n_tokens + tile_tokens - 1) // tile_tokens
+    for ch in w.chunks:
+        gx = (ch.n_rows + tile_rows - 1) // tile_rows
+        if gx > 65535 or gy > 65535:
+            raise LlamavkError(f"matmul: grid {gx} x {gy} is too large")
+        parts = cm2_parts(gx * gy, n_spans)
+        spp = -(-n_spans // parts) if n_spans else 0
+        parts = -(-n_spans // spp) if n_spans else 1   # no empty part
+        if parts == 1:
+            push = struct.pack("<8I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens, max(spp, 1), 0)
+            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
+            continue
+        stride = n_tokens * ch.n_rows
+        scratch = View(_small_gemm_scratch(kc, 4 * parts * stride), 0, 4 * parts * stride)
+        push = struct.pack("<8I", ch.n_rows, w.cols, ch.n_rows, 0, 0, n_tokens, spp, stride)
+        seq.dispatch(kernel, [ch.buffer, x.range, x.range, scratch.range], (gx, gy, parts), push)
+        reduce_sum(seq, kc, scratch, "f32", (1 << parts) - 1, stride, y, n_tokens, ch.n_rows, ch.n_rows,
+                   base=bias, base_stride=0, base_c0=ch.row_start, out_stride=w.rows, out_c0=ch.row_start)
+
+
+def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
+    """x's first n floats converted to f16, in a scratch shared by every product of this size class
+    (a power of two of at least 4 KiB, so a recording never replaces one its dispatches still use;
+    the recorder's barriers order a conversion after the last product that read the scratch)."""
+    size = 1 << max(12, (2 * n - 1).bit_length())
+    xh = View(kc.shared("cm2 f16 x", size, lambda: Buffer(kc.device, size)), 0, 2 * n)
+    convert(seq, kc, x, xh, "f16", n)
+    return xh
 
 
 # Matrix-vector kernels with a form that takes its token slice from the grid's z (TOKEN_SLICES in

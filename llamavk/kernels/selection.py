@@ -39,15 +39,23 @@ def _coopmat_ok(kc, cols: int) -> bool:
 
 
 # Weight types of the NV cooperative-matrix-2 prompt kernel (shaders/matmul_cm2.comp), and those it is
-# chosen for. H100, benchmarks/bench_matmul.py, 512 tokens, TFLOP/s, cm2 (best tile) against the KHR
-# kernels as chosen: Q8_0 4096x4096 124 / 92, 4096x14336 129 / 92, 1024x4096 50 / 31, but 14336x4096
-# 104 / 123 (256-row KHR tiles); Q4_0 4096x4096 130 / 131, 4096x14336 128 / 124, 1024x4096 51 / 37,
-# 14336x4096 109 / 152. Q4_K and Q6_K decode each element's 6-bit / 8-bit scale again: 57-75 / 100-131.
-# 7.2B pp512 (same call, second passes): Q8_0 7,600 with cm2 against 6,718; Q4_0 8,402 against 8,549
-# (its products no faster, the model slower). So Q8_0 only; the others keep the KHR kernels (correct
-# and tested; LLAMAVK_CM2_TYPES=q4_0,q8_0,... chooses others).
+# chosen for. H100, benchmarks/bench_matmul.py --no-portable --cm2-tiles 128x256,128x128:2, 512
+# tokens, TFLOP/s, cm2 (x as f16, tiles and split by the rules below) against the KHR kernels
+# (mul_mm_coop / mul_mm_coop_big): Q4_K 4096x4096 145 / 105, 4096x14336 144 / 101, 1024x4096 86 / 32,
+# 14336x4096 (128 x 128, 2 parts) 138 / 122; Q6_K 111 / 126, 112 / 132, 74 / 35, 104 / 129; Q4_0 (128 x
+# 256) 156 / 131, 182 / 124, 88 / 37, 172 / 153; Q8_0 150 / 92, 184 / 93, 86 / 31, 174 / 124.
+# 7.2B pp512 (same call, second passes; KHR kernels / cm2 / llama.cpp -cm2): Q4_K 7,138 / 8,154 /
+# 11,574; Q4_0 8,588 / 10,596 / 10,980; Q8_0 6,778 / 10,424 / 11,195; Q6_K 7,951 / 7,480 (cm2 for
+# every product below 8192 rows) / 8,635, so Q6_K keeps the KHR kernels (its decode reads two
+# 2-byte-aligned bytes per element; LLAMAVK_CM2_TYPES=q4_0,q6_k,... chooses others). K-quants at 8192
+# rows and more keep the KHR 256 x 128 tiles (not measured end to end with cm2's 128 x 128 x 2 parts).
 CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k")
-CM2_CHOSEN_TYPES = ("q8_0",)
+CM2_CHOSEN_TYPES = ("q8_0", "q4_0", "q4_k")
+# ... those it is chosen for at 8192 rows and more too (the others take the KHR 256 x 128 tiles), and
+# those whose batches of 256 tokens and more take 128 x 256 tiles at any rows (the K-quants lose there:
+# Q4_K 4096x4096 75 against 145 with 128 x 128; pp512 6,252)
+CM2_LARGE_TYPES = ("q4_0", "q8_0")
+CM2_WIDE_TYPES = ("q4_0", "q8_0")
 
 
 def cm2_chosen_types() -> tuple[str, ...]:
@@ -67,17 +75,50 @@ def _cm2_ok(kc, cols: int) -> bool:
 
 
 # Tiles of matmul_cm2.comp (specialization constants), rows x tokens x columns per step, workgroups of
-# 256 threads: the first rule that applies. LLAMAVK_CM2_TILE=BMxBN[xBK] overrides (sweeps).
-# H100 (512 tokens): 1024 rows 64 x 128 x 64 (51 TFLOP/s Q4_0; 128 x 128: 34), 4096 rows 128 x 128 x 64
-# (130; BK 32: 100, BK 128: 79, 256 x 128: 48), 14336 rows 128 x 256 x 64 (109; 128 x 128: 109).
+# 256 threads: the first rule that applies (type name, tokens, rows). LLAMAVK_CM2_TILE=BMxBN[xBK]
+# overrides (sweeps). Few tiles split the columns (cm2_parts below). H100, 512 tokens: above.
 CM2_TILES = (
-    (lambda n, rows: rows >= 8192 and n >= 256, (128, 256, 64)),
-    (lambda n, rows: rows <= 2048, (64, 128, 64)),
-    (lambda n, rows: True, (128, 128, 64)),
+    (lambda t, n, rows: t in CM2_WIDE_TYPES and n >= 256, (128, 256, 64)),
+    (lambda t, n, rows: rows <= 2048, (64, 128, 64)),
+    (lambda t, n, rows: True, (128, 128, 64)),
 )
 
+CM2_TILE_BM = (32, 64, 128, 256)
+CM2_TILE_BK = (32, 64, 128, 256)
 
-def cm2_tile(n_tokens: int, rows: int) -> tuple[int, int, int]:
+
+def cm2_x_f16() -> bool:
+    """matmul_cm2.comp reads x as f16, converted by a pass of its own first (mul_mm_cm2h), rather than
+    the f32 x through a decode function: H100 Q4_K 4096x4096 143 against 125 TFLOP/s, 7.2B pp512 7,830
+    against 7,718 (same call). LLAMAVK_CM2_X=f32 reads the f32 x."""
+    return os.environ.get("LLAMAVK_CM2_X", "f16") == "f16"
+
+
+# Split K of matmul_cm2.comp: a grid of fewer tiles than CM2_FILL_WORKGROUPS / 2 leaves SMs idle (H100:
+# 132; a 4096-row weight at 512 tokens in 128 x 256 tiles is 64), so its columns' spans of 256 are
+# split over parts (at most CM2_MAX_PARTS, two spans each at least) that reduce_sum.comp adds.
+# LLAMAVK_CM2_SPLIT=N forces N parts (1: none).
+CM2_FILL_WORKGROUPS = 132
+CM2_MAX_PARTS = 8
+
+
+def cm2_parts(tiles: int, n_spans: int) -> int:
+    """Parts of the columns for a grid of `tiles` tiles over n_spans spans of 256 columns (0: cols
+    not a multiple of 256, which the kernel does not split)."""
+    env = os.environ.get("LLAMAVK_CM2_SPLIT")
+    if env:
+        try:
+            parts = int(env)
+        except ValueError:
+            raise LlamavkError(f"LLAMAVK_CM2_SPLIT={env!r}: a number of parts") from None
+        if parts < 1:
+            raise LlamavkError(f"LLAMAVK_CM2_SPLIT={env!r}: a number of parts") from None
+    else:
+        parts = CM2_FILL_WORKGROUPS // tiles if 2 * tiles <= CM2_FILL_WORKGROUPS else 1
+    return max(1, min(parts, CM2_MAX_PARTS, n_spans // 2))
+
+
+def cm2_tile(n_tokens: int, rows: int, type_name: str | None = None) -> tuple[int, int, int]:
     env = os.environ.get("LLAMAVK_CM2_TILE")
     if env:
         try:
@@ -85,10 +126,13 @@ def cm2_tile(n_tokens: int, rows: int) -> tuple[int, int, int]:
             bm, bn, bk = tile if len(tile) == 3 else (*tile, 64)
         except ValueError:
             raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BMxBN[xBK], e.g. 128x256x64") from None
-        if min(bm, bn, bk) <= 0 or bm % 16 or bn % 16 or bk % 32:
-            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BM and BN multiples of 16, BK of 32")
+        # BM: the K-quants' scale tables are filled by 256 / BM threads per row; BK: whole steps in a
+        # span of 256 columns (matmul_cm2.comp)
+        if bm not in CM2_TILE_BM or bn <= 0 or bn % 16 or bk not in CM2_TILE_BK:
+            raise LlamavkError(f"LLAMAVK_CM2_TILE={env!r}: BM one of {CM2_TILE_BM}, BN a multiple of 16, "
+                               f"BK one of {CM2_TILE_BK}")
         return bm, bn, bk
-    return next(tile for applies, tile in CM2_TILES if applies(n_tokens, rows))
+    return next(tile for applies, tile in CM2_TILES if applies(type_name, n_tokens, rows))
 
 
 def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
@@ -187,9 +231,9 @@ PRODUCT_KERNELS = (
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
     ("mul_mm_small",    _small_gemm_ok),   # few rows, many tokens: small tiles, columns split (above)
     ("mul_mv_batched",  _small_rows_ok),   # few rows (a router): 128-row tiles leave a few workgroups
-    ("mul_mm_cm2",      lambda kc, n, rows, cols: _cm2_ok(kc, cols) and rows < 8192),
-    #                   NV coopmat2 (cm2_chosen_types() only), tiles by CM2_TILES; 8192 rows and more:
-    #                   the KHR 256 x 128 tiles (measured faster, above)
+    ("mul_mm_cm2",      lambda kc, n, rows, cols: _cm2_ok(kc, cols)),
+    #                   NV coopmat2 (cm2_chosen_types() only; 8192 rows and more CM2_LARGE_TYPES only:
+    #                   the others the KHR 256 x 128 tiles, measured faster), tiles by CM2_TILES
     ("mul_mm_coop_big", lambda kc, n, rows, cols: _coopmat_ok(kc, cols) and rows >= 8192 and n >= 256),
     #                   tensor cores, 256 x 128 tiles: W dequantized half as often; enough workgroups
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
@@ -199,11 +243,15 @@ PRODUCT_KERNELS = (
 _SKIP = {"mul_mm": {"mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
 
 
+def _cm2_chosen(type_name: str | None, rows: int) -> bool:
+    return type_name in cm2_chosen_types() and (rows < 8192 or type_name in CM2_LARGE_TYPES)
+
+
 def product_kernel(kc, n_tokens: int, rows: int, cols: int, type_name: str | None = None) -> str:
     """The PRODUCT_KERNELS row for n_tokens tokens through a rows x cols weight of type type_name on
     kc's device (rows of kernels that lack the type are passed over; no type: the cm2 row is)."""
     return next(name for name, applies in PRODUCT_KERNELS
-                if name not in _SKIP and (name != "mul_mm_cm2" or type_name in cm2_chosen_types())
+                if name not in _SKIP and (name != "mul_mm_cm2" or _cm2_chosen(type_name, rows))
                 and applies(kc, n_tokens, rows, cols))
 
 
