@@ -1,6 +1,6 @@
-"""-sm tensor / graph on mixtures of experts: the attention and DeltaNet blocks mirrored on every device
-(split/tensor.py), the experts split, one all-reduce per layer; LLAMAVK_MOE_SPLIT_ATTN=1 splits the
-attention by heads instead (two per layer). Virtual devices on llvmpipe, as in tests/test_split.py.
+"""-sm tensor / graph on mixtures of experts with LLAMAVK_MOE_MIRROR=1: the attention and DeltaNet blocks
+mirrored on every device (split/tensor.py), the experts split, one all-reduce per layer; by default
+(SPEC §5) the attention is split by heads instead (two per layer). Virtual devices on llvmpipe, as in tests/test_split.py.
 
 Tolerances are the existing split tests' bounds (tests/test_split.py for qwen3moe, tests/test_qwen35.py
 for qwen35moe, whose DeltaNet state carries a token's rounding on). Measured on llvmpipe (these files,
@@ -78,15 +78,16 @@ def check_against_none(references, arch, qtype, mode, layouts, mirrored: bool):
 
 @pytest.mark.parametrize("arch,qtype", [c[:2] for c in CASES])
 @pytest.mark.parametrize("mode", ["tensor", "graph"])
-def test_mirrored_attention_matches_none(references, arch, qtype, mode):
+def test_mirrored_attention_matches_none(references, monkeypatch, arch, qtype, mode):
+    monkeypatch.setenv("LLAMAVK_MOE_MIRROR", "1")
     check_against_none(references, arch, qtype, mode, [(2, None), (3, [2, 1, 1])], mirrored=True)
 
 
 @pytest.mark.parametrize("arch,qtype", [("qwen3moe", "q8_0"), ("qwen35moe", "q4_0")])
 @pytest.mark.parametrize("mode", ["tensor", "graph"])
-def test_split_attention_knob_matches_none(references, monkeypatch, arch, qtype, mode):
-    """LLAMAVK_MOE_SPLIT_ATTN=1: the attention split by KV heads and DeltaNet by key heads (the lead's A/B)."""
-    monkeypatch.setenv("LLAMAVK_MOE_SPLIT_ATTN", "1")
+def test_split_attention_default_matches_none(references, monkeypatch, arch, qtype, mode):
+    """The default (SPEC §5): the attention split by KV heads and DeltaNet by key heads."""
+    monkeypatch.delenv("LLAMAVK_MOE_MIRROR", raising=False)
     check_against_none(references, arch, qtype, mode, [(2, None), (3, None)], mirrored=False)
 
 
@@ -123,6 +124,7 @@ def test_one_exchange_point_per_moe_layer(synthetic_model, monkeypatch, arch, qt
     """Mirrored: one all-reduce per layer (a ring all-reduce of a large batch is two exchange points);
     the attention's products whole on every device. Split by heads: two all-reduces per layer."""
     path = synthetic_model(arch, qtype, seed=seed)
+    monkeypatch.setenv("LLAMAVK_MOE_MIRROR", "1")
     cfg, mirrored = plans(path, mode, n_dev)
     for key, dg in mirrored.items():
         per_reduce = 2 if key.endswith("@large") else 1
@@ -133,7 +135,7 @@ def test_one_exchange_point_per_moe_layer(synthetic_model, monkeypatch, arch, qt
             assert products and all(op.inputs[0].part is None for op in products), key
             assert all(op.attrs.get("n_head_kv", cfg.n_head_kv) == cfg.n_head_kv
                        for op in g.ops if op.kind == "attention"), key
-    monkeypatch.setenv("LLAMAVK_MOE_SPLIT_ATTN", "1")
+    monkeypatch.delenv("LLAMAVK_MOE_MIRROR")
     _, by_heads = plans(path, mode, n_dev)
     for key, dg in by_heads.items():
         assert syncs_per_layer(dg) == {2 * (2 if key.endswith("@large") else 1)}, key
@@ -150,9 +152,9 @@ def test_dense_plans_do_not_change(synthetic_model, monkeypatch, arch, qtype):
                  for op in g.ops] for g in dg.graphs], dg.holds
 
     for mode in ("tensor", "graph"):
-        monkeypatch.delenv("LLAMAVK_MOE_SPLIT_ATTN", raising=False)
+        monkeypatch.delenv("LLAMAVK_MOE_MIRROR", raising=False)
         _, default = plans(path, mode, 3)
-        monkeypatch.setenv("LLAMAVK_MOE_SPLIT_ATTN", "1")
+        monkeypatch.setenv("LLAMAVK_MOE_MIRROR", "1")
         _, knob = plans(path, mode, 3)
         for key, dg in default.items():
             assert signature(dg) == signature(knob[key]), (mode, key)
@@ -166,6 +168,7 @@ def test_decode_step_has_one_exchange_dispatch_per_layer(synthetic_model, monkey
     every device as on one (its input is no longer a sum of the devices' partials)."""
     monkeypatch.setenv("LLAMAVK_SPLIT_SYNC", "spin")
     monkeypatch.setenv("LLAMAVK_CHAIN", "1")
+    monkeypatch.setenv("LLAMAVK_MOE_MIRROR", "1")
     from llamavk.kernels import matmul
     monkeypatch.setattr(matmul, "_MATVEC_ENV", matmul.parse_matvec_env("stream:64,2,1,1"))
     path = synthetic_model("qwen35moe", "q4_0", seed=1)
@@ -185,11 +188,12 @@ def test_decode_step_has_one_exchange_dispatch_per_layer(synthetic_model, monkey
 
 # -- memory ---------------------------------------------------------------------------------------
 
-def test_every_device_holds_the_whole_kv_cache_and_the_estimate_says_so(synthetic_model):
+def test_every_device_holds_the_whole_kv_cache_and_the_estimate_says_so(synthetic_model, monkeypatch):
     """The fit estimate per device (memory_fit.py, from the device's plans) equals what its runtime
     allocates: the whole KV cache and all attention weights on every device, a part of the experts."""
     from llamavk.memory_fit import estimate_device_need
 
+    monkeypatch.setenv("LLAMAVK_MOE_MIRROR", "1")
     path = synthetic_model("qwen35moe", "q4_0", seed=1)
     mf = load_model_file(path)
     with quiet(path, n_ctx=96, n_ubatch=16) as m:
@@ -206,10 +210,11 @@ def test_every_device_holds_the_whole_kv_cache_and_the_estimate_says_so(syntheti
         assert split.weight_bytes(experts_only=True) == whole_experts
 
 
-def test_a_context_too_large_for_the_mirrored_cache_is_a_one_line_error(synthetic_model):
+def test_a_context_too_large_for_the_mirrored_cache_is_a_one_line_error(synthetic_model, monkeypatch):
     """-c 5 x 10^7 on tiny qwen3moe split over two virtual devices of one GPU: each holds the whole KV
     cache, 2 layers x K and V x 5 x 10^7 positions x 2 KV heads x 32 x 2 bytes (f16) = 23.84 GiB, 47.68 GiB
     for both (split by heads: half that), more than this machine (or any GPU) has."""
+    monkeypatch.setenv("LLAMAVK_MOE_MIRROR", "1")     # the command's process inherits it
     path = synthetic_model("qwen3moe", "q8_0", seed=1)
     cfg = load_model_file(path).config
     assert (cfg.n_layer, cfg.n_head_kv, cfg.head_dim) == (2, 2, 32)

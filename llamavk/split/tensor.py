@@ -21,8 +21,8 @@ gate, beta and alpha products, their convolution channels, dt and A, and their r
 output product is split by those columns and summed like attention's. The gated attention's Q
 product has [q | gate] per head: its rows go by whole heads of 2 x head_dim.
 
-A mixture of experts mirrors its attention instead (the default; LLAMAVK_MOE_SPLIT_ATTN=1 splits it
-by heads as above): every device holds all of Q/K/V/O, the whole KV cache, and runs the attention and
+A mixture of experts can mirror its attention instead (LLAMAVK_MOE_MIRROR=1; the default is SPEC §5's
+split by heads as above): every device holds all of Q/K/V/O, the whole KV cache, and runs the attention and
 the output product in full, and likewise the whole Gated DeltaNet block (q|k|v, gate, beta, alpha,
 convolution, delta rule, gated norm, ssm_out) with its recurrent state. Only the experts (and the
 shared expert) stay split, so a layer has one all-reduce (after the weighted expert sum) instead of
@@ -32,7 +32,8 @@ all-reduce through host memory costs ~10-15 us; the attention is a small part of
 30B-A3B's ~510 MB of 17 GB), so holding it everywhere costs little memory. With the output product
 whole, a device's router reads a product's output rather than a sum, and is folded into that product
 as on one device (fusion.py). Dense models keep the split by heads: their attention is a large share
-of their weight reads.
+of their weight reads. Not the default: on 2 H200s it measured within -1% / +3.5% of the split by
+heads (docs/PERFORMANCE.md), while it doubles each device's KV cache and DeltaNet state.
 
 build() is shared with -sm graph (split/graph.py), which changes how the sums are made.
 """
@@ -53,13 +54,13 @@ OUTPUT_ROLES = {"output", "token_embd"}     # token_embd: a tied output matrix (
 # The attention and DeltaNet blocks: their products and the ops between them (mirrored_attention)
 ATTENTION_ROLES = {"q", "k", "v", "o", "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_out"}
 ATTENTION_OPS = {"rope", "head_norm", "attention", "attn_gate", *DELTANET_OPS}
-ENV_MOE_SPLIT_ATTN = "LLAMAVK_MOE_SPLIT_ATTN"
+ENV_MOE_MIRROR = "LLAMAVK_MOE_MIRROR"
 
 
 def mirrored_attention(cfg) -> bool:
-    """Every device runs the whole attention (and DeltaNet) block: mixtures of experts, unless
-    LLAMAVK_MOE_SPLIT_ATTN=1 asks for the split by heads (module doc)."""
-    return bool(cfg.n_expert) and os.environ.get(ENV_MOE_SPLIT_ATTN, "0") != "1"
+    """Every device runs the whole attention (and DeltaNet) block: mixtures of experts where
+    LLAMAVK_MOE_MIRROR=1 asks for it (module doc)."""
+    return bool(cfg.n_expert) and os.environ.get(ENV_MOE_MIRROR, "0") == "1"
 
 
 def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
