@@ -17,7 +17,8 @@
 // only then stages x into shared memory -- while those loads are in flight -- and does the arithmetic
 // from registers.
 //
-// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K a quarter of a super-block, 64 weights):
+// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K a quarter of a super-block, 64 weights;
+// Q6_K half a super-block, 128 weights: see Q6_K below):
 //   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
 //   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
@@ -107,6 +108,15 @@
 // and each next block's after this block's terms (in flight during the next block's arithmetic);
 // else each block's after its arithmetic, in flight during its reduction (fewer registers held
 // during the products' loads). nw comes with the bias and residual.
+// Q6_K (210-byte super-blocks, so a block starts at an even byte offset o = 210 b mod 16, not on a
+// 16-byte boundary; the weights stay in their GGUF layout, which every other Q6_K kernel reads): a
+// unit, half h of a super-block, needs its 64 ql bytes at 64h, 32 qh bytes at 128 + 32h, 8 int8 scales
+// at 192 + 8h and d at 208. The lane loads the aligned uvec4s around the two quant runs (5 holding ql,
+// 3 holding qh: at most 14 bytes more than the run, never past the block's byte 208, so never past the
+// end of a chunk's buffer), the scales as three 32-bit words and d as a 16-bit word, and only in the
+// arithmetic shifts the runs into place (a select of the word offset o / 4, a 16-bit funnel for o % 4).
+// Element 32k + l of the unit (k < 4, l < 32): low 4 bits in ql byte 32 (k % 2) + l >> 4 (k / 2), high
+// 2 bits in qh byte l >> 2k; weight d * scale[8h + e / 16] * (q - 32).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
 // 25 REPS, 26 RNORM, 27 RSH, 28 REARLY.
@@ -181,6 +191,10 @@ layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
 layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };      // PAIR: the up matrix
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
+#if defined(QTYPE_Q6_K)
+layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
+layout(std430, binding = 7) readonly buffer PairU16 { uint16_t pu16[]; };
+#endif
 // KSPLIT: written by one workgroup, polled by another of the same dispatch (volatile: every read goes
 // to memory)
 layout(std430, binding = 8) volatile coherent buffer Part { uint part[]; };   // [PAIR + 1][KSPLIT][y_stride]
@@ -213,8 +227,11 @@ layout(push_constant) uniform Push {
 #elif defined(QTYPE_Q4_K)
 #define UNIT 64
 #define NQ 3
+#elif defined(QTYPE_Q6_K)
+#define UNIT 128
+#define NQ 8        // ql 5, qh 3 (the scales and d: wt below)
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0 or Q4_K"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K or Q6_K"
 #endif
 #define V4 (UNIT / 4)   // x vec4s per unit
 const uint NPRE = XFIRST ? (TPR * V4 + WG - 1) / WG : 1;   // XFIRST: x vec4s a lane loads first
@@ -305,7 +322,10 @@ vec4 fuse(vec4 v, uint kk, inout float ss) {
 
 // A lane's weights of the current row block (loaded by load_weights) and its row sums.
 uvec4 wq[C][RJ][NQ];
-#if !defined(QTYPE_Q4_K)
+#if defined(QTYPE_Q6_K)
+uvec4 wt[C][RJ];   // the 3 words holding the unit's scales, d (f16 bits)
+uint wo[C][RJ];    // the block's byte offset in its uvec4 (210 b mod 16)
+#elif !defined(QTYPE_Q4_K)
 float wd[C][RJ];
 #endif
 float acc[RJ];
@@ -324,6 +344,22 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 uint o0 = 9 * ib, o1 = 9 * ib + 1 + 2 * ((u0 + u) % 4);
                 if (second) { wq[i][j][0] = pu4[o0]; wq[i][j][1] = pu4[o1]; wq[i][j][2] = pu4[o1 + 1]; }
                 else { wq[i][j][0] = wu4[o0]; wq[i][j][1] = wu4[o1]; wq[i][j][2] = wu4[o1 + 1]; }
+#elif defined(QTYPE_Q6_K)
+                // half h of super-block ib (header: Q6_K)
+                uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2;
+                uint bb = 210 * ib, q0 = (bb >> 4) + 4 * h, q1 = (bb >> 4) + 8 + 2 * h;
+                uint s0 = (bb + 190 + 8 * h) >> 2;   // scale bytes at 2 (bb % 4 == 2) or 4 (bb % 4 == 0)
+                uint d16 = bb / 2 + 104;
+                if (second) {
+                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = pu4[q0 + k];
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][5 + k] = pu4[q1 + k];
+                    wt[i][j] = uvec4(pu32[s0], pu32[s0 + 1], pu32[s0 + 2], uint(pu16[d16]));
+                } else {
+                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = wu4[q0 + k];
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][5 + k] = wu4[q1 + k];
+                    wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], uint(wu16[d16]));
+                }
+                wo[i][j] = bb & 15u;
 #else
                 uint b = row * row_units + u0 + u;
                 if (second) {
@@ -339,6 +375,39 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
     }
 }
 
+#if defined(QTYPE_Q6_K)
+// Q6_K (header): the loaded words of unit i, row j shifted into place: ql, qh words (bytes 4k..4k+3
+// of each run) and the 8 scale bytes. The word offset o / 4 picked by selects (a register array
+// indexed by a lane's value would go to local memory), o % 4 (0 or 2) by a 16-bit funnel.
+void q6k_unit(uint i, uint j, out uint ql[16], out uint qh[8], out uint sc[2]) {
+    uint o = wo[i][j], a = o >> 2;
+    bool half_word = (o & 2u) != 0u;
+    uint r[32];
+    [[unroll]] for (uint k = 0; k < 32; ++k) r[k] = wq[i][j][k / 4][k % 4];
+    uint m[17];   // ql: raw words 0..19
+    [[unroll]] for (uint k = 0; k < 17; ++k) m[k] = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
+    [[unroll]] for (uint k = 0; k < 16; ++k) ql[k] = half_word ? (m[k] >> 16) | (m[k + 1] << 16) : m[k];
+    // qh: raw words 20..31
+    [[unroll]] for (uint k = 0; k < 9; ++k) m[k] = a < 2u ? (a == 0u ? r[20 + k] : r[21 + k]) : (a == 2u ? r[22 + k] : r[23 + k]);
+    [[unroll]] for (uint k = 0; k < 8; ++k) qh[k] = half_word ? (m[k] >> 16) | (m[k + 1] << 16) : m[k];
+    uvec4 t = wt[i][j];   // scales at byte 2 (half_word) or 4 of t.xyz
+    sc[0] = half_word ? (t.x >> 16) | (t.y << 16) : t.y;
+    sc[1] = half_word ? (t.y >> 16) | (t.z << 16) : t.z;
+}
+
+// Signed bytes q - 32 of the unit's elements 32k + 4l .. 32k + 4l + 3 (l < 8): 4 low bits from ql,
+// 2 high bits from qh; (q | 0x80) - 32 never borrows across bytes, ^ 0x80 makes it q - 32.
+uint q6k_word(uint ql[16], uint qh[8], uint k, uint l) {
+    uint q = ((ql[8 * (k % 2) + l] >> (4 * (k / 2))) & 0x0F0F0F0Fu) | (((qh[l] >> (2 * k)) & 0x03030303u) << 4);
+    return ((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+}
+
+// Scale g (< 8: elements 16g .. 16g + 15 of the unit) as a float.
+float q6k_scale(uint sc[2], uint g) {
+    return float(bitfieldExtract(int(sc[g / 4]), int(8 * (g % 4)), 8));
+}
+#endif
+
 // acc[j] += the products of this lane's unit i (of x chunk i, staged) with its loaded weights.
 void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint u = c + TPR * i;
@@ -347,14 +416,35 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
         uint a = 0u;
         [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
-#if defined(QTYPE_Q4_K)
+#if defined(QTYPE_Q4_K) || defined(QTYPE_Q6_K)
         acc[j] += float(a & 1u);
 #else
         acc[j] += float(a & 1u) + wd[i][j];
 #endif
     }
 #elif defined(DOT8)
-#if defined(QTYPE_Q4_K)
+#if defined(QTYPE_Q6_K)
+    // per row (each has its own byte offset): the unit's quants as signed bytes q - 32, 4 per word
+    // against x's words; group sums per 16 weights (one scale each)
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        uint ql[16], qh[8], sc[2];
+        q6k_unit(i, j, ql, qh, sc);
+        float tj = 0.0;
+        [[unroll]] for (uint k = 0; k < 4; ++k) {
+            vec2 sd = xsd[k * TPR + c];
+            [[unroll]] for (uint g = 0; g < 2; ++g) {
+                int hs = 0, ls = 0;
+                [[unroll]] for (uint l = 0; l < 4; ++l) {
+                    uint w = 8 * k + 4 * g + l, qs = q6k_word(ql, qh, k, 4 * g + l);
+                    hs += dot_ss(qs, xqh[w * TPR + c], 0);
+                    ls += dot_ss(qs, xql[w * TPR + c], 0);
+                }
+                tj += q6k_scale(sc, 2 * k + g) * (sd.x * (float(hs) + float(ls) * (1.0 / 254.0)));
+            }
+        }
+        acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
+    }
+#elif defined(QTYPE_Q4_K)
     // one word of x (each level, each sub-block) at a time, every row's sums at once: 4 words of x
     // live instead of the unit's 32
     uint q = (u0 + u) % 4;
@@ -402,7 +492,24 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
 #else
     uint sw = c & 7u;
-#if defined(QTYPE_Q4_K)
+#if defined(QTYPE_Q6_K)
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        uint ql[16], qh[8], sc[2];
+        q6k_unit(i, j, ql, qh, sc);
+        float tj = 0.0;
+        [[unroll]] for (uint k = 0; k < 4; ++k) {
+            [[unroll]] for (uint g = 0; g < 2; ++g) {
+                float t = 0.0;
+                [[unroll]] for (uint l = 0; l < 4; ++l) {
+                    uint w = 8 * k + 4 * g + l;
+                    t += dot(sbytes_fma(q6k_word(ql, qh, k, 4 * g + l)), xs[c * V4 + (w ^ sw)]);
+                }
+                tj += q6k_scale(sc, 2 * k + g) * t;
+            }
+        }
+        acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
+    }
+#elif defined(QTYPE_Q4_K)
     // sub-blocks 2q (low nibbles) and 2q + 1 (high nibbles) of quarter q = u % 4; x vec4s w, 8 + w
     uint q = (u0 + u) % 4;
     float t0[RJ], t1[RJ], sx0 = 0.0, sx1 = 0.0;

@@ -54,7 +54,7 @@ def test_greedy_decode_matches_reference_and_replays(synthetic_model, arch):
     assert again == got
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_k"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_k", "q6_k"])
 def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, monkeypatch, qtype):
     """The GPUs' decode path (stream kernel, gate and up as one product, RoPE and the KV store in the
     Q/K/V products, 2 row blocks per workgroup), forced on this device with its f32 form: greedy
@@ -74,7 +74,30 @@ def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model
     assert got == list(want)
 
 
-@pytest.mark.parametrize("qtype,splits", [("q4_0", 0), ("q4_k", 0), ("q4_k", 4)])
+def test_q6_k_decode_on_the_stream_dp_kernel_through_the_override(synthetic_model, monkeypatch):
+    """Q6_K's one-token products on the stream kernel's DOT8 form, chosen as an A/B run chooses it
+    (LLAMAVK_MATVEC=q6_k=stream_dp:..., steps 2: docs/KERNELS.md): every decode step's logits equal
+    the reference forward pass."""
+    from llamavk.kernels import matmul as mm
+
+    monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env("q6_k=stream_dp:64,2,1,1,2"))
+    path = synthetic_model("llama", "q6_k")
+    tokens = [int(t) for t in np.random.default_rng(13).integers(0, 500, 8)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    with quiet_load(path, n_ctx=64) as m:
+        rt = m.runtime
+        if not rt.kc.device.features.get("int_dot"):
+            pytest.skip("no integer dot products")
+        rows = []
+        for i, t in enumerate(tokens):
+            rt.run_batch("last", [t], i)
+            rows.append(rt.logits(1)[0].copy())
+        assert "mul_mv_stream_dp_q6_k" in {name for name, _ in rt.kc._kernels}
+    got = np.array(rows)
+    assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("qtype,splits", [("q4_0", 0), ("q4_k", 0), ("q4_k", 4), ("q6_k", 0)])
 def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, qtype, splits):
     """Stages chained without barriers (kernels/chain.py, every kind of edge: attention -> output
     projection -> gate/up -> down -> next Q/K/V) on the stream kernel, x loaded before the weights,

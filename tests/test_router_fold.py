@@ -56,6 +56,8 @@ CASES = {
                               MatvecConfig(64, 2, 32, 1, "stream", xfirst=1)),
     "q4_0-128x8-dp-steps": (T.Q4_0, 200, 1024, 128, 8, "softmax", True, 1.0, True, False,
                             MatvecConfig(64, 2, 1, 1, "stream_dp", steps=2)),
+    "q6_k-16x4-dp-shexp": (T.Q6_K, 37, 512, 16, 4, "softmax", True, 1.0, True, True,
+                           MatvecConfig(64, 2, 1, 1, "stream_dp")),
 }
 # LLAMAVK_ROUTER_FUSE=late (the default): each block's router weights loaded after its arithmetic
 # (REARLY off); the other cases run early (with its matrix loads)
