@@ -25,7 +25,7 @@ from llamavk.reference import ReferenceModel, silu, softmax
 from llamavk.vk import Buffer, CommandSequence
 
 from .test_kernels_matmul import host_f32, make_weight, small_cols
-from .vk_fixtures import chainable_stream_kernel
+from .vk_fixtures import chainable_stream_kernel, one_token_rows
 
 TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.Q5_1, T.IQ4_NL, T.MXFP4]
 
@@ -313,11 +313,7 @@ def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch
         monkeypatch.setenv("LLAMAVK_CHAIN", chain)
         with llamavk.load(path, n_ctx=32, warn=lambda m: None) as m:
             rt = m.runtime
-            rows = []
-            for i, t in enumerate(prompt):
-                rt.run_batch("last", [t], i)
-                rows.append(rt.logits(1)[0].copy())
-            got[chain] = np.array(rows)
+            got[chain] = one_token_rows(rt, prompt)
             chains = rt.chains[("last", 1, 0)]
             if chain == "er":
                 assert [op.inputs[0].role for op, _ in chains] == ["o", "gate_exps"] * rt.cfg.n_layer

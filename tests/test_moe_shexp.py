@@ -24,7 +24,7 @@ from llamavk.vk import CommandSequence
 
 from .test_kernels_matmul import host_f32, make_weight
 from .test_moe import device_array, expert_weight, random_routes, reference_route, route_rows
-from .vk_fixtures import chainable_stream_kernel
+from .vk_fixtures import chainable_stream_kernel, one_token_rows
 
 
 @pytest.fixture(scope="module")
@@ -227,12 +227,7 @@ def test_rewrite_keeps_the_graph_where_it_cannot(tiny_config):
 
 def decode_rows(path, prompt, **env):
     with llamavk.load(path, n_ctx=32, warn=lambda m: None) as m:
-        rt = m.runtime
-        rows = []
-        for i, t in enumerate(prompt):
-            rt.run_batch("last", [t], i)
-            rows.append(rt.logits(1)[0].copy())
-        return np.array(rows), rt
+        return one_token_rows(m.runtime, prompt), m.runtime
 
 
 # The fused and unfused steps run different products: on devices with integer dot products the

@@ -31,7 +31,7 @@ from llamavk.vk import Buffer, CommandSequence
 
 from .test_kernels_matmul import make_weight
 from .test_moe import reference_route
-from .vk_fixtures import chainable_stream_kernel
+from .vk_fixtures import chainable_stream_kernel, one_token_rows
 
 
 @pytest.fixture(scope="module")
@@ -161,12 +161,9 @@ def decode_rows(path, prompt):
     """The one-token step's logits for each token of prompt, and the step's dispatches and its ops."""
     with llamavk.load(path, n_ctx=32, warn=lambda m: None) as m:
         rt = m.runtime
-        rows = []
-        for i, t in enumerate(prompt):
-            rt.run_batch("last", [t], i)
-            rows.append(rt.logits(1)[0].copy())
+        rows = one_token_rows(rt, prompt)
         dispatches = sum(s.n_dispatches for s in rt.recordings[("last", 1, 0)])
-        return np.array(rows), dispatches, rt.fused_one["last"].ops, rt.cfg
+        return rows, dispatches, rt.fused_one["last"].ops, rt.cfg
 
 
 @pytest.mark.parametrize("arch,qtype", [("qwen3moe", "q4_0"), ("qwen3moe", "q4_k"), ("qwen35moe", "q4_0"),

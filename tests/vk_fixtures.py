@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from llamavk.devices import select
@@ -26,3 +27,12 @@ def chainable_stream_kernel(monkeypatch) -> None:
     from llamavk.kernels import matmul as mm
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": mm.MatvecConfig(64, 2, 1, 1, "stream", steps=2, xfirst=1,
                                                                    chained_steps=1)})
+
+
+def one_token_rows(rt, prompt) -> np.ndarray:
+    """The logits of each prompt token, run in order through an open runtime's one-token step."""
+    rows = []
+    for i, t in enumerate(prompt):
+        rt.run_batch("last", [t], i)
+        rows.append(rt.logits(1)[0].copy())
+    return np.array(rows)

@@ -497,16 +497,27 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
         parts = cm2_parts(gx * gy, n_spans)
         spp = -(-n_spans // parts) if n_spans else 0
         parts = -(-n_spans // spp) if n_spans else 1   # no empty part
-        if parts == 1:
-            push = struct.pack("<8I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens, max(spp, 1), 0)
-            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
-            continue
-        stride = n_tokens * ch.n_rows
-        scratch = View(_small_gemm_scratch(kc, 4 * parts * stride), 0, 4 * parts * stride)
-        push = struct.pack("<8I", ch.n_rows, w.cols, ch.n_rows, 0, 0, n_tokens, spp, stride)
-        seq.dispatch(kernel, [ch.buffer, x.range, x.range, scratch.range], (gx, gy, parts), push)
-        reduce_sum(seq, kc, scratch, "f32", (1 << parts) - 1, stride, y, n_tokens, ch.n_rows, ch.n_rows,
-                   base=bias, base_stride=0, base_c0=ch.row_start, out_stride=w.rows, out_c0=ch.row_start)
+        _dispatch_column_parts(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (gx, gy), parts,
+                               max(spp, 1))
+
+
+def _dispatch_column_parts(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias,
+                           has_bias: int, n_tokens: int, grid: tuple[int, int], parts: int, per_part: int) -> None:
+    """One chunk's product by a tile kernel whose columns are cut into `parts` (matmul_small.comp,
+    matmul_cm2.comp: push constants rows, cols, y stride, y row offset, bias?, tokens, column units or
+    spans per part, scratch stride): one part writes y (bias and all) itself; several write their sums
+    to a scratch and reduce_sum adds them in a fixed order, with the bias."""
+    gx, gy = grid
+    if parts == 1:
+        push = struct.pack("<8I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens, per_part, 0)
+        seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
+        return
+    stride = n_tokens * ch.n_rows
+    scratch = View(_small_gemm_scratch(kc, 4 * parts * stride), 0, 4 * parts * stride)
+    push = struct.pack("<8I", ch.n_rows, w.cols, ch.n_rows, 0, 0, n_tokens, per_part, stride)
+    seq.dispatch(kernel, [ch.buffer, x.range, x.range, scratch.range], (gx, gy, parts), push)
+    reduce_sum(seq, kc, scratch, "f32", (1 << parts) - 1, stride, y, n_tokens, ch.n_rows, ch.n_rows,
+               base=bias, base_stride=0, base_c0=ch.row_start, out_stride=w.rows, out_c0=ch.row_start)
 
 
 def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
@@ -608,16 +619,7 @@ def _matmul_small(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: 
         if gy > 65535:
             raise LlamavkError(f"matmul: {n_tokens} tokens make {gy} token tiles (at most 65535)")
         total += gx * gy * parts
-        if parts == 1:
-            push = struct.pack("<8I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens, upp, 0)
-            seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
-            continue
-        stride = n_tokens * ch.n_rows
-        scratch = View(_small_gemm_scratch(kc, 4 * parts * stride), 0, 4 * parts * stride)
-        push = struct.pack("<8I", ch.n_rows, w.cols, ch.n_rows, 0, 0, n_tokens, upp, stride)
-        seq.dispatch(kernel, [ch.buffer, x.range, x.range, scratch.range], (gx, gy, parts), push)
-        reduce_sum(seq, kc, scratch, "f32", (1 << parts) - 1, stride, y, n_tokens, ch.n_rows, ch.n_rows,
-                   base=bias, base_stride=0, base_c0=ch.row_start, out_stride=w.rows, out_c0=ch.row_start)
+        _dispatch_column_parts(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (gx, gy), parts, upp)
     return total
 
 
