@@ -37,7 +37,7 @@
 //
 // Weight layouts (quants.glsl): Q4_0 and Q8_0 planar (a quants plane of 16 / 32 bytes per block, then
 // the f16 scales at f16 index QD_PLANE * blocks: read from the binding, by block coordinates), Q4_K
-// (144 bytes) and Q6_K (210 bytes) as in GGUF.
+// (144 bytes) and Q6_K (210 bytes) as in GGUF; F16 plain rows.
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint BM = 128;  // K-quants: 32, 64, 128 or 256 (selection.cm2_tile)
 layout(constant_id = 1) const uint BN = 128;
@@ -180,8 +180,12 @@ void tbl_store(const uint half_) {
         tbl[half_ + (s0 + i) * (BM + 1) + r] = d * float(sc);
     }
 }
+#elif defined(QTYPE_F16)
+// f16 rows (quants.glsl's wf16 binding), loaded as they are: no decode function. Used for a quantized
+// weight dequantized to f16 first where that pays (kernels/matmul.py), and for f16 weights.
+#define PLAIN_W 1
 #else
-#error "matmul_cm2.comp: Q4_0, Q8_0, Q4_K or Q6_K"
+#error "matmul_cm2.comp: Q4_0, Q8_0, Q4_K, Q6_K or F16"
 #endif
 
 #ifndef X_F16
@@ -205,10 +209,15 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
 #define LOAD_X(LX) coopMatLoadTensorNV(b, x4, 0, sliceTensorLayoutNV(LX, tok0, BN, k0, BK), transposed, decode_x)
 #define X_BLOCK 4
 #endif
+#ifdef PLAIN_W
+#define LOAD_W(LW) coopMatLoadTensorNV(a, wf16, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK))
+#else
+#define LOAD_W(LW) coopMatLoadTensorNV(a, wblocks, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK), decode_w)
+#endif
 #define STEP(LW, LX) { \
     coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a; \
     coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b; \
-    coopMatLoadTensorNV(a, wblocks, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK), decode_w); \
+    LOAD_W(LW); \
     LOAD_X(LX); \
     acc = coopMatMulAdd(a, b, acc); }
 #define LAYOUTS(CLAMP) \

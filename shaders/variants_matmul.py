@@ -54,7 +54,7 @@ for _t in _TYPES:
 # matrices loaded through a decode function per type. GL_NV_cooperative_matrix2 needs shaderc 2025.2.
 COMPILERS = {}
 # mul_mm_cm2h: x converted to f16 first (X_F16; kernels/matmul.py CM2_F16_X).
-for _t in ["q4_0", "q8_0", "q4_k", "q6_k"]:
+for _t in ["q4_0", "q8_0", "q4_k", "q6_k", "f16"]:
     VARIANTS[f"mul_mm_cm2_{_t}"] = ("matmul_cm2.comp", {f"QTYPE_{_t.upper()}": "1"})
     COMPILERS[f"mul_mm_cm2_{_t}"] = "glslc-trixie"
     VARIANTS[f"mul_mm_cm2h_{_t}"] = ("matmul_cm2.comp", {f"QTYPE_{_t.upper()}": "1", "X_F16": "1"})

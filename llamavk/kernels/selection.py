@@ -49,7 +49,7 @@ def _coopmat_ok(kc, cols: int) -> bool:
 # every product below 8192 rows) / 8,635, so Q6_K keeps the KHR kernels (its decode reads two
 # 2-byte-aligned bytes per element; LLAMAVK_CM2_TYPES=q4_0,q6_k,... chooses others). K-quants at 8192
 # rows and more keep the KHR 256 x 128 tiles (not measured end to end with cm2's 128 x 128 x 2 parts).
-CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k")
+CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "f16")
 CM2_CHOSEN_TYPES = ("q8_0", "q4_0", "q4_k")
 # ... those it is chosen for at 8192 rows and more too (the others take the KHR 256 x 128 tiles), and
 # those whose batches of 256 tokens and more take 128 x 256 tiles at any rows (the K-quants lose there:
