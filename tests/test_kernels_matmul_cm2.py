@@ -122,7 +122,8 @@ def test_cm2_selection(monkeypatch):
     assert selection.product_kernel(cm2, 512, 14336, 4096, "q8_0") == "mul_mm_cm2"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm_cm2"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_cm2"
-    assert selection.product_kernel(cm2, 512, 14336, 4096, "q4_k") == "mul_mm_coop_big"
+    assert selection.product_kernel(cm2, 512, 14336, 4096, "q4_k") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 512, 14336, 4096, "q6_k") == "mul_mm_coop_big"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q6_k") == "mul_mm_coop"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_0") == "mul_mm_coop"
     monkeypatch.setenv("LLAMAVK_CM2_TYPES", "q6_k,q5_0")

@@ -354,7 +354,9 @@ def test_matvec_table_by_shape():
     assert long_rows.xfirst and matvec_config(gpu, T.Q4_0, 32000, 4096).xfirst
     assert not any(matvec_config(gpu, T.Q4_0, r, c).xfirst for r, c in ((4096, 4096), (14336, 4096), (1024, 4096)))
     assert pick(T.Q4_K, 4096, 14336, n=3) == "wide"
-    assert pick(T.Q6_K, 4096, 4096) == "base"
+    q6k = matvec_config(gpu, T.Q6_K, 4096, 4096)   # column parts of 16 half-super-block units, x first
+    assert q6k.kernel == "stream_dp" and q6k.wg == 256 and q6k.ks == 16 and q6k.xfirst
+    assert pick(T.Q6_K, 4096, 4096, n=3) == "base"
     gpu.info.max_workgroup_invocations = 256
     fallback = matvec_config(gpu, T.Q4_K, 14336, 4096)   # 512 threads do not fit: the next row that does
     assert fallback.kernel == "stream_dp" and fallback.wg == 256

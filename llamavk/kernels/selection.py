@@ -47,14 +47,15 @@ def _coopmat_ok(kc, cols: int) -> bool:
 # 7.2B pp512 (same call, second passes; KHR kernels / cm2 / llama.cpp -cm2): Q4_K 7,138 / 8,154 /
 # 11,574; Q4_0 8,588 / 10,596 / 10,980; Q8_0 6,778 / 10,424 / 11,195; Q6_K 7,951 / 7,480 (cm2 for
 # every product below 8192 rows) / 8,635, so Q6_K keeps the KHR kernels (its decode reads two
-# 2-byte-aligned bytes per element; LLAMAVK_CM2_TYPES=q4_0,q6_k,... chooses others). K-quants at 8192
-# rows and more keep the KHR 256 x 128 tiles (not measured end to end with cm2's 128 x 128 x 2 parts).
+# 2-byte-aligned bytes per element; LLAMAVK_CM2_TYPES=q4_0,q6_k,... chooses others). Q4_K at 8192
+# rows and more (the FFN gate / up) on cm2 too: 8,335 / 8,350 against 8,124 with the KHR 256 x 128
+# tiles (same call, 124f9ef). F16 (plain rows, aligned stride) 192-219 TFLOP/s at 512 tokens.
 CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "f16")
 CM2_CHOSEN_TYPES = ("q8_0", "q4_0", "q4_k")
 # ... those it is chosen for at 8192 rows and more too (the others take the KHR 256 x 128 tiles), and
 # those whose batches of 256 tokens and more take 128 x 256 tiles at any rows (the K-quants lose there:
 # Q4_K 4096x4096 75 against 145 with 128 x 128; pp512 6,252)
-CM2_LARGE_TYPES = ("q4_0", "q8_0")
+CM2_LARGE_TYPES = ("q4_0", "q8_0", "q4_k")
 CM2_WIDE_TYPES = ("q4_0", "q8_0")
 
 
@@ -369,6 +370,13 @@ MATVEC_CONFIGS = (
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
+     MatvecConfig(wg=256, nr=2, ks=16, u=1, kernel="stream_dp", xfirst=1)),
+    # Q6_K (half-super-block units): column parts of 16 units with x first on every shape (4096-wide
+    # rows in 2 parts, so RoPE stays out of the Q/K/V products). H100, 7.2B tg128 (`sh
+    # benchmarks/bench_q6k_stream_ab.sh`, one call): 193.7 / 193.7 against 165.6 / 166.1 with the base
+    # kernel; whole rows 2 per lane (stream_dp:512,2,1,1) 185.0, with 2 row blocks 145.3. Per product
+    # 1.04-1.4x the base kernel's GB/s (4096 x 14336 1,597 against 1,155).
+    ("gpu", ("q6_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=2, ks=16, u=1, kernel="stream_dp", xfirst=1)),
     # A mixture of experts' router (Qwen3-30B-A3B: 128 rows of 2048 f32 weights): 8 rows per
     # workgroup leave 16 workgroups for the whole GPU; one row each, its 8 subgroups on parts of the
