@@ -23,7 +23,7 @@ layout(constant_id = 0) const uint NPT = 4;   // units per thread
 #include "quants.glsl"
 
 layout(std430, binding = 0) readonly buffer WeightU2 { uvec2 wu2[]; };   // 8-byte aligned quants
-layout(std430, binding = 1) writeonly buffer Out { uvec4 out4[]; };
+layout(std430, binding = 1) restrict writeonly buffer Out { uvec4 out4[]; };
 layout(push_constant) uniform Push {
     uint chunk_blocks;   // blocks of the whole chunk (the planar types' scale plane follows them)
     uint blk0;           // first block of the rows dequantized
@@ -126,13 +126,18 @@ uvec4 dequant8(uint o) {
 }
 #endif
 
+// Every unit's loads and arithmetic first, then the stores (all NPT units' loads in flight at once;
+// units past the end compute the last one again, so that no load depends on a branch).
 void main() {
     q_chunk_blocks = p.chunk_blocks;
     const uint wg = gl_WorkGroupID.x + gl_NumWorkGroups.x * gl_WorkGroupID.y;
     const uint base = wg * (256u * NPT) + gl_LocalInvocationID.x;
+    uvec4 v[NPT];
+    [[unroll]] for (uint i = 0; i < NPT; ++i)
+        v[i] = dequant8(min(base + 256u * i, p.n_out - 1u));
     [[unroll]] for (uint i = 0; i < NPT; ++i) {
         const uint o = base + 256u * i;
         if (o < p.n_out)
-            out4[o] = dequant8(o);
+            out4[o] = v[i];
     }
 }
