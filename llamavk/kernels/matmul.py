@@ -8,7 +8,8 @@ matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
   once per MATVEC_MAX_TOKENS-token slice, all full slices in one dispatch; on GPUs, products of few
   rows over more tokens the small-tile kernel (matmul_small.comp, columns split over the grid where
   the tiles are few, reduce_sum.comp adding the parts); more use NV cooperative matrix 2 where the
-  device and the type have it (matmul_cm2.comp), else KHR cooperative matrices where the device has
+  device and the type have it (matmul_cm2.comp; for selection.CM2_DEQUANT_TYPES the weight dequantized
+  to f16 rows first by dequant_f16.comp, then its F16 form: mul_mm_cm2d), else KHR cooperative matrices where the device has
   them (matmul_coop.comp, f16 inputs, f32 sums), else the portable tiled kernel (matmul.comp, f32).
 - `get_rows`: out[t, :] = dequant(W[ids[t], :]).
 
