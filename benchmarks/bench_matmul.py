@@ -9,6 +9,9 @@ slower), mean GPU time per product from timestamps; 2 * rows * cols * tokens / t
 On devices with NV coopmat2, `mul_mm_cm2` (matmul_cm2.comp, tiles by selection.CM2_TILES) too, and one
 more column per tile of `--cm2-tiles 128x128,128x256:2` (LLAMAVK_CM2_TILE for that column; after a
 colon, LLAMAVK_CM2_SPLIT: the parts the columns are split into).
+`cm2d` (mul_mm_cm2d): the weight dequantized to f16 rows first (dequant_f16.comp), then
+matmul_cm2.comp's F16 form, both passes in the time; `deq GB/s`: the dequantization alone, weight
+bytes read + f16 bytes written per second.
 `--extra mul_mm_coopP1,mul_mm_coopP2` adds the cooperative-matrix kernel's phases alone (Q4_0 only:
 multiplications without loads, loads without multiplications) to see which one bounds it.
 """
@@ -59,6 +62,27 @@ def time_family(dev, kc, family, weights, x, y, n_tokens, reps=20):
     return float(np.median(times)) * 1e-6
 
 
+def time_dequant(dev, kc, weights, reps=20):
+    """Mean GPU seconds of dequant_f16 over a whole weight (every chunk, in mul_mm_cm2d's row slices)."""
+    w0 = weights[0]
+    slices = [(ch, r0, n) for ch in w0.chunks for r0, n in mm.cm2d_slices(ch.n_rows, w0.cols, 128)]
+    scratch = mm._dequant_scratch(kc, 2 * max(n for _, _, n in slices) * w0.cols)
+    seq = CommandSequence(dev, profile=True).begin()
+    for i in range(reps):
+        w = weights[i % len(weights)]
+        for ch, r0, n in slices:
+            ch = next(c for c in w.chunks if c.row_start == ch.row_start)
+            mm.dequant_f16(seq, kc, w, ch, r0, n, View(scratch, 0, 2 * n * w.cols))
+    seq.end()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.3:
+        seq.run()
+    seq.run()
+    t = sum(us for _, us in seq.profile_results()) / reps * 1e-6
+    seq.close()
+    return t
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--types", default="q4_0,q8_0,q4_k,q6_k")
@@ -81,6 +105,7 @@ def main():
     if mm.has_coopmat2(kc):
         columns += [("mul_mm_cm2", "mul_mm_cm2", None)]
         columns += [(f"cm2 {t}", "mul_mm_cm2", t) for t in a.cm2_tiles.split(",") if t]
+        columns += [("cm2d", "mul_mm_cm2d", None), ("deq GB/s", "dequant", None)]
     n = a.tokens
     print(f"{dev.info.name}; {n} tokens; TFLOP/s (2 * rows * cols * tokens / GPU time)")
     print("type  shape         " + " ".join(label.rjust(12) for label, _, _ in columns))
@@ -94,8 +119,13 @@ def main():
             y = Buffer(dev, 4 * rows * n)
             cells = []
             for _, fam, tile in columns:
-                if not (SPV / f"{fam}_{tname}.spv").exists():
+                kernel = f"dequant_f16_{tname}" if fam in ("mul_mm_cm2d", "dequant") else f"{fam}_{tname}"
+                if not (SPV / f"{kernel}.spv").exists():
                     cells.append(f"{'-':>12}")
+                    continue
+                if fam == "dequant":
+                    t = time_dequant(dev, kc, weights)
+                    cells.append(f"{(quant_info(qtype).row_bytes(cols) + 2 * cols) * rows / t / 1e9:12.0f}")
                     continue
                 if tile:
                     shape, _, split = tile.partition(":")

@@ -8,7 +8,8 @@ matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
   once per MATVEC_MAX_TOKENS-token slice, all full slices in one dispatch; on GPUs, products of few
   rows over more tokens the small-tile kernel (matmul_small.comp, columns split over the grid where
   the tiles are few, reduce_sum.comp adding the parts); more use NV cooperative matrix 2 where the
-  device and the type have it (matmul_cm2.comp), else KHR cooperative matrices where the device has
+  device and the type have it (matmul_cm2.comp; for selection.CM2_DEQUANT_TYPES the weight dequantized
+  to f16 rows first by dequant_f16.comp, then its F16 form: mul_mm_cm2d), else KHR cooperative matrices where the device has
   them (matmul_coop.comp, f16 inputs, f32 sums), else the portable tiled kernel (matmul.comp, f32).
 - `get_rows`: out[t, :] = dequant(W[ids[t], :]).
 
@@ -29,7 +30,7 @@ import numpy as np
 from ..errors import LlamavkError
 from ..quant import quant_info
 from ..vk import Buffer
-from . import KernelCache, QWeight, View, filled_buffer, groups_2d
+from . import KernelCache, QWeight, View, WeightChunk, filled_buffer, groups_2d
 from .collective import convert, reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
                         cm2_parts, cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
@@ -458,6 +459,9 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
                              chained=wait is not None and i == 0)
         return sum(gx * gy * gz for chunk in grids for gx, gy, gz in chunk)
     else:
+        if family == "mul_mm_cm2d":
+            _matmul_cm2d(seq, kc, w, x, y, n_tokens, bias)
+            return 0
         if family.startswith("mul_mm_cm2"):
             _matmul_cm2(seq, kc, family, w, x, y, n_tokens, bias)
             return 0
@@ -488,17 +492,85 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
         x = _f16_copy(seq, kc, x, n_tokens * w.cols)
     has_bias = int(bias is not None)
     b = bias if bias is not None else x   # an unused binding still needs a buffer
-    n_spans = w.cols // 256 if w.cols % 256 == 0 else 0   # the kernel splits only whole spans
-    gy = (n_tokens + tile_tokens - 1) // tile_tokens
     for ch in w.chunks:
-        gx = (ch.n_rows + tile_rows - 1) // tile_rows
-        if gx > 65535 or gy > 65535:
-            raise LlamavkError(f"matmul: grid {gx} x {gy} is too large")
-        parts = cm2_parts(gx * gy, n_spans)
-        spp = -(-n_spans // parts) if n_spans else 0
-        parts = -(-n_spans // spp) if n_spans else 1   # no empty part
-        _dispatch_column_parts(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (gx, gy), parts,
-                               max(spp, 1))
+        _cm2_chunk(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (tile_rows, tile_tokens))
+
+
+def _cm2_chunk(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias, has_bias: int,
+               n_tokens: int, tile: tuple[int, int]) -> None:
+    """One chunk's matmul_cm2.comp product in tiles of tile = (rows, tokens): the columns' spans of 256
+    split over the grid's z where the tiles are few (selection.cm2_parts)."""
+    tile_rows, tile_tokens = tile
+    n_spans = w.cols // 256 if w.cols % 256 == 0 else 0   # the kernel splits only whole spans
+    gx = (ch.n_rows + tile_rows - 1) // tile_rows
+    gy = (n_tokens + tile_tokens - 1) // tile_tokens
+    if gx > 65535 or gy > 65535:
+        raise LlamavkError(f"matmul: grid {gx} x {gy} is too large")
+    parts = cm2_parts(gx * gy, n_spans)
+    spp = -(-n_spans // parts) if n_spans else 0
+    parts = -(-n_spans // spp) if n_spans else 1   # no empty part
+    _dispatch_column_parts(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (gx, gy), parts,
+                           max(spp, 1))
+
+
+# The dequantize-then-f16 prompt product (family mul_mm_cm2d, selection.CM2_DEQUANT_TYPES): a weight
+# chunk's rows dequantized to f16 rows by dequant_f16.comp (bandwidth-bound: ~0.56-0.82 bytes read and
+# 2 written per weight), then matmul_cm2.comp's F16 form (x as f16) on them, loading plain f16 tiles
+# instead of decoding every element in the product's loads. The f16 rows live in a scratch per size
+# class of at most CM2D_SLICE_BYTES: bigger chunks go in row slices (a 128256-row output matrix of
+# 4096 columns: 8 slices), each dequantized and multiplied before the next overwrites the scratch.
+CM2D_SLICE_BYTES = 1 << 27
+DEQUANT_F16_WG = 256          # dequant_f16.comp's workgroup
+DEQUANT_F16_PER_THREAD = 4    # its units (8 weights, one 16-byte store) per thread (NPT)
+
+
+def cm2d_slices(n_rows: int, cols: int, tile_rows: int, max_bytes: int | None = None) -> list[tuple[int, int]]:
+    """(first row, rows) of the slices a chunk of n_rows rows of `cols` weights is dequantized in:
+    as many whole tiles of rows as fit max_bytes (default CM2D_SLICE_BYTES) of f16 (one tile at
+    least), equal where they can be."""
+    max_bytes = max_bytes or CM2D_SLICE_BYTES
+    per = max(tile_rows, (max_bytes // (2 * cols)) // tile_rows * tile_rows)
+    n = -(-n_rows // per)
+    per = -(-(-(-n_rows // n)) // tile_rows) * tile_rows   # the same slices, spread evenly
+    return [(r0, min(per, n_rows - r0)) for r0 in range(0, n_rows, per)]
+
+
+def dequant_f16(seq, kc: KernelCache, w: QWeight, ch, r0: int, n: int, out: View) -> None:
+    """Record rows [r0, r0 + n) of w's chunk ch dequantized to f16 rows [n][w.cols] into out."""
+    info = quant_info(w.qtype)
+    _check_view(out, 2 * n * w.cols, "dequant_f16 out")
+    if w.cols % info.block_size or w.cols % 8:
+        raise LlamavkError(f"dequant_f16: rows of {w.cols} weights are not whole blocks of 8 weights or more")
+    kernel = kc.get(f"dequant_f16_{type_suffix(w.qtype)}", "rw", push_size=12, spec=(DEQUANT_F16_PER_THREAD,))
+    blocks_per_row = w.cols // info.block_size
+    units = n * w.cols // 8
+    push = struct.pack("<3I", ch.n_rows * blocks_per_row, r0 * blocks_per_row, units)
+    seq.dispatch(kernel, [ch.buffer, out.range], groups_2d(-(-units // (DEQUANT_F16_WG * DEQUANT_F16_PER_THREAD))), push)
+
+
+def _dequant_scratch(kc: KernelCache, nbytes: int) -> Buffer:
+    """f16 rows of mul_mm_cm2d: one buffer per power-of-two size class (a recording never replaces
+    one its dispatches still use; the recorder's barriers order a dequantization after the last
+    product that read the scratch)."""
+    size = 1 << max(12, (nbytes - 1).bit_length())
+    return kc.shared("cm2d f16 w", size, lambda: Buffer(kc.device, size))
+
+
+def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> None:
+    """Record the dequantize-then-f16 product (family mul_mm_cm2d) per weight chunk and row slice:
+    dequant_f16 into the scratch, then mul_mm_cm2h_f16 over it (tiles by selection.cm2_tile for
+    "f16", split K, bias and outputs as _matmul_cm2), x converted to f16 once."""
+    tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows, "f16")
+    kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=32, spec=(tile_rows, tile_tokens, tile_k))
+    xh = _f16_copy(seq, kc, x, n_tokens * w.cols)
+    has_bias = int(bias is not None)
+    b = bias if bias is not None else xh   # an unused binding still needs a buffer
+    for ch in w.chunks:
+        for r0, n in cm2d_slices(ch.n_rows, w.cols, tile_rows):
+            scratch = _dequant_scratch(kc, 2 * n * w.cols)
+            dequant_f16(seq, kc, w, ch, r0, n, View(scratch, 0, 2 * n * w.cols))
+            rows = WeightChunk(scratch, ch.row_start + r0, n)
+            _cm2_chunk(seq, kc, kernel, rows, w, xh, b, y, bias, has_bias, n_tokens, (tile_rows, tile_tokens))
 
 
 def _dispatch_column_parts(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias,

@@ -64,6 +64,45 @@ def cm2_chosen_types() -> tuple[str, ...]:
     return tuple(t for t in env.split(",") if t in CM2_TYPES) if env else CM2_CHOSEN_TYPES
 
 
+# Prompt products dequantized to f16 rows first (shaders/dequant_f16.comp), then multiplied by
+# matmul_cm2.comp's F16 form (kernels/matmul.py mul_mm_cm2d): the dequantization is a fixed cost per
+# product (read the weight once, write 2 bytes per weight: a 14336 x 4096 weight ~150 MB, ~55 us at
+# 2.9 TB/s), the product then loads plain f16 tiles instead of decoding every element, the same code
+# for every type. It pays from enough tokens: CM2_DEQUANT_MIN_TOKENS. Chosen for CM2_DEQUANT_TYPES (none
+# until measured on the GPU); LLAMAVK_CM2_DEQUANT=q4_k,q6_k,... chooses types (0: none),
+# LLAMAVK_CM2_DEQUANT_MIN=N the tokens from which it applies (A/B). CM2_DEQUANT_KERNEL_TYPES: the
+# types dequant_f16.comp has (shaders/variants_dequant.py).
+CM2_DEQUANT_KERNEL_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q5_k",
+                            "iq4_nl", "iq4_xs", "mxfp4")
+CM2_DEQUANT_TYPES: tuple[str, ...] = ()
+CM2_DEQUANT_MIN_TOKENS = 256
+
+
+def cm2_dequant_types() -> tuple[str, ...]:
+    env = os.environ.get("LLAMAVK_CM2_DEQUANT")
+    if env is None:
+        return CM2_DEQUANT_TYPES
+    types = tuple(t for t in env.lower().replace(" ", "").split(",") if t and t != "0")
+    unknown = [t for t in types if t not in CM2_DEQUANT_KERNEL_TYPES]
+    if unknown:
+        raise LlamavkError(f"LLAMAVK_CM2_DEQUANT={env!r}: unknown type {unknown[0]!r} (0, or types of "
+                           f"{', '.join(CM2_DEQUANT_KERNEL_TYPES)})")
+    return types
+
+
+def cm2_dequant_min() -> int:
+    env = os.environ.get("LLAMAVK_CM2_DEQUANT_MIN")
+    if not env:
+        return CM2_DEQUANT_MIN_TOKENS
+    try:
+        n = int(env)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise LlamavkError(f"LLAMAVK_CM2_DEQUANT_MIN={env!r}: a number of tokens (at least 1)")
+    return n
+
+
 def has_coopmat2(kc) -> bool:
     """The device runs shaders/matmul_cm2.comp: VK_NV_cooperative_matrix2 enabled with every feature
     it uses (vk/coopmat2.py REQUIRED; NVIDIA). LLAMAVK_CM2=0 keeps the KHR cooperative-matrix kernels
@@ -232,6 +271,8 @@ PRODUCT_KERNELS = (
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
     ("mul_mm_small",    _small_gemm_ok),   # few rows, many tokens: small tiles, columns split (above)
     ("mul_mv_batched",  _small_rows_ok),   # few rows (a router): 128-row tiles leave a few workgroups
+    ("mul_mm_cm2d",     lambda kc, n, rows, cols: _cm2_ok(kc, cols) and n >= cm2_dequant_min()),
+    #                   NV coopmat2 on the weight dequantized to f16 first (cm2_dequant_types() only)
     ("mul_mm_cm2",      lambda kc, n, rows, cols: _cm2_ok(kc, cols)),
     #                   NV coopmat2 (cm2_chosen_types() only; 8192 rows and more CM2_LARGE_TYPES only:
     #                   the others the KHR 256 x 128 tiles, measured faster), tiles by CM2_TILES
@@ -241,7 +282,7 @@ PRODUCT_KERNELS = (
     ("mul_mm",          lambda kc, n, rows, cols: True),                     # portable f32 tiles
 )
 # LLAMAVK_MATMUL=mul_mm skips the cooperative-matrix rows (comparisons on one device).
-_SKIP = {"mul_mm": {"mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
+_SKIP = {"mul_mm": {"mul_mm_cm2d", "mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
 
 
 def _cm2_chosen(type_name: str | None, rows: int) -> bool:
@@ -253,6 +294,7 @@ def product_kernel(kc, n_tokens: int, rows: int, cols: int, type_name: str | Non
     kc's device (rows of kernels that lack the type are passed over; no type: the cm2 row is)."""
     return next(name for name, applies in PRODUCT_KERNELS
                 if name not in _SKIP and (name != "mul_mm_cm2" or _cm2_chosen(type_name, rows))
+                and (name != "mul_mm_cm2d" or type_name in cm2_dequant_types())
                 and applies(kc, n_tokens, rows, cols))
 
 
