@@ -68,13 +68,19 @@ def cm2_chosen_types() -> tuple[str, ...]:
 # matmul_cm2.comp's F16 form (kernels/matmul.py mul_mm_cm2d): the dequantization is a fixed cost per
 # product (read the weight once, write 2 bytes per weight: a 14336 x 4096 weight ~150 MB, ~55 us at
 # 2.9 TB/s), the product then loads plain f16 tiles instead of decoding every element, the same code
-# for every type. It pays from enough tokens: CM2_DEQUANT_MIN_TOKENS. Chosen for CM2_DEQUANT_TYPES (none
-# until measured on the GPU); LLAMAVK_CM2_DEQUANT=q4_k,q6_k,... chooses types (0: none),
+# for every type. It pays from enough tokens: CM2_DEQUANT_MIN_TOKENS. H100, 512 tokens, TFLOP/s
+# (bench_matmul.py; cm2d / per-element decode cm2 / KHR): Q4_K 4096x4096 165 / 145 / 109, 14336x4096
+# 160 / 126 / 122, 4096x14336 181 / 144 / 99; Q6_K 162 / 111 / 124, 159 / 98 / 128, 178 / 111 / 131;
+# Q8_0 160 / 152, 158 / 174, 177 / 184; Q4_0 167 / 155, 161 / 172, 182 / 182 (the pass alone 2.4-2.8
+# TB/s). 7.2B pp512 (same call, second passes; default before / cm2d / llama.cpp -cm2): Q4_K 8,370 /
+# 10,193 / 11,827; Q6_K 7,985 / 10,045 / 9,116; Q8_0 10,454 / 10,059 / 11,718; Q4_0 10,625 / 10,396 /
+# 10,973. So the K-quants take it, Q4_0 / Q8_0 keep their decode functions.
+# LLAMAVK_CM2_DEQUANT=q4_k,q6_k,... chooses types (0: none),
 # LLAMAVK_CM2_DEQUANT_MIN=N the tokens from which it applies (A/B). CM2_DEQUANT_KERNEL_TYPES: the
 # types dequant_f16.comp has (shaders/variants_dequant.py).
 CM2_DEQUANT_KERNEL_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q5_k",
                             "iq4_nl", "iq4_xs", "mxfp4")
-CM2_DEQUANT_TYPES: tuple[str, ...] = ()
+CM2_DEQUANT_TYPES: tuple[str, ...] = ("q4_k", "q6_k")
 CM2_DEQUANT_MIN_TOKENS = 256
 
 
