@@ -113,6 +113,9 @@
 // SHEXP). Bindings 16 Wr (f32, [RNE][rows of the whole matrix]), 17 nw. A thread's router weights of a
 // row block (RK x RROWS registers) are loaded ahead: REARLY, the first block's with its matrix loads
 // and each next block's after this block's terms (in flight during the next block's arithmetic);
+// RAHEAD, every row block's of the workgroup (STEPS x RK x RROWS registers) with the first block's
+// matrix loads, so that with WAIT they are in flight while the producer runs and no block waits for
+// them (the last block's otherwise arrive after its arithmetic, on every workgroup's critical path);
 // else each block's after its arithmetic, in flight during its reduction (fewer registers held
 // during the products' loads). nw comes with the bias and residual.
 // Q6_K (210-byte super-blocks, so a block starts at an even byte offset o = 210 b mod 16, not on a
@@ -126,7 +129,7 @@
 // 2 bits in qh byte l >> 2k; weight d * scale[8h + e / 16] * (q - 32).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
-// 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS.
+// 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -159,6 +162,7 @@ layout(constant_id = 27) const bool RSH = false;      // the shared expert's gat
 layout(constant_id = 28) const bool REARLY = true;    // router weights loaded with the matrix's (header)
 layout(constant_id = 29) const uint RTAIL = 1;        // the pick: 0 serial (one subgroup), 1 by ranks (header)
 layout(constant_id = 30) const uint RLOADS = 8;       // partials' vec4 loads in flight per thread (1..16)
+layout(constant_id = 31) const bool RAHEAD = false;   // every block's router weights loaded first (header)
 const uint RNC = RNE + (RSH ? 1 : 0) + 1;             // partial columns: logits, gate, sum of squares
 const uint RNC4 = (RNC + 3) / 4;                      // ... as vec4s (the host checks RNC4 <= WG)
 const uint RK = (RNC + WG - 1) / WG;                  // columns per thread
@@ -184,7 +188,8 @@ shared uint rcand_key[RTAIL == 1 ? RNCAND : 1];  // ... the groups' candidates: 
 shared uint rcand_id[RTAIL == 1 ? RNCAND : 1];
 shared float rsum[MAX_SUBGROUPS_R];              // ... a sum over the workgroup's subgroups
 float racc[RK];                // this workgroup's partial of columns tid + WG k
-float rwv[RK][RROWS];          // this thread's router weights of the current row block
+const uint RSTEPS = RAHEAD ? STEPS : 1;
+float rwv[RSTEPS][RK][RROWS];  // this thread's router weights of the current row block (RAHEAD: and the next ones')
 #endif
 
 #include "quants.glsl"
@@ -572,16 +577,31 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 
 #ifdef ROUTER
 // ---- ROUTER: a row block's terms, then the last workgroup's pick (header) ----
-// Loads this thread's router weights (columns tid + WG k) of the row block from row0 into rwv.
-void router_load(uint row0) {
+// Loads this thread's router weights (columns tid + WG k) of the row block from row0 into rwv[t]
+// (a constant once the callers' loops are unrolled: a register array indexed by a variable would go
+// to local memory).
+void router_load(uint t, uint row0) {
     uint tid = gl_LocalInvocationIndex;
     [[unroll]] for (uint k = 0; k < RK; ++k) {
         uint e = tid + WG * k;
         [[unroll]] for (uint i = 0; i < RROWS; ++i) {
             uint r = p.y_off + min(row0 + i, p.n_rows - 1);
-            rwv[k][i] = e < RNE ? rw[e * p.y_stride + r] : (RSH && e == RNE ? rshw[r] : 0.0);
+            rwv[t][k][i] = e < RNE ? rw[e * p.y_stride + r] : (RSH && e == RNE ? rshw[r] : 0.0);
         }
     }
+}
+
+// RAHEAD: every row block's router weights of this workgroup (blocks blk, blk + stride, ...; those
+// past the end read the last row), rwv[t] for its t-th block.
+void router_load_ahead(uint blk, uint stride) {
+    [[unroll]] for (uint t = 0; t < RSTEPS; ++t) router_load(t, (blk + t * stride) * p.rows_per_wg);
+}
+
+// RAHEAD: the next block's weights to rwv[0] once this block's terms are added.
+void router_shift() {
+    [[unroll]] for (uint t = 0; t + 1 < RSTEPS; ++t)
+        [[unroll]] for (uint k = 0; k < RK; ++k)
+            [[unroll]] for (uint i = 0; i < RROWS; ++i) rwv[t][k][i] = rwv[t + 1][k][i];
 }
 
 // Adds the terms of the block's rows (from row0) to racc: v is this thread's row of x (0 past the
@@ -595,7 +615,7 @@ void router_block(uint row0, float v, float rn) {
         uint e = tid + WG * k;
         float s = 0.0;
         if (e < RNC - 1) {   // a logit (or the shared expert's gate): W[e] . x' over these rows
-            [[unroll]] for (uint i = 0; i < RROWS; ++i) if (i < nr) s += rwv[k][i] * rbuf[i].y;
+            [[unroll]] for (uint i = 0; i < RROWS; ++i) if (i < nr) s += rwv[0][k][i] * rbuf[i].y;
         } else if (e == RNC - 1) {   // the sum of squares
             for (uint i = 0; i < nr; ++i) s += rbuf[i].x * rbuf[i].x;
         }
@@ -821,7 +841,8 @@ void product() {
     load_weights(blk * p.rows_per_wg, u0, n_units, row_units, g, c, G);
 #ifdef ROUTER
     bool rwrite = KSPLIT == 1 || ks == KSPLIT - 1;   // ROUTER: this workgroup writes rows of x
-    if (REARLY && rwrite) router_load(blk * p.rows_per_wg);
+    if (RAHEAD && rwrite) router_load_ahead(blk, wg_stride);
+    else if (REARLY && rwrite) router_load(0, blk * p.rows_per_wg);
 #endif
     if (WAIT && !XFIRST) wait_for_producer();
 
@@ -860,7 +881,7 @@ void product() {
         bool more = s + 1 < STEPS && next < n_blocks;
         if (more) load_weights(next * p.rows_per_wg, u0, n_units, row_units, g, c, G);
 #ifdef ROUTER
-        if (!REARLY && rwrite) router_load(blk * p.rows_per_wg);   // in flight during the reduction
+        if (!RAHEAD && !REARLY && rwrite) router_load(0, blk * p.rows_per_wg);   // in flight during the reduction
 #endif
         uint row0 = blk * p.rows_per_wg, rb = (s % 2) * MAX_SUBGROUPS;
         uint gg = tid % G, j = tid / G;   // this thread's output row: row0 + gg + G * j
@@ -948,7 +969,8 @@ void product() {
 #ifdef ROUTER
         if (write) {   // ROUTER: this block's rows of x are final
             router_block(row0, mine ? v : 0.0, r_nw);
-            if (REARLY && more) router_load(next * p.rows_per_wg);
+            if (RAHEAD) router_shift();
+            else if (REARLY && more) router_load(0, next * p.rows_per_wg);
         }
 #endif
         if (!more) break;

@@ -63,6 +63,10 @@ CASES = {
 # (REARLY off); the other cases run early (with its matrix loads)
 CASES["q8_0-70x6-sigmoid-steps-late"] = CASES["q8_0-70x6-sigmoid-steps"]
 CASES["q4_0-10x3-parts-shexp-late"] = CASES["q4_0-10x3-parts-shexp"]
+# LLAMAVK_ROUTER_FUSE=ahead: every row block's router weights of a workgroup loaded first (RAHEAD)
+CASES["q4_0-10x3-steps-shexp-ahead"] = (T.Q4_0, 100, 416, 10, 3, "softmax", True, 1.0, True, True,
+                                        MatvecConfig(64, 2, 1, 1, "stream", steps=3))
+CASES["q4_0-128x8-dp-steps-ahead"] = CASES["q4_0-128x8-dp-steps"]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -71,8 +75,8 @@ def test_router_in_product(dev, kc, monkeypatch, case):
     if cfg.kernel == "stream_dp" and not kc.device.features.get("int_dot"):
         cfg = replace(cfg, kernel="stream")
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
-    late = case.endswith("-late")
-    monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "late" if late else "early")
+    late, ahead = case.endswith("-late"), case.endswith("-ahead")
+    monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "late" if late else "ahead" if ahead else "early")
     name = mm.type_suffix(qtype)
     _, rows_per_wg, parts, steps = mm._matvec_spec(kc, cfg, name, cols, 1, False, True, False)
     assert -(-rows // (rows_per_wg * steps)) > 1          # several workgroups write y
@@ -128,7 +132,7 @@ def test_router_in_product(dev, kc, monkeypatch, case):
         np.testing.assert_array_equal(got[:half].view(np.uint32), other[:half].view(np.uint32))
         np.testing.assert_allclose(got[half:], other[half:], rtol=1e-5, atol=1e-7)
     specs = [spec for kname, spec in kc._kernels if kname.startswith("mul_mv_stream") and "_router_" in kname]
-    assert any(spec[20] == n_expert and spec[28] == (not late) for spec in specs)
+    assert any(spec[20] == n_expert and spec[28] == (not late and not ahead) and spec[31] == ahead for spec in specs)
 
 
 # The last workgroup's pick (matvec_stream.comp RTAIL, LLAMAVK_ROUTER_TAIL): route rows against
@@ -251,7 +255,7 @@ def test_router_fold_refusals(dev, kc, monkeypatch):
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "0")
     assert not moe.router_fold_ok(kc, qw, rw, 2, False)
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "yes")
-    with pytest.raises(LlamavkError, match="LLAMAVK_ROUTER_FUSE='yes': 0, early or late"):
+    with pytest.raises(LlamavkError, match="LLAMAVK_ROUTER_FUSE='yes': 0, early, late or ahead"):
         moe.router_fold_ok(kc, qw, rw, 2, False)
     monkeypatch.delenv("LLAMAVK_ROUTER_FUSE")
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": MatvecConfig(64, 2, 1, 1, "base")})
