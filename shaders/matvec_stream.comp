@@ -100,12 +100,22 @@
 // rows' terms for every expert and the rows' sum of squares (column RNE + RSH of the partials), over
 // its row blocks, and stores them to binding 18 ([workgroup][columns]); the workgroup that counts
 // itself done last on binding 19 (count and continue: no workgroup waits) adds the workgroups' partials
-// in a fixed order (the route does not depend on timing), then picks the experts exactly as
-// moe_router.comp does and writes the route row to binding 20, and puts the count back to 0.
+// in a fixed order (the route does not depend on timing; RLOADS loads in flight per thread), picks the
+// experts in moe_router.comp's order and writes the route row to binding 20, and puts the count back
+// to 0. RTAIL 1 (default) picks with every thread at once: each expert's rank among the 32 of its
+// group, the RNU best of each group candidates, each candidate's rank among them (its rank among all
+// experts), the softmax over the chosen only (renormalized: exp(l - top) / their sum, the same
+// weights as the softmax over all then renormalized, but for rounding; ranked by logits, not by
+// their exp: rounding can tie two exps the logits do not). Why: RTAIL 0, moe_router.comp's pick by
+// one subgroup (a softmax over every expert, then RNU dependent rounds of two subgroup reductions
+// each), is the last workgroup's serial tail that every later stage waits for.
 // RSH: qwen35moe's shared-expert gate sigmoid(w_shexp . x') (binding 21) as slot RNU (moe_router.comp
 // SHEXP). Bindings 16 Wr (f32, [RNE][rows of the whole matrix]), 17 nw. A thread's router weights of a
 // row block (RK x RROWS registers) are loaded ahead: REARLY, the first block's with its matrix loads
 // and each next block's after this block's terms (in flight during the next block's arithmetic);
+// RAHEAD, every row block's of the workgroup (STEPS x RK x RROWS registers) with the first block's
+// matrix loads, so that with WAIT they are in flight while the producer runs and no block waits for
+// them (the last block's otherwise arrive after its arithmetic, on every workgroup's critical path);
 // else each block's after its arithmetic, in flight during its reduction (fewer registers held
 // during the products' loads). nw comes with the bias and residual.
 // Q6_K (210-byte super-blocks, so a block starts at an even byte offset o = 210 b mod 16, not on a
@@ -119,7 +129,7 @@
 // 2 bits in qh byte l >> 2k; weight d * scale[8h + e / 16] * (q - 32).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
-// 25 REPS, 26 RNORM, 27 RSH, 28 REARLY.
+// 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -150,10 +160,17 @@ layout(constant_id = 25) const float REPS = 1e-6;     // the FFN norm's epsilon
 layout(constant_id = 26) const bool RNORM = true;     // the FFN norm folded in (else logits of x itself)
 layout(constant_id = 27) const bool RSH = false;      // the shared expert's gate as slot RNU
 layout(constant_id = 28) const bool REARLY = true;    // router weights loaded with the matrix's (header)
+layout(constant_id = 29) const uint RTAIL = 1;        // the pick: 0 serial (one subgroup), 1 by ranks (header)
+layout(constant_id = 30) const uint RLOADS = 8;       // partials' vec4 loads in flight per thread (1..16)
+layout(constant_id = 31) const bool RAHEAD = false;   // every block's router weights loaded first (header)
 const uint RNC = RNE + (RSH ? 1 : 0) + 1;             // partial columns: logits, gate, sum of squares
 const uint RNC4 = (RNC + 3) / 4;                      // ... as vec4s (the host checks RNC4 <= WG)
 const uint RK = (RNC + WG - 1) / WG;                  // columns per thread
+const uint RGS = 32;                                  // RTAIL 1: experts per rank group
+const uint RCG = RNU < RGS ? RNU : RGS;               // ... candidates a group gives
+const uint RNCAND = ((RNE + RGS - 1) / RGS) * RCG;    // ... candidates in all
 const uint RROWS = (WG / TPR) * RJ;                   // rows of a row block (no PAIR with ROUTER)
+#define MAX_SUBGROUPS_R 64
 layout(std430, binding = 16) readonly buffer RouterW { float rw[]; };
 layout(std430, binding = 17) readonly buffer RouterNorm { float rnw[]; };
 layout(std430, binding = 18) volatile coherent buffer RouterPart { float rpart[]; };   // [workgroup][RNC4 * 4]
@@ -166,8 +183,13 @@ shared float rtot[RNC4 * 4];   // the summed columns, then the probabilities
 shared uint rpick_id[RNU];
 shared float rpick_w[RNU];
 shared bool rlast;
+shared uint rkey[RTAIL == 1 ? RNE : 1];          // RTAIL 1: the experts' scores as ordered keys
+shared uint rcand_key[RTAIL == 1 ? RNCAND : 1];  // ... the groups' candidates: key, expert
+shared uint rcand_id[RTAIL == 1 ? RNCAND : 1];
+shared float rsum[MAX_SUBGROUPS_R];              // ... a sum over the workgroup's subgroups
 float racc[RK];                // this workgroup's partial of columns tid + WG k
-float rwv[RK][RROWS];          // this thread's router weights of the current row block
+const uint RSTEPS = RAHEAD ? STEPS : 1;
+float rwv[RSTEPS][RK][RROWS];  // this thread's router weights of the current row block (RAHEAD: and the next ones')
 #endif
 
 #include "quants.glsl"
@@ -555,16 +577,31 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 
 #ifdef ROUTER
 // ---- ROUTER: a row block's terms, then the last workgroup's pick (header) ----
-// Loads this thread's router weights (columns tid + WG k) of the row block from row0 into rwv.
-void router_load(uint row0) {
+// Loads this thread's router weights (columns tid + WG k) of the row block from row0 into rwv[t]
+// (a constant once the callers' loops are unrolled: a register array indexed by a variable would go
+// to local memory).
+void router_load(uint t, uint row0) {
     uint tid = gl_LocalInvocationIndex;
     [[unroll]] for (uint k = 0; k < RK; ++k) {
         uint e = tid + WG * k;
         [[unroll]] for (uint i = 0; i < RROWS; ++i) {
             uint r = p.y_off + min(row0 + i, p.n_rows - 1);
-            rwv[k][i] = e < RNE ? rw[e * p.y_stride + r] : (RSH && e == RNE ? rshw[r] : 0.0);
+            rwv[t][k][i] = e < RNE ? rw[e * p.y_stride + r] : (RSH && e == RNE ? rshw[r] : 0.0);
         }
     }
+}
+
+// RAHEAD: every row block's router weights of this workgroup (blocks blk, blk + stride, ...; those
+// past the end read the last row), rwv[t] for its t-th block.
+void router_load_ahead(uint blk, uint stride) {
+    [[unroll]] for (uint t = 0; t < RSTEPS; ++t) router_load(t, (blk + t * stride) * p.rows_per_wg);
+}
+
+// RAHEAD: the next block's weights to rwv[0] once this block's terms are added.
+void router_shift() {
+    [[unroll]] for (uint t = 0; t + 1 < RSTEPS; ++t)
+        [[unroll]] for (uint k = 0; k < RK; ++k)
+            [[unroll]] for (uint i = 0; i < RROWS; ++i) rwv[t][k][i] = rwv[t + 1][k][i];
 }
 
 // Adds the terms of the block's rows (from row0) to racc: v is this thread's row of x (0 past the
@@ -578,7 +615,7 @@ void router_block(uint row0, float v, float rn) {
         uint e = tid + WG * k;
         float s = 0.0;
         if (e < RNC - 1) {   // a logit (or the shared expert's gate): W[e] . x' over these rows
-            [[unroll]] for (uint i = 0; i < RROWS; ++i) if (i < nr) s += rwv[k][i] * rbuf[i].y;
+            [[unroll]] for (uint i = 0; i < RROWS; ++i) if (i < nr) s += rwv[0][k][i] * rbuf[i].y;
         } else if (e == RNC - 1) {   // the sum of squares
             for (uint i = 0; i < nr; ++i) s += rbuf[i].x * rbuf[i].x;
         }
@@ -587,46 +624,21 @@ void router_block(uint row0, float v, float rn) {
     barrier();   // rbuf holds the next block's x next
 }
 
-// Stores this workgroup's partials (it is writer widx of n_writers); the last to count itself done
-// adds them all (workgroup order: the same sums every run) and writes the route row.
-void router_finish(uint widx, uint n_writers) {
-    uint tid = gl_LocalInvocationIndex;
-    [[unroll]] for (uint k = 0; k < RK; ++k) {
-        uint e = tid + WG * k;
-        if (e < RNC4 * 4) rpart[widx * RNC4 * 4 + e] = e < RNC ? racc[k] : 0.0;
-    }
-    memoryBarrierBuffer();
-    barrier();
-    if (tid == 0) rlast = atomicAdd(rcount[0], 1u) == n_writers - 1;
-    barrier();
-    if (!rlast) return;   // uniform: another workgroup picks
-    memoryBarrierBuffer();
-    // column c4 (4 of them) over the workgroups sl, sl + nsl, ..., then the nsl slices in order
-    uint nsl = WG / RNC4, c4 = tid % RNC4, sl = tid / RNC4;
-    vec4 acc4 = vec4(0.0);
-    if (sl < nsl) {
-        for (uint w0 = sl; w0 < n_writers; w0 += 8 * nsl) {   // 8 loads in flight, added in order
-            vec4 a[8];
-            [[unroll]] for (uint j = 0; j < 8; ++j) {
-                uint w = w0 + j * nsl;
-                a[j] = w < n_writers ? rpart4[w * RNC4 + c4] : vec4(0.0);
-            }
-            [[unroll]] for (uint j = 0; j < 8; ++j) acc4 += a[j];
-        }
-    }
-    rbuf[tid] = acc4;
-    barrier();
-    if (tid < RNC4) {
-        vec4 t = vec4(0.0);
-        for (uint k = 0; k < nsl; ++k) t += rbuf[tid + RNC4 * k];
-        rtot[4 * tid] = t.x; rtot[4 * tid + 1] = t.y; rtot[4 * tid + 2] = t.z; rtot[4 * tid + 3] = t.w;
-    }
-    barrier();
-    // the pick, by the first subgroup: moe_router.comp's (each lane reads and writes only its own
-    // experts' rtot, i = lane + S k, but for the picks' broadcast)
+// RTAIL 1: a score as a key whose unsigned order is the scores' (larger score, larger key), -0
+// as +0, NaN below every number (1): no key is 0, the empty candidate's.
+uint rscore_key(float v) {
+    uint b = floatBitsToUint(v);
+    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return 1u;
+    if ((b & 0x7FFFFFFFu) == 0u) b = 0u;
+    return (b & 0x80000000u) != 0u ? ~b : b | 0x80000000u;
+}
+
+// RTAIL 0: the pick by the first subgroup, moe_router.comp's: the summed columns (rtot) scaled, a
+// softmax over every expert, then RNU rounds of a subgroup max (each lane reads and writes only its
+// own experts' rtot, i = lane + S k, but for the picks' broadcast).
+void router_pick_serial(uint half_row) {
     if (gl_SubgroupID != 0) return;
     uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize;
-    uint half_row = RSH ? RNU + 1 : RNU;   // route row: half_row ids, then their weights
     float inv_rms = RNORM ? inversesqrt(rtot[RNC - 1] / float(p.y_stride) + REPS) : 1.0;
     float m = -3.4e38;
     for (uint i = lane; i < RNE; i += S) {
@@ -671,6 +683,126 @@ void router_finish(uint widx, uint n_writers) {
     }
     if (lane == 0) rcount[0] = 0u;
 }
+
+// RTAIL 1: the pick by ranks, every thread of the workgroup at once (header: ROUTER). rbuf holds the
+// nsl slices of the summed partials. The experts' scores (logits; RSIG: their sigmoids) are ranked:
+// larger first, of equals the lower expert first (moe_router.comp's order). A top-RNU expert is among
+// the RCG best of its group of RGS experts, so each group's best are the candidates and an expert's
+// rank among all candidates is its rank among all experts: RGS + RNCAND compares per thread instead
+// of RNU dependent rounds of subgroup reductions. The softmax only over the chosen: renormalized,
+// softmax(l)_i / sum_chosen softmax(l)_j = exp(l_i - m) / sum_chosen exp(l_j - m), m the top logit.
+void router_pick_ranks(uint nsl, uint half_row) {
+    uint tid = gl_LocalInvocationIndex;
+    // every thread sums the sum of squares' slices itself (the order of the columns' sums: the same
+    // float), so that the logits need no barrier more
+    float inv_rms = 1.0;
+    if (RNORM) {
+        const uint q = RNC - 1;
+        float t = 0.0;
+        for (uint k = 0; k < nsl; ++k) t += rbuf[q / 4 + RNC4 * k][q % 4];
+        inv_rms = inversesqrt(t / float(p.y_stride) + REPS);
+    }
+    for (uint e = tid; e + 1 < RNC; e += WG) {   // the experts' logits and the shared gate's
+        float t = 0.0;
+        for (uint k = 0; k < nsl; ++k) t += rbuf[e / 4 + RNC4 * k][e % 4];
+        float l = t * inv_rms;
+        float sc = RSIG && e < RNE ? 1.0 / (1.0 + exp(-l)) : l;
+        rtot[e] = sc;
+        if (e < RNE) rkey[e] = rscore_key(sc);
+    }
+    for (uint c = tid; c < RNCAND; c += WG) { rcand_key[c] = 0u; rcand_id[c] = 0xFFFFFFFFu; }
+    barrier();
+    // rank within the group: the experts before e that score as high, those after that score higher
+    for (uint e = tid; e < RNE; e += WG) {
+        uint ke = rkey[e], lo = e - e % RGS, r = 0u;
+        [[unroll]] for (uint i = 0; i < RGS; ++i) {
+            uint j = lo + i;
+            if (j < RNE) r += uint(rkey[j] > (j < e ? ke - 1u : ke));
+        }
+        if (r < RCG) {
+            rcand_key[(e / RGS) * RCG + r] = ke;
+            rcand_id[(e / RGS) * RCG + r] = e;
+        }
+    }
+    barrier();
+    // rank among the candidates (empty slots: key 0, below every expert's)
+    for (uint c = tid; c < RNCAND; c += WG) {
+        uint kc = rcand_key[c], ic = rcand_id[c], r = 0u;
+        for (uint d = 0; d < RNCAND; ++d) {
+            uint kd = rcand_key[d], id = rcand_id[d];
+            r += uint(kd > kc || (kd == kc && id < ic));
+        }
+        if (ic != 0xFFFFFFFFu && r < RNU) { rpick_id[r] = ic; rpick_w[r] = rtot[ic]; }
+    }
+    barrier();
+    float m = rpick_w[0];   // softmax: the top logit
+    float total = 0.0;      // softmax, not renormalized: sum over every expert of exp(l - m)
+    if (!RSIG && !RRENORM) {
+        float s = 0.0;
+        for (uint e = tid; e < RNE; e += WG) s += exp(rtot[e] - m);
+        s = subgroupAdd(s);
+        if (gl_SubgroupInvocationID == 0) rsum[gl_SubgroupID] = s;
+        barrier();
+        for (uint k = 0; k < gl_NumSubgroups; ++k) total += rsum[k];
+    }
+    for (uint k = tid; k < RNU; k += WG) {
+        float chosen = 0.0;   // the chosen scores' sum (softmax: of their exp), in rank order
+        if (RRENORM) for (uint i = 0; i < RNU; ++i) chosen += RSIG ? rpick_w[i] : exp(rpick_w[i] - m);
+        float v = RSIG ? rpick_w[k] : exp(rpick_w[k] - m);
+        route[k] = uintBitsToFloat(rpick_id[k]);
+        route[half_row + k] = v * (RRENORM ? RSCALE / chosen : (RSIG ? RSCALE : RSCALE / total));
+    }
+    if (tid == 0) {
+        if (RSH) {   // the shared expert's gate (moe_router.comp SHEXP)
+            route[RNU] = uintBitsToFloat(RNE);
+            route[half_row + RNU] = 1.0 / (1.0 + exp(-rtot[RNE]));
+        }
+        rcount[0] = 0u;
+    }
+}
+
+// Stores this workgroup's partials (it is writer widx of n_writers); the last to count itself done
+// adds them all (workgroup order: the same sums every run) and writes the route row.
+void router_finish(uint widx, uint n_writers) {
+    uint tid = gl_LocalInvocationIndex;
+    [[unroll]] for (uint k = 0; k < RK; ++k) {
+        uint e = tid + WG * k;
+        if (e < RNC4 * 4) rpart[widx * RNC4 * 4 + e] = e < RNC ? racc[k] : 0.0;
+    }
+    memoryBarrierBuffer();
+    barrier();
+    if (tid == 0) rlast = atomicAdd(rcount[0], 1u) == n_writers - 1;
+    barrier();
+    if (!rlast) return;   // uniform: another workgroup picks
+    memoryBarrierBuffer();
+    // column c4 (4 of them) over the workgroups sl, sl + nsl, ..., then the nsl slices in order
+    uint nsl = WG / RNC4, c4 = tid % RNC4, sl = tid / RNC4;
+    vec4 acc4 = vec4(0.0);
+    if (sl < nsl) {
+        for (uint w0 = sl; w0 < n_writers; w0 += RLOADS * nsl) {   // RLOADS loads in flight, added in order
+            vec4 a[RLOADS];
+            [[unroll]] for (uint j = 0; j < RLOADS; ++j) {
+                uint w = w0 + j * nsl;
+                a[j] = w < n_writers ? rpart4[w * RNC4 + c4] : vec4(0.0);
+            }
+            [[unroll]] for (uint j = 0; j < RLOADS; ++j) acc4 += a[j];
+        }
+    }
+    rbuf[tid] = acc4;
+    barrier();
+    uint half_row = RSH ? RNU + 1 : RNU;   // route row: half_row ids, then their weights
+    if (RTAIL == 1) {
+        router_pick_ranks(nsl, half_row);
+        return;
+    }
+    if (tid < RNC4) {
+        vec4 t = vec4(0.0);
+        for (uint k = 0; k < nsl; ++k) t += rbuf[tid + RNC4 * k];
+        rtot[4 * tid] = t.x; rtot[4 * tid + 1] = t.y; rtot[4 * tid + 2] = t.z; rtot[4 * tid + 3] = t.w;
+    }
+    barrier();
+    router_pick_serial(half_row);
+}
 // ---- end ROUTER ----
 #endif
 
@@ -709,7 +841,8 @@ void product() {
     load_weights(blk * p.rows_per_wg, u0, n_units, row_units, g, c, G);
 #ifdef ROUTER
     bool rwrite = KSPLIT == 1 || ks == KSPLIT - 1;   // ROUTER: this workgroup writes rows of x
-    if (REARLY && rwrite) router_load(blk * p.rows_per_wg);
+    if (RAHEAD && rwrite) router_load_ahead(blk, wg_stride);
+    else if (REARLY && rwrite) router_load(0, blk * p.rows_per_wg);
 #endif
     if (WAIT && !XFIRST) wait_for_producer();
 
@@ -748,7 +881,7 @@ void product() {
         bool more = s + 1 < STEPS && next < n_blocks;
         if (more) load_weights(next * p.rows_per_wg, u0, n_units, row_units, g, c, G);
 #ifdef ROUTER
-        if (!REARLY && rwrite) router_load(blk * p.rows_per_wg);   // in flight during the reduction
+        if (!RAHEAD && !REARLY && rwrite) router_load(0, blk * p.rows_per_wg);   // in flight during the reduction
 #endif
         uint row0 = blk * p.rows_per_wg, rb = (s % 2) * MAX_SUBGROUPS;
         uint gg = tid % G, j = tid / G;   // this thread's output row: row0 + gg + G * j
@@ -836,7 +969,8 @@ void product() {
 #ifdef ROUTER
         if (write) {   // ROUTER: this block's rows of x are final
             router_block(row0, mine ? v : 0.0, r_nw);
-            if (REARLY && more) router_load(next * p.rows_per_wg);
+            if (RAHEAD) router_shift();
+            else if (REARLY && more) router_load(0, next * p.rows_per_wg);
         }
 #endif
         if (!more) break;

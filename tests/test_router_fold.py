@@ -63,6 +63,10 @@ CASES = {
 # (REARLY off); the other cases run early (with its matrix loads)
 CASES["q8_0-70x6-sigmoid-steps-late"] = CASES["q8_0-70x6-sigmoid-steps"]
 CASES["q4_0-10x3-parts-shexp-late"] = CASES["q4_0-10x3-parts-shexp"]
+# LLAMAVK_ROUTER_FUSE=ahead: every row block's router weights of a workgroup loaded first (RAHEAD)
+CASES["q4_0-10x3-steps-shexp-ahead"] = (T.Q4_0, 100, 416, 10, 3, "softmax", True, 1.0, True, True,
+                                        MatvecConfig(64, 2, 1, 1, "stream", steps=3))
+CASES["q4_0-128x8-dp-steps-ahead"] = CASES["q4_0-128x8-dp-steps"]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -71,8 +75,8 @@ def test_router_in_product(dev, kc, monkeypatch, case):
     if cfg.kernel == "stream_dp" and not kc.device.features.get("int_dot"):
         cfg = replace(cfg, kernel="stream")
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
-    late = case.endswith("-late")
-    monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "late" if late else "early")
+    late, ahead = case.endswith("-late"), case.endswith("-ahead")
+    monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "late" if late else "ahead" if ahead else "early")
     name = mm.type_suffix(qtype)
     _, rows_per_wg, parts, steps = mm._matvec_spec(kc, cfg, name, cols, 1, False, True, False)
     assert -(-rows // (rows_per_wg * steps)) > 1          # several workgroups write y
@@ -128,7 +132,108 @@ def test_router_in_product(dev, kc, monkeypatch, case):
         np.testing.assert_array_equal(got[:half].view(np.uint32), other[:half].view(np.uint32))
         np.testing.assert_allclose(got[half:], other[half:], rtol=1e-5, atol=1e-7)
     specs = [spec for kname, spec in kc._kernels if kname.startswith("mul_mv_stream") and "_router_" in kname]
-    assert any(spec[20] == n_expert and spec[28] == (not late) for spec in specs)
+    assert any(spec[20] == n_expert and spec[28] == (not late and not ahead) and spec[31] == ahead for spec in specs)
+
+
+# The last workgroup's pick (matvec_stream.comp RTAIL, LLAMAVK_ROUTER_TAIL): route rows against
+# numpy's softmax or sigmoid, stable top-k (of equal scores the lower expert first) and
+# renormalization, for the rank tail (default) and the serial one. (rows of x, experts, chosen,
+# gating, renormalized, scale, shared gate, groups of experts with one router row: tied scores)
+PICKS = {
+    "8x1": (37, 8, 1, "softmax", True, 1.0, False, ()),
+    "8x8-all": (37, 8, 8, "softmax", True, 1.0, False, ()),
+    "33x5-ties": (100, 33, 5, "softmax", True, 1.0, False, ((3, 17, 32), (5, 6))),
+    "64x8-ties-sigmoid": (61, 64, 8, "sigmoid", True, 1.0, False, ((40, 2), (63, 31, 33, 0))),
+    "100x4-no-renorm": (77, 100, 4, "softmax", False, 2.5, False, ((99, 98), (50, 0))),
+    "128x8-ties": (100, 128, 8, "softmax", True, 1.0, False, ((127, 0, 64, 96, 31), (1, 2))),
+    "256x8-shexp-ties": (100, 256, 8, "softmax", True, 1.0, True, ((200, 10, 255), (7, 8, 9))),
+}
+
+
+@pytest.mark.parametrize("tail", ["rank", "serial"])
+@pytest.mark.parametrize("case", list(PICKS))
+def test_router_pick(dev, kc, monkeypatch, case, tail):
+    """The route row of the folded router against numpy over the y the product wrote: ids equal,
+    weights within float rounding. A tie group's rows are one vector (the same logits to the bit:
+    every expert's sum runs the same operations), scaled so that one of the two groups scores on top
+    and the other at the bottom: ties decide places within the chosen. Rows of x not a multiple of a
+    workgroup's rows; each case runs twice (the count back at 0)."""
+    rows, n_expert, n_used, gating, renorm, scale, with_shexp, ties = PICKS[case]
+    cfg = MatvecConfig(128, 2, 1, 1, "stream")
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    monkeypatch.setenv("LLAMAVK_ROUTER_TAIL", tail)
+    cols = 1024
+    rng = np.random.default_rng(sum(map(ord, case)))
+    raw, w = make_weight(T.Q8_0, rows, cols, seed=rng.integers(1000))
+    qw = upload_qweight(dev, raw, T.Q8_0, rows, cols)
+    assert rows % mm._matvec_spec(kc, cfg, "q8_0", cols, 1, False, True, False)[1]
+    wr = (rng.standard_normal((n_expert, rows)) * 1.5 / np.sqrt(rows)).astype(np.float32)
+    v = wr[ties[0][0]] * 4 if ties else None
+    for sign, group in zip((1, -1), ties):
+        wr[list(group)] = sign * v
+    rw = upload_qweight(dev, wr.view(np.uint8).reshape(n_expert, -1), T.F32, n_expert, rows)
+    nw = rng.uniform(0.5, 1.5, rows).astype(np.float32)
+    gate = (rng.standard_normal(rows) / np.sqrt(rows)).astype(np.float32)
+    assert moe.router_fold_ok(kc, qw, rw, n_used, with_shexp)
+    half = n_used + with_shexp
+    norm_v, gate_v = View.whole(f32(dev, nw)), View.whole(f32(dev, gate)) if with_shexp else None
+    eps = 1e-6
+    tied_chosen = 0
+    for rep in range(2):
+        x = (rng.standard_normal(cols) * 3).astype(np.float32)
+        Y = f32(dev, np.full(rows, np.nan))
+        route = f32(dev, np.full(2 * half, np.nan))
+        folded = moe.FoldedRouter(rw, View.whole(route), n_used, gating, renorm, scale, norm_v, eps, gate_v)
+        seq = CommandSequence(dev).begin()
+        matmul(seq, kc, qw, View.whole(f32(dev, x)), View.whole(Y), 1, router=folded)
+        seq.end().run()
+        yd = Y.array(np.float32, rows).astype(np.float64)
+        h = yd / np.sqrt((yd ** 2).mean() + eps) * nw
+        logits = h @ wr.T.astype(np.float64)
+        ids, weights = reference_route(logits[None], n_used, gating, renorm, scale)
+        got = route.array(np.float32, 2 * half)
+        np.testing.assert_array_equal(got[:n_used].view(np.uint32), ids[0])
+        np.testing.assert_allclose(got[half:half + n_used], weights[0], rtol=1e-4, atol=1e-6)
+        if with_shexp:
+            assert got[n_used].view(np.uint32) == n_expert
+            np.testing.assert_allclose(got[-1], 1.0 / (1.0 + np.exp(-(h @ gate))), rtol=1e-4)
+        chosen = ids[0].tolist()
+        tied_chosen += sum(len(set(g) & set(chosen)) >= 2 for g in ties)
+        counts = kc._shared["router fold count"][0]
+        assert (np.frombuffer(counts.read(), dtype=np.uint32) == 0).all()
+    assert tied_chosen or not ties   # ties decided places among the chosen (the ids above: in order)
+    specs = [spec for kname, spec in kc._kernels if kname.startswith("mul_mv_stream") and "_router_" in kname]
+    assert any(spec[20] == n_expert and spec[29] == (tail == "rank") for spec in specs)
+
+
+def test_router_pick_nan(dev, kc, monkeypatch):
+    """A NaN x (garbage in) still gives a route of valid, distinct expert ids (the rank tail ranks
+    NaN scores below every number, of equals the lower expert first): the expert products read only
+    existing experts."""
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": MatvecConfig(64, 2, 1, 1, "stream")})
+    monkeypatch.setenv("LLAMAVK_ROUTER_TAIL", "rank")
+    raw, _ = make_weight(T.Q4_0, 37, 416, seed=7)
+    qw = upload_qweight(dev, raw, T.Q4_0, 37, 416)
+    wr = np.random.default_rng(7).standard_normal((40, 37)).astype(np.float32)
+    rw = upload_qweight(dev, wr.view(np.uint8).reshape(40, -1), T.F32, 40, 37)
+    route = f32(dev, np.zeros(2 * 6))
+    folded = moe.FoldedRouter(rw, View.whole(route), 6, "softmax", True, 1.0, None, 1e-6, None)
+    seq = CommandSequence(dev).begin()
+    matmul(seq, kc, qw, View.whole(f32(dev, np.full(416, np.nan))), View.whole(f32(dev, np.zeros(37))), 1,
+           router=folded)
+    seq.end().run()
+    np.testing.assert_array_equal(route.array(np.float32, 12)[:6].view(np.uint32), np.arange(6))
+
+
+def test_router_tail_knob(monkeypatch):
+    monkeypatch.setenv("LLAMAVK_ROUTER_TAIL", "fast")
+    with pytest.raises(LlamavkError, match="LLAMAVK_ROUTER_TAIL='fast': rank or serial"):
+        moe.router_tail_mode()
+    # the partials' loads in flight: 30B-A3B's shape (512 threads, 129 columns, 128 writers) in one
+    # round of 9; qwen35moe's (258 columns) in two of 10; the serial tail's 8
+    assert moe.router_tail_loads(512, 129, 128, 1) == 9
+    assert moe.router_tail_loads(512, 258, 128, 1) == 10
+    assert moe.router_tail_loads(512, 129, 128, 0) == 8
 
 
 def test_router_fold_refusals(dev, kc, monkeypatch):
@@ -150,7 +255,7 @@ def test_router_fold_refusals(dev, kc, monkeypatch):
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "0")
     assert not moe.router_fold_ok(kc, qw, rw, 2, False)
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "yes")
-    with pytest.raises(LlamavkError, match="LLAMAVK_ROUTER_FUSE='yes': 0, early or late"):
+    with pytest.raises(LlamavkError, match="LLAMAVK_ROUTER_FUSE='yes': 0, early, late or ahead"):
         moe.router_fold_ok(kc, qw, rw, 2, False)
     monkeypatch.delenv("LLAMAVK_ROUTER_FUSE")
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": MatvecConfig(64, 2, 1, 1, "base")})

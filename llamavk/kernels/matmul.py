@@ -281,19 +281,25 @@ def matvec_router_ok(kc: KernelCache, w: QWeight, router_cols: int, n_used: int)
     cfg, _, (tpr, _, rj) = found
     col4 = -(-router_cols // 4)
     regs = -(-router_cols // cfg.wg) * (cfg.wg // tpr) * rj
+    # rbuf, rtot, the picks, rlast; the rank tail's keys, candidates and subgroup sums (RTAIL 1: as
+    # many experts as columns at most)
     shared = _stream_shared_bytes(cfg, type_suffix(w.qtype), tpr) + 16 * cfg.wg + 16 * col4 + 8 * n_used + 4
+    shared += 4 * router_cols + 8 * -(-router_cols // 32) * min(n_used, 32) + 4 * 64
     return col4 <= cfg.wg and regs <= ROUTER_MAX_REGS and shared <= (kc.info.max_shared_memory or 49152)
 
 
-def _router_dispatch(kc: KernelCache, router, n_bound: int, filler, writers: int) -> tuple[str, tuple, list]:
+def _router_dispatch(kc: KernelCache, router, n_bound: int, filler, writers: int, wg: int, steps: int,
+                     rows_per_wg: int) -> tuple[str, tuple, list]:
     """The ROUTER variant's extra access string, specialization constants (from ROUTER_SPEC0) and
     buffers (from ROUTER_BINDING0; the bindings from n_bound up to it, which the shader does not
-    have, take `filler`) for up to `writers` workgroups writing y."""
+    have, take `filler`) for `writers` row blocks of y (of rows_per_wg rows), `steps` to a
+    `wg`-thread workgroup."""
     scratch, count = router.scratch(kc, writers)
     pad = ROUTER_BINDING0 - n_bound
     bufs = [filler] * pad + [router.w.chunks[0].buffer, (router.norm_w or router.out).range, scratch,
                              count, router.out.range, (router.shexp or router.out).range]
-    return "r" * pad + ROUTER_BINDINGS, router.spec(), bufs
+    ahead_fits = steps * -(-router.columns // wg) * rows_per_wg <= ROUTER_MAX_REGS
+    return "r" * pad + ROUTER_BINDINGS, router.spec(wg, -(-writers // steps), ahead_fits), bufs
 
 
 def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
@@ -435,7 +441,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         if router is not None:   # one chunk (matvec_router_ok): its workgroups that write y
             # (partials: a slot per row block, at least one per workgroup that writes y)
             router_access, router_spec, router_bufs = _router_dispatch(kc, router, len(access), x.range,
-                                                                       -(-w.rows // rows_per_wg))
+                                                                       -(-w.rows // rows_per_wg), cfg.wg, steps,
+                                                                       rows_per_wg)
             access += router_access
             variant = f"{MATVEC_KERNELS[cfg.kernel][0]}_router_{name}"
         passes = [(kc.get(variant, access, push_size=STREAM_PUSH if stream else 28,

@@ -105,14 +105,44 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
 def router_fold_mode() -> str:
     """LLAMAVK_ROUTER_FUSE (A/B): 0 keeps the router a dispatch of its own after the product writing
     its input; `late` (default) folds it with each row block's router weights loaded after the
-    block's arithmetic; `early` with its matrix loads (matvec_stream.comp REARLY).
+    block's arithmetic; `early` with its matrix loads (matvec_stream.comp REARLY); `ahead` every
+    block's of a workgroup with the first block's matrix loads, before a chained product's wait
+    (RAHEAD; where a thread's router weights of all its blocks fit ROUTER_MAX_REGS, else `late`).
     H100, tg128, one call (two passes each): 30B-A3B off 311.4 / 321.9, early 325.9 / 335.2, late
     333.1 / 333.9; 35B-A3B off 334.6 / 328.2, early 336.7 / 336.0, late 345.3 / 344.9.
     -> "off", "early" or "late"."""
     value = os.environ.get("LLAMAVK_ROUTER_FUSE", "late")
-    if value not in ("0", "1", "early", "late"):
-        raise LlamavkError(f"LLAMAVK_ROUTER_FUSE={value!r}: 0, early or late (1: late)")
-    return {"0": "off", "1": "late", "early": "early", "late": "late"}[value]
+    if value not in ("0", "1", "early", "late", "ahead"):
+        raise LlamavkError(f"LLAMAVK_ROUTER_FUSE={value!r}: 0, early, late or ahead (1: late)")
+    return {"0": "off", "1": "late", "early": "early", "late": "late", "ahead": "ahead"}[value]
+
+
+def router_tail_mode() -> int:
+    """LLAMAVK_ROUTER_TAIL (A/B): the folded router's pick in the last workgroup (matvec_stream.comp
+    RTAIL): `rank` (default) every thread at once, ranking the experts' scores; `serial` the first
+    subgroup's RNU rounds of subgroup reductions after a softmax over every expert, its partials read
+    8 loads at a time. -> the shader's RTAIL (1 or 0)."""
+    value = os.environ.get("LLAMAVK_ROUTER_TAIL", "rank")
+    if value not in ("rank", "serial"):
+        raise LlamavkError(f"LLAMAVK_ROUTER_TAIL={value!r}: rank or serial")
+    return 1 if value == "rank" else 0
+
+
+# matvec_stream.comp RLOADS at most (RTAIL 1): the last workgroup's vec4 loads of the partials in
+# flight per thread, so that 30B-A3B's 128 partial rows (15 slices of 33 vec4 columns: 9 each) come
+# in one round trip, not two; qwen35moe's (7 slices of 65: 19 each) in two of 10
+ROUTER_LOADS_MAX = 12
+
+
+def router_tail_loads(wg: int, columns: int, writers: int, tail: int) -> int:
+    """The partials' vec4 loads in flight per thread of the last workgroup (RLOADS): the serial
+    tail's 8, else a thread's share of its slice over as few rounds of at most ROUTER_LOADS_MAX as
+    can be, spread evenly."""
+    if tail == 0:
+        return 8
+    per = -(-writers // max(1, wg // -(-columns // 4)))
+    rounds = -(-per // ROUTER_LOADS_MAX)
+    return max(1, -(-per // rounds))
 
 
 def router_fold_enabled() -> bool:
@@ -149,10 +179,15 @@ class FoldedRouter:
         """Partial sums per workgroup: a logit per expert, the shared gate's, x's sum of squares."""
         return self.w.rows + (self.shexp is not None) + 1
 
-    def spec(self) -> tuple:
-        """matvec_stream.comp's RNE, RNU, RSIG, RRENORM, RSCALE, REPS, RNORM, RSH, REARLY."""
+    def spec(self, wg: int, writers: int, ahead_fits: bool) -> tuple:
+        """matvec_stream.comp's RNE, RNU, RSIG, RRENORM, RSCALE, REPS, RNORM, RSH, REARLY, RTAIL, RLOADS,
+        RAHEAD for a product of `wg`-thread workgroups, `writers` of which write x (ahead_fits: a
+        thread's router weights of all its row blocks fit its registers)."""
+        tail, mode = router_tail_mode(), router_fold_mode()
+        ahead = mode == "ahead" and ahead_fits
         return (self.w.rows, self.n_used, self.gating == "sigmoid", bool(self.norm), float(self.scale),
-                float(self.eps), self.norm_w is not None, self.shexp is not None, router_fold_mode() != "late")
+                float(self.eps), self.norm_w is not None, self.shexp is not None, mode == "early",
+                tail, router_tail_loads(wg, self.columns, writers, tail), ahead)
 
     def scratch(self, kc: KernelCache, writers: int) -> tuple:
         """(partials, count) ranges: [writers][columns rounded up to 4] floats, and the count of
