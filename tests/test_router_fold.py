@@ -59,11 +59,11 @@ CASES = {
     "q6_k-16x4-dp-shexp": (T.Q6_K, 37, 512, 16, 4, "softmax", True, 1.0, True, True,
                            MatvecConfig(64, 2, 1, 1, "stream_dp")),
 }
-# LLAMAVK_ROUTER_FUSE=late (the default): each block's router weights loaded after its arithmetic
+# LLAMAVK_ROUTER_FUSE=late: each block's router weights loaded after its arithmetic
 # (REARLY off); the other cases run early (with its matrix loads)
 CASES["q8_0-70x6-sigmoid-steps-late"] = CASES["q8_0-70x6-sigmoid-steps"]
 CASES["q4_0-10x3-parts-shexp-late"] = CASES["q4_0-10x3-parts-shexp"]
-# LLAMAVK_ROUTER_FUSE=ahead: every row block's router weights of a workgroup loaded first (RAHEAD)
+# LLAMAVK_ROUTER_FUSE=ahead (the default): every row block's router weights of a workgroup loaded first (RAHEAD)
 CASES["q4_0-10x3-steps-shexp-ahead"] = (T.Q4_0, 100, 416, 10, 3, "softmax", True, 1.0, True, True,
                                         MatvecConfig(64, 2, 1, 1, "stream", steps=3))
 CASES["q4_0-128x8-dp-steps-ahead"] = CASES["q4_0-128x8-dp-steps"]

@@ -104,14 +104,16 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
 
 def router_fold_mode() -> str:
     """LLAMAVK_ROUTER_FUSE (A/B): 0 keeps the router a dispatch of its own after the product writing
-    its input; `late` (default) folds it with each row block's router weights loaded after the
-    block's arithmetic; `early` with its matrix loads (matvec_stream.comp REARLY); `ahead` every
+    its input; `late` folds it with each row block's router weights loaded after the block's
+    arithmetic; `early` with its matrix loads (matvec_stream.comp REARLY); `ahead` (default) every
     block's of a workgroup with the first block's matrix loads, before a chained product's wait
     (RAHEAD; where a thread's router weights of all its blocks fit ROUTER_MAX_REGS, else `late`).
     H100, tg128, one call (two passes each): 30B-A3B off 311.4 / 321.9, early 325.9 / 335.2, late
-    333.1 / 333.9; 35B-A3B off 334.6 / 328.2, early 336.7 / 336.0, late 345.3 / 344.9.
-    -> "off", "early" or "late"."""
-    value = os.environ.get("LLAMAVK_ROUTER_FUSE", "late")
+    333.1 / 333.9; 35B-A3B off 334.6 / 328.2, early 336.7 / 336.0, late 345.3 / 344.9. Another
+    call (serial tail): 30B-A3B ahead 344.8 / 345.0 against late 336.2 / 334.7; with the rank tail
+    35B-A3B ahead 330.4 / 330.9 against late 326.5 / 326.4.
+    -> "off", "early", "late" or "ahead"."""
+    value = os.environ.get("LLAMAVK_ROUTER_FUSE", "ahead")
     if value not in ("0", "1", "early", "late", "ahead"):
         raise LlamavkError(f"LLAMAVK_ROUTER_FUSE={value!r}: 0, early, late or ahead (1: late)")
     return {"0": "off", "1": "late", "early": "early", "late": "late", "ahead": "ahead"}[value]
@@ -119,10 +121,12 @@ def router_fold_mode() -> str:
 
 def router_tail_mode() -> int:
     """LLAMAVK_ROUTER_TAIL (A/B): the folded router's pick in the last workgroup (matvec_stream.comp
-    RTAIL): `rank` (default) every thread at once, ranking the experts' scores; `serial` the first
-    subgroup's RNU rounds of subgroup reductions after a softmax over every expert, its partials read
-    8 loads at a time. -> the shader's RTAIL (1 or 0)."""
-    value = os.environ.get("LLAMAVK_ROUTER_TAIL", "rank")
+    RTAIL): `serial` (default) the first subgroup's RNU rounds of subgroup reductions after a softmax
+    over every expert, its partials read 8 loads at a time; `rank` every thread at once, ranking the
+    experts' scores (4 barriers). H100 tg128, one call, second passes (fuse late): 30B-A3B serial
+    339.3 against rank 314.1, 35B-A3B 346.4 against 326.4, so `rank` stays opt-in.
+    -> the shader's RTAIL (1 or 0)."""
+    value = os.environ.get("LLAMAVK_ROUTER_TAIL", "serial")
     if value not in ("rank", "serial"):
         raise LlamavkError(f"LLAMAVK_ROUTER_TAIL={value!r}: rank or serial")
     return 1 if value == "rank" else 0
