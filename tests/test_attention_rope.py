@@ -195,3 +195,60 @@ def test_attention_rope_refuses_prompts(dev, kc):
     step, _ = step_buffer(dev)
     with pytest.raises(ValueError, match="one-token"):
         run(dev, lambda s: attention(s, kc, q, kv, kv, q, step, 2, 4, 2, 64, 16, rope=AttentionRope(kv, kv, params)))
+
+
+# -- whole models -----------------------------------------------------------------------------------
+
+MODEL_CASES = [
+    # arch, qtype, env: KV splits / chained stages (the kernel's split and chain variants)
+    ("qwen3", "q8_0", {}),
+    ("qwen3", "q4_0", {"LLAMAVK_ATTN_SPLITS": "3", "LLAMAVK_ATTN_MIN_CHUNK": "32"}),
+    ("qwen3", "q4_0", {"chain": "1"}),
+    ("qwen3moe", "q4_0", {}),
+    ("qwen3moe", "q8_0", {"LLAMAVK_ATTN_SPLITS": "3", "LLAMAVK_ATTN_MIN_CHUNK": "32"}),
+    ("qwen35moe", "q8_0", {}),    # gated attention: rope_kv without the norms (q's is strided), rope_dim 8 of 32
+]
+
+
+@pytest.mark.parametrize("arch,qtype,env", MODEL_CASES,
+                         ids=[f"{a}-{q}" + "".join(f"-{k}" for k in e) for a, q, e in MODEL_CASES])
+def test_decode_with_rope_in_attention(synthetic_model, monkeypatch, arch, qtype, env):
+    """Tiny models decoded token by token through the one-token step: with the fold (the default)
+    every attention layer's rope_kv dispatch is gone, the logits equal the numpy reference forward
+    pass and, tightly, those of the same step with LLAMAVK_ATTN_ROPE=0 (rope_kv, then attention)."""
+    import llamavk
+    from llamavk.models import load_model_file
+    from llamavk.reference import ReferenceModel
+
+    from .vk_fixtures import chainable_stream_kernel, one_token_rows
+
+    for k, v in env.items():
+        if k == "chain":
+            chainable_stream_kernel(monkeypatch)
+            monkeypatch.setenv("LLAMAVK_CHAIN", v)
+        else:
+            monkeypatch.setenv(k, v)
+    path = synthetic_model(arch, qtype)
+    n_tok = 40 if "LLAMAVK_ATTN_SPLITS" in env else 10      # 40: two active splits of 32 positions
+    tokens = [int(t) for t in np.random.default_rng(11).integers(3, 500, n_tok)]
+    want = ReferenceModel(load_model_file(path)).logits(tokens)
+    got, dispatches, kernels = {}, {}, {}
+    for knob in ("1", "0"):
+        monkeypatch.setenv("LLAMAVK_ATTN_ROPE", knob)
+        with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
+            rt = m.runtime
+            got[knob] = one_token_rows(rt, tokens)
+            dispatches[knob] = sum(seq.n_dispatches for seq in rt.recordings[("last", 1, 0)])
+            kernels[knob] = {name for name, _ in rt.kc._kernels}
+            n_attn = sum(op.kind == "attention" for op in rt.fused_one["last"].ops)
+            assert all(op.attrs.get("rope") for op in rt.fused_one["last"].ops if op.kind == "attention")
+    assert dispatches["1"] == dispatches["0"] - n_attn and n_attn > 0
+    assert not any(k.startswith("rope_kv") for k in kernels["1"])
+    assert any("_rope_" in k for k in kernels["1"]) and not any("_rope_" in k for k in kernels["0"])
+    if "chain" in env:
+        assert "attention_dec_rope_chain_f16" in kernels["1"]
+    if "LLAMAVK_ATTN_SPLITS" in env:
+        assert any(k.startswith("attention_dec_split_rope") for k in kernels["1"])
+    scale = np.abs(want).max()
+    assert np.abs(got["1"] - want).max() < 3e-3 * scale
+    assert np.abs(got["1"] - got["0"]).max() < 1e-4 * scale
