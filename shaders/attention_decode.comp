@@ -31,9 +31,9 @@
 // per-head RMS norms of qwen3, weights qn / kn) and rotates its q rows into qs as its prologue. The
 // workgroups whose split holds the new token's row new_row = n_past (the last active split) norm and
 // rotate the KV head's k and convert its v to f16 in shared memory (kn8, vn8); row block 0 of them
-// also stores both into the caches for later steps, at its end. Their K/V loads of that row take kn8 / vn8
-// instead, so no workgroup depends on another's (or its own) global stores in this dispatch: the
-// caches' stores are only read by later dispatches, behind the usual barriers. The rotation and norm
+// also stores both into the caches for later steps, at its end. Their K/V loads of that row read
+// another row (LOAD_ROW) and take kn8 / vn8 instead, so no workgroup reads a location this dispatch
+// stores: the caches' stores are only read by later dispatches, behind the usual barriers. The rotation and norm
 // are rope_kv.comp's expressions (rope_common.glsl; dims past rope_dim copied, normed where qk_norm).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;
@@ -99,8 +99,8 @@ layout(std430, binding = 5) volatile coherent buffer Chain { uint chain[]; };
 #else
 #define RB 5
 #endif
-// the caches again, for the new token's row (only row n_past is written; reads of it through k8 / v8
-// are replaced by kn8 / vn8, so the two views never meet on a location read here)
+// the caches again, for the new token's row (only row n_past is written; the loads through k8 / v8
+// never read it: LOAD_ROW)
 layout(std430, binding = 1) writeonly buffer KW { uvec4 kw8[]; };
 layout(std430, binding = 2) writeonly buffer VW { uvec4 vw8[]; };
 layout(std430, binding = RB) readonly buffer KNew { vec4 knew[]; };      // [n_head_kv * HD] raw k
@@ -242,8 +242,14 @@ void attend() {
 #ifdef ROPE
     const uint new_row = n_past;                   // the new token's row (one token per step)
     const bool has_new = kv_begin <= new_row && new_row < kv_end;
+    // Loads of the new row read another row, one this dispatch does not write (the row below, or
+    // at row 0 row 1, whatever it holds), and take_new replaces what they read: no load of this
+    // dispatch meets its stores, which only later steps read.
+    const uint alt_row = new_row > 0 ? new_row - 1 : min(1u, kw8.length() / (p.n_head_kv * HD8) - 1);
+#define LOAD_ROW(r) ((r) == new_row ? alt_row : (r))
     rope_prologue(kvh, rows_here, orow, new_row, has_new);
 #else
+#define LOAD_ROW(r) (r)
     for (uint idx = tid; idx < BR * HD4; idx += WG) {
         const uint r = idx / HD4;
         qs[idx] = r < rows_here ? q[orow[r] * HD4 + idx - r * HD4] * p.scale : vec4(0.0);
@@ -271,11 +277,11 @@ void attend() {
     const uint start = max(kv_begin, kv_first);
     uvec4 kr[KMAX], vr[VMAX];
     if (start < kv_end) {
-        const uint kb = min(start + krow, last) * stride8 + head8 + kq;
+        const uint kb = LOAD_ROW(min(start + krow, last)) * stride8 + head8 + kq;
         [[unroll]] for (uint i = 0; i < KMAX; ++i)
             if (i < KP) kr[i] = K8(kb + i * 4);
         [[unroll]] for (uint i = 0; i < VMAX; ++i)
-            if (i < VPT) vr[i] = V8(min(start + vg + i * VG, last) * stride8 + head8 + d8);
+            if (i < VPT) vr[i] = V8(LOAD_ROW(min(start + vg + i * VG, last)) * stride8 + head8 + d8);
     }
     barrier();                                     // qs (ROPE: and kn8, vn8)
 #ifdef ROPE
@@ -314,11 +320,11 @@ void attend() {
             if (i < VPT) vcur[i] = vr[i];
         const uint c1 = c0 + BP;
         if (c1 < kv_end) {
-            const uint kb = min(c1 + krow, last) * stride8 + head8 + kq;
+            const uint kb = LOAD_ROW(min(c1 + krow, last)) * stride8 + head8 + kq;
             [[unroll]] for (uint i = 0; i < KMAX; ++i)
                 if (i < KP) kr[i] = K8(kb + i * 4);
             [[unroll]] for (uint i = 0; i < VMAX; ++i)
-                if (i < VPT) vr[i] = V8(min(c1 + vg + i * VG, last) * stride8 + head8 + d8);
+                if (i < VPT) vr[i] = V8(LOAD_ROW(min(c1 + vg + i * VG, last)) * stride8 + head8 + d8);
 #ifdef ROPE
             if (has_new) take_new(c1, last, new_row, kq, krow, vg, d8, kr, vr);
 #endif

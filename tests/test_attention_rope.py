@@ -252,3 +252,32 @@ def test_decode_with_rope_in_attention(synthetic_model, monkeypatch, arch, qtype
     scale = np.abs(want).max()
     assert np.abs(got["1"] - want).max() < 3e-3 * scale
     assert np.abs(got["1"] - got["0"]).max() < 1e-4 * scale
+
+
+@pytest.mark.parametrize("arch,mode", [("qwen3", "tensor"), ("qwen3moe", "graph"), ("qwen3", "layer")])
+def test_split_modes_fold_per_device(synthetic_model, monkeypatch, arch, mode):
+    """Split modes: every device's one-token attention takes rope_kv's work over the heads it holds
+    (3 virtual devices; tensor / graph split attention by KV heads or mirror it), and the one-token
+    logits equal those of the same split with LLAMAVK_ATTN_ROPE=0 and of -sm none."""
+    import llamavk
+
+    from .vk_fixtures import one_token_rows
+
+    path = synthetic_model(arch, "q8_0", n_layer=3)
+    tokens = [int(t) for t in np.random.default_rng(2).integers(3, 500, 8)]
+    got = {}
+    for knob, sm, devs in (("1", mode, 3), ("0", mode, 3), ("1", "none", 1)):
+        monkeypatch.setenv("LLAMAVK_ATTN_ROPE", knob)
+        with llamavk.load(path, n_ctx=64, devices=",".join(["Vulkan0"] * devs), split_mode=sm,
+                          warn=lambda m: None) as m:
+            rts = getattr(m.runtime, "runtimes", [m.runtime])
+            got[(knob, sm)] = one_token_rows(m.runtime, tokens)
+            names = [{name for name, _ in rt.kc._kernels} for rt in rts]
+            with_attention = [n for n in names if any(k.startswith("attention") for k in n)]
+            assert with_attention
+            folded = all(any("_rope_" in k for k in n) and not any(k.startswith("rope_kv") for k in n)
+                         for n in with_attention)
+            assert folded == (knob == "1"), (knob, sm, names)
+    scale = np.abs(got[("1", "none")]).max()
+    assert np.abs(got[("1", mode)] - got[("0", mode)]).max() < 1e-4 * scale
+    assert np.abs(got[("1", mode)] - got[("1", "none")]).max() < 2e-3 * scale
