@@ -171,6 +171,10 @@ void rope_prologue(const uint kvh, const uint rows_here, const uint orow[BR], co
     // (copied), normed in place: q rows into qs, the k head back into its slot of po
     const uint half_hd = HD / 2, rhalf = p.rope_dim / 2;
     const float rpos = float(rope_position(pos));
+    // where WG is a multiple of half_hd (head_dim 32, 64, 128, 256) a thread's pair is the same in
+    // every pass: its angle once
+    const bool same_pair = WG % half_hd == 0;
+    const vec2 cs0 = same_pair && tid % half_hd < rhalf ? rope_cos_sin(tid % half_hd, rpos) : vec2(0.0);
     for (uint idx = tid; idx < (BR + 1) * half_hd; idx += WG) {
         const uint slot = idx / half_hd, i = idx - slot * half_hd;
         const bool is_q = slot < BR;
@@ -186,7 +190,7 @@ void rope_prologue(const uint kvh, const uint rows_here, const uint orow[BR], co
         }
         float r0 = x0, r1 = x1;
         if (i < rhalf) {
-            const vec2 cs = rope_cos_sin(i, rpos);
+            const vec2 cs = same_pair ? cs0 : rope_cos_sin(i, rpos);
             r0 = x0 * cs.x - x1 * cs.y;
             r1 = x0 * cs.y + x1 * cs.x;
         }
@@ -247,7 +251,6 @@ void attend() {
     // dispatch meets its stores, which only later steps read.
     const uint alt_row = new_row > 0 ? new_row - 1 : min(1u, kw8.length() / (p.n_head_kv * HD8) - 1);
 #define LOAD_ROW(r) ((r) == new_row ? alt_row : (r))
-    rope_prologue(kvh, rows_here, orow, new_row, has_new);
 #else
 #define LOAD_ROW(r) (r)
     for (uint idx = tid; idx < BR * HD4; idx += WG) {
@@ -283,6 +286,10 @@ void attend() {
         [[unroll]] for (uint i = 0; i < VMAX; ++i)
             if (i < VPT) vr[i] = V8(LOAD_ROW(min(start + vg + i * VG, last)) * stride8 + head8 + d8);
     }
+#ifdef ROPE
+    // after the first block's loads: they are in flight during the prologue
+    rope_prologue(kvh, rows_here, orow, new_row, has_new);
+#endif
     barrier();                                     // qs (ROPE: and kn8, vn8)
 #ifdef ROPE
     if (has_new && start < kv_end) take_new(start, last, new_row, kq, krow, vg, d8, kr, vr);

@@ -90,6 +90,7 @@ CASES = [
     (32, 4, 128, 128, True, True, 1000, 4096, None),  # Qwen3-30B-A3B's heads, the default split plan
     (4, 2, 256, 64, True, False, 150, 256, 2),       # partial rotation, no norms (qwen35's shape)
     (2, 1, 32, 32, False, True, 63, 64, None),       # the last cache row
+    (6, 2, 96, 96, True, True, 70, 128, None),       # head_dim 96: a thread's pairs differ between passes
 ]
 
 
