@@ -3,11 +3,9 @@
 (q and out swap roles, so each waits for the previous one), 7.2B shapes by default, per n_kv and per
 minimum split chunk; a chain of one-workgroup rms_norm stages first (the floor of any stage).
 Prints host wall time per stage over whole replays (no timestamps, which add their own cost).
---rope: also qwen3's rope_kv (Q/K norms, RoPE, KV store) before each attention stage (two dependent
-stages), and the attention kernel doing that work itself (attention.AttentionRope: one stage).
 
     python3 benchmarks/bench_attention.py [--nkv 16,64,128,160,256,1024,4096] [--chunks 32,64,128]
-                                        [--heads 32/8] [--head-dim 128] [--n-ctx 4224] [--rope]
+                                        [--heads 32/8] [--head-dim 128] [--n-ctx 4224]
 """
 
 import argparse
@@ -20,7 +18,6 @@ from llamavk.devices import open_devices, select
 from llamavk.kernels import KernelCache
 from llamavk.kernels import attention as attn
 from llamavk.kernels import norm
-from llamavk.kernels import rope as rope_k
 from llamavk.vk import Buffer, CommandSequence, get_instance
 
 STAGES = 192
@@ -48,7 +45,6 @@ def main() -> int:
     ap.add_argument("--heads", default="32/8")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--n-ctx", type=int, default=4224)
-    ap.add_argument("--rope", action="store_true", help="also rope_kv + attention, and attention with RoPE in it")
     a = ap.parse_args()
     n_head, n_head_kv = map(int, a.heads.split("/"))
     hd, n_ctx = a.head_dim, a.n_ctx
@@ -62,15 +58,6 @@ def main() -> int:
     for c in caches:
         c.write(rng.standard_normal(n_ctx * n_head_kv * hd).astype(np.float16))
     step = Buffer(dev, 32)
-    width = n_head_kv * hd
-    knew, vnew = Buffer(dev, 4 * width), Buffer(dev, 4 * width)
-    for b in (knew, vnew):
-        b.write(rng.standard_normal(width).astype(np.float32))
-    qn, kn = Buffer(dev, 4 * hd), Buffer(dev, 4 * hd)
-    for b in (qn, kn):
-        b.write(rng.uniform(0.5, 2.0, hd).astype(np.float32))
-    params = rope_k.RopeParams(dim=hd, base=1e6, neox=True)
-    fold = attn.AttentionRope(knew, vnew, params, qn, kn, 1e-6)
 
     def norms(seq):
         for s in range(STAGES):
@@ -78,9 +65,7 @@ def main() -> int:
 
     print(f"{dev.info.name}: {STAGES} stages; rms_norm (one workgroup) {per_stage_us(dev, norms):.2f} us per stage")
     chunks = [int(c) for c in a.chunks.split(",")]
-    kinds = ["plain", "rope_kv+attn", "rope in attn"] if a.rope else ["plain"]
-    print(f"n_kv    (us per attention stage; per minimum split chunk: {' / '.join(kinds)})")
-    print("        " + "".join(f"  >= {c:4d} per split" + " " * 16 * (len(kinds) - 1) for c in chunks))
+    print("n_kv    " + "".join(f"  >= {c:4d} per split" for c in chunks) + "   (us per attention stage)")
     for n_kv in (int(v) for v in a.nkv.split(",")):
         if n_kv > n_ctx:
             continue
@@ -90,15 +75,11 @@ def main() -> int:
             os.environ["LLAMAVK_ATTN_MIN_CHUNK"] = str(chunk)   # the engine's plan for that minimum
             n_splits, _ = attn.split_plan(kc, n_ctx, n_head_kv, 1, attn.DEC_BLOCK)
 
-            def chain(seq, kind="plain"):
+            def chain(seq):
                 for s in range(STAGES):
-                    if kind == "rope_kv+attn":
-                        rope_k.rope_kv(seq, kc, qs[s % 2], knew, vnew, caches[0], caches[1], step, 1, n_head,
-                                       n_head_kv, hd, params, n_ctx, q_norm=qn, k_norm=kn, eps=1e-6)
                     attn.attention(seq, kc, qs[s % 2], caches[0], caches[1], qs[1 - s % 2], step, 1, n_head,
-                                   n_head_kv, hd, n_ctx, n_splits=n_splits, min_chunk=chunk,
-                                   rope=fold if kind == "rope in attn" else None)
-            line += "  " + " / ".join(f"{per_stage_us(dev, lambda seq: chain(seq, k)):.2f}" for k in kinds).rjust(17)
+                                   n_head_kv, hd, n_ctx, n_splits=n_splits, min_chunk=chunk)
+            line += f"  {per_stage_us(dev, chain):17.2f}"
         print(line, flush=True)
     return 0
 

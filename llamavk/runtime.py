@@ -448,24 +448,20 @@ class DeviceRuntime:
                 width = kt.width
                 # a split mode may give this device some of the heads (tensor parallelism)
                 n_head, n_head_kv = op.attrs.get("n_head", cfg.n_head), op.attrs.get("n_head_kv", cfg.n_head_kv)
-                in_attn = None    # one-token steps: the attention kernel does rope_kv's work (attention.py)
                 if op.attrs.get("rope"):
                     qn, kn = op.attrs.get("q_norm"), op.attrs.get("k_norm")
-                    qn, kn = (vec(qn) if qn is not None else None), (vec(kn) if kn is not None else None)
-                    rp = self.rope_of(op.layer)
-                    if attn_k.rope_fold_ok(kc, n_tokens, n_head, n_head_kv, cfg.head_dim, rp, self.kv_types, qn, kn):
-                        in_attn = attn_k.AttentionRope(act(kt), act(vt), rp, qn, kn, op.attrs.get("eps", 0.0))
-                    else:
-                        rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache),
-                                     step, n_tokens, n_head, n_head_kv, cfg.head_dim, rp, self.n_ctx, q_norm=qn,
-                                     k_norm=kn, eps=op.attrs.get("eps", 0.0), kv_types=self.kv_types)
+                    rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache), step,
+                                 n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope_of(op.layer), self.n_ctx,
+                                 q_norm=vec(qn) if qn is not None else None,
+                                 k_norm=vec(kn) if kn is not None else None, eps=op.attrs.get("eps", 0.0),
+                                 kv_types=self.kv_types)
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width, self.kv_types.k)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width, self.kv_types.v)
                 n = attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
                                      n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, signal=signal,
                                      scale=op.attrs.get("scale", 0.0), window=op.attrs.get("window", 0),
-                                     kv_types=self.kv_types, rope=in_attn)
+                                     kv_types=self.kv_types)
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs

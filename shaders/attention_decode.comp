@@ -24,17 +24,6 @@
 //   The next block's K and V loads are issued before this block's P V (in flight during it); sc is
 //   double-buffered, so one barrier per block orders both its writes and the next block's.
 // Rows past kv_end are clamped to the last valid row (loads stay unconditional; p = 0 there).
-//
-// ROPE (one-token steps, f16 caches; kernels/attention.py rope_fold_ok): what rope_kv.comp does
-// before attention is done here, so its dispatch and dependent stage go. q, knew, vnew are the new
-// token's raw Q/K/V product rows. Every workgroup (each split, each row block) norms (qk_norm: the
-// per-head RMS norms of qwen3, weights qn / kn) and rotates its q rows into qs as its prologue. The
-// workgroups whose split holds the new token's row new_row = n_past (the last active split) norm and
-// rotate the KV head's k and convert its v to f16 in shared memory (kn8, vn8); row block 0 of them
-// also stores both into the caches for later steps, at its end. Their K/V loads of that row read
-// another row (LOAD_ROW) and take kn8 / vn8 instead, so no workgroup reads a location this dispatch
-// stores: the caches' stores are only read by later dispatches, behind the usual barriers. The rotation and norm
-// are rope_kv.comp's expressions (rope_common.glsl; dims past rope_dim copied, normed where qk_norm).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;
 layout(constant_id = 1) const uint HD = 128;    // head_dim: a multiple of 32, at most 256
@@ -88,26 +77,6 @@ layout(std430, binding = 8) volatile coherent buffer Chain { uint chain[]; };
 layout(std430, binding = 5) volatile coherent buffer Chain { uint chain[]; };
 #endif
 #endif
-#ifdef ROPE
-// the rope bindings follow the variant's others
-#if defined(SPLIT) && defined(CHAIN)
-#define RB 9
-#elif defined(SPLIT)
-#define RB 8
-#elif defined(CHAIN)
-#define RB 6
-#else
-#define RB 5
-#endif
-// the caches again, for the new token's row (only row n_past is written; the loads through k8 / v8
-// never read it: LOAD_ROW)
-layout(std430, binding = 1) writeonly buffer KW { uvec4 kw8[]; };
-layout(std430, binding = 2) writeonly buffer VW { uvec4 vw8[]; };
-layout(std430, binding = RB) readonly buffer KNew { vec4 knew[]; };      // [n_head_kv * HD] raw k
-layout(std430, binding = RB + 1) readonly buffer VNew { vec4 vnew[]; };  // [n_head_kv * HD] v
-layout(std430, binding = RB + 2) readonly buffer QN { float qn[]; };     // [HD] (qk_norm)
-layout(std430, binding = RB + 3) readonly buffer KN { float kn[]; };     // [HD] (qk_norm)
-#endif
 layout(push_constant) uniform Push {
     uint n_tokens; uint n_head; uint n_head_kv; uint n_splits;
     uint min_chunk;    // positions per split at least (a multiple of BP)
@@ -115,12 +84,6 @@ layout(push_constant) uniform Push {
     uint window;       // sliding window: positions a row sees, its own included (0: all)
 #ifdef CHAIN
     uint chain_slot;
-#endif
-#ifdef ROPE
-    // rope_common.glsl's fields (kernels/rope.py RopeParams.angles), then the norms'
-    uint rope_dim; uint neox;
-    float log2_theta_scale; float freq_scale; float ext_factor; float attn_factor; float corr_low; float corr_high;
-    uint qk_norm; float eps;
 #endif
 } p;
 
@@ -130,96 +93,6 @@ shared vec4 po[8 * WG];            // the row groups' outputs [vg][r][HD4] (VG *
 shared vec2 gml[BR * WG];          // the row groups' (m, l) [vg][r]
 
 #include "attention_split.glsl"
-#ifdef ROPE
-#include "rope_common.glsl"
-const uint SEG = WG / 8;           // threads per head in the prologue's sums of squares
-shared float red[WG];              // their partial sums [slot][SEG]
-shared uvec4 kn8[HD8];             // the new token's rotated k and its v, f16 as the caches hold them
-shared uvec4 vn8[HD8];
-
-uvec4 pack8(const vec4 a, const vec4 b) {
-    return uvec4(packHalf2x16(a.xy), packHalf2x16(a.zw), packHalf2x16(b.xy), packHalf2x16(b.zw));
-}
-
-// The prologue: qs = scale * rotate(norm(q rows)); with has_new, kn8 / vn8 = the new token's k head
-// (normed, rotated) and v head as f16 (attend() stores them into the caches at its end, after its
-// own loads: a load of that row which missed take_new would read the NaN or stale row, not these).
-// po (free until the row groups' merge) holds the raw heads: slots 0 .. BR-1 the q rows, slot BR
-// the k head.
-void rope_prologue(const uint kvh, const uint rows_here, const uint orow[BR], const uint pos, const bool has_new) {
-    const uint tid = gl_LocalInvocationID.x;
-    {
-        const uint slot = tid / SEG, seg = tid - slot * SEG;
-        const bool live = slot < BR ? slot < rows_here : slot == BR && has_new;
-        float ss = 0.0;
-        if (live) {
-            for (uint j = seg; j < HD4; j += SEG) {
-                const vec4 x = slot < BR ? q[orow[min(slot, BR - 1)] * HD4 + j] : knew[kvh * HD4 + j];
-                po[slot * HD4 + j] = x;
-                ss += dot(x, x);
-            }
-        }
-        red[tid] = ss;
-        if (has_new && tid < HD8) {
-            vn8[tid] = pack8(vnew[kvh * HD4 + 2 * tid], vnew[kvh * HD4 + 2 * tid + 1]);
-        }
-        for (uint idx = tid; idx < BR * HD4; idx += WG)
-            if (idx / HD4 >= rows_here) qs[idx] = vec4(0.0);
-    }
-    barrier();
-    // one thread per pair (i < rope_dim / 2: rope_pair(i) rotated) or pair of dims past rope_dim
-    // (copied), normed in place: q rows into qs, the k head back into its slot of po
-    const uint half_hd = HD / 2, rhalf = p.rope_dim / 2;
-    const float rpos = float(rope_position(pos));
-    // where WG is a multiple of half_hd (head_dim 32, 64, 128, 256) a thread's pair is the same in
-    // every pass: its angle once
-    const bool same_pair = WG % half_hd == 0;
-    const vec2 cs0 = same_pair && tid % half_hd < rhalf ? rope_cos_sin(tid % half_hd, rpos) : vec2(0.0);
-    for (uint idx = tid; idx < (BR + 1) * half_hd; idx += WG) {
-        const uint slot = idx / half_hd, i = idx - slot * half_hd;
-        const bool is_q = slot < BR;
-        if (is_q ? slot >= rows_here : !has_new) continue;
-        const uvec2 e = i < rhalf ? rope_pair(i) : uvec2(p.rope_dim + 2 * (i - rhalf)) + uvec2(0, 1);
-        float x0 = po[slot * HD4 + e.x / 4][e.x % 4], x1 = po[slot * HD4 + e.y / 4][e.y % 4];
-        if (p.qk_norm != 0) {
-            float ss = 0.0;
-            for (uint s = 0; s < SEG; ++s) ss += red[slot * SEG + s];
-            const float scale = inversesqrt(ss / float(HD) + p.eps);
-            x0 *= scale * (is_q ? qn[e.x] : kn[e.x]);
-            x1 *= scale * (is_q ? qn[e.y] : kn[e.y]);
-        }
-        float r0 = x0, r1 = x1;
-        if (i < rhalf) {
-            const vec2 cs = same_pair ? cs0 : rope_cos_sin(i, rpos);
-            r0 = x0 * cs.x - x1 * cs.y;
-            r1 = x0 * cs.y + x1 * cs.x;
-        }
-        if (is_q) {
-            qs[slot * HD4 + e.x / 4][e.x % 4] = r0 * p.scale;
-            qs[slot * HD4 + e.y / 4][e.y % 4] = r1 * p.scale;
-        } else {
-            po[slot * HD4 + e.x / 4][e.x % 4] = r0;
-            po[slot * HD4 + e.y / 4][e.y % 4] = r1;
-        }
-    }
-    barrier();
-    if (has_new && tid < HD8) kn8[tid] = pack8(po[BR * HD4 + 2 * tid], po[BR * HD4 + 2 * tid + 1]);
-    // the caller's next barrier publishes kn8, vn8 and qs
-}
-#endif
-
-#ifdef ROPE
-// The K and V pieces just loaded for the block at c0 whose row is the new token's: the shared copies
-void take_new(const uint c0, const uint last, const uint pos, const uint kq, const uint krow, const uint vg,
-              const uint d8, inout uvec4 kr[KMAX], inout uvec4 vr[VMAX]) {
-    if (min(c0 + krow, last) == pos) {
-        [[unroll]] for (uint i = 0; i < KMAX; ++i)
-            if (i < KP) kr[i] = kn8[kq + i * 4];
-    }
-    [[unroll]] for (uint i = 0; i < VMAX; ++i)
-        if (i < VPT && min(c0 + vg + i * VG, last) == pos) vr[i] = vn8[d8];
-}
-#endif
 
 void attend() {
     const uint tid = gl_LocalInvocationID.x;
@@ -243,21 +116,10 @@ void attend() {
         const uint t = row / n_gqa;
         orow[r] = t * p.n_head + kvh * n_gqa + (row - t * n_gqa);
     }
-#ifdef ROPE
-    const uint new_row = n_past;                   // the new token's row (one token per step)
-    const bool has_new = kv_begin <= new_row && new_row < kv_end;
-    // Loads of the new row read another row, one this dispatch does not write (the row below, or
-    // at row 0 row 1, whatever it holds), and take_new replaces what they read: no load of this
-    // dispatch meets its stores, which only later steps read.
-    const uint alt_row = new_row > 0 ? new_row - 1 : min(1u, kw8.length() / (p.n_head_kv * HD8) - 1);
-#define LOAD_ROW(r) ((r) == new_row ? alt_row : (r))
-#else
-#define LOAD_ROW(r) (r)
     for (uint idx = tid; idx < BR * HD4; idx += WG) {
         const uint r = idx / HD4;
         qs[idx] = r < rows_here ? q[orow[r] * HD4 + idx - r * HD4] * p.scale : vec4(0.0);
     }
-#endif
 
     // score lanes: 4 neighbouring lanes of a subgroup share a K row (the butterfly stays among them)
     const uint lin = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
@@ -280,20 +142,13 @@ void attend() {
     const uint start = max(kv_begin, kv_first);
     uvec4 kr[KMAX], vr[VMAX];
     if (start < kv_end) {
-        const uint kb = LOAD_ROW(min(start + krow, last)) * stride8 + head8 + kq;
+        const uint kb = min(start + krow, last) * stride8 + head8 + kq;
         [[unroll]] for (uint i = 0; i < KMAX; ++i)
             if (i < KP) kr[i] = K8(kb + i * 4);
         [[unroll]] for (uint i = 0; i < VMAX; ++i)
-            if (i < VPT) vr[i] = V8(LOAD_ROW(min(start + vg + i * VG, last)) * stride8 + head8 + d8);
+            if (i < VPT) vr[i] = V8(min(start + vg + i * VG, last) * stride8 + head8 + d8);
     }
-#ifdef ROPE
-    // after the first block's loads: they are in flight during the prologue
-    rope_prologue(kvh, rows_here, orow, new_row, has_new);
-#endif
-    barrier();                                     // qs (ROPE: and kn8, vn8)
-#ifdef ROPE
-    if (has_new && start < kv_end) take_new(start, last, new_row, kq, krow, vg, d8, kr, vr);
-#endif
+    barrier();                                     // qs
 
     uint buf = 0;
     for (uint c0 = start; c0 < kv_end; c0 += BP) {
@@ -327,14 +182,11 @@ void attend() {
             if (i < VPT) vcur[i] = vr[i];
         const uint c1 = c0 + BP;
         if (c1 < kv_end) {
-            const uint kb = LOAD_ROW(min(c1 + krow, last)) * stride8 + head8 + kq;
+            const uint kb = min(c1 + krow, last) * stride8 + head8 + kq;
             [[unroll]] for (uint i = 0; i < KMAX; ++i)
                 if (i < KP) kr[i] = K8(kb + i * 4);
             [[unroll]] for (uint i = 0; i < VMAX; ++i)
-                if (i < VPT) vr[i] = V8(LOAD_ROW(min(c1 + vg + i * VG, last)) * stride8 + head8 + d8);
-#ifdef ROPE
-            if (has_new) take_new(c1, last, new_row, kq, krow, vg, d8, kr, vr);
-#endif
+                if (i < VPT) vr[i] = V8(min(c1 + vg + i * VG, last) * stride8 + head8 + d8);
         }
 
         if (vg < VG) {
@@ -400,13 +252,6 @@ void attend() {
     }
     barrier();
     finish_rows(n_kv - sr.base, sr.chunk, split, row0, rows_here, kvh, n_gqa, orow, mm, ll);
-#ifdef ROPE
-    // row block 0 stores the new row for later steps (within the cache: kw8's length is n_ctx rows)
-    if (has_new && gl_WorkGroupID.x == 0 && tid < HD8 && (new_row + 1) * stride8 <= kw8.length()) {
-        kw8[new_row * stride8 + head8 + tid] = kn8[tid];
-        vw8[new_row * stride8 + head8 + tid] = vn8[tid];
-    }
-#endif
 }
 
 void main() {

@@ -26,11 +26,6 @@ VARIANTS = {
     # the same, counting themselves done for a next dispatch that waits in its shader (CHAIN)
     "attention_dec_chain_f16": ("attention_decode.comp", {"CHAIN": "1"}),
     "attention_dec_split_chain_f16": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1"}),
-    # one-token steps with rope_kv's work in the prologue (ROPE: raw q, k, v; f16 caches)
-    "attention_dec_rope_f16": ("attention_decode.comp", {"ROPE": "1"}),
-    "attention_dec_split_rope_f16": ("attention_decode.comp", {"SPLIT": "1", "ROPE": "1"}),
-    "attention_dec_rope_chain_f16": ("attention_decode.comp", {"CHAIN": "1", "ROPE": "1"}),
-    "attention_dec_split_rope_chain_f16": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1", "ROPE": "1"}),
     # prompts on cooperative matrices (devices with 16x8x16 f16 tiles), per head_dim
     # either cache quantized (q8_0 / q4_0; the K and V types: specialization constants 2 and 3):
     # every kernel above but the cooperative-matrix one (attention.plan keeps quantized caches off it)

@@ -11,11 +11,6 @@ steps and other batches of at most 4 query rows per KV head use a kernel shaped 
 this one's arithmetic, no block-wide softmax reductions). Prompts with one split run on cooperative
 matrices where the device has them (shaders/attention_coop.comp, selection.attention_coop_ok).
 
-One-token steps can also take rope_kv's work (`AttentionRope`, `rope_fold_ok`): the decode kernel then
-reads the new token's raw q, k, v, norms (qwen3's per-head Q/K norms) and rotates them itself, and
-stores k and v into the caches (attention_decode.comp ROPE): the rope_kv dispatch and its dependent
-stage go. f16 caches, no rope_freqs tensor; LLAMAVK_ATTN_ROPE=0 keeps rope_kv (A/B).
-
 Scratch for the split path (partial outputs, their softmax max/sum, and one completion counter per
 (row block, KV head), zeroed at allocation and reset by the kernel after each use) is allocated on
 first use and cached on the KernelCache (`kc.shared("attention splits", shape, ...)`): every recording on
@@ -38,7 +33,6 @@ from ..kv_cache import KVTypes
 from ..vk import Buffer
 from . import filled_buffer
 from .norm import _range
-from .rope import RopeParams
 from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok, device_kind
 
 KV_WG = 256
@@ -116,40 +110,6 @@ def _use_decode_kernel(kc, n_tokens: int, rows: int, head_dim: int) -> bool:
     return (kc.info.subgroup_min or kc.info.subgroup_size or 0) >= 4
 
 
-@dataclass(frozen=True)
-class AttentionRope:
-    """rope_kv's work for the one-token decode kernel (attention_decode.comp ROPE): attention's q is
-    then the raw Q row; k and v the new token's raw K and V rows ([n_head_kv * head_dim] f32 each),
-    stored rotated (k) and as they are (v) into cache row n_past; q_norm, k_norm ([head_dim] f32 or
-    None): qwen3's per-head RMS norms before the rotation, with eps."""
-    k: object
-    v: object
-    rope: RopeParams
-    q_norm: object = None
-    k_norm: object = None
-    eps: float = 0.0
-
-    def push(self) -> bytes:
-        """The kernel's push fields after attention's own: rope_common.glsl's, then the norms'."""
-        return struct.pack("<2I6fIf", self.rope.dim, int(bool(self.rope.neox)), *self.rope.angles(),
-                           int(self.q_norm is not None), self.eps)
-
-
-def rope_fold_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, rope: RopeParams,
-                 kv_types: KVTypes = KVTypes(), q_norm=None, k_norm=None) -> bool:
-    """Whether attention of this step can take rope_kv's work (AttentionRope): one-token steps on
-    the decode kernel, f16 caches (a quantized cache keeps rope_kv.comp, which writes its blocks), no
-    rope_freqs tensor (the kernel has no freqs binding), both norms or neither.
-    LLAMAVK_ATTN_ROPE=0 keeps the rope_kv dispatch (A/B)."""
-    if os.environ.get("LLAMAVK_ATTN_ROPE", "1") == "0":
-        return False
-    if n_tokens != 1 or kv_types.quantized or rope.freqs is not None or (q_norm is None) != (k_norm is None):
-        return False
-    if rope.dim % 2 or not 0 < rope.dim <= head_dim or n_head % n_head_kv:
-        return False
-    return _use_decode_kernel(kc, 1, n_head // n_head_kv, head_dim)
-
-
 def _scratch(kc, n_splits: int, n_rows: int, head_dim: int, n_counters: int):
     opart, ml, counters = kc.shared("attention splits", (n_splits, n_rows, head_dim, n_counters), lambda: (
         Buffer(kc.device, n_splits * n_rows * head_dim * 4), Buffer(kc.device, n_splits * n_rows * 8),
@@ -213,8 +173,7 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
 
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
               head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None,
-              signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes(),
-              rope: AttentionRope | None = None) -> int:
+              signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes()) -> int:
     """out = softmax(scale q k^T, causal) v, per query head h over KV head h // (n_head/n_head_kv);
     scale 0: 1/sqrt(head_dim).
 
@@ -231,8 +190,6 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     `signal` (a chain.Signal): where the decode kernel runs, every workgroup counts itself done there
     (attention_decode.comp CHAIN) for a next dispatch that waits in its shader. Returns how many
     workgroups count (0: none, so the next dispatch must not wait).
-    `rope` (where rope_fold_ok): q, rope.k and rope.v are the new token's raw rows; the kernel norms
-    and rotates them and stores k and v into the caches first (what rope.rope_kv would do).
     """
     if n_tokens <= 0:
         return 0
@@ -243,31 +200,19 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
     pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk, window, kv_types)
     chained = signal is not None and pl.kernel.startswith("attention_dec")
-    if rope is not None and (n_tokens != 1 or kv_types.quantized or not pl.kernel.startswith("attention_dec")
-                             or rope.rope.freqs is not None or rope.rope.dim > head_dim):
-        raise ValueError("attention: RoPE in the kernel needs a one-token step on the decode kernel, an f16 "
-                         "cache and no rope_freqs (kernels.attention.rope_fold_ok)")
     push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
                        scale or 1.0 / math.sqrt(head_dim), window)
     if chained:
         push += struct.pack("<I", signal.slot)
     name = pl.kernel
-    if rope is not None:
-        push += rope.push()
-        name = name.replace("_f16", "_rope_f16")
     if chained:
         name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
-    # with RoPE the caches are written too (row n_past), then the new rows and the norms' weights
-    bindings = ("rwwrw" if rope is not None else "rrrrw") + ("www" if pl.n_splits > 1 else "") \
-        + ("w" if chained else "") + ("rrrr" if rope is not None else "")
+    bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained else "")
     kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
     bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
     if pl.n_splits > 1:
         bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
     if chained:
         bufs.append(signal.counters)
-    if rope is not None:
-        norms = (rope.q_norm, rope.k_norm) if rope.q_norm is not None else (rope.k, rope.k)   # unread without norms
-        bufs += [_range(rope.k), _range(rope.v)] + [_range(n) for n in norms]
     seq.dispatch(kernel, bufs, pl.grid, push)
     return pl.grid[0] * pl.grid[1] * pl.grid[2] if chained else 0
