@@ -20,6 +20,7 @@ naming the device, the bytes needed and free, and what to change (-c, -ts, -sm, 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from .errors import LlamavkError
@@ -137,7 +138,36 @@ def estimate_device_need(model_file, graphs: dict, n_ctx: int, n_ubatch: int, de
         max_range = device.info.max_storage_buffer_range or (1 << 31)
         rows = max(1, min(n_ubatch, max_range // (n_logits * 4)))
         logit_bytes = SLOTS * _align(rows * n_logits * 4)
-    return DeviceNeed(device.name, device.info.index, weights, kv, arena + logit_bytes)
+    scratch = dequant_scratch_bytes(model_file, graphs, n_ubatch, device)
+    return DeviceNeed(device.name, device.info.index, weights, kv, arena + logit_bytes + scratch)
+
+
+def dequant_scratch_bytes(model_file, graphs: dict, n_ubatch: int, device) -> int:
+    """The f16 scratch of prompt products dequantized first (kernels/matmul.py mul_mm_cm2d) on a
+    device with coopmat2: one buffer per power-of-two size class of the row slices its weights'
+    products use (a 7.2B Q4_K: 128 + 32 + 8 MiB)."""
+    from .kernels import selection
+    from .kernels.matmul import cm2d_slices
+
+    features = getattr(device, "features", None) or {}
+    if not features.get("coopmat2") or os.environ.get("LLAMAVK_CM2", "1") == "0":
+        return 0
+    types = selection.cm2_dequant_types()
+    if not types or n_ubatch < selection.cm2_dequant_min():
+        return 0
+    classes = set()
+    for g in graphs.values():
+        products = {op.inputs[0].name for op in g.ops if op.kind == "matmul"}
+        for name, t in g.weights.items():
+            if name not in products or t.rows == 1 or getattr(t, "experts", 0):
+                continue
+            qtype = model_file.tensor_type(t.source or name)
+            if qtype.name.lower() not in types:
+                continue
+            tile_rows = selection.cm2_tile(n_ubatch, t.rows, "f16")[0]
+            rows = max(n for _, n in cm2d_slices(t.rows, t.width, tile_rows))
+            classes.add(1 << max(12, (2 * rows * t.width - 1).bit_length()))
+    return sum(classes)
 
 
 # -- what the devices have free -----------------------------------------------------------------

@@ -140,3 +140,27 @@ def test_progress_bar_only_on_a_terminal_and_after_a_second(monkeypatch):
         slow(4, 10)
         assert slow.bar.tasks[0].completed == 4 and slow.bar.tasks[0].total == 10
     assert slow.bar is None                                   # cleared when the load ends
+
+
+def test_dequant_scratch_is_counted_on_coopmat2_devices(synthetic_model, dev):
+    """On a device with coopmat2, prompts of Q4_K products dequantize to f16 scratch buffers first
+    (one per power-of-two size class): the estimate counts them; on others, and below the tokens
+    from which that path applies, it does not."""
+    from llamavk.kernels import selection
+    from llamavk.memory_fit import dequant_scratch_bytes
+    from llamavk.models import build_graph, load_model_file
+
+    f = load_model_file(synthetic_model("llama", "q4_k"))
+    graphs = {"last": build_graph(f.config), "all": build_graph(f.config, all_logits=True)}
+    cm2 = type("CM2Device", (), {"name": dev.name, "info": dev.info, "features": {"coopmat2": True}})()
+    # the Q4_K weights that products read (the embedding table is read by get_rows only, unless tied)
+    names = {op.inputs[0].name for g in graphs.values() for op in g.ops if op.kind == "matmul"}
+    sizes = {2 * f.gguf.tensor_shape(n)[0] * f.gguf.tensor_shape(n)[1] for n in names if f.tensor_type(n).name == "Q4_K"}
+    expected = sum({1 << max(12, (b - 1).bit_length()) for b in sizes})
+    assert expected > 0
+    n = selection.cm2_dequant_min()
+    assert dequant_scratch_bytes(f, graphs, n, cm2) == expected
+    assert dequant_scratch_bytes(f, graphs, n - 1, cm2) == 0
+    assert dequant_scratch_bytes(f, graphs, n, dev) == 0 or dev.features.get("coopmat2")
+    assert (estimate_device_need(f, graphs, 96, n, cm2).activations
+            - estimate_device_need(f, graphs, 96, n, dev).activations) == expected
