@@ -8,7 +8,9 @@ replayed for 0.3 s first (an idle GPU's clocks measure several times
 slower), mean GPU time per product from timestamps; 2 * rows * cols * tokens / time.
 On devices with NV coopmat2, `mul_mm_cm2` (matmul_cm2.comp, tiles by selection.CM2_TILES) too, and one
 more column per tile of `--cm2-tiles 128x128,128x256:2` (LLAMAVK_CM2_TILE for that column; after a
-colon, LLAMAVK_CM2_SPLIT: the parts the columns are split into).
+colon, LLAMAVK_CM2_SPLIT: the parts the columns are split into; after each slash, KEY=VALUE sets
+LLAMAVK_CM2_KEY: `128x128x64:1/WG=128/UNROLL=8/PIPE=1` for the F16 form's other constants). A column
+whose kernel cannot be made (the driver refuses a shape) reads `fail`.
 `cm2d` (mul_mm_cm2d): the weight dequantized to f16 rows first (dequant_f16.comp), then
 matmul_cm2.comp's F16 form, both passes in the time; `deq GB/s`: the dequantization alone, weight
 bytes read + f16 bytes written per second.
@@ -83,6 +85,19 @@ def time_dequant(dev, kc, weights, reps=20):
     return t
 
 
+def cm2_env(tile: str) -> dict[str, str]:
+    """The environment of one --cm2-tiles column: SHAPE[:SPLIT][/KEY=VALUE...]."""
+    head, *knobs = tile.split("/")
+    shape, _, split = head.partition(":")
+    env = {"LLAMAVK_CM2_TILE": shape}
+    if split:
+        env["LLAMAVK_CM2_SPLIT"] = split
+    for knob in knobs:
+        key, _, value = knob.partition("=")
+        env[f"LLAMAVK_CM2_{key.upper()}"] = value
+    return env
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--types", default="q4_0,q8_0,q4_k,q6_k")
@@ -127,17 +142,17 @@ def main():
                     t = time_dequant(dev, kc, weights)
                     cells.append(f"{(quant_info(qtype).row_bytes(cols) + 2 * cols) * rows / t / 1e9:12.0f}")
                     continue
-                if tile:
-                    shape, _, split = tile.partition(":")
-                    os.environ["LLAMAVK_CM2_TILE"] = shape
-                    if split:
-                        os.environ["LLAMAVK_CM2_SPLIT"] = split
+                env = cm2_env(tile) if tile else {}
+                os.environ.update(env)
                 try:
                     t = time_family(dev, kc, fam, weights, View.whole(x), View.whole(y), n)
+                except Exception as e:   # noqa: BLE001 - a shape the driver refuses: a cell, not the end
+                    print(f"  {fam} {tile}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+                    t = None
                 finally:
-                    os.environ.pop("LLAMAVK_CM2_TILE", None)
-                    os.environ.pop("LLAMAVK_CM2_SPLIT", None)
-                cells.append(f"{2 * rows * cols * n / t / 1e12:12.1f}")
+                    for k in env:
+                        os.environ.pop(k, None)
+                cells.append(f"{2 * rows * cols * n / t / 1e12:12.1f}" if t else f"{'fail':>12}")
             print(f"{tname:5s} {rows:5d}x{cols:<6d} " + " ".join(cells), flush=True)
             for w in weights:
                 for ch in w.chunks:

@@ -33,7 +33,7 @@ from ..vk import Buffer
 from . import KernelCache, QWeight, View, WeightChunk, filled_buffer, groups_2d
 from .collective import convert, reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
-                        cm2_parts, cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
+                        cm2_f16_form, cm2_parts, cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
                         SMALL_GEMM_WORKGROUPS, SmallGemmConfig, small_gemm_config)
 
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
@@ -493,8 +493,9 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
     name = type_suffix(w.qtype)
     if family == "mul_mm_cm2" and cm2_x_f16():
         family = CM2_F16_X
-    tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows, name)
-    kernel = kc.get(f"{family}_{name}", "rrrw", push_size=32, spec=(tile_rows, tile_tokens, tile_k))
+    spec = cm2_f16_form(n_tokens, w.rows) if name == "f16" else cm2_tile(n_tokens, w.rows, name)
+    tile_rows, tile_tokens = spec[:2]
+    kernel = kc.get(f"{family}_{name}", "rrrw", push_size=32, spec=spec)
     if family == CM2_F16_X:   # it reads x as f16: converted first, into a scratch per size
         x = _f16_copy(seq, kc, x, n_tokens * w.cols)
     has_bias = int(bias is not None)
@@ -567,8 +568,9 @@ def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: i
     """Record the dequantize-then-f16 product (family mul_mm_cm2d) per weight chunk and row slice:
     dequant_f16 into the scratch, then mul_mm_cm2h_f16 over it (tiles by selection.cm2_tile for
     "f16", split K, bias and outputs as _matmul_cm2), x converted to f16 once."""
-    tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows, "f16")
-    kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=32, spec=(tile_rows, tile_tokens, tile_k))
+    spec = cm2_f16_form(n_tokens, w.rows)
+    tile_rows, tile_tokens = spec[:2]
+    kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=32, spec=spec)
     xh = _f16_copy(seq, kc, x, n_tokens * w.cols)
     has_bias = int(bias is not None)
     b = bias if bias is not None else xh   # an unused binding still needs a buffer

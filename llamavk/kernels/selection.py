@@ -181,6 +181,41 @@ def cm2_tile(n_tokens: int, rows: int, type_name: str | None = None) -> tuple[in
     return next(tile for applies, tile in CM2_TILES if applies(type_name, n_tokens, rows))
 
 
+# matmul_cm2.comp's F16 form (mul_mm_cm2h_f16: f16 weights, and every mul_mm_cm2d product) has three
+# more specialization constants: the workgroup's threads (3; the driver splits a workgroup-scope
+# matrix over its warps), the steps of BK unrolled per iteration of the whole-tile loop (4) and the
+# pipelined order (5: step k + 1's tiles loaded before step k's product). LLAMAVK_CM2_WG=N,
+# LLAMAVK_CM2_UNROLL=N and LLAMAVK_CM2_PIPE=0|1 override them (sweeps: bench_matmul.py --cm2-tiles
+# 128x128x64/WG=128/PIPE=1).
+CM2_F16_WG = 256
+CM2_F16_UNROLL = 4
+CM2_F16_PIPE = 0
+CM2_F16_WG_SIZES = (64, 128, 256, 512)
+
+
+def _env_choice(name: str, default: int, allowed) -> int:
+    env = os.environ.get(name)
+    if not env:
+        return default
+    try:
+        value = int(env)
+    except ValueError:
+        value = None
+    if value not in allowed:
+        raise LlamavkError(f"{name}={env!r}: one of {', '.join(map(str, allowed))}")
+    return value
+
+
+def cm2_f16_form(n_tokens: int, rows: int) -> tuple[int, int, int, int, int, int]:
+    """The F16 form's specialization constants: (BM, BN, BK) by cm2_tile for "f16", then threads,
+    unrolled steps, pipelined (0 / 1)."""
+    bm, bn, bk = cm2_tile(n_tokens, rows, "f16")
+    wg = _env_choice("LLAMAVK_CM2_WG", CM2_F16_WG, CM2_F16_WG_SIZES)
+    unroll = _env_choice("LLAMAVK_CM2_UNROLL", CM2_F16_UNROLL, range(1, 17))
+    pipe = _env_choice("LLAMAVK_CM2_PIPE", CM2_F16_PIPE, (0, 1))
+    return bm, bn, bk, wg, unroll, pipe
+
+
 def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
     limit = int(os.environ.get("LLAMAVK_MV_BATCHED_MAX") or MATVEC_BATCHED_MAX[device_kind(kc)])
     return n <= limit and rows % 8 == 0 and cols % 8 == 0   # token slices stay VIEW_ALIGN-aligned
