@@ -43,8 +43,8 @@ def random_raw(qtype, rows, cols, rng):
     return raw.reshape(rows, -1)
 
 
-def time_family(dev, kc, family, weights, x, y, n_tokens, reps=20):
-    """Median GPU seconds per dispatch of kernel family `family`, forced (not the table's choice)."""
+def time_family(dev, kc, family, weights, x, y, n_tokens, reps=20, product_only=False):
+    """Mean GPU seconds per product of kernel family `family`, forced (not the table's choice)."""
     chosen = mm.product_kernel
     mm.product_kernel = lambda *a: family
     try:
@@ -57,11 +57,13 @@ def time_family(dev, kc, family, weights, x, y, n_tokens, reps=20):
         while time.perf_counter() - t0 < 0.3:    # clocks up: an idle GPU measures several times slower
             seq.run()
         seq.run()
-        times = [sum(us for _, us in seq.profile_results()) / reps]
+        results = seq.profile_results()
         seq.close()
     finally:
         mm.product_kernel = chosen
-    return float(np.median(times)) * 1e-6
+    if product_only:   # the product kernel's dispatches alone (no x conversion, dequantization, sum of parts)
+        results = [(name, us) for name, us in results if name.startswith(family.split("_cm2")[0])]
+    return sum(us for _, us in results) / reps * 1e-6
 
 
 def time_dequant(dev, kc, weights, reps=20):
@@ -106,6 +108,9 @@ def main():
     ap.add_argument("--extra", default="", help="more kernel families (benchmark variants), comma-separated")
     ap.add_argument("--no-portable", action="store_true", help="leave out the portable f32 tiles (slow)")
     ap.add_argument("--cm2-tiles", default="", help="NV coopmat2 tile shapes to time, BMxBN, comma-separated")
+    ap.add_argument("--product-only", action="store_true",
+                    help="time the product kernels' dispatches alone (not x's f16 conversion, the dequantization "
+                         "or the sum of split-K parts)")
     a = ap.parse_args()
     dev = open_devices(select(get_instance().devices)[0][:1])[0]
     kc = KernelCache(dev)
@@ -145,7 +150,7 @@ def main():
                 env = cm2_env(tile) if tile else {}
                 os.environ.update(env)
                 try:
-                    t = time_family(dev, kc, fam, weights, View.whole(x), View.whole(y), n)
+                    t = time_family(dev, kc, fam, weights, View.whole(x), View.whole(y), n, product_only=a.product_only)
                 except Exception as e:   # noqa: BLE001 - a shape the driver refuses: a cell, not the end
                     print(f"  {fam} {tile}: {type(e).__name__}: {str(e)[:120]}", flush=True)
                     t = None
