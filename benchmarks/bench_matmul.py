@@ -108,6 +108,8 @@ def main():
     ap.add_argument("--extra", default="", help="more kernel families (benchmark variants), comma-separated")
     ap.add_argument("--no-portable", action="store_true", help="leave out the portable f32 tiles (slow)")
     ap.add_argument("--cm2-tiles", default="", help="NV coopmat2 tile shapes to time, BMxBN, comma-separated")
+    ap.add_argument("--cm2-only", action="store_true",
+                    help="only the coopmat2 columns: the default tiles and --cm2-tiles (no KHR kernels, no cm2d)")
     ap.add_argument("--product-only", action="store_true",
                     help="time the product kernels' dispatches alone (not x's f16 conversion, the dequantization "
                          "or the sum of split-K parts)")
@@ -116,7 +118,8 @@ def main():
     kc = KernelCache(dev)
     rng = np.random.default_rng(0)
     shapes = SHAPES if a.shapes is None else [tuple(map(int, s.split("x"))) for s in a.shapes.split()]
-    families = ([] if a.no_portable else ["mul_mm"]) + (["mul_mm_coop", "mul_mm_coop_big"] if mm.has_coopmat(kc) else [])
+    families = ([] if a.no_portable else ["mul_mm"]) + (["mul_mm_coop", "mul_mm_coop_big"]
+                                                        if mm.has_coopmat(kc) and not a.cm2_only else [])
     families += [f for f in a.extra.split(",") if f]
     for f in families:   # benchmark variants: the tiles of the kernel they vary
         mm.MATMUL_TILES.setdefault(f, mm.MATMUL_TILES["mul_mm_coop_big" if "big" in f else "mul_mm_coop"])
@@ -125,7 +128,7 @@ def main():
     if mm.has_coopmat2(kc):
         columns += [("mul_mm_cm2", "mul_mm_cm2", None)]
         columns += [(f"cm2 {t}", "mul_mm_cm2", t) for t in a.cm2_tiles.split(",") if t]
-        columns += [("cm2d", "mul_mm_cm2d", None), ("deq GB/s", "dequant", None)]
+        columns += [] if a.cm2_only else [("cm2d", "mul_mm_cm2d", None), ("deq GB/s", "dequant", None)]
     n = a.tokens
     print(f"{dev.info.name}; {n} tokens; TFLOP/s (2 * rows * cols * tokens / GPU time)")
     print("type  shape         " + " ".join(label.rjust(12) for label, _, _ in columns))
@@ -137,15 +140,15 @@ def main():
             x = Buffer(dev, 4 * cols * n)
             x.write(rng.standard_normal(cols * n).astype(np.float32))
             y = Buffer(dev, 4 * rows * n)
-            cells = []
+            print(f"{tname:5s} {rows:5d}x{cols:<6d}", end="", flush=True)
             for _, fam, tile in columns:
                 kernel = f"dequant_f16_{tname}" if fam in ("mul_mm_cm2d", "dequant") else f"{fam}_{tname}"
                 if not (SPV / f"{kernel}.spv").exists():
-                    cells.append(f"{'-':>12}")
+                    print(" " + f"{'-':>12}", end="", flush=True)
                     continue
                 if fam == "dequant":
                     t = time_dequant(dev, kc, weights)
-                    cells.append(f"{(quant_info(qtype).row_bytes(cols) + 2 * cols) * rows / t / 1e9:12.0f}")
+                    print(" " + f"{(quant_info(qtype).row_bytes(cols) + 2 * cols) * rows / t / 1e9:12.0f}", end="", flush=True)
                     continue
                 env = cm2_env(tile) if tile else {}
                 os.environ.update(env)
@@ -157,8 +160,8 @@ def main():
                 finally:
                     for k in env:
                         os.environ.pop(k, None)
-                cells.append(f"{2 * rows * cols * n / t / 1e12:12.1f}" if t else f"{'fail':>12}")
-            print(f"{tname:5s} {rows:5d}x{cols:<6d} " + " ".join(cells), flush=True)
+                print(" " + (f"{2 * rows * cols * n / t / 1e12:12.1f}" if t else f"{'fail':>12}"), end="", flush=True)
+            print(flush=True)
             for w in weights:
                 for ch in w.chunks:
                     ch.buffer.close()
