@@ -50,8 +50,9 @@ def check(dev, kc, qtype, rows, cols, n_tokens, seed, **kw):
 def test_matmul_cm2(dev, kc, qtype, x_type, monkeypatch):
     monkeypatch.setenv("LLAMAVK_CM2_X", x_type)
     chosen = qtype.name.lower() in selection.cm2_chosen_types()
+    # 128 tokens: below CM2_DEQUANT_MIN_TOKENS, where the K-quants take mul_mm_cm2d
     assert not selection.has_coopmat2(kc) or \
-        (selection.product_kernel(kc, 512, 4096, 4096, qtype.name.lower()) == "mul_mm_cm2") == chosen
+        (selection.product_kernel(kc, 128, 4096, 4096, qtype.name.lower()) == "mul_mm_cm2") == chosen
     needs_cm2(kc, monkeypatch)
     bs = quant_info(qtype).block_size
     bs = 32 if bs == 1 else bs   # F16: columns in multiples of 32 as the kernel needs
@@ -120,6 +121,9 @@ def test_cm2_parts_rule(monkeypatch):
     assert selection.cm2_parts(8, 16) == 8       # at most CM2_MAX_PARTS
     assert selection.cm2_parts(8, 5) == 2        # two spans a part at least
     assert selection.cm2_parts(8, 0) == 1        # cols not a multiple of 256
+    assert selection.cm2_parts(128, 16, selection.cm2_fill(128)) == 2   # 128-thread workgroups: two per SM
+    assert selection.cm2_parts(448, 16, selection.cm2_fill(128)) == 1
+    assert selection.cm2_fill(256) == selection.cm2_fill(512) == selection.CM2_FILL_WORKGROUPS
     monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "3")
     assert selection.cm2_parts(128, 16) == 3
     monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "x")

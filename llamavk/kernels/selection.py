@@ -148,9 +148,10 @@ CM2_FILL_WORKGROUPS = 132
 CM2_MAX_PARTS = 8
 
 
-def cm2_parts(tiles: int, n_spans: int) -> int:
+def cm2_parts(tiles: int, n_spans: int, fill: int = CM2_FILL_WORKGROUPS) -> int:
     """Parts of the columns for a grid of `tiles` tiles over n_spans spans of 256 columns (0: cols
-    not a multiple of 256, which the kernel does not split)."""
+    not a multiple of 256, which the kernel does not split); `fill`: the workgroups the GPU runs at
+    once (cm2_fill: more where workgroups are smaller)."""
     env = os.environ.get("LLAMAVK_CM2_SPLIT")
     if env:
         try:
@@ -160,8 +161,14 @@ def cm2_parts(tiles: int, n_spans: int) -> int:
         if parts < 1:
             raise LlamavkError(f"LLAMAVK_CM2_SPLIT={env!r}: a number of parts") from None
     else:
-        parts = CM2_FILL_WORKGROUPS // tiles if 2 * tiles <= CM2_FILL_WORKGROUPS else 1
+        parts = fill // tiles if 2 * tiles <= fill else 1
     return max(1, min(parts, CM2_MAX_PARTS, n_spans // 2))
+
+
+def cm2_fill(threads: int = 256) -> int:
+    """Workgroups of `threads` threads the GPU runs at once: CM2_FILL_WORKGROUPS for 256 (one per
+    H100 SM: the accumulator's registers), proportionally more for smaller ones."""
+    return CM2_FILL_WORKGROUPS * 256 // threads if threads < 256 else CM2_FILL_WORKGROUPS
 
 
 def cm2_tile(n_tokens: int, rows: int, type_name: str | None = None) -> tuple[int, int, int]:
@@ -187,8 +194,8 @@ def cm2_tile(n_tokens: int, rows: int, type_name: str | None = None) -> tuple[in
 # pipelined order (5: step k + 1's tiles loaded before step k's product). LLAMAVK_CM2_WG=N,
 # LLAMAVK_CM2_UNROLL=N and LLAMAVK_CM2_PIPE=0|1 override them (sweeps: bench_matmul.py --cm2-tiles
 # 128x128x64/WG=128/PIPE=1).
-CM2_F16_WG = 256
-CM2_F16_UNROLL = 4
+CM2_F16_WG = 128
+CM2_F16_UNROLL = 8
 CM2_F16_PIPE = 0
 CM2_F16_WG_SIZES = (64, 128, 256, 512)
 
