@@ -193,9 +193,17 @@ def cm2_tile(n_tokens: int, rows: int, type_name: str | None = None) -> tuple[in
 # matrix over its warps), the steps of BK unrolled per iteration of the whole-tile loop (4) and the
 # pipelined order (5: step k + 1's tiles loaded before step k's product). LLAMAVK_CM2_WG=N,
 # LLAMAVK_CM2_UNROLL=N and LLAMAVK_CM2_PIPE=0|1 override them (sweeps: bench_matmul.py --cm2-tiles
-# 128x128x64/WG=128/PIPE=1).
+# 128x128x64/WG=128/PIPE=1). H100, bench_matmul.py --cm2-only --types f16, 512 tokens, TFLOP/s
+# (x's f16 conversion and split-K sums included), 4096x4096 / 14336x4096 / 4096x14336, 128 x 128 x 64
+# tiles: 256 threads, 4 steps (before) 197.0 / 189.1 / 216.0; 128 threads 185.0 / 261.8 / 197.2, in 2
+# parts 207.2 / 209.1 / 265.3 (so cm2_fill: 2 parts for the 128-tile 4096-row weights, 1 for 448
+# tiles); 256 threads and 8 steps 213.9 / 207.6 / 240.1 (128 threads and 8 steps: not measured, so 4
+# stays); pipelined 140.9 / 122.4 / 144.4; 128 x 256 x 64, 8 steps 185.3 / 223.8 / 238.7; 64 x 128 by
+# 128 threads 195.5 / 191.8 / 219.6; 512 threads (256 x 128, 128 x 256, 256 x 256) 106-189 and 25.
+# The product alone (--product-only, 256 threads): 225.4 / 193.7 / 238.7: x's conversion is ~12% at
+# 4096 columns.
 CM2_F16_WG = 128
-CM2_F16_UNROLL = 8
+CM2_F16_UNROLL = 4
 CM2_F16_PIPE = 0
 CM2_F16_WG_SIZES = (64, 128, 256, 512)
 
