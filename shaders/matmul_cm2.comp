@@ -38,7 +38,17 @@
 // Weight layouts (quants.glsl): Q4_0 and Q8_0 planar (a quants plane of 16 / 32 bytes per block, then
 // the f16 scales at f16 index QD_PLANE * blocks: read from the binding, by block coordinates), Q4_K
 // (144 bytes) and Q6_K (210 bytes) as in GGUF; F16 plain rows.
+#if defined(QTYPE_F16)
+// The F16 form (plain f16 rows, no decode function, no scale tables): the workgroup size, the steps
+// unrolled per loop iteration and the pipelined step order are specialization constants too
+// (selection.cm2_f16_form): the driver splits a workgroup-scope matrix over the workgroup's warps, so
+// the threads decide each warp's share of a tile.
+layout(local_size_x_id = 3) in;
+layout(constant_id = 4) const uint UNROLL = 4;   // steps of BK per iteration of the whole-tile loop
+layout(constant_id = 5) const uint PIPE = 0;     // 1: step k + 1's tiles loaded before step k's products
+#else
 layout(local_size_x = 256) in;
+#endif
 layout(constant_id = 0) const uint BM = 128;  // K-quants: 32, 64, 128 or 256 (selection.cm2_tile)
 layout(constant_id = 1) const uint BN = 128;
 layout(constant_id = 2) const uint BK = 64;   // 32, 64, 128 or 256: whole steps in a span of 256
@@ -203,12 +213,13 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
 // One step of BK columns from k0: the tiles of W and x loaded through tensor layouts lw, lx, and
 // multiplied into acc.
 #ifdef X_F16
-#define LOAD_X(LX) coopMatLoadTensorNV(b, xh, 0, sliceTensorLayoutNV(LX, tok0, BN, k0, BK), transposed)
+#define LOAD_XM(M, LX) coopMatLoadTensorNV(M, xh, 0, sliceTensorLayoutNV(LX, tok0, BN, k0, BK), transposed)
 #define X_BLOCK 1
 #else
-#define LOAD_X(LX) coopMatLoadTensorNV(b, x4, 0, sliceTensorLayoutNV(LX, tok0, BN, k0, BK), transposed, decode_x)
+#define LOAD_XM(M, LX) coopMatLoadTensorNV(M, x4, 0, sliceTensorLayoutNV(LX, tok0, BN, k0, BK), transposed, decode_x)
 #define X_BLOCK 4
 #endif
+#define LOAD_X(LX) LOAD_XM(b, LX)
 // W's row stride in its blocks; plain f16 rows: cols, a multiple of 32, which the driver learns from
 // the mask (aligned, vectorized loads: with p.cols as it is, it loads element by element, 47 TFLOP/s)
 #ifdef PLAIN_W
@@ -217,10 +228,11 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
 #define W_STRIDE blocks_per_row
 #endif
 #ifdef PLAIN_W
-#define LOAD_W(LW) coopMatLoadTensorNV(a, wf16, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK))
+#define LOAD_WM(M, LW) coopMatLoadTensorNV(M, wf16, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK))
 #else
-#define LOAD_W(LW) coopMatLoadTensorNV(a, wblocks, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK), decode_w)
+#define LOAD_WM(M, LW) coopMatLoadTensorNV(M, wblocks, 0, sliceTensorLayoutNV(LW, row0, BM, k0, BK), decode_w)
 #endif
+#define LOAD_W(LW) LOAD_WM(a, LW)
 #define STEP(LW, LX) { \
     coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a; \
     coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b; \
@@ -263,6 +275,35 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
         } \
         if (sp + 1u < sp_end) TBL_SWAP(sp + 1u); \
     } }
+#ifdef PLAIN_W
+// The F16 form's whole tiles: this part's columns [k_begin, k_end) (whole spans, so whole steps) in
+// iterations of UNROLL steps, then single steps. PIPE: two tiles of each matrix in flight, the next
+// step's loads issued before this step's product (the steps come in pairs: a span has 256 / BK).
+#define PRODUCT_F16(CLAMP) { \
+    LAYOUTS(CLAMP) \
+    const uint k_begin = gl_WorkGroupID.z * p.spans_per_part * SPAN; \
+    const uint k_end = min(p.cols, k_begin + p.spans_per_part * SPAN); \
+    if (PIPE != 0u && (SPAN / BK) % 2u == 0u) { \
+        coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a, a1; \
+        coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b, b1; \
+        { const uint k0 = k_begin; LOAD_W(lw); LOAD_X(lx); } \
+        for (uint kk = k_begin; kk < k_end; kk += 2u * BK) { \
+            { const uint k0 = kk + BK; LOAD_WM(a1, lw); LOAD_XM(b1, lx); } \
+            acc = coopMatMulAdd(a, b, acc); \
+            if (kk + 2u * BK < k_end) { const uint k0 = kk + 2u * BK; LOAD_W(lw); LOAD_X(lx); } \
+            acc = coopMatMulAdd(a1, b1, acc); \
+        } \
+    } else { \
+        uint k0_ = k_begin; \
+        for (; k0_ + UNROLL * BK <= k_end; k0_ += UNROLL * BK) { \
+            [[unroll]] for (uint j = 0; j < UNROLL; ++j) { \
+                const uint k0 = k0_ + j * BK; \
+                STEP(lw, lx) \
+            } \
+        } \
+        for (; k0_ < k_end; k0_ += BK) { const uint k0 = k0_; STEP(lw, lx) } \
+    } }
+#endif
 // any cols (a multiple of 32; Q4_0 / Q8_0 only: the K-quants' cols are multiples of 256)
 #define PRODUCT_STEPS(CLAMP) { \
     LAYOUTS(CLAMP) \
@@ -282,10 +323,17 @@ void main() {
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
     // whole tiles (uniform per workgroup) load without bounds checks; the edges clamp
     if (p.cols % SPAN == 0u) {
+#ifdef PLAIN_W
+        if (row0 + BM <= p.n_rows && tok0 + BN <= p.n_tokens)
+            PRODUCT_F16(gl_CooperativeMatrixClampModeUndefinedNV)
+        else
+            PRODUCT_F16(gl_CooperativeMatrixClampModeConstantNV)
+#else
         if (row0 + BM <= p.n_rows && tok0 + BN <= p.n_tokens)
             PRODUCT_SPANS(gl_CooperativeMatrixClampModeUndefinedNV)
         else
             PRODUCT_SPANS(gl_CooperativeMatrixClampModeConstantNV)
+#endif
     } else {
 #ifndef SCALE_TABLE
         PRODUCT_STEPS(gl_CooperativeMatrixClampModeConstantNV)

@@ -50,8 +50,9 @@ def check(dev, kc, qtype, rows, cols, n_tokens, seed, **kw):
 def test_matmul_cm2(dev, kc, qtype, x_type, monkeypatch):
     monkeypatch.setenv("LLAMAVK_CM2_X", x_type)
     chosen = qtype.name.lower() in selection.cm2_chosen_types()
+    # 128 tokens: below CM2_DEQUANT_MIN_TOKENS, where the K-quants take mul_mm_cm2d
     assert not selection.has_coopmat2(kc) or \
-        (selection.product_kernel(kc, 512, 4096, 4096, qtype.name.lower()) == "mul_mm_cm2") == chosen
+        (selection.product_kernel(kc, 128, 4096, 4096, qtype.name.lower()) == "mul_mm_cm2") == chosen
     needs_cm2(kc, monkeypatch)
     bs = quant_info(qtype).block_size
     bs = 32 if bs == 1 else bs   # F16: columns in multiples of 32 as the kernel needs
@@ -78,6 +79,28 @@ def test_matmul_cm2_tiles(dev, kc, qtype, tile, monkeypatch):
     check(dev, kc, qtype, 512, cols, 256, seed=9)   # whole tiles only (the unclamped loads)
 
 
+# The F16 form's other constants (selection.cm2_f16_form): threads per workgroup, steps unrolled per
+# iteration (3: 20 steps of 64 in 5 spans leave single steps after the unrolled ones), the pipelined
+# order (pairs of steps); columns of 5 spans, whole and edge tiles, with and without split K (parts
+# of 3 and 2 spans).
+@pytest.mark.parametrize("form", ["128x128x64/WG=128", "128x128x32/PIPE=1", "128x256x64/UNROLL=8",
+                                  "64x128x128/WG=128/PIPE=1", "64x64x64/WG=64/UNROLL=3",
+                                  "256x128x64/WG=512", "128x128x64/WG=128/UNROLL=3/PIPE=1"])
+def test_matmul_cm2_f16_forms(dev, kc, form, monkeypatch):
+    needs_cm2(kc, monkeypatch)
+    tile, *knobs = form.split("/")
+    env = dict(k.split("=") for k in knobs)
+    if int(env.get("WG", 256)) > dev.info.coopmat2_max_workgroup:
+        pytest.skip(f"{form}: workgroup-scope matrices of at most {dev.info.coopmat2_max_workgroup} threads here")
+    monkeypatch.setenv("LLAMAVK_CM2_TILE", tile)
+    for key, value in env.items():
+        monkeypatch.setenv(f"LLAMAVK_CM2_{key}", value)
+    check(dev, kc, T.F16, 300, 5 * 256, 270, seed=11, with_bias=True)
+    check(dev, kc, T.F16, 512, 5 * 256, 256, seed=12)   # whole tiles only (the unclamped loads)
+    monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "2")
+    check(dev, kc, T.F16, 512, 5 * 256, 256, seed=13, with_bias=True)
+
+
 # Split K: the columns' spans over the grid's z, the parts and the bias added by reduce_sum (3 parts
 # of 3, 3 and 2 spans; rows and tokens not multiples of the tiles).
 @pytest.mark.parametrize("x_type", ["f32", "f16"])
@@ -98,6 +121,9 @@ def test_cm2_parts_rule(monkeypatch):
     assert selection.cm2_parts(8, 16) == 8       # at most CM2_MAX_PARTS
     assert selection.cm2_parts(8, 5) == 2        # two spans a part at least
     assert selection.cm2_parts(8, 0) == 1        # cols not a multiple of 256
+    assert selection.cm2_parts(128, 16, selection.cm2_fill(128)) == 2   # 128-thread workgroups: two per SM
+    assert selection.cm2_parts(448, 16, selection.cm2_fill(128)) == 1
+    assert selection.cm2_fill(256) == selection.cm2_fill(512) == selection.CM2_FILL_WORKGROUPS
     monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "3")
     assert selection.cm2_parts(128, 16) == 3
     monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "x")
@@ -163,6 +189,24 @@ def test_cm2_tiles_rule(monkeypatch):
         monkeypatch.setenv("LLAMAVK_CM2_TILE", bad)
         with pytest.raises(LlamavkError, match="LLAMAVK_CM2_TILE"):
             selection.cm2_tile(512, 4096)
+
+
+def test_cm2_f16_form_rule(monkeypatch):
+    """The F16 form's constants: the f16 tiles, then threads, unrolled steps, pipelined; each one's
+    variable checked."""
+    bm, bn, bk = selection.cm2_tile(512, 4096, "f16")
+    assert selection.cm2_f16_form(512, 4096) == (bm, bn, bk, selection.CM2_F16_WG, selection.CM2_F16_UNROLL,
+                                                 selection.CM2_F16_PIPE)
+    monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x128x32")
+    monkeypatch.setenv("LLAMAVK_CM2_WG", "128")
+    monkeypatch.setenv("LLAMAVK_CM2_UNROLL", "8")
+    monkeypatch.setenv("LLAMAVK_CM2_PIPE", "1")
+    assert selection.cm2_f16_form(512, 4096) == (64, 128, 32, 128, 8, 1)
+    for name, bad in [("LLAMAVK_CM2_WG", "96"), ("LLAMAVK_CM2_UNROLL", "0"), ("LLAMAVK_CM2_PIPE", "yes")]:
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(LlamavkError, match=name):
+            selection.cm2_f16_form(512, 4096)
+        monkeypatch.delenv(name)
 
 
 def test_raw_structs_match_the_c_layout():

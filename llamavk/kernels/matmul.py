@@ -33,7 +33,7 @@ from ..vk import Buffer
 from . import KernelCache, QWeight, View, WeightChunk, filled_buffer, groups_2d
 from .collective import convert, reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
-                        cm2_parts, cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
+                        cm2_f16_form, cm2_fill, cm2_parts, cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
                         SMALL_GEMM_WORKGROUPS, SmallGemmConfig, small_gemm_config)
 
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
@@ -493,27 +493,29 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
     name = type_suffix(w.qtype)
     if family == "mul_mm_cm2" and cm2_x_f16():
         family = CM2_F16_X
-    tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows, name)
-    kernel = kc.get(f"{family}_{name}", "rrrw", push_size=32, spec=(tile_rows, tile_tokens, tile_k))
+    spec = cm2_f16_form(n_tokens, w.rows) if name == "f16" else cm2_tile(n_tokens, w.rows, name)
+    tile_rows, tile_tokens = spec[:2]
+    kernel = kc.get(f"{family}_{name}", "rrrw", push_size=32, spec=spec)
     if family == CM2_F16_X:   # it reads x as f16: converted first, into a scratch per size
         x = _f16_copy(seq, kc, x, n_tokens * w.cols)
     has_bias = int(bias is not None)
     b = bias if bias is not None else x   # an unused binding still needs a buffer
     for ch in w.chunks:
-        _cm2_chunk(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (tile_rows, tile_tokens))
+        _cm2_chunk(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, spec)
 
 
 def _cm2_chunk(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias, has_bias: int,
-               n_tokens: int, tile: tuple[int, int]) -> None:
-    """One chunk's matmul_cm2.comp product in tiles of tile = (rows, tokens): the columns' spans of 256
-    split over the grid's z where the tiles are few (selection.cm2_parts)."""
-    tile_rows, tile_tokens = tile
+               n_tokens: int, spec: tuple[int, ...]) -> None:
+    """One chunk's matmul_cm2.comp product with specialization constants spec (tile rows, tokens, BK,
+    and for the F16 form its threads, ...): the columns' spans of 256 split over the grid's z where the
+    tiles are few for the workgroups the GPU runs at once (selection.cm2_parts, cm2_fill)."""
+    tile_rows, tile_tokens = spec[:2]
     n_spans = w.cols // 256 if w.cols % 256 == 0 else 0   # the kernel splits only whole spans
     gx = (ch.n_rows + tile_rows - 1) // tile_rows
     gy = (n_tokens + tile_tokens - 1) // tile_tokens
     if gx > 65535 or gy > 65535:
         raise LlamavkError(f"matmul: grid {gx} x {gy} is too large")
-    parts = cm2_parts(gx * gy, n_spans)
+    parts = cm2_parts(gx * gy, n_spans, cm2_fill(spec[3] if len(spec) > 3 else 256))
     spp = -(-n_spans // parts) if n_spans else 0
     parts = -(-n_spans // spp) if n_spans else 1   # no empty part
     _dispatch_column_parts(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (gx, gy), parts,
@@ -567,8 +569,9 @@ def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: i
     """Record the dequantize-then-f16 product (family mul_mm_cm2d) per weight chunk and row slice:
     dequant_f16 into the scratch, then mul_mm_cm2h_f16 over it (tiles by selection.cm2_tile for
     "f16", split K, bias and outputs as _matmul_cm2), x converted to f16 once."""
-    tile_rows, tile_tokens, tile_k = cm2_tile(n_tokens, w.rows, "f16")
-    kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=32, spec=(tile_rows, tile_tokens, tile_k))
+    spec = cm2_f16_form(n_tokens, w.rows)
+    tile_rows, tile_tokens = spec[:2]
+    kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=32, spec=spec)
     xh = _f16_copy(seq, kc, x, n_tokens * w.cols)
     has_bias = int(bias is not None)
     b = bias if bias is not None else xh   # an unused binding still needs a buffer
@@ -577,7 +580,7 @@ def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: i
             scratch = _dequant_scratch(kc, 2 * n * w.cols)
             dequant_f16(seq, kc, w, ch, r0, n, View(scratch, 0, 2 * n * w.cols))
             rows = WeightChunk(scratch, ch.row_start + r0, n)
-            _cm2_chunk(seq, kc, kernel, rows, w, xh, b, y, bias, has_bias, n_tokens, (tile_rows, tile_tokens))
+            _cm2_chunk(seq, kc, kernel, rows, w, xh, b, y, bias, has_bias, n_tokens, spec)
 
 
 def _dispatch_column_parts(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias,

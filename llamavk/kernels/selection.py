@@ -148,9 +148,10 @@ CM2_FILL_WORKGROUPS = 132
 CM2_MAX_PARTS = 8
 
 
-def cm2_parts(tiles: int, n_spans: int) -> int:
+def cm2_parts(tiles: int, n_spans: int, fill: int = CM2_FILL_WORKGROUPS) -> int:
     """Parts of the columns for a grid of `tiles` tiles over n_spans spans of 256 columns (0: cols
-    not a multiple of 256, which the kernel does not split)."""
+    not a multiple of 256, which the kernel does not split); `fill`: the workgroups the GPU runs at
+    once (cm2_fill: more where workgroups are smaller)."""
     env = os.environ.get("LLAMAVK_CM2_SPLIT")
     if env:
         try:
@@ -160,8 +161,14 @@ def cm2_parts(tiles: int, n_spans: int) -> int:
         if parts < 1:
             raise LlamavkError(f"LLAMAVK_CM2_SPLIT={env!r}: a number of parts") from None
     else:
-        parts = CM2_FILL_WORKGROUPS // tiles if 2 * tiles <= CM2_FILL_WORKGROUPS else 1
+        parts = fill // tiles if 2 * tiles <= fill else 1
     return max(1, min(parts, CM2_MAX_PARTS, n_spans // 2))
+
+
+def cm2_fill(threads: int = 256) -> int:
+    """Workgroups of `threads` threads the GPU runs at once: CM2_FILL_WORKGROUPS for 256 (one per
+    H100 SM: the accumulator's registers), proportionally more for smaller ones."""
+    return CM2_FILL_WORKGROUPS * 256 // threads if threads < 256 else CM2_FILL_WORKGROUPS
 
 
 def cm2_tile(n_tokens: int, rows: int, type_name: str | None = None) -> tuple[int, int, int]:
@@ -179,6 +186,49 @@ def cm2_tile(n_tokens: int, rows: int, type_name: str | None = None) -> tuple[in
                                f"BK one of {CM2_TILE_BK}")
         return bm, bn, bk
     return next(tile for applies, tile in CM2_TILES if applies(type_name, n_tokens, rows))
+
+
+# matmul_cm2.comp's F16 form (mul_mm_cm2h_f16: f16 weights, and every mul_mm_cm2d product) has three
+# more specialization constants: the workgroup's threads (3; the driver splits a workgroup-scope
+# matrix over its warps), the steps of BK unrolled per iteration of the whole-tile loop (4) and the
+# pipelined order (5: step k + 1's tiles loaded before step k's product). LLAMAVK_CM2_WG=N,
+# LLAMAVK_CM2_UNROLL=N and LLAMAVK_CM2_PIPE=0|1 override them (sweeps: bench_matmul.py --cm2-tiles
+# 128x128x64/WG=128/PIPE=1). H100, bench_matmul.py --cm2-only --types f16, 512 tokens, TFLOP/s
+# (x's f16 conversion and split-K sums included), 4096x4096 / 14336x4096 / 4096x14336, 128 x 128 x 64
+# tiles: 256 threads, 4 steps (before) 197.0 / 189.1 / 216.0; 128 threads 185.0 / 261.8 / 197.2, in 2
+# parts 207.2 / 209.1 / 265.3 (so cm2_fill: 2 parts for the 128-tile 4096-row weights, 1 for 448
+# tiles); 256 threads and 8 steps 213.9 / 207.6 / 240.1 (128 threads and 8 steps: not measured, so 4
+# stays); pipelined 140.9 / 122.4 / 144.4; 128 x 256 x 64, 8 steps 185.3 / 223.8 / 238.7; 64 x 128 by
+# 128 threads 195.5 / 191.8 / 219.6; 512 threads (256 x 128, 128 x 256, 256 x 256) 106-189 and 25.
+# The product alone (--product-only, 256 threads): 225.4 / 193.7 / 238.7: x's conversion is ~12% at
+# 4096 columns.
+CM2_F16_WG = 128
+CM2_F16_UNROLL = 4
+CM2_F16_PIPE = 0
+CM2_F16_WG_SIZES = (64, 128, 256, 512)
+
+
+def _env_choice(name: str, default: int, allowed) -> int:
+    env = os.environ.get(name)
+    if not env:
+        return default
+    try:
+        value = int(env)
+    except ValueError:
+        value = None
+    if value not in allowed:
+        raise LlamavkError(f"{name}={env!r}: one of {', '.join(map(str, allowed))}")
+    return value
+
+
+def cm2_f16_form(n_tokens: int, rows: int) -> tuple[int, int, int, int, int, int]:
+    """The F16 form's specialization constants: (BM, BN, BK) by cm2_tile for "f16", then threads,
+    unrolled steps, pipelined (0 / 1)."""
+    bm, bn, bk = cm2_tile(n_tokens, rows, "f16")
+    wg = _env_choice("LLAMAVK_CM2_WG", CM2_F16_WG, CM2_F16_WG_SIZES)
+    unroll = _env_choice("LLAMAVK_CM2_UNROLL", CM2_F16_UNROLL, range(1, 17))
+    pipe = _env_choice("LLAMAVK_CM2_PIPE", CM2_F16_PIPE, (0, 1))
+    return bm, bn, bk, wg, unroll, pipe
 
 
 def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
