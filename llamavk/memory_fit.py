@@ -5,7 +5,8 @@ out-of-memory code, after seconds or minutes of copying. With it, the load stops
 naming the device, the bytes needed and free, and what to change (-c, -ts, -sm, -dev).
 
 - `estimate_device_need` adds up what a DeviceRuntime will allocate for its graphs: every weight (or
-  part of one) as the runtime stores it, the KV cache (of its -ctk/-ctv types) of the layers whose attention runs there, the
+  part of one) as the runtime stores it, the KV cache (of its -ctk/-ctv types) of the layers whose attention runs there
+  and the DeltaNet layers' recurrent state, the
   activation arena (planned over the unfused graph: an upper bound of the fused plans) and the
   logits buffers. Small buffers (step parameters, token ids, staging, mixture-of-experts scratch)
   are left out.
@@ -130,6 +131,7 @@ def estimate_device_need(model_file, graphs: dict, n_ctx: int, n_ubatch: int, de
                 kv_layers[op.layer] = op.attrs.get("n_head_kv", cfg.n_head_kv) * cfg.head_dim
     kv_types = kv_types or KVTypes()
     kv = sum(kv_types.layer_bytes(n_ctx, width) for width in kv_layers.values())     # K and V
+    kv += recurrent_state_bytes(graphs)
     arena = max((plan_activations(g, n_ubatch).arena_bytes for g in graphs.values()), default=0)
     logits = graphs["last"].logits if "last" in graphs else None
     n_logits = logits.width if logits is not None else 0
@@ -140,6 +142,22 @@ def estimate_device_need(model_file, graphs: dict, n_ctx: int, n_ubatch: int, de
         logit_bytes = SLOTS * _align(rows * n_logits * 4)
     scratch = dequant_scratch_bytes(model_file, graphs, n_ubatch, device)
     return DeviceNeed(device.name, device.info.index, weights, kv, arena + logit_bytes + scratch)
+
+
+def recurrent_state_bytes(graphs: dict) -> int:
+    """The DeltaNet layers' recurrent and convolution state (runtime.DeviceRuntime.ssm): one of each
+    per layer, whatever the context."""
+    from .kernels import deltanet
+
+    conv, state = {}, {}
+    for g in graphs.values():
+        for op in g.ops:
+            a = op.attrs
+            if op.kind == "ssm_conv":
+                conv.setdefault(op.layer, deltanet.conv_state_bytes(a["channels"], a["d_conv"]))
+            elif op.kind == "delta_net":
+                state.setdefault(op.layer, deltanet.state_bytes(a["n_v_heads"], a["head_dim"]))
+    return sum(conv.values()) + sum(state.values())
 
 
 def dequant_scratch_bytes(model_file, graphs: dict, n_ubatch: int, device) -> int:

@@ -71,7 +71,7 @@ def test_estimate_matches_what_the_runtime_allocates(synthetic_model, dev, arch,
     est = estimate_device_need(f, graphs, 96, 16, dev)
     rt = DeviceRuntime(f, dev, 96, 16, graphs)
     assert est.weights == rt.weight_bytes()
-    assert est.kv == rt.kv_bytes()
+    assert est.kv == rt.kv_bytes() and rt.state_bytes() == 0
     assert rt.arena.size + rt.logits_buf.size <= est.activations < 2 * (rt.arena.size + rt.logits_buf.size)
     assert est.name == dev.name and est.physical == dev.info.index
 
@@ -164,3 +164,16 @@ def test_dequant_scratch_is_counted_on_coopmat2_devices(synthetic_model, dev):
     assert dequant_scratch_bytes(f, graphs, n, dev) == 0 or dev.features.get("coopmat2")
     assert (estimate_device_need(f, graphs, 96, n, cm2).activations
             - estimate_device_need(f, graphs, 96, n, dev).activations) == expected
+
+
+def test_estimate_counts_the_recurrent_state(synthetic_model, dev):
+    """A hybrid's DeltaNet layers keep a recurrent and a convolution state per layer: the estimate's
+    cache part is the KV cache of its attention layers plus that state, as the runtime allocates."""
+    from llamavk.models import build_graph, load_model_file
+    from llamavk.runtime import DeviceRuntime
+
+    f = load_model_file(synthetic_model("qwen35", "q8_0"))
+    graphs = {"last": build_graph(f.config), "all": build_graph(f.config, all_logits=True)}
+    est = estimate_device_need(f, graphs, 96, 16, dev)
+    rt = DeviceRuntime(f, dev, 96, 16, graphs)
+    assert rt.state_bytes() > 0 and est.kv == rt.kv_bytes() + rt.state_bytes()
