@@ -39,6 +39,19 @@ def kc(dev):
     return KernelCache(dev)
 
 
+def check_route(route, h, wr, n_used, half, gating, renorm, scale, gate, n_expert):
+    """The route row written (ids, then weights from `half`; with a shared expert's gate: its slot
+    n_expert and sigmoid(h . gate) last) against numpy's router over h, in float64; -> numpy's ids."""
+    ids, weights = reference_route((h @ wr.T.astype(np.float64))[None], n_used, gating, renorm, scale)
+    got = route.array(np.float32, 2 * half)
+    np.testing.assert_array_equal(got[:n_used].view(np.uint32), ids[0])
+    np.testing.assert_allclose(got[half:half + n_used], weights[0], rtol=1e-4, atol=1e-6)
+    if gate is not None:
+        assert got[n_used].view(np.uint32) == n_expert
+        np.testing.assert_allclose(got[-1], 1.0 / (1.0 + np.exp(-(h @ gate))), rtol=1e-4)
+    return ids
+
+
 def f32(dev, a):
     a = np.ascontiguousarray(a, np.float32)
     buf = Buffer(dev, max(4, a.nbytes), host_visible=True)
@@ -113,13 +126,7 @@ def test_router_in_product(dev, kc, monkeypatch, case):
         # the route from the y written, in float64
         yd = y.astype(np.float64)
         h = yd / np.sqrt((yd ** 2).mean() + eps) * nw if with_norm else yd
-        ids, weights = reference_route((h @ wr.T.astype(np.float64))[None], n_used, gating, renorm, scale)
-        got = route.array(np.float32, 2 * half)
-        np.testing.assert_array_equal(got[:n_used].view(np.uint32), ids[0])
-        np.testing.assert_allclose(got[half:half + n_used], weights[0], rtol=1e-4, atol=1e-6)
-        if with_shexp:
-            assert got[n_used].view(np.uint32) == n_expert
-            np.testing.assert_allclose(got[-1], 1.0 / (1.0 + np.exp(-(h @ gate))), rtol=1e-4)
+        check_route(route, h, wr, n_used, half, gating, renorm, scale, gate if with_shexp else None, n_expert)
         counts = kc._shared["router fold count"][0]
         assert (np.frombuffer(counts.read(), dtype=np.uint32) == 0).all()
         # the router's own dispatch (moe_router.comp) over the same y: the same experts and weights
@@ -129,6 +136,7 @@ def test_router_in_product(dev, kc, monkeypatch, case):
                    norm_w=norm_v, eps=eps, shexp=gate_v)
         seq.end().run()
         other = unfused.array(np.float32, 2 * half)
+        got = route.array(np.float32, 2 * half)
         np.testing.assert_array_equal(got[:half].view(np.uint32), other[:half].view(np.uint32))
         np.testing.assert_allclose(got[half:], other[half:], rtol=1e-5, atol=1e-7)
     specs = [spec for kname, spec in kc._kernels if kname.startswith("mul_mv_stream") and "_router_" in kname]
@@ -189,14 +197,7 @@ def test_router_pick(dev, kc, monkeypatch, case, tail):
         seq.end().run()
         yd = Y.array(np.float32, rows).astype(np.float64)
         h = yd / np.sqrt((yd ** 2).mean() + eps) * nw
-        logits = h @ wr.T.astype(np.float64)
-        ids, weights = reference_route(logits[None], n_used, gating, renorm, scale)
-        got = route.array(np.float32, 2 * half)
-        np.testing.assert_array_equal(got[:n_used].view(np.uint32), ids[0])
-        np.testing.assert_allclose(got[half:half + n_used], weights[0], rtol=1e-4, atol=1e-6)
-        if with_shexp:
-            assert got[n_used].view(np.uint32) == n_expert
-            np.testing.assert_allclose(got[-1], 1.0 / (1.0 + np.exp(-(h @ gate))), rtol=1e-4)
+        ids = check_route(route, h, wr, n_used, half, gating, renorm, scale, gate if with_shexp else None, n_expert)
         chosen = ids[0].tolist()
         tied_chosen += sum(len(set(g) & set(chosen)) >= 2 for g in ties)
         counts = kc._shared["router fold count"][0]
