@@ -190,7 +190,8 @@ def test_decode_step_has_one_exchange_dispatch_per_layer(synthetic_model, monkey
 
 def test_every_device_holds_the_whole_kv_cache_and_the_estimate_says_so(synthetic_model, monkeypatch):
     """The fit estimate per device (memory_fit.py, from the device's plans) equals what its runtime
-    allocates: the whole KV cache and all attention weights on every device, a part of the experts."""
+    allocates: the whole KV cache, DeltaNet state and all attention weights on every device, a part
+    of the experts."""
     from llamavk.memory_fit import estimate_device_need
 
     monkeypatch.setenv("LLAMAVK_MOE_MIRROR", "1")
@@ -204,9 +205,9 @@ def test_every_device_holds_the_whole_kv_cache_and_the_estimate_says_so(syntheti
         split = m.runtime
         for i, rt in enumerate(split.runtimes):
             need = estimate_device_need(mf, {k: dg.graphs[i] for k, dg in split.plans.items()}, 96, 16, rt.device)
-            assert need.kv == rt.kv_bytes() == whole_kv
+            assert rt.kv_bytes() == whole_kv and rt.state_bytes() == whole_state
+            assert need.kv == whole_kv + whole_state     # the estimate's cache part: KV and DeltaNet state
             assert need.weights == rt.weight_bytes()
-            assert rt.state_bytes() == whole_state
         assert split.weight_bytes(experts_only=True) == whole_experts
 
 
