@@ -7,7 +7,8 @@ naming the device, the bytes needed and free, and what to change (-c, -ts, -sm, 
 - `estimate_device_need` adds up what a DeviceRuntime will allocate for its graphs: every weight (or
   part of one) as the runtime stores it, the KV cache (of its -ctk/-ctv types) of the layers whose attention runs there
   and the DeltaNet layers' recurrent state, the
-  activation arena (planned over the unfused graph: an upper bound of the fused plans) and the
+  activation arena (planned over the unfused graph; the fused plans of llama-like and MoE graphs fit in it,
+  a hybrid's can need a few per cent more: tiny qwen35 51,712 against 49,664 bytes) and the
   logits buffers. Small buffers (step parameters, token ids, staging, mixture-of-experts scratch)
   are left out.
 - `free_memory` reads what each physical device has free now: VK_EXT_memory_budget where the driver

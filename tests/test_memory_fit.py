@@ -62,7 +62,7 @@ def test_unknown_free_memory_is_not_checked():
 def test_estimate_matches_what_the_runtime_allocates(synthetic_model, dev, arch, qtype):
     """The estimate for one device equals the runtime's weights (stacked experts included) and KV
     cache, and its activations are at least the runtime's arena (planned over the unfused graph,
-    an upper bound)."""
+    an upper bound for these architectures)."""
     from llamavk.models import build_graph, load_model_file
     from llamavk.runtime import DeviceRuntime
 
