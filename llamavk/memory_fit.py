@@ -9,8 +9,8 @@ naming the device, the bytes needed and free, and what to change (-c, -ts, -sm, 
   and the DeltaNet layers' recurrent state, the
   activation arena (planned over the unfused graph; the fused plans of llama-like and MoE graphs fit in it,
   a hybrid's can need a few per cent more: tiny qwen35 51,712 against 49,664 bytes) and the
-  logits buffers. Small buffers (step parameters, token ids, staging, mixture-of-experts scratch)
-  are left out.
+  logits buffers, and on coopmat2 devices the f16 scratch of prompt products dequantized first.
+  Small buffers (step parameters, token ids, staging, mixture-of-experts scratch) are left out.
 - `free_memory` reads what each physical device has free now: VK_EXT_memory_budget where the driver
   has it (budget - usage of the device-local heaps), else the device-local heap size. Software devices
   (llvmpipe) allocate host memory and do not hold to their advertised heap (Mesa 22's llvmpipe says
