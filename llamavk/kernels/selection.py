@@ -46,8 +46,9 @@ def _coopmat_ok(kc, cols: int) -> bool:
 # 256) 156 / 131, 182 / 124, 88 / 37, 172 / 153; Q8_0 150 / 92, 184 / 93, 86 / 31, 174 / 124.
 # 7.2B pp512 (same call, second passes; KHR kernels / cm2 / llama.cpp -cm2): Q4_K 7,138 / 8,154 /
 # 11,574; Q4_0 8,588 / 10,596 / 10,980; Q8_0 6,778 / 10,424 / 11,195; Q6_K 7,951 / 7,480 (cm2 for
-# every product below 8192 rows) / 8,635, so Q6_K keeps the KHR kernels (its decode reads two
-# 2-byte-aligned bytes per element; LLAMAVK_CM2_TYPES=q4_0,q6_k,... chooses others). Q4_K at 8192
+# every product below 8192 rows) / 8,635, so Q6_K's decode function (two 2-byte-aligned bytes per
+# element) is not chosen; LLAMAVK_CM2_TYPES=q4_0,q6_k,... chooses others. Batches of 256 tokens and
+# more of Q4_K and Q6_K take the dequantize-then-f16 row above this one (CM2_DEQUANT_TYPES). Q4_K at 8192
 # rows and more (the FFN gate / up) on cm2 too: 8,335 / 8,350 against 8,124 with the KHR 256 x 128
 # tiles (same call, 124f9ef). F16 (plain rows, aligned stride) 192-219 TFLOP/s at 512 tokens.
 CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "f16")
