@@ -48,7 +48,7 @@ def _coopmat_ok(kc, cols: int) -> bool:
 # 11,574; Q4_0 8,588 / 10,596 / 10,980; Q8_0 6,778 / 10,424 / 11,195; Q6_K 7,951 / 7,480 (cm2 for
 # every product below 8192 rows) / 8,635, so Q6_K's decode function (two 2-byte-aligned bytes per
 # element) is not chosen; LLAMAVK_CM2_TYPES=q4_0,q6_k,... chooses others. Batches of 256 tokens and
-# more of Q4_K and Q6_K take the dequantize-then-f16 row above this one (CM2_DEQUANT_TYPES). Q4_K at 8192
+# more of Q4_K and Q6_K are dequantized to f16 first instead (mul_mm_cm2d, CM2_DEQUANT_TYPES below). Q4_K at 8192
 # rows and more (the FFN gate / up) on cm2 too: 8,335 / 8,350 against 8,124 with the KHR 256 x 128
 # tiles (same call, 124f9ef). F16 (plain rows, aligned stride) 192-219 TFLOP/s at 512 tokens.
 CM2_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "f16")
