@@ -192,6 +192,12 @@ def test_matvec_env_and_fallback(dev, monkeypatch):
     kind = "cpu" if kc.info.is_cpu else "gpu"
     table = next(cfg for k, types, _, cfg in mm.MATVEC_CONFIGS if k == kind and types == "*")
     assert base.kernel == "base" and base.nr == table.nr
+    # a shape-qualified entry overrides the type's for that shape only
+    monkeypatch.setattr(mm, "_MATVEC_ENV", parse_matvec_env("q4_0@8x64=wide:64,2,1,1 q4_0=base:64,4,1,1"))
+    assert matvec_config(kc, T.Q4_0, 8, 64).kernel == "wide"
+    assert matvec_config(kc, T.Q4_0, 16, 64) == MatvecConfig(64, 4, 1, 1, "base")
+    with pytest.raises(LlamavkError):
+        parse_matvec_env("q4_0@8by64=wide:64,2,1,1")
 
 
 # The one-token stream kernel (matvec_stream.comp): lanes per row from the row's units (13 Q4_0/Q8_0
@@ -271,6 +277,20 @@ def test_matvec_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, ks):
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=34, chunked=True, norm=True, pair=True, tol=tol)
 
 
+def test_matvec_stream_wave(dev, kc_variants, monkeypatch):
+    """WAVE: the steps follow from the product's rows (its row blocks / wave, rounded up), not the
+    config; chunked weights take the largest chunk's; a chained product keeps its chained_steps."""
+    kernel = "stream_dp" if kc_variants.device.features.get("int_dot") else "stream"
+    cfg = MatvecConfig(64, 2, 1, 1, kernel, wave=4)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    spec, rows_per_wg, _, steps = mm._matvec_spec(kc_variants, cfg, "q4_0", 1024, 1, False, False, False, rows=37)
+    assert steps == -(-(-(-37 // rows_per_wg)) // 4) and spec[10] == steps and steps > 1
+    assert mm._matvec_spec(kc_variants, cfg, "q4_0", 1024, 1, False, False, False, rows=rows_per_wg)[3] == 1
+    tol = 1e-4 if kernel == "stream_dp" else 1e-5
+    run_fused(dev, kc_variants, T.Q4_0, 37, 1024, 1, seed=35, chunked=True, bias=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, T.Q4_0, 37, 1024, 1, seed=36, norm=True, pair=True, tol=tol)
+
+
 @pytest.mark.parametrize("qtype,cols,parts", [(T.Q4_0, 4096, 4), (T.Q8_0, 4096, 4), (T.Q4_K, 4608, 9), (T.Q6_K, 8192, 2)],
                          ids=lambda v: getattr(v, "name", str(v)))
 @pytest.mark.parametrize("kernel", ["stream", "stream_dp", "stream_dp+xfirst"])
@@ -332,18 +352,25 @@ def test_matvec_table_by_shape():
     assert pick(T.Q4_0, 4096, 4096) == "stream_dp"
     assert pick(T.Q4_K, 1024, 4096) == "stream_dp" and matvec_config(gpu, T.Q4_K, 1024, 4096).nr == 2
     nr = lambda qtype, rows, cols: matvec_config(gpu, qtype, rows, cols).nr   # noqa: E731
-    steps = lambda qtype, rows, cols: matvec_config(gpu, qtype, rows, cols).steps   # noqa: E731
+
+    def steps(qtype, rows, cols, pair=False):   # row blocks per workgroup of the product as recorded
+        cfg = matvec_config(gpu, qtype, rows, cols)
+        return mm._matvec_spec(gpu, cfg, mm.type_suffix(qtype), cols, 1, False, False, False, pair, rows=rows)[3]
     # gate / up: 2 rows of each matrix per lane (Q4_K 1); 7 row blocks per workgroup (whole waves on
     # an H100), 2 below 4096 columns
     assert nr(T.Q4_0, 14336, 4096) == nr(T.Q4_0, 8192, 2048) == 4
-    assert steps(T.Q4_0, 14336, 4096) == 7 and steps(T.Q4_0, 8192, 2048) == 2
-    assert nr(T.Q4_K, 14336, 4096) == 2 and steps(T.Q4_K, 14336, 4096) == 7
+    assert steps(T.Q4_0, 14336, 4096, True) == 7 and steps(T.Q4_0, 8192, 2048, True) == 2
+    assert nr(T.Q4_K, 14336, 4096) == 2 and steps(T.Q4_K, 14336, 4096, True) == 7
     assert steps(T.Q4_K, 4096, 4096) == 2 and steps(T.Q4_K, 1024, 4096) == 1   # Q (and O), not K / V
+    # 5120 columns (the 31.5B): 256 lanes per row, so twice the blocks and steps sized to one wave
+    assert steps(T.Q4_0, 27648, 5120, True) == 27 and steps(T.Q4_0, 5120, 5120) == 5
+    assert steps(T.Q4_K, 27648, 5120, True) == 27
     # Q/K/V/O: 2 rows per lane; 2 blocks from 4096 columns (and the 1.1B's down product, 2048 x 8192)
     assert nr(T.Q4_0, 4096, 4096) == nr(T.Q4_0, 1024, 4096) == nr(T.Q4_0, 2048, 2048) == 2
+    assert steps(T.Q4_0, 4096, 4096) == 2
     assert steps(T.Q4_0, 1024, 4096) == steps(T.Q4_0, 2048, 8192) == 2 and steps(T.Q4_0, 2048, 2048) == 1
     assert nr(T.Q4_0, 32000, 4096) == nr(T.Q8_0, 14336, 4096) == nr(T.Q8_0, 4096, 4096) == 4
-    assert steps(T.Q4_0, 32000, 4096) == steps(T.Q8_0, 4096, 4096) == 1
+    assert steps(T.Q4_0, 32000, 4096) == 8 and steps(T.Q8_0, 4096, 4096) == 1
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
     long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 32 units, 256 threads
     assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 14
@@ -351,8 +378,9 @@ def test_matvec_table_by_shape():
     q4k_down = matvec_config(gpu, T.Q4_K, 4096, 14336)   # 14 parts of 16 units: 16 lanes per row
     assert mm._stream_parts(q4k_down, "q4_k", 14336) == 14 and q4k_down.wg == 256 and q4k_down.xfirst
     assert mm.stream_split(256, 32, "q4_k", 14336 // 14, q4k_down.nr, dp=True) == (16, 1, 2)
-    assert long_rows.xfirst and matvec_config(gpu, T.Q4_0, 32000, 4096).xfirst
-    assert not any(matvec_config(gpu, T.Q4_0, r, c).xfirst for r, c in ((4096, 4096), (14336, 4096), (1024, 4096)))
+    assert long_rows.xfirst
+    assert not any(matvec_config(gpu, T.Q4_0, r, c).xfirst
+                   for r, c in ((4096, 4096), (14336, 4096), (1024, 4096), (32000, 4096)))
     assert pick(T.Q4_K, 4096, 14336, n=3) == "wide"
     q6k = matvec_config(gpu, T.Q6_K, 4096, 4096)   # column parts of 16 half-super-block units, x first
     assert q6k.kernel == "stream_dp" and q6k.wg == 256 and q6k.ks == 16 and q6k.xfirst

@@ -21,6 +21,7 @@ into the right columns of y.
 from __future__ import annotations
 
 import math
+import re
 import os
 import struct
 from dataclasses import replace
@@ -131,10 +132,12 @@ def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
 
 def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
     """LLAMAVK_MATVEC (experiments, sweeps): entries separated by spaces or ';', each
-    `[TYPE=][KERNEL:]wg,nr,ks,u[,dq[,xs]]` (KERNEL default base; no TYPE: every type; stream kernels:
+    `[TYPE[@ROWSxCOLS]=][KERNEL:]wg,nr,ks,u[,dq[,xs]]` (KERNEL default base; no TYPE: every type; a shape:
+    only products of that many rows and columns, before the type's own entry; stream kernels:
     `wg,nr,ks,u[,steps[,xfirst[,chained_steps]]]`), e.g.
-    "wide:256,4,1,2,1,1" or "q4_0=wide:128,4,1,2 q8_0=wide:128,2,1,2,0,0 q4_k=base:256,4,2,2" or the old
-    "256,4,2,2". A kernel that lacks the type (or does not fit) falls back to MATVEC_CONFIGS. -> {type or "*": config}."""
+    "wide:256,4,1,2,1,1" or "q4_0=wide:128,4,1,2 q8_0=wide:128,2,1,2,0,0 q4_k=base:256,4,2,2" or
+    "q4_0@27648x5120=stream_dp:512,4,1,1,14" or the old "256,4,2,2". A kernel that lacks the type (or
+    does not fit) falls back to MATVEC_CONFIGS. -> {type, type@ROWSxCOLS or "*": config}."""
     out: dict[str, MatvecConfig] = {}
     for entry in (text or "").replace(";", " ").split():
         tname, _, rest = entry.rpartition("=")
@@ -151,7 +154,10 @@ def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
             raise LlamavkError(f"LLAMAVK_MATVEC: {entry!r} needs wg,nr,ks,u[,dq[,xs]] "
                                "(stream: [,steps[,xfirst[,chained_steps]]])")
         extra = dict(zip(("steps", "xfirst", "chained_steps") if stream else ("dq", "xs"), vals[4:]))
-        out[tname.lower() or "*"] = MatvecConfig(*vals[:4], kernel, **extra)
+        key = tname.lower() or "*"
+        if "@" in key and not re.fullmatch(r"[a-z0-9_]+@\d+x\d+", key):
+            raise LlamavkError(f"LLAMAVK_MATVEC: {entry!r}: a shape is spelled TYPE@ROWSxCOLS")
+        out[key] = MatvecConfig(*vals[:4], kernel, **extra)
     return out
 
 
@@ -176,7 +182,8 @@ def matvec_config(kc: KernelCache, qtype, rows: int, cols: int, n_tokens: int = 
     """Matrix-vector kernel and work split for a device and weight (the one place it is chosen): the
     LLAMAVK_MATVEC override where its kernel fits, else the first MATVEC_CONFIGS row that fits."""
     tname = type_suffix(qtype)
-    choices = [_MATVEC_ENV.get(tname) or _MATVEC_ENV.get("*")] + matvec_configs(kc, tname, n_tokens, rows, cols)
+    forced = _MATVEC_ENV.get(f"{tname}@{rows}x{cols}") or _MATVEC_ENV.get(tname) or _MATVEC_ENV.get("*")
+    choices = [forced] + matvec_configs(kc, tname, n_tokens, rows, cols)
     cfg = next(c for c in choices if c is not None and _fits(kc, c, tname, cols, n_tokens))
     return replace(cfg, wg=max(cfg.wg, kc.info.subgroup_size or 32))
 
@@ -304,15 +311,18 @@ def _router_dispatch(kc: KernelCache, router, n_bound: int, filler, writers: int
 
 def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tokens: int, norm: bool,
                  resid: bool, glu: bool, pair: bool = False, rope_mode: int = 0,
-                 wait: bool = False, signal: bool = False) -> tuple[tuple, int, int, int]:
+                 wait: bool = False, signal: bool = False, rows: int = 0) -> tuple[tuple, int, int, int]:
     """Specialization constants of cfg's kernel (its shader header lists them; the stream kernel's
-    last, PHASE, is left to matmul), rows per row block,
+    last, PHASE, is left to matmul; cfg.wave sizes the steps for a dispatch of `rows` rows), rows per row block,
     workgroups per row block (column parts) and row blocks per workgroup (steps)."""
     sg = kc.info.subgroup_size or 32
     if cfg.kernel.startswith("stream"):
         parts, (tpr, c, rj) = _stream_layout(kc, cfg, name, cols, _stream_rj(cfg, pair))
         rows_per_wg = cfg.wg // tpr * (rj // 2 if pair else rj)
         steps = max(1, cfg.steps) if c == 1 else 1   # steps keep x staged: one chunk of it
+        if cfg.wave and c == 1 and rows:
+            blocks = -(-rows // rows_per_wg)
+            steps = max(1, -(-blocks // cfg.wave))
         # PHASE (14) is matmul's: it depends on the dispatch (_parts_apart)
         spec = (cfg.wg, norm, resid, glu, tpr, c, rj, pair, parts, rope_mode, steps, bool(cfg.xfirst), wait, signal)
         return spec, rows_per_wg, parts, steps
@@ -423,11 +433,12 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
             raise LlamavkError("matmul: norm and glu inputs cannot be combined")
         cfg = matvec_config(kc, w.qtype, w.rows, w.cols, n_tokens)
         if wait is not None and cfg.chained_steps:
-            cfg = replace(cfg, steps=cfg.chained_steps)
+            cfg = replace(cfg, steps=cfg.chained_steps, wave=0)
         spec, rows_per_wg, parts, steps = _matvec_spec(kc, cfg, name, w.cols, n_tokens, norm is not None,
                                                 residual is not None, glu is not None, pair is not None,
                                                 rope.MODES[rope.kind] if rope is not None else 0,
-                                                wait is not None, signal is not None)
+                                                wait is not None, signal is not None,
+                                                max(ch.n_rows for ch in w.chunks))
         stream = cfg.kernel.startswith("stream")
         # (kernel, workgroups per row block) per dispatch of a chunk: one; or, column parts apart, the
         # storing parts and then the last one (PHASE 1, 2)

@@ -75,13 +75,20 @@ def cm2_chosen_types() -> tuple[str, ...]:
 # Q8_0 160 / 152, 158 / 174, 177 / 184; Q4_0 167 / 155, 161 / 172, 182 / 182 (the pass alone 2.4-2.8
 # TB/s). 7.2B pp512 (same call, second passes; default before / cm2d / llama.cpp -cm2): Q4_K 8,370 /
 # 10,193 / 11,827; Q6_K 7,985 / 10,045 / 9,116; Q8_0 10,454 / 10,059 / 11,718; Q4_0 10,625 / 10,396 /
-# 10,973. So the K-quants take it, Q4_0 / Q8_0 keep their decode functions.
+# 10,973. So the K-quants took it, Q4_0 / Q8_0 kept their decode functions. With the F16 form's
+# 128-thread workgroups and split K (cm2_f16_form), 7.2B pp512 (e70419a, one call; 128 threads / 256
+# threads / decode functions; llama.cpp -cm2 in the same call 10,840 for Q4_0): Q4_K 12,112 / 10,027,
+# Q6_K 11,911 / 9,921, Q4_0 12,268 / 10,226 / 10,567, Q8_0 11,927 / 9,944 / 10,402; pp256 Q4_0 9,850
+# against 9,524, Q8_0 9,331 against 9,246 (pp128 below the threshold: the same path). IQ4_XS / IQ4_NL /
+# MXFP4 (the KHR kernel before; pp512): 10,065 / 10,216 / 10,171 against 6,028 / 6,215 / 6,256
+# (llama.cpp 3,495 / 3,457 / 5,560). The 31.5B Q4_0: 2,631 against 2,197 (llama.cpp 2,957). So every
+# measured type takes it; the others (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K) are not measured yet.
 # LLAMAVK_CM2_DEQUANT=q4_k,q6_k,... chooses types (0: none),
 # LLAMAVK_CM2_DEQUANT_MIN=N the tokens from which it applies (A/B). CM2_DEQUANT_KERNEL_TYPES: the
 # types dequant_f16.comp has (shaders/variants_dequant.py).
 CM2_DEQUANT_KERNEL_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q5_k",
                             "iq4_nl", "iq4_xs", "mxfp4")
-CM2_DEQUANT_TYPES: tuple[str, ...] = ("q4_k", "q6_k")
+CM2_DEQUANT_TYPES: tuple[str, ...] = ("q4_0", "q8_0", "q4_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
 CM2_DEQUANT_MIN_TOKENS = 256
 
 
@@ -395,6 +402,9 @@ class MatvecConfig:
     xfirst: int = 0        # stream kernel: x loaded before the weights (matvec_stream.comp XFIRST)
     chained_steps: int = 0  # stream kernel waiting for its producer in the shader (selection.chain_edges):
                             # row blocks per workgroup then (0: steps)
+    wave: int = 0           # stream kernel: steps chosen per product so that its grid is at most this
+                            # many workgroups (the row blocks / wave, rounded up: whole waves of
+                            # resident workgroups); 0: steps as given. Not in the LLAMAVK_MATVEC spelling.
 
     def spec(self) -> str:
         """The LLAMAVK_MATVEC spelling of this config."""
@@ -434,22 +444,30 @@ MATVEC_CONFIGS = (
     #   (10: 308, 14 in one wave: 301). Q4_K's Q (4096 x 4096) by 2 blocks: Q, K and V (128 + 64 + 64
     #   workgroups, 50 registers: 2 per SM) fit one wave: 336 / 337 against 331; K and V by 2 as
     #   well (192 workgroups) lose (319 / 320).
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
-     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=7)),
+    # - Wider rows keep more lanes per row (5120 columns: 256 lanes, as 8192), so a block has half the
+    #   rows of a 4096-wide one, and a grid twice the blocks: the steps follow from the shape (wave).
+    #   31.5B (5120 x 27648 FFN, over 4x the width: a grid of 6,912 blocks by 1 before, x staged for
+    #   every 4 rows of each matrix), tg128: 93.9 against 61.9 (27 steps, one wave; 14: 90.1, 7: 87.3,
+    #   14 with x first 87.7; 2 rows per lane by 14 79.7, column parts of 32 units 79.8); its Q and O
+    #   (5120 x 5120: 1,280 blocks) by 5: 64.6 against 61.9 (by 10: 62.8). llama.cpp -cm2 86.3 there.
+    #   The 7.2B's shapes get the steps they had (7, 2); its output (32,000 x 4096: 2,000 blocks)
+    #   8 instead of 1 (the 31.5B's output by 8 or 16: no change, 62.3 / 62.1 against 62.1).
+    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
      and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=2)),
-    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
-     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=7)),
+    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2, chained_steps=1)),
     # (chained_steps: the output projection waiting for attention (5. below) by 1 block per workgroup,
     # all 256 workgroups resident while attention runs: 397.1 / 397.4 against 388.2 / 388.5 by 2)
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols
+    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
+    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows < cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
      MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and 4096 <= cols <= 8192 < rows,
-     MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
     ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
