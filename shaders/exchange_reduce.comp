@@ -25,6 +25,8 @@ layout(local_size_x = 1024) in;
 layout(constant_id = 0) const uint LINES = 256;
 layout(constant_id = 1) const uint LINE_WORDS = 32;
 layout(constant_id = 2) const uint MAX_GAP = 20000;     // iterations of the back-off loop (~45 us)
+// for the first half of the lines; the second half backs off up to SLOW_GAP (a long wait's tail)
+const uint SLOW_GAP = 20000u;
 layout(std430, binding = 0) coherent volatile buffer Flags { uint flags[]; };
 layout(std430, binding = 1) buffer Status { uint status[]; };
 layout(std430, binding = 2) readonly buffer Step { uint step[]; };
@@ -52,7 +54,8 @@ bool wait_for_producers(uint value) {
         bool arrived = false;
         for (uint k = 0u; k < LINES && !arrived; ++k) {
             arrived = flags[line(peer, k)] >= value;
-            uint gap = k < 32u ? 0u : min(64u << min((k - 32u) / 16u, 20u), MAX_GAP);
+            uint gap = k < 32u ? 0u : min(64u << min((k - 32u) / 16u, 20u),
+                                           k < LINES / 2u ? MAX_GAP : max(MAX_GAP, SLOW_GAP));
             for (uint j = 0u; j < gap && !arrived; ++j) noise = noise * 1664525u + 1013904223u;
         }
         if (!arrived) {

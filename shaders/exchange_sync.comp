@@ -13,12 +13,15 @@
 // barrier before the dispatch, so this device's data for the exchange is in host memory first.
 // Wait (invocation 0): for each producer in wait_mask, read its lines one by one until one holds
 // >= value. Polls are spaced out more and more, up to MAX_GAP, so LINES polls cover a peer that is
-// milliseconds behind (layer mode: a whole block of layers; the recorder gives it more lines);
+// milliseconds behind (layer mode: a whole block of layers; the recorder gives it more lines and a
+// smaller MAX_GAP, so a device wakes within a few us of its peer, and SLOW_GAP past half the lines);
 // then status[0] = 2 and the host reports an error.
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint LINES = 256;
 layout(constant_id = 1) const uint LINE_WORDS = 32;
 layout(constant_id = 2) const uint MAX_GAP = 20000;     // iterations of the back-off loop (~45 us)
+// for the first half of the lines; the second half backs off up to SLOW_GAP (a long wait's tail)
+const uint SLOW_GAP = 20000u;
 layout(std430, binding = 0) coherent volatile buffer Flags { uint flags[]; };
 layout(std430, binding = 1) buffer Status { uint status[]; };
 layout(std430, binding = 2) readonly buffer Step { uint step[]; };
@@ -42,7 +45,8 @@ void main() {
         for (uint k = 0u; k < LINES && !arrived; ++k) {
             arrived = flags[line(peer, k)] >= value;
             // back-off: back to back for the first 32 polls, then doubling gaps up to MAX_GAP
-            uint gap = k < 32u ? 0u : min(64u << min((k - 32u) / 16u, 20u), MAX_GAP);
+            uint gap = k < 32u ? 0u : min(64u << min((k - 32u) / 16u, 20u),
+                                           k < LINES / 2u ? MAX_GAP : max(MAX_GAP, SLOW_GAP));
             for (uint j = 0u; j < gap && !arrived; ++j) noise = noise * 1664525u + 1013904223u;
         }
         if (!arrived) {

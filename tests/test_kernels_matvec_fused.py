@@ -365,6 +365,7 @@ def test_matvec_table_by_shape():
     # 5120 columns (the 31.5B): 256 lanes per row, so twice the blocks and steps sized to one wave
     assert steps(T.Q4_0, 27648, 5120, True) == 27 and steps(T.Q4_0, 5120, 5120) == 5
     assert steps(T.Q4_K, 27648, 5120, True) == 27
+    assert steps(T.Q4_0, 5120, 6912) == 5 and steps(T.Q4_0, 4096, 7168) == 4   # split down products
     # Q/K/V/O: 2 rows per lane; 2 blocks from 4096 columns (and the 1.1B's down product, 2048 x 8192)
     assert nr(T.Q4_0, 4096, 4096) == nr(T.Q4_0, 1024, 4096) == nr(T.Q4_0, 2048, 2048) == 2
     assert steps(T.Q4_0, 4096, 4096) == 2

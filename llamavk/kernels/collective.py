@@ -5,14 +5,40 @@ convert.comp). The buffers they touch live in host memory imported into every de
 
 from __future__ import annotations
 
+import os
 import struct
+
+from ..errors import LlamavkError
 
 from . import View, groups_2d
 
 WG = 256
 FLAG_LINES = 256          # cache lines each counter is written to (shaders/exchange_sync.comp): ~5 ms
-FLAG_LINES_LONG = 2048    # for waits of a whole block of layers (layer mode): ~90 ms
+FLAG_LINES_LONG = 8192    # for waits of a whole block of layers (layer mode): ~25 ms of polls ~6 us
+                          # apart (MAX_GAP_LONG), then ~200 ms of polls ~50 us apart
 FLAG_LINE_BYTES = 128     # one GPU L2 line
+MAX_GAP = 20000           # the waits' back-off cap, iterations of exchange_sync.comp's loop (~45 us)
+# Layer mode's waits: the cap over the first half of their lines. 4x H200, tg128 -sm layer on 4 GPUs
+# against -sm none (one call): 7.2B 443.1 (2000, 8192 lines) / 441.0 (200, 16384) / 442.0 (0, 16384)
+# against 435.1 (20000, 2048 lines; none 466.6); 31.5B 96.4 ± 3.6 / 100.7 ± 6.3 / 99.8 ± 5.7
+# against 92.3-97.6 ± 2-5 (none 105.4-106.4): a woken device loses less of its peer's lead.
+MAX_GAP_LONG = 2000
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name) or default)
+    except ValueError:
+        raise LlamavkError(f"{name}={os.environ[name]!r}: a whole number") from None
+
+
+# Experiments (a multi-GPU A/B of layer mode's waits): the back-off cap and layer mode's line count.
+def max_gap(lines: int) -> int:
+    return _env_int("LLAMAVK_EXCHANGE_GAP", MAX_GAP_LONG if lines >= FLAG_LINES_LONG else MAX_GAP)
+
+
+def long_lines() -> int:
+    return _env_int("LLAMAVK_EXCHANGE_LINES_LONG", FLAG_LINES_LONG)
 PART_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 
 
@@ -28,7 +54,7 @@ def exchange_sync(seq, kc, flags: View, status: View, step: View, me: int, excha
 
     Barriers on both sides: everything this device wrote before is complete before the counter moves,
     and nothing after it starts before the peers' counters arrived."""
-    kernel = kc.get("exchange_sync", "wwr", push_size=24, spec=(lines, FLAG_LINE_BYTES // 4))
+    kernel = kc.get("exchange_sync", "wwr", push_size=24, spec=(lines, FLAG_LINE_BYTES // 4, max_gap(lines)))
     seq.barrier()
     groups = (lines + 63) // 64 if signal else 1
     seq.dispatch(kernel, [flags.range, status.range, step.range], (groups, 1, 1),
@@ -46,7 +72,7 @@ def exchange_reduce(seq, kc, flags: View, status: View, step: View, me: int, exc
     element p * part_stride of `parts`). signal False and wait_mask 0: the sum alone.
     chain (a kernels.chain.Signal): count the workgroup done there for a consumer recorded without a
     barrier (kernels/chain.py). Returns the workgroup count (1)."""
-    kernel = kc.get("exchange_reduce", "wwrrrww", push_size=52, spec=(lines, FLAG_LINE_BYTES // 4))
+    kernel = kc.get("exchange_reduce", "wwrrrww", push_size=52, spec=(lines, FLAG_LINE_BYTES // 4, max_gap(lines)))
     if signal:
         seq.barrier()          # every earlier write of this device (its partial) before the counter
     b = base if base is not None else out

@@ -464,6 +464,10 @@ MATVEC_CONFIGS = (
     # all 256 workgroups resident while attention runs: 397.1 / 397.4 against 388.2 / 388.5 by 2)
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
+    # (a split's down product, 4096 <= rows < cols: -sm tensor's 5120 x 6912 on 4 GPUs by 5, 7.2B's
+    # 4096 x 7168 on 2 by 4; K and V keep 2)
+    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and 4096 <= rows < cols
+     <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows < cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,

@@ -107,7 +107,7 @@ class SharedExchangeMemory:
             size += n_exchanges * self.n * self.spin_slot_bytes
         self.staged = not can_share_host_memory(devices)
         self.data = HostMirrors(size, devices) if self.staged else SharedHostMemory(size, devices)
-        self.lines = collective.FLAG_LINES_LONG if long_waits else collective.FLAG_LINES
+        self.lines = collective.long_lines() if long_waits else collective.FLAG_LINES
         self.flags = SharedHostMemory(collective.flag_bytes(max(n_exchanges, 1), self.n, self.lines)
                                       if sync == "spin" else 4096, devices)
         self.flags.array(np.uint32)[:] = 0
