@@ -27,7 +27,8 @@ from .models import ARCHITECTURES, arch_module, config_from_metadata
 from .models.base import ModelConfig, WeightSpec
 from .quant import quant_info, qtype_from_name, tensor_nbytes
 
-SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
+SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
+                   "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
 MOE_ARCHS = ("qwen3moe", "qwen35moe")
 HYBRID_ARCHS = ("qwen35", "qwen35moe")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
@@ -119,8 +120,11 @@ def tiny_preset(arch: str) -> str:
 # tiny gemma3: local layers see 24 positions (test prompts are longer), every other layer is global
 TINY_GEMMA3 = dict(sliding_window=24, swa_pattern=2)
 
-_FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q8_0: 7, T.Q4_K: 15, T.Q6_K: 18,   # llama_ftype
-              T.IQ4_NL: 25, T.IQ4_XS: 30, T.MXFP4: 38}                            # (38: MXFP4_MOE)
+# llama_ftype of a file whose every matrix is that type (38: MXFP4_MOE). Where llama.cpp has several
+# mixes of one K-quant (Q3_K_S/M/L, Q5_K_S/M), the one llama.cpp's loader guesses from the most common
+# tensor type when general.file_type is absent: Q2_K 10, Q3_K_M 12, Q4_K_M 15, Q5_K_M 17.
+_FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q4_1: 3, T.Q8_0: 7, T.Q5_0: 8, T.Q5_1: 9, T.Q2_K: 10,
+              T.Q3_K: 12, T.Q4_K: 15, T.Q5_K: 17, T.Q6_K: 18, T.IQ4_NL: 25, T.IQ4_XS: 30, T.MXFP4: 38}
 # Root mean square of the IQ4_NL levels and of MXFP4's doubled E2M1 values (quants.glsl's tables),
 # for scales that give random blocks the requested std.
 _IQ4NL_RMS, _MXFP4_RMS = 67.44, 5.852
@@ -327,6 +331,60 @@ def synthetic_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
 # random blocks
 # ----------------------------------------------------------------------------------------------
 
+# Every block's scales are multiplied by a jitter j ~ U(0.5, 1.5) (blocks of unequal magnitude, as in
+# real weights): E[j^2] = 1 + 1/12. The divisors below are the RMS of a dequantized value for d = 1,
+# this factor included, so d = j * std / divisor gives values of RMS std.
+_JITTER_MS = 13 / 12
+_F16_MIN_NORMAL = 2.0 ** -14
+
+
+def _uniform_moments(n: int) -> tuple[float, float]:
+    """Mean and mean square of an integer uniform on 0..n-1: (n-1)/2 and (n-1)(2n-1)/6."""
+    return (n - 1) / 2, (n - 1) * (2 * n - 1) / 6
+
+
+def _scale_min_rms(n_scale: int, n_q: int) -> float:
+    """RMS of w = sc q - E[q] m (the super-block d = 1, dmin = E[q] d), jitter included, for sub-block
+    scales sc and mins m uniform on 0..n_scale-1 and quants q uniform on 0..n_q-1, all independent.
+
+    E[sc] = E[m], so E[w] = E[q] (E[sc] - E[m]) = 0 and E[w^2] = Var(sc q) + E[q]^2 Var(m) with
+    Var(sc q) = E[sc^2] E[q^2] - (E[sc] E[q])^2. (Q4_K's divisors 269 and 66 are this for 64 and 16
+    scale values, 16 quants.)"""
+    s1, s2 = _uniform_moments(n_scale)
+    q1, q2 = _uniform_moments(n_q)
+    return float(np.sqrt(_JITTER_MS * (s2 * q2 - (s1 * q1) ** 2 + q1 ** 2 * (s2 - s1 ** 2))))
+
+
+def _scale_bits(std: float, rms_of_bits, max_bits: int) -> int:
+    """The most random bits (max_bits down to 1) of the sub-block scales for which the f16 super-block
+    scale d = jitter * std / rms_of_bits(bits) stays a normal number at the smallest jitter (0.5):
+    all bits for tiny models' stds, fewer for the small stds of large models (a subnormal d would
+    lose precision, and real files rarely hold one)."""
+    for bits in range(max_bits, 1, -1):
+        if 0.5 * std / rms_of_bits(bits) >= _F16_MIN_NORMAL:
+            return bits
+    return 1
+
+
+def _pack_k_scales(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Q4_K/Q5_K's 12 bytes of eight 6-bit scales and eight 6-bit mins (n, 8 each) per block: bytes 0-3
+    the low 6 bits of sc[0:4] and the top 2 bits of sc[4:8], bytes 4-7 the same for m, bytes 8-11
+    the low nibbles of sc[4:8] (low half) and m[4:8] (high half)."""
+    sc, m = sc.astype(np.uint8), m.astype(np.uint8)
+    return np.concatenate([sc[:, :4] | (sc[:, 4:] >> 4) << 6, m[:, :4] | (m[:, 4:] >> 4) << 6,
+                           (sc[:, 4:] & 0x0F) | (m[:, 4:] & 0x0F) << 4], axis=1)
+
+
+def _pack_q3_k_scales(s: np.ndarray) -> np.ndarray:
+    """Q3_K's 12 bytes of sixteen 6-bit scales s (n, 16; stored as s, used as s - 32): byte i (0-7) holds
+    the low nibbles of s[i] (low half) and s[i + 8] (high half); byte 8 + j holds the top 2 bits of
+    s[j], s[j + 4], s[j + 8], s[j + 12] at bits 0-1, 2-3, 4-5, 6-7."""
+    s = s.astype(np.uint8)
+    low = (s[:, :8] & 0x0F) | (s[:, 8:] & 0x0F) << 4
+    top = (s >> 4).reshape(-1, 4, 4) << (2 * np.arange(4, dtype=np.uint8))[None, :, None]
+    return np.concatenate([low, np.bitwise_or.reduce(top, axis=1)], axis=1)
+
+
 def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int, std: float) -> np.ndarray:
     """`n_blocks` random blocks of `qtype` as a flat uint8 array, values with roughly this std.
 
@@ -346,6 +404,53 @@ def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int, std: float)
         put_f16(0, jitter * std / 73.6)
     elif qtype == T.Q4_0:     # d, nibbles[16]: w = d (q - 8)
         put_f16(0, jitter * std / 4.61)
+    elif qtype == T.Q4_1:     # d, m, nibbles[16]: w = d q + m
+        # q uniform on 0..15: E[q] = 7.5, Var(q) = (16^2 - 1) / 12 = 21.25; m = -7.5 d centres the mean;
+        # divisor sqrt(13/12 * 21.25) = 4.80
+        d = jitter * std / np.sqrt(_JITTER_MS * 21.25)
+        put_f16(0, d)
+        put_f16(2, -7.5 * d)
+    elif qtype == T.Q5_0:     # d, qh u32 (the 5th bits), nibbles[16]: w = d (q - 16)
+        # q uniform on 0..31: E[(q - 16)^2] = Var(q) + 1/4 = (32^2 - 1) / 12 + 1/4 = 85.5, mean -d/2
+        # (-0.05 std); divisor sqrt(13/12 * 85.5) = 9.62
+        put_f16(0, jitter * std / np.sqrt(_JITTER_MS * 85.5))
+    elif qtype == T.Q5_1:     # d, m, qh u32 (the 5th bits), nibbles[16]: w = d q + m
+        # q uniform on 0..31: Var(q) = 85.25, m = -15.5 d centres the mean; divisor sqrt(13/12 * 85.25) = 9.61
+        d = jitter * std / np.sqrt(_JITTER_MS * 85.25)
+        put_f16(0, d)
+        put_f16(2, -15.5 * d)
+    elif qtype == T.Q2_K:     # scales[16] (sc | m << 4), 2-bit q[256] in 64 bytes, d, dmin: w = d sc q - dmin m
+        # 16 sub-blocks of 16; dmin = E[q] d = 1.5 d centres the mean (E[sc] = E[m]); with all 4 bits of
+        # sc and m random the divisor is _scale_min_rms(16, 4) = 14.44 (d normal for std >= 0.0018;
+        # below that, fewer bits)
+        bits = _scale_bits(std, lambda b: _scale_min_rms(1 << b, 4), 4)
+        mask = np.uint8((1 << bits) - 1)
+        blocks[:, 0:16] &= mask | mask << 4
+        d = jitter * std / _scale_min_rms(1 << bits, 4)
+        put_f16(80, d)
+        put_f16(82, 1.5 * d)
+    elif qtype == T.Q3_K:     # hmask[32], 2-bit low q in 64 bytes, 12 bytes of 6-bit scales, d: w = d (s - 32) q
+        # q = low 2 bits - 4 (hmask bit clear) or + 0 (set): uniform on -4..3, E[q^2] = 44/8 = 5.5.
+        # s - 32 uniform on -2^(bits-1)..2^(bits-1)-1: E[(s - 32)^2] = (4^bits - 1) / 12 + 1/4, 341.5
+        # for all 6 bits (divisor sqrt(13/12 * 5.5 * 341.5) = 45.1: d normal for std >= 0.0055), 85.5
+        # for 5 (-16..15, top bits 01 or 10; 22.6: std >= 0.0028); mean E[s - 32] E[q] d = d / 4 (0.006 std)
+        def rms(b: int) -> float:
+            return float(np.sqrt(_JITTER_MS * 5.5 * ((4 ** b - 1) / 12 + 0.25)))
+        bits = _scale_bits(std, rms, 6)
+        half = 1 << (bits - 1)
+        blocks[:, 96:108] = _pack_q3_k_scales(rng.integers(32 - half, 32 + half, (n_blocks, 16)))
+        put_f16(108, jitter * std / rms(bits))
+    elif qtype == T.Q5_K:     # d, dmin, 12 bytes of 6-bit scales/mins, qh[32], nibbles[128]: w = d sc q - dmin m
+        # q = nibble | qh bit << 4, uniform on 0..31; dmin = E[q] d = 15.5 d centres the mean. Divisor
+        # _scale_min_rms(2^bits, 32): 548 for 6 random bits of sc and m (d normal for std >= 0.067:
+        # tiny models' embedding and output), 273 for 5 (std >= 0.033: tiny models' matrices), 135 for
+        # 4 (std >= 0.0165), 66 for 3, 31 for 2 (std >= 0.0038: a 70B's 0.0059)
+        bits = _scale_bits(std, lambda b: _scale_min_rms(1 << b, 32), 6)
+        sc, m = rng.integers(0, 1 << bits, (2, n_blocks, 8))
+        blocks[:, 4:16] = _pack_k_scales(sc, m)
+        d = jitter * std / _scale_min_rms(1 << bits, 32)
+        put_f16(0, d)
+        put_f16(2, 15.5 * d)
     elif qtype == T.Q4_K:     # d, dmin, 12 bytes of 6-bit scales/mins, nibbles[128]: w = d sc q - dmin m
         # 6-bit sub-block scales and mins over all of 0..63, so that their top bits (packed apart
         # from the low ones) matter in every model-level test; where that would make the f16 d

@@ -15,8 +15,11 @@ from llamavk.reference import ReferenceModel
 
 from .vk_fixtures import chainable_stream_kernel
 
+# the other synthetic weight types, one architecture each
+MORE_TYPES = [("llama", "q4_1"), ("qwen2", "q5_0"), ("qwen3", "q5_1"), ("llama", "q2_k"), ("qwen2", "q3_k"),
+              ("qwen3", "q5_k")]
 ARCH_TYPES = [(a, q) for a in ("llama", "qwen2", "qwen3") for q in ("f16", "q8_0", "q4_0", "q4_k", "q6_k")] + \
-    [("llama", "iq4_nl"), ("qwen2", "iq4_xs"), ("qwen3", "mxfp4")]   # every 2-D weight of these types
+    [("llama", "iq4_nl"), ("qwen2", "iq4_xs"), ("qwen3", "mxfp4")] + MORE_TYPES   # every 2-D weight of these types
 
 
 def quiet_load(path, **kw):
@@ -36,6 +39,22 @@ def test_logits_match_reference(synthetic_model, arch, qtype):
     tol = 0.003 * np.abs(ref).max()
     assert np.abs(got - ref).max() <= tol
     assert np.abs(last - ref[-1]).max() <= tol
+
+
+@pytest.mark.parametrize("arch,qtype", MORE_TYPES)
+def test_one_token_steps_of_more_weight_types(synthetic_model, arch, qtype):
+    """Each one-token step (the matrix-vector kernels this device gets) of a model of these types
+    gives the reference's logits; test_logits_match_reference takes them through prompts."""
+    path = synthetic_model(arch, qtype)
+    tokens = [int(t) for t in np.random.default_rng(11).integers(0, 500, 6)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    with quiet_load(path, n_ctx=64) as m:
+        rt = m.runtime
+        rows = []
+        for i, t in enumerate(tokens):
+            rt.run_batch("last", [t], i)
+            rows.append(rt.logits(1)[0].copy())
+    assert np.abs(np.array(rows) - ref).max() <= 0.003 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])

@@ -24,7 +24,7 @@ their texts, 8 chunks of 64 tokens), maxima over the seeds:
     weights          |d ln PPL|    running values   rel. uncertainty   mean KLD    tolerance (PPL, KLD)
     f32              2.6e-5        6.7e-5           1.7e-5             2.0e-6      1e-4, 1e-5
     f16              1.2e-3        2.7e-3           5.9e-4             5.2e-5      3e-3, 1.5e-4
-    quantized        0.064 (Q6_K)  0.18             0.030              0.025       0.15, 0.06
+    quantized        0.064 (Q6_K)  0.19 (Q3_K)      0.030              0.028       0.15, 0.06
     f16, MoE         0.011         0.024            3.5e-3             5.5e-3      3e-2, 1.5e-2
     quantized, MoE   0.076         0.17             0.036              0.093       0.15, 0.2
 
@@ -63,7 +63,7 @@ from .llamacpp_ref import llamacpp_perplexity_run, llamacpp_tool
 # One entry per (architecture, weight type): a new architecture is one more line (its synthetic
 # overrides, if any, in the dict; MoE and hybrid architectures take their tiny presets). Types:
 # f32 and f16 (no 8-bit activations in llama.cpp: tight), and quantized types whose decoding differs
-# (Q4_K's 6-bit packed scales, Q6_K's split bits).
+# (Q4_K's 6-bit packed scales, Q6_K's split bits), and Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K once each.
 ORACLE_CASES = [
     ("llama", "f32", {}),
     ("llama", "q4_0", {}),
@@ -82,6 +82,12 @@ ORACLE_CASES = [
     # gemma3's synthetic Q/K norms are ~2 already (peaked attention): no further gain
     ("gemma3", "f16", {"qk_gain": 1.0}),
     ("gemma3", "q8_0", {"qk_gain": 1.0}),
+    ("llama", "q4_1", {}),
+    ("qwen2", "q5_0", {}),
+    ("qwen3", "q5_1", {}),
+    ("llama", "q2_k", {}),
+    ("qwen2", "q3_k", {}),
+    ("qwen3", "q5_k", {}),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8

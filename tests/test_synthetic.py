@@ -58,8 +58,8 @@ def test_tiny_preset_dims_fit_every_type():
 def test_bad_requests():
     with pytest.raises(LlamavkError, match="preset"):
         synthetic_plan("13b")
-    with pytest.raises(LlamavkError, match="q5_1"):
-        synthetic_plan("tiny", "q5_1")
+    with pytest.raises(LlamavkError, match="iq2_xxs"):
+        synthetic_plan("tiny", "iq2_xxs")
     with pytest.raises(LlamavkError, match="supported"):
         synthetic_plan("tiny", "q4_0", "gpt2")
     with pytest.raises(LlamavkError, match="block size 256"):
@@ -113,18 +113,86 @@ def test_tokenizer_on_synthetic_vocab(tmp_path):
 
 @pytest.mark.parametrize("qtype", SYNTHETIC_TYPES)
 def test_random_blocks_have_the_requested_std(qtype):
-    """Decoded by gguf.quants (not by llamavk): the std asked for and a mean near 0 (Q4_0's levels
-    -8..7 have mean -0.5: -0.11 std), for a tiny model's scales and a 70B's."""
+    """Decoded by gguf.quants (not by llamavk): the std asked for, all finite, and a mean near 0, for a
+    token embedding's std (1), a tiny model's (1/16, 0.05) and a 70B's (0.006, 0.005). Within 0.02
+    std (measured: at most 0.011, Q3_K's d (s - 32) q with E[s - 32] E[q] = 1/4); levels that are not
+    symmetric about 0 shift it further: Q4_0's -8..7 by -0.11 std, IQ4_NL's table by -0.09, Q5_0's
+    -16..15 by -0.05 (0.12 allowed). The mins of Q4_1, Q5_1 and the K-quants cancel the mean of
+    their levels: a min off by one level's step moves it by 0.06 std or more."""
     from gguf import quants
 
     wtype = T[qtype.upper()]
-    for std in (1 / 16, 0.006):
+    for std in (1.0, 1 / 16, 0.05, 0.006, 0.005):
         raw = random_blocks(np.random.default_rng(3), wtype, 4096, std)
         w = quants.dequantize(raw, wtype).ravel() if wtype not in (T.F32, T.F16) else \
             raw.view(np.float16 if wtype == T.F16 else np.float32).astype(np.float32)
+        assert np.isfinite(w).all()
         # MXFP4's scales are powers of two, the nearest to the wanted one: within a factor sqrt(2)
         ratio = (1 / 1.42, 1.42) if wtype == T.MXFP4 else (0.94, 1.06)
-        assert ratio[0] < w.std() / std < ratio[1] and abs(w.mean()) < 0.12 * std, (std, w.std(), w.mean())
+        mean_tol = 0.12 if wtype in (T.Q4_0, T.Q5_0, T.IQ4_NL) else 0.02
+        assert ratio[0] < w.std() / std < ratio[1] and abs(w.mean()) < mean_tol * std, (std, w.std(), w.mean())
+
+
+# byte offsets of the f16 super-block scales (d, and dmin or the block minimum where the type has one)
+F16_SCALES = {T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q5_1: (0, 2), T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q5_K: (0, 2)}
+
+
+@pytest.mark.parametrize("wtype", list(F16_SCALES), ids=lambda t: t.name)
+def test_f16_scales_stay_normal_numbers(wtype):
+    """For every std a preset asks for (down to a 70B's 1/sqrt(28672) = 0.0059) and a little below,
+    the f16 scales are normal numbers (not subnormal: they would lose precision), none NaN or inf."""
+    for std in (1.0, 1 / 16, 0.0059, 0.005):
+        raw = random_blocks(np.random.default_rng(5), wtype, 2048, std).reshape(2048, -1)
+        for col in F16_SCALES[wtype]:
+            v = np.abs(raw[:, col:col + 2].copy().view(np.float16).astype(np.float32))
+            assert np.isfinite(v).all() and (v >= 2.0 ** -14).all(), (std, col, v.min())
+
+
+def test_q5_k_and_q3_k_scales_pack_as_gguf_reads_them():
+    """The packed 6-bit sub-block scales (and Q5_K's mins) decode, by gguf.quants, to the values drawn,
+    and a tiny model's stds use their top bits (stored apart from the low ones), as Q4_K's do."""
+    from gguf import quants
+
+    from llamavk.synthetic import _pack_k_scales, _pack_q3_k_scales
+
+    rng = np.random.default_rng(6)
+    sc, m = rng.integers(0, 64, (2, 512, 8))
+    got_sc, got_m = quants.Q4_K.get_scale_min(_pack_k_scales(sc, m))
+    assert (got_sc == sc).all() and (got_m == m).all()
+    # Q3_K: every quant 1 (low bits 01, hmask bit set), d = 1: each 16-value sub-block decodes to s - 32
+    s = rng.integers(0, 64, (512, 16))
+    blocks = np.zeros((512, 110), np.uint8)
+    blocks[:, 0:32], blocks[:, 32:96] = 0xFF, 0x55
+    blocks[:, 96:108] = _pack_q3_k_scales(s)
+    blocks[:, 108:110] = np.full((512, 1), 1.0, np.float16).view(np.uint8)
+    w = quants.dequantize(blocks.reshape(-1), T.Q3_K).reshape(512, 16, 16)
+    assert (w == (s - 32)[:, :, None]).all()
+
+    q5k = random_blocks(rng, T.Q5_K, 2048, 1.0).reshape(-1, 176)        # a token embedding: 6 bits
+    sc, m = quants.Q4_K.get_scale_min(q5k[:, 4:16])
+    assert sc.max() == m.max() == 63 and (sc >= 32).mean() > 0.4 and (m >= 32).mean() > 0.4
+    q5k = random_blocks(rng, T.Q5_K, 2048, 1 / 16).reshape(-1, 176)     # a tiny model's matrix: 5 bits
+    sc, m = quants.Q4_K.get_scale_min(q5k[:, 4:16])
+    assert sc.max() == m.max() == 31 and (sc >= 16).mean() > 0.4
+    q3k = random_blocks(rng, T.Q3_K, 2048, 1 / 16).reshape(-1, 110)     # all 6 bits of the scales
+    top = np.unpackbits(q3k[:, 104:108], axis=1).reshape(-1, 16, 2)
+    assert (top == [0, 0]).all(axis=2).mean() > 0.2 and (top == [1, 1]).all(axis=2).mean() > 0.2
+    q3k = random_blocks(rng, T.Q3_K, 2048, 0.005).reshape(-1, 110)      # a 70B's: top bits 01 or 10
+    top = np.unpackbits(q3k[:, 104:108], axis=1).reshape(-1, 16, 2)
+    assert (top[:, :, 0] != top[:, :, 1]).all()
+
+
+def test_new_types_are_llamacpp_file_types():
+    """general.file_type of a file whose every matrix is of the type: the name llama-bench (0c1e570)
+    printed for these synthetic files."""
+    from llamavk.bench import ftype_name
+
+    want = {"q4_1": "Q4_1", "q5_0": "Q5_0", "q5_1": "Q5_1", "q2_k": "Q2_K - Medium",
+            "q3_k": "Q3_K - Medium", "q5_k": "Q5_K - Medium"}
+    for qtype, name in want.items():
+        plan = synthetic_plan("tiny", qtype)
+        assert ftype_name(plan.metadata, []) == name
+        assert {t.qtype for t in plan.tensors if len(t.spec.shape) == 2} == {T[qtype.upper()]}
 
 
 def test_q4_k_blocks_use_every_bit_of_the_6_bit_scales():
