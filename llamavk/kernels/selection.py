@@ -81,14 +81,16 @@ def cm2_chosen_types() -> tuple[str, ...]:
 # Q6_K 11,911 / 9,921, Q4_0 12,268 / 10,226 / 10,567, Q8_0 11,927 / 9,944 / 10,402; pp256 Q4_0 9,850
 # against 9,524, Q8_0 9,331 against 9,246 (pp128 below the threshold: the same path). IQ4_XS / IQ4_NL /
 # MXFP4 (the KHR kernel before; pp512): 10,065 / 10,216 / 10,171 against 6,028 / 6,215 / 6,256
-# (llama.cpp 3,495 / 3,457 / 5,560). The 31.5B Q4_0: 2,631 against 2,197 (llama.cpp 2,957). So every
-# measured type takes it; the others (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K) are not measured yet.
+# (llama.cpp 3,495 / 3,457 / 5,560). The 31.5B Q4_0: 2,631 against 2,197 (llama.cpp 2,957). Q5_K /
+# Q3_K / Q2_K / Q5_0 / Q4_1 / Q5_1 (d8924e3, one call; cm2d / before / llama.cpp): 11,741 / 6,417 /
+# 9,571, 11,805 / 7,374 / 4,000, 12,201 / 9,610 / 3,830, 12,007 / 8,202 / 8,719, 12,025 / 9,396 /
+# 9,626, 11,334 / 9,066 / 8,791. So every type that has the dequantization takes it.
 # LLAMAVK_CM2_DEQUANT=q4_k,q6_k,... chooses types (0: none),
 # LLAMAVK_CM2_DEQUANT_MIN=N the tokens from which it applies (A/B). CM2_DEQUANT_KERNEL_TYPES: the
 # types dequant_f16.comp has (shaders/variants_dequant.py).
 CM2_DEQUANT_KERNEL_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q5_k",
                             "iq4_nl", "iq4_xs", "mxfp4")
-CM2_DEQUANT_TYPES: tuple[str, ...] = ("q4_0", "q8_0", "q4_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
+CM2_DEQUANT_TYPES: tuple[str, ...] = CM2_DEQUANT_KERNEL_TYPES
 CM2_DEQUANT_MIN_TOKENS = 256
 
 
