@@ -26,9 +26,8 @@ VARIANTS = {
     # the same, counting themselves done for a next dispatch that waits in its shader (CHAIN)
     "attention_dec_chain_f16": ("attention_decode.comp", {"CHAIN": "1"}),
     "attention_dec_split_chain_f16": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1"}),
-    # prompts on cooperative matrices (devices with 16x8x16 f16 tiles), per head_dim
     # either cache quantized (q8_0 / q4_0; the K and V types: specialization constants 2 and 3):
-    # every kernel above but the cooperative-matrix one (attention.plan keeps quantized caches off it)
+    # every kernel above (not the cooperative-matrix one below: attention.plan keeps quantized caches off it)
     "attention_kvq_br4": ("attention.comp", {"BR": "4", "KV_QUANT": "1"}),
     "attention_kvq_br8": ("attention.comp", {"BR": "8", "KV_QUANT": "1"}),
     "attention_split_kvq_br4": ("attention.comp", {"BR": "4", "SPLIT": "1", "KV_QUANT": "1"}),
@@ -37,6 +36,7 @@ VARIANTS = {
     "attention_dec_split_kvq": ("attention_decode.comp", {"SPLIT": "1", "KV_QUANT": "1"}),
     "attention_dec_chain_kvq": ("attention_decode.comp", {"CHAIN": "1", "KV_QUANT": "1"}),
     "attention_dec_split_chain_kvq": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1", "KV_QUANT": "1"}),
+    # prompts on cooperative matrices (devices with 16x8x16 f16 tiles), per head_dim
     "attention_coop_f16_hd64": ("attention_coop.comp", {"HD": "64"}),
     "attention_coop_f16_hd128": ("attention_coop.comp", {"HD": "128"}),
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),
