@@ -454,6 +454,8 @@ MATVEC_CONFIGS = (
     #   (5120 x 5120: 1,280 blocks) by 5: 64.6 against 61.9 (by 10: 62.8). llama.cpp -cm2 86.3 there.
     #   The 7.2B's shapes get the steps they had (7, 2); its output (32,000 x 4096: 2,000 blocks)
     #   8 instead of 1 (the 31.5B's output by 8 or 16: no change, 62.3 / 62.1 against 62.1).
+    #   As merged, against the old steps put back through LLAMAVK_MATVEC (one call per model): 31.5B
+    #   Q4_0 99.5 / 61.7, Q4_K 88.8 / 60.5, 70B Q4_0 55.6 / 48.9, 7.2B Q4_0 421.7 / 416.0.
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
