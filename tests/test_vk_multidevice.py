@@ -220,3 +220,21 @@ def test_exchange_point_and_sum_in_one_dispatch(pair):
     assert int(counters.array(np.uint32)[signal.slot]) == 1
     flags_mem.close()
     parts_mem.close()
+
+
+def test_exchange_wait_gaps(monkeypatch):
+    """Layer mode's long waits poll with the small back-off cap, the short ones with the large;
+    LLAMAVK_EXCHANGE_GAP / _LINES_LONG override them, and a malformed value is a one-line error."""
+    from llamavk.errors import LlamavkError
+    from llamavk.kernels import collective
+    monkeypatch.delenv("LLAMAVK_EXCHANGE_GAP", raising=False)
+    monkeypatch.delenv("LLAMAVK_EXCHANGE_LINES_LONG", raising=False)
+    assert collective.max_gap(collective.FLAG_LINES) == collective.MAX_GAP
+    assert collective.max_gap(collective.long_lines()) == collective.MAX_GAP_LONG < collective.MAX_GAP
+    monkeypatch.setenv("LLAMAVK_EXCHANGE_LINES_LONG", "4096")
+    assert collective.long_lines() == 4096 and collective.max_gap(4096) == collective.MAX_GAP_LONG
+    monkeypatch.setenv("LLAMAVK_EXCHANGE_GAP", "0")
+    assert collective.max_gap(collective.FLAG_LINES) == 0
+    monkeypatch.setenv("LLAMAVK_EXCHANGE_GAP", "fast")
+    with pytest.raises(LlamavkError, match="LLAMAVK_EXCHANGE_GAP"):
+        collective.max_gap(collective.FLAG_LINES)

@@ -9,7 +9,6 @@ import os
 import struct
 
 from ..errors import LlamavkError
-
 from . import View, groups_2d
 
 WG = 256
@@ -17,6 +16,7 @@ FLAG_LINES = 256          # cache lines each counter is written to (shaders/exch
 FLAG_LINES_LONG = 8192    # for waits of a whole block of layers (layer mode): ~25 ms of polls ~6 us
                           # apart (MAX_GAP_LONG), then ~200 ms of polls ~50 us apart
 FLAG_LINE_BYTES = 128     # one GPU L2 line
+PART_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 MAX_GAP = 20000           # the waits' back-off cap, iterations of exchange_sync.comp's loop (~45 us)
 # Layer mode's waits: the cap over the first half of their lines. 4x H200, tg128 -sm layer on 4 GPUs
 # against -sm none (one call): 7.2B 443.1 (2000, 8192 lines) / 441.0 (200, 16384) / 442.0 (0, 16384)
@@ -34,12 +34,11 @@ def _env_int(name: str, default: int) -> int:
 
 # Experiments (a multi-GPU A/B of layer mode's waits): the back-off cap and layer mode's line count.
 def max_gap(lines: int) -> int:
-    return _env_int("LLAMAVK_EXCHANGE_GAP", MAX_GAP_LONG if lines >= FLAG_LINES_LONG else MAX_GAP)
+    return _env_int("LLAMAVK_EXCHANGE_GAP", MAX_GAP_LONG if lines > FLAG_LINES else MAX_GAP)
 
 
 def long_lines() -> int:
     return _env_int("LLAMAVK_EXCHANGE_LINES_LONG", FLAG_LINES_LONG)
-PART_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 
 
 def flag_bytes(n_exchanges: int, n_devices: int, lines: int = FLAG_LINES) -> int:

@@ -21,8 +21,8 @@ into the right columns of y.
 from __future__ import annotations
 
 import math
-import re
 import os
+import re
 import struct
 from dataclasses import replace
 
