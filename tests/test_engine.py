@@ -26,6 +26,15 @@ def quiet_load(path, **kw):
     return llamavk.load(path, warn=lambda msg: None, **kw)
 
 
+def one_token_logits(rt, tokens) -> np.ndarray:
+    """The logits of each token decoded as a one-token step after the ones before it."""
+    rows = []
+    for i, t in enumerate(tokens):
+        rt.run_batch("last", [t], i)
+        rows.append(rt.logits(1)[0].copy())
+    return np.array(rows)
+
+
 @pytest.mark.parametrize("arch,qtype", ARCH_TYPES)
 def test_logits_match_reference(synthetic_model, arch, qtype):
     path = synthetic_model(arch, qtype)
@@ -49,12 +58,8 @@ def test_one_token_steps_of_more_weight_types(synthetic_model, arch, qtype):
     tokens = [int(t) for t in np.random.default_rng(11).integers(0, 500, 6)]
     ref = ReferenceModel(load_model_file(path)).logits(tokens)
     with quiet_load(path, n_ctx=64) as m:
-        rt = m.runtime
-        rows = []
-        for i, t in enumerate(tokens):
-            rt.run_batch("last", [t], i)
-            rows.append(rt.logits(1)[0].copy())
-    assert np.abs(np.array(rows) - ref).max() <= 0.003 * np.abs(ref).max()
+        got = one_token_logits(m.runtime, tokens)
+    assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
@@ -107,12 +112,8 @@ def test_q6_k_decode_on_the_stream_dp_kernel_through_the_override(synthetic_mode
         rt = m.runtime
         if not rt.kc.device.features.get("int_dot"):
             pytest.skip("no integer dot products")
-        rows = []
-        for i, t in enumerate(tokens):
-            rt.run_batch("last", [t], i)
-            rows.append(rt.logits(1)[0].copy())
+        got = one_token_logits(rt, tokens)
         assert "mul_mv_stream_dp_q6_k" in {name for name, _ in rt.kc._kernels}
-    got = np.array(rows)
     assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
 
 
@@ -137,11 +138,7 @@ def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, q
         monkeypatch.setenv("LLAMAVK_CHAIN", chain)
         with quiet_load(path, n_ctx=128) as m:
             rt = m.runtime
-            rows = []
-            for i, t in enumerate(tokens):
-                rt.run_batch("last", [t], i)
-                rows.append(rt.logits(1)[0].copy())
-            got[chain] = np.array(rows)
+            got[chain] = one_token_logits(rt, tokens)
             key = ("last", 1, 0)
             barriers = sum(seq.n_barriers for seq in rt.recordings[key])
             chains = rt.chains[key]
