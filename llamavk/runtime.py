@@ -385,12 +385,15 @@ class DeviceRuntime:
             counters.begin(segments[0])
         pending = None
         chained = self.chains[(key, n_tokens, slot)] = []   # (producer op, what its consumers wait for)
-        for i, op in enumerate(graph.ops):
+        # a put whose producer writes my slot itself records nothing: the chain looks through it
+        silent = self.comm.direct_puts() if self.comm is not None else set()
+        ops = [op for op in graph.ops if op not in silent]
+        for i, op in enumerate(ops):
             n = 0    # the workgroups a signalling producer counts (set by the recorders that can signal)
             if pending is not None and not self._consumes(op, pending[0], edges):
                 pending = None
             wait = pending[1] if pending is not None else None
-            signal = counters.signal() if edges and self._consumes(graph.ops[i + 1] if i + 1 < len(graph.ops)
+            signal = counters.signal() if edges and self._consumes(ops[i + 1] if i + 1 < len(ops)
                                                                      else None, op, edges) else None
             k = op.kind
             seq = segments[-1]
@@ -399,7 +402,7 @@ class DeviceRuntime:
                 pair += "+router" if "router" in op.attrs else ""   # a router folded in (fusion.py)
                 seq.label = f"{k}:{op.inputs[0].role}{pair}" if k == "matmul" else k
             if k == "sync_reduce":       # a split's exchange point and sum in one dispatch (comm.py)
-                n = self.comm.sync_reduce(seq, op, n_tokens, act, step, slot, chain=signal)
+                n = self.comm.sync_reduce(seq, op, n_tokens, act, step, slot, chain=signal, wait=wait)
             elif k in EXCHANGE_OPS:
                 if self.comm.record(seq, op, n_tokens, act, step, slot):
                     segments.append(CommandSequence(self.device, f"{name}/{len(segments)}", profile=self.profile).begin())
@@ -552,8 +555,11 @@ class DeviceRuntime:
         """Whether product `op` can wait in its shader for `producer` (recorded just before it, or
         before products that also wait for it), whose output is its input x: the edge is enabled
         (selection.chain_edges: a attention, o output projection, g gate/up, d down product, e the
-        experts' gate/up pair -> their down product, r output projection -> the MoE router) and both
+        experts' gate/up pair -> their down product, r output projection -> the MoE router, x a split's
+        partial -> its exchange point) and both
         kernels can be chained (kernels/chain.py)."""
+        if op is not None and op.kind == "sync_reduce":   # -sm graph: the exchange point waits in its shader
+            return "x" in edges and op.attrs.get("overlap", False) and self._signals_partial(producer, op)
         if op is not None and op.kind == "matmul_id" and producer.kind == "matmul_id":
             return ("e" in edges and op.inputs[1] is producer.out and "pair" in producer.attrs
                     and moe.matvec_id_chain_ok(self.weights[producer.inputs[0].name])
@@ -573,6 +579,18 @@ class DeviceRuntime:
         else:
             return False
         return kind != "" and kind in edges and matmul.matvec_chain_ok(self.kc, self.weights[op.inputs[0].name])
+
+    def _signals_partial(self, producer, op) -> bool:
+        """Whether `producer` is the product that writes sync_reduce `op`'s partial straight into my
+        slot (a direct put, comm.direct_views) and can count its workgroups done in its shader."""
+        put = self.comm.direct_put_of(producer.out) if self.comm is not None else None
+        if put is None or put.attrs["exchange"] != op.attrs["exchange"]:
+            return False
+        if producer.kind == "matmul" and "route" not in producer.attrs:
+            return matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name])
+        if producer.kind == "matmul_id":     # a mixture of experts' weighted sum of its down products
+            return moe.matvec_id_chain_ok(self.weights[producer.inputs[0].name])
+        return False
 
     def _folded_router(self, op, act, vec) -> moe.FoldedRouter | None:
         """The router a product computes from the rows it writes (fusion.fuse_router_into_products)."""

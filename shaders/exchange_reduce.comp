@@ -19,8 +19,14 @@
 // chain_signal != 0: count myself done on chain[chain_slot] once `out` is visible (kernels/chain.py),
 // also after a time-out, so that a chained consumer never waits for ever (the host reports the
 // time-out from status[0] = 2 and discards the step).
+// chain_wait_n != 0 (-sm graph): recorded right after the product that writes my partial, without a
+// barrier; lane 0 first polls chain[chain_wait_slot] until that product's chain_wait_n workgroups have
+// counted themselves done (their stores fenced first: matvec_stream.comp SIGNAL), and only then
+// publishes my counter. Why: a barrier drains the product's last workgroups and then launches this
+// one-workgroup grid; chained, it is resident and polling when the product ends.
 layout(local_size_x = 1024) in;
-#define U 4        // columns per lane per round (4096 columns: one round)
+#define U 8        // columns per lane per round (up to 8192 columns: one bus round trip; 4 took two
+                   // for the 31.5B's 5120)
 #define MAXP 4     // parts loaded together (more are added in further rounds)
 layout(constant_id = 0) const uint LINES = 256;
 layout(constant_id = 1) const uint LINE_WORDS = 32;
@@ -37,7 +43,7 @@ layout(std430, binding = 6) coherent volatile buffer Chain { uint chain[]; };
 layout(push_constant) uniform Push {
     uint me; uint exchange; uint signal; uint wait_mask; uint n_devices; uint base_word;
     uint n_tokens; uint n_cols; uint part_mask; uint part_stride; uint has_base;
-    uint chain_signal; uint chain_slot;
+    uint chain_signal; uint chain_slot; uint chain_wait_slot; uint chain_wait_n;
 } p;
 
 shared bool arrived_all;
@@ -71,6 +77,17 @@ bool wait_for_producers(uint value) {
 void main() {
     uint tid = gl_LocalInvocationIndex;
     uint value = step[p.base_word] + p.exchange + 1u;
+    if (p.chain_wait_n != 0u) {
+        if (tid == 0u) {
+            // the poll count is stored where it could be observed (never, in practice): a loop with
+            // no effect but its own end may be deleted by the compiler (matvec_stream.comp)
+            uint polls = 0u;
+            while (chain[p.chain_wait_slot] < p.chain_wait_n) ++polls;
+            if (polls == 0xFFFFFFFFu) chain[p.chain_wait_slot + 1u] = polls;
+        }
+        memoryBarrierBuffer();
+        barrier();
+    }
     if (p.signal != 0u) {
         for (uint i = tid; i < LINES; i += gl_WorkGroupSize.x) flags[line(p.me, i)] = value;
     }

@@ -199,3 +199,8 @@ def test_one_token_exchange_point_is_one_dispatch(references, monkeypatch, mode)
             # every all-reduce but the last (the output product after it is not chained) is chained
             chained_after = [op for op, _ in sub.chains[("last", 1, 0)] if op.kind == "sync_reduce"]
             assert len(chained_after) == (7 if mode == "graph" else 0)
+            # -sm graph: every exchange point also waits in its shader for the product whose partial
+            # it publishes (no barrier between them)
+            partials = {op.inputs[0] for op in graph.ops if op.kind == "put"}
+            chained_before = [op for op, _ in sub.chains[("last", 1, 0)] if op.out in partials]
+            assert len(chained_before) == (8 if mode == "graph" else 0)

@@ -206,6 +206,30 @@ def test_exchange_point_and_sum_in_one_dispatch(pair):
     np.testing.assert_allclose(out.array(np.float32), base_np + parts[0, :n_tokens * n_cols]
                                + parts[1, :n_tokens * n_cols], rtol=1e-6, atol=1e-6)
 
+    # chained to the product that wrote my partial (-sm graph): the shader waits for its count first
+    # (here already reached: a fill stands for the product's workgroups), then publishes and sums
+    flags[:] = 0
+    chain = ChainCounters(kc, 2)
+    status.array(np.uint32)[:] = 0
+    out.array(np.float32)[:] = np.nan
+    seq = CommandSequence(a).begin()
+    chain.begin(seq)
+    producer = chain.signal()
+    buf, off, _ = producer.counters
+    seq.barrier()
+    seq.fill(buf, 5, 4, off + 4 * producer.slot)
+    seq.barrier()
+    collective.exchange_reduce(seq, kc, View.whole(flags_mem.buffer(a)), View.whole(status), View.whole(step),
+                               me, exchange, True, 0b101, n_dev, 3, View.whole(parts_mem.buffer(a)), mask, stride,
+                               View.whole(out), n_tokens, n_cols, base=View.whole(base), chain=chain.signal(),
+                               wait=ChainCounters.wait(producer, 5))
+    seq = seq.end()
+    lines(0)[:] = value
+    lines(2)[:] = value
+    seq.run()
+    assert int(status.array(np.uint32)[0]) == 0
+    np.testing.assert_allclose(out.array(np.float32), want, rtol=1e-6, atol=1e-6)
+
     # a peer that never comes: status names the exchange, the sum is not written, the chain is counted
     flags[:] = 0
     chain = ChainCounters(kc, 2)

@@ -552,7 +552,9 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    producer's finish, issue their weight loads and wait for the producer's count in the shader. By
 #    producer: a decode attention (-> output projection), o output projection (-> gate/up), g gate/up
 #    (-> down), d down (-> the next layer's Q/K/V), e the experts' gate/up pair (-> their down product,
-#    matvec_id.comp), r the output projection (-> the MoE router, moe_router.comp). Needs workgroups to start in submission order
+#    matvec_id.comp), r the output projection (-> the MoE router, moe_router.comp), x the product writing
+#    a split's partial into shared host memory (-> its exchange point, exchange_reduce.comp; -sm graph,
+#    which also chains the exchange point to the next product). Needs workgroups to start in submission order
 #    across dispatches: measured on these vendors' drivers (PCI vendor ids). Software devices run
 #    dispatches one after another (the wait is met at once): nothing to gain. LLAMAVK_CHAIN=0 / 1 (all) /
 #    letters overrides (A/B; tests on software devices).
@@ -566,8 +568,8 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    loads in flight than they lose to waiting workgroups holding the SMs. Since the down product
 #    stages its slots' x in shared memory (moe.matvec_id_staged; e181a0d, one call, tg128): e pays,
 #    30B-A3B 305.9 / 306.7 -> 329.8 / 325.5, 35B-A3B 325.8 / 327.0 -> 338.3 / 338.7.
-CHAIN_VENDORS = {0x10DE: "aoge"}
-CHAIN_ALL = "aogder"
+CHAIN_VENDORS = {0x10DE: "aogex"}
+CHAIN_ALL = "aogderx"
 
 
 def chain_edges(kc) -> str:

@@ -223,9 +223,18 @@ class DeviceComm:
                     self._direct.add(op)
         return views
 
-    def sync_reduce(self, seq, op, n_tokens: int, act, step: View, slot: int, chain=None) -> int:
-        """Record a sync_reduce op (split/matvec_steps.py): publish, wait and sum in one dispatch.
-        Returns its workgroup count, for a chained consumer."""
+    def direct_puts(self) -> set:
+        """The puts of the recording in progress that record nothing (direct_views)."""
+        return self._direct
+
+    def direct_put_of(self, t):
+        """The direct put of tensor t in the recording in progress, or None."""
+        return next((op for op in self._direct if op.inputs[0] is t), None)
+
+    def sync_reduce(self, seq, op, n_tokens: int, act, step: View, slot: int, chain=None, wait=None) -> int:
+        """Record a sync_reduce op (split/matvec_steps.py): publish, wait and sum in one dispatch
+        (wait: chained to the product that wrote my partial, kernels/chain.py). Returns its workgroup
+        count, for a chained consumer."""
         a = op.attrs
         self.slot, self.spin = slot, True
         parts, slot_bytes = self.shared.region(self.me, a["exchange"], slot, True)
@@ -233,7 +242,7 @@ class DeviceComm:
             seq, self.kc, View.whole(self.shared.flags.buffer(self.device)), View.whole(self.shared.status[self.me]),
             step, self.me, a["exchange"], a["signal"], a["wait_mask"], self.shared.n, STEP_SYNC_BASE, parts,
             a["mask"], slot_bytes // 4, act(op.out), n_tokens, a["n_cols"],
-            base=act(op.inputs[0]) if op.inputs else None, lines=self.shared.lines, chain=chain)
+            base=act(op.inputs[0]) if op.inputs else None, lines=self.shared.lines, chain=chain, wait=wait)
 
     @staticmethod
     def _copy_columns(seq, src, src_off: int, dst: View, width: int, cols, n_tokens: int) -> None:
