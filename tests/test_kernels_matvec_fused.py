@@ -405,6 +405,6 @@ def test_chain_edges_per_device_and_override(dev, monkeypatch):
     for env, want in (("0", ""), ("1", CHAIN_ALL), ("ao", "ao")):
         monkeypatch.setenv("LLAMAVK_CHAIN", env)
         assert chain_edges(kc) == want
-    monkeypatch.setenv("LLAMAVK_CHAIN", "ax")
+    monkeypatch.setenv("LLAMAVK_CHAIN", "az")
     with pytest.raises(LlamavkError, match="LLAMAVK_CHAIN"):
         chain_edges(kc)
