@@ -587,7 +587,11 @@ class DeviceRuntime:
         if put is None or put.attrs["exchange"] != op.attrs["exchange"]:
             return False
         if producer.kind == "matmul" and "route" not in producer.attrs:
-            return matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name])
+            # whole rows only: a product in column parts (long rows: the 31.5B's 13,824-wide down
+            # product on 2 GPUs, ~2,200 workgroups) counting every workgroup done made -sm graph 21%
+            # slower (2x H200, tg128 110.0 against 139.3 unchained), as edge d loses on one GPU
+            w = self.weights[producer.inputs[0].name]
+            return matmul.matvec_chain_ok(self.kc, w) and matmul.matvec_column_parts(self.kc, w) == 1
         if producer.kind == "matmul_id":     # a mixture of experts' weighted sum of its down products
             return moe.matvec_id_chain_ok(self.weights[producer.inputs[0].name])
         return False
