@@ -163,6 +163,7 @@ def test_timeline_discards_a_step_across_a_clock_wrap():
         == [(50, 250, 100, 50, 500)]                            # slot 1 was never stamped: left out
     words[1, :3] = [0xFFFFFF00, 0xFFFFFF80, 0xFFFFFFF0]         # just before the wrap; slot 0 after it
     assert clock.Timeline.of(words, {0: 5, 1: 6}) is None
+    assert clock.Timeline.of(words, {}) == []                  # nothing recorded (no all-reduce)
 
 
 def quiet(path, **kw):

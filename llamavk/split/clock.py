@@ -127,13 +127,15 @@ class Timeline:
     @staticmethod
     def of(words: np.ndarray, layers: dict) -> list[Point] | None:
         """The exchange points recorded (layers: slot -> layer) and stamped in one step (a sum that
-        is not the CLOCK kernel's leaves none); None when the step straddles a wrap of the 32-bit
-        clock (module doc)."""
+        is not the CLOCK kernel's leaves none; a split without all-reduces has none); None when the
+        step straddles a wrap of the 32-bit clock (module doc)."""
         rows = {s: words[s].astype(np.int64) for s in sorted(layers)
                 if words[s][EX_ENTRY] != 0 or words[s][EX_END] != 0}
         values = [int(v) for r in rows.values() for i, v in enumerate(r)
                   if not (i in _MIN_WORDS and v == _UNSET) and not (i not in _MIN_WORDS and i > EX_END and v == 0)]
-        if not values or max(values) - min(values) >= 1 << 31:
+        if not values:
+            return []
+        if max(values) - min(values) >= 1 << 31:
             return None
         t0 = min(values)
         points = []
