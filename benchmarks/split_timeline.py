@@ -6,7 +6,8 @@ the device clock read inside the kernels (llamavk/split/clock.py, LLAMAVK_CLOCK_
         [-ts 1,1] [-n 16] [--layers]
 
 Per device and exchange point (the all-reduce after attention and after the FFN, in µs):
-  wait      the exchange point's entry -> its peers' counters arrived (waiting for the other device)
+  wait      the exchange point's start (my partial done, my counter out) -> the peers' counters
+            arrived (waiting for the other device)
   sum       arrived -> the sum written (the peers' partials read over the bus, added)
   ahead     how long before the exchange's end the next product's first workgroups started (their
             weight loads in flight: the overlap; negative: it started after the end)

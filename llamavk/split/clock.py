@@ -8,7 +8,8 @@ LLAMAVK_CLOCK_PROFILE=1 a split's one-token steps take the CLOCK variants of the
 _dp forms), which write the device clock (VK_KHR_shader_clock, clockRealtime2x32EXT) into a host-
 visible buffer of STAMP_WORDS words per exchange point:
 
-  0 EX_ENTRY      the exchange point's entry (lane 0)
+  0 EX_ENTRY      the exchange point's start: my partial done (graph mode: after its in-shader wait
+                  for the product writing it), my counter about to go out (lane 0)
   1 EX_ARRIVED    the peers' counters seen (the wait is over)
   2 EX_END        the sum written
   3 PR_FIRST      the products' earliest workgroup entry   (atomicMin over workgroups)
