@@ -239,3 +239,18 @@ def test_spin_split_records_clock_kernels(synthetic_model, monkeypatch, clock_de
                 assert sum(k.startswith("mul_mv_stream_dp_clock") for k in clocked) >= 2 * n_layer - 1
                 chained = [op for op, _ in sub.chains[("last", 1, 0)] if op.kind == "sync_reduce"]
                 assert len(chained) == (2 * n_layer - 1 if mode == "graph" else 0)
+
+
+def test_profile_switch_errors(monkeypatch):
+    """LLAMAVK_CLOCK_PROFILE takes 0 or 1; a device without the shader clock is a one-line error
+    naming it, before anything is allocated."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv(clock.ENV, "yes")
+    with pytest.raises(LlamavkError, match="0 or 1"):
+        clock.enabled()
+    monkeypatch.setenv(clock.ENV, "1")
+    assert clock.enabled()
+    gpu = SimpleNamespace(name="Vulkan1", info=SimpleNamespace(shader_clock=False, name="Some GPU"))
+    with pytest.raises(LlamavkError, match="Vulkan1 .Some GPU. has no device clock"):
+        clock.check_devices([gpu])

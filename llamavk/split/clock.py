@@ -50,6 +50,13 @@ def enabled() -> bool:
     return value == "1"
 
 
+def check_devices(devices) -> None:
+    for device in devices:
+        if not device.info.shader_clock:
+            raise LlamavkError(f"{ENV}=1: {device.name} ({device.info.name}) has no device clock in shaders "
+                               "(VK_KHR_shader_clock shaderDeviceClock)")
+
+
 @dataclass(frozen=True)
 class Stamp:
     """Where one exchange point and the products reading its sum write their clock stamps."""
@@ -62,9 +69,7 @@ class ClockStamps:
     resets it before each one-token step (`reset`, devices idle) and reads it after (`read`)."""
 
     def __init__(self, device, n_slots: int):
-        if not device.info.shader_clock:
-            raise LlamavkError(f"{ENV}=1: {device.name} ({device.info.name}) has no device clock in shaders "
-                               "(VK_KHR_shader_clock shaderDeviceClock)")
+        check_devices([device])
         self.n_slots = max(1, n_slots)
         self.buffer = Buffer(device, 4 * STAMP_WORDS * self.n_slots, host_visible=True)
         self.words = self.buffer.array(np.uint32).reshape(self.n_slots, STAMP_WORDS)

@@ -34,6 +34,8 @@ class SplitRuntime:
         per_token = self.put_bytes_per_token = max(dg.put_bytes_per_token for dg in plans.values())
         n_exchanges = max(len(dg.exchanges) for dg in plans.values())
         profile_clock = clock.enabled()
+        if profile_clock:
+            clock.check_devices(devices)     # before anything is allocated
         self.sync = sync
         self.shared = SharedExchangeMemory(devices, per_token * n_ubatch, per_token * SPIN_MAX_TOKENS, n_exchanges,
                                            sync, long_waits=any(dg.long_waits for dg in plans.values()))
