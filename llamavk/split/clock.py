@@ -21,8 +21,9 @@ visible buffer of STAMP_WORDS words per exchange point:
 Only the clock's low 32 bits are kept (32-bit atomics work everywhere; 64-bit ones need
 shaderBufferInt64Atomics): they wrap every 2^32 ns = 4.3 s, so a step whose stamps straddle a wrap
 (their spread above 2^31) is discarded (`Timeline.of` returns None), and the stamps are otherwise
-read relative to the step's earliest. The unit is nanoseconds on NVIDIA (globaltimer) and on
-llvmpipe (measured: tests/test_split_clock.py). Products other than the stream _dp kernels (no CLOCK
+read relative to the step's earliest. The unit is nanoseconds on llvmpipe (measured:
+tests/test_split_clock.py, which checks it on whatever device it runs on) and, by its
+documentation, on NVIDIA (globaltimer). Products other than the stream _dp kernels (no CLOCK
 variant) leave their words untouched: `None` in the timeline. Unprofiled runs take none of this.
 """
 
