@@ -110,6 +110,7 @@ class DeviceRuntime:
         self.cfg = model_file.config
         self.device = device
         self.comm = None     # a split's SplitRuntime sets this device's DeviceComm (split/comm.py)
+        self.clock = None    # ... and its clock stamps, when profiling the split timeline (split/clock.py)
         self.kc = KernelCache(device)
         if prefetch:
             self.kc.prefetch(prefetch)
@@ -388,6 +389,9 @@ class DeviceRuntime:
         # a put whose producer writes my slot itself records nothing: the chain looks through it
         silent = self.comm.direct_puts() if self.comm is not None else set()
         ops = [op for op in graph.ops if op not in silent]
+        # the split timeline (split/clock.py): an exchange point's sum -> its stamps, which the
+        # products reading the sum share
+        stamped = {}
         for i, op in enumerate(ops):
             n = 0    # the workgroups a signalling producer counts (set by the recorders that can signal)
             if pending is not None and not self._consumes(op, pending[0], edges):
@@ -401,10 +405,13 @@ class DeviceRuntime:
                 pair = f"+{op.attrs['pair'].role}" if "pair" in op.attrs else ""
                 pair += "+router" if "router" in op.attrs else ""   # a router folded in (fusion.py)
                 seq.label = f"{k}:{op.inputs[0].role}{pair}" if k == "matmul" else k
+            if self.clock is not None and n_tokens == 1 and k in ("sync_reduce", "reduce"):
+                stamped[op.out] = self.clock.stamp(op.attrs["exchange"], op.layer)
             if k == "sync_reduce":       # a split's exchange point and sum in one dispatch (comm.py)
-                n = self.comm.sync_reduce(seq, op, n_tokens, act, step, slot, chain=signal, wait=wait)
+                n = self.comm.sync_reduce(seq, op, n_tokens, act, step, slot, chain=signal, wait=wait,
+                                          clock=stamped.get(op.out))
             elif k in EXCHANGE_OPS:
-                if self.comm.record(seq, op, n_tokens, act, step, slot):
+                if self.comm.record(seq, op, n_tokens, act, step, slot, clock=stamped.get(op.out)):
                     segments.append(CommandSequence(self.device, f"{name}/{len(segments)}", profile=self.profile).begin())
             elif k == "embed":
                 matmul.get_rows(seq, kc, self.weights[op.inputs[0].name], ids, act(op.out), n_tokens)
@@ -440,7 +447,7 @@ class DeviceRuntime:
                               glu=act(glu) if glu is not None else None,
                               pair=self.weights[pair.name] if pair is not None else None,
                               rope=self._rope_out(op, step), wait=wait, signal=signal,
-                              router=self._folded_router(op, act, vec))
+                              router=self._folded_router(op, act, vec), clock=stamped.get(x))
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]

@@ -24,6 +24,10 @@
 // counted themselves done (their stores fenced first: matvec_stream.comp SIGNAL), and only then
 // publishes my counter. Why: a barrier drains the product's last workgroups and then launches this
 // one-workgroup grid; chained, it is resident and polling when the product ends.
+// CLOCK (variant exchange_reduce_clock; the split timeline, llamavk/split/clock.py): lane 0 writes the
+// device clock's low 32 bits (clockRealtime2x32EXT) to stamps[STAMP_WORDS * stamp_slot + 0, 1, 2]
+// when my partial is done and my counter goes out (after the chain wait above), when the peers had
+// arrived, and when the sum was written (one workgroup: plain stores).
 layout(local_size_x = 1024) in;
 #define U 8        // columns per lane per round (up to 8192 columns: one bus round trip; 4 took two
                    // for the 31.5B's 5120)
@@ -44,7 +48,15 @@ layout(push_constant) uniform Push {
     uint me; uint exchange; uint signal; uint wait_mask; uint n_devices; uint base_word;
     uint n_tokens; uint n_cols; uint part_mask; uint part_stride; uint has_base;
     uint chain_signal; uint chain_slot; uint chain_wait_slot; uint chain_wait_n;
+#ifdef CLOCK
+    uint stamp_slot;
+#endif
 } p;
+#ifdef CLOCK
+#extension GL_EXT_shader_realtime_clock : require
+#define STAMP_WORDS 8
+layout(std430, binding = 7) buffer Stamps { uint stamps[]; };
+#endif
 
 shared bool arrived_all;
 
@@ -88,10 +100,16 @@ void main() {
         memoryBarrierBuffer();
         barrier();
     }
+#ifdef CLOCK
+    if (tid == 0u) stamps[STAMP_WORDS * p.stamp_slot] = clockRealtime2x32EXT().x;
+#endif
     if (p.signal != 0u) {
         for (uint i = tid; i < LINES; i += gl_WorkGroupSize.x) flags[line(p.me, i)] = value;
     }
     if (tid == 0u) arrived_all = wait_for_producers(value);
+#ifdef CLOCK
+    if (tid == 0u) stamps[STAMP_WORDS * p.stamp_slot + 1u] = clockRealtime2x32EXT().x;
+#endif
     memoryBarrierBuffer();
     barrier();
     if (arrived_all) {
@@ -125,6 +143,10 @@ void main() {
             }
         }
     }
+#ifdef CLOCK
+    barrier();      // every lane's part of the sum written
+    if (tid == 0u) stamps[STAMP_WORDS * p.stamp_slot + 2u] = clockRealtime2x32EXT().x;
+#endif
     if (p.chain_signal != 0u) {
         memoryBarrierBuffer();
         barrier();

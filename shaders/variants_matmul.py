@@ -36,6 +36,9 @@ for _t in ["q4_0", "q8_0", "q4_k", "q6_k"]:
     # a mixture of experts' router folded into the product writing its input (ROUTER)
     VARIANTS[f"mul_mv_stream_router_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "ROUTER": "1"})
     VARIANTS[f"mul_mv_stream_dp_router_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1", "ROUTER": "1"})
+# the split timeline's stamps (CLOCK, llamavk/split/clock.py): the products after an all-reduce
+for _t in ["q4_0", "q8_0", "q4_k", "q6_k"]:
+    VARIANTS[f"mul_mv_stream_dp_clock_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1", "CLOCK": "1"})
 for _t in ["q4_0", "q8_0"]:
     VARIANTS[f"mul_mv_read_{_t}"] = ("matvec.comp", {f"QTYPE_{_t.upper()}": "1", "READ_ONLY": "1"})
 # Prompt batches of products with few rows (routers, DeltaNet alpha/beta; kernels/matmul.py

@@ -64,7 +64,7 @@ def exchange_sync(seq, kc, flags: View, status: View, step: View, me: int, excha
 def exchange_reduce(seq, kc, flags: View, status: View, step: View, me: int, exchange: int, signal: bool,
                     wait_mask: int, n_devices: int, base_word: int, parts: View, part_mask: int, part_stride: int,
                     out: View, n_tokens: int, n_cols: int, base: View | None = None, lines: int = FLAG_LINES,
-                    chain=None, wait=None) -> int:
+                    chain=None, wait=None, clock=None) -> int:
     """Record one all-reduce of a matrix-vector step as one dispatch (shaders/exchange_reduce.comp):
     publish my counter (signal), wait for the devices in wait_mask, then
     out[t, c] = base[t, c] + sum_{p in part_mask} part_p[t, c] (rows n_cols apart; part p starts at
@@ -72,8 +72,13 @@ def exchange_reduce(seq, kc, flags: View, status: View, step: View, me: int, exc
     chain (a kernels.chain.Signal): count the workgroup done there for a consumer recorded without a
     barrier (kernels/chain.py). wait (a kernels.chain.Wait): recorded without a barrier after the
     product that writes my partial, the shader waits for its workgroups' count instead (-sm graph).
-    Returns the workgroup count (1)."""
-    kernel = kc.get("exchange_reduce", "wwrrrww", push_size=60, spec=(lines, FLAG_LINE_BYTES // 4, max_gap(lines)))
+    clock (a split.clock.Stamp): the CLOCK variant, which writes its device-clock stamps there (the
+    split timeline). Returns the workgroup count (1)."""
+    spec = (lines, FLAG_LINE_BYTES // 4, max_gap(lines))
+    if clock is None:
+        kernel = kc.get("exchange_reduce", "wwrrrww", push_size=60, spec=spec)
+    else:
+        kernel = kc.get("exchange_reduce_clock", "wwrrrwww", push_size=64, spec=spec)
     if signal and wait is None:
         seq.barrier()          # every earlier write of this device (its partial) before the counter
     b = base if base is not None else out
@@ -84,8 +89,11 @@ def exchange_reduce(seq, kc, flags: View, status: View, step: View, me: int, exc
                        part_mask, part_stride, int(base is not None), int(chain is not None),
                        chain.slot if chain is not None else 0,
                        wait.slot if wait is not None else 0, wait.n if wait is not None else 0)
-    seq.dispatch(kernel, [flags.range, status.range, step.range, parts.range, b.range, out.range, counters],
-                 (1, 1, 1), push, chained=wait is not None)
+    bufs = [flags.range, status.range, step.range, parts.range, b.range, out.range, counters]
+    if clock is not None:
+        push += struct.pack("<I", clock.slot)
+        bufs.append(clock.stamps)
+    seq.dispatch(kernel, bufs, (1, 1, 1), push, chained=wait is not None)
     return 1
 
 

@@ -381,13 +381,16 @@ def _stream_tail(kc: KernelCache, w: QWeight, parts: int, x: View, y: View, rope
     return part_bufs + rope_bufs
 
 
-# matvec_stream.comp's push constants: the product (7 words), RoPE's (10), WAIT's and SIGNAL's (3)
+# matvec_stream.comp's push constants: the product (7 words), RoPE's (10), WAIT's and SIGNAL's (3);
+# CLOCK's stamp slot (1) after them
 STREAM_PUSH = 80
+# stream kernels with a CLOCK variant (the split timeline's stamps, split/clock.py): the _dp forms
+CLOCK_KERNELS = {"stream_dp"}
 
 
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,
            norm: View | None = None, eps: float = 0.0, residual: View | None = None, glu: View | None = None,
-           pair: QWeight | None = None, rope=None, wait=None, signal=None, router=None) -> int:
+           pair: QWeight | None = None, rope=None, wait=None, signal=None, router=None, clock=None) -> int:
     """Record y[t, r] = residual[t, r] + bias[r] + sum_c W[r, c] * x'[t, c] for t < n_tokens.
 
     x: float32 [n_tokens][w.cols]; y, residual: float32 [n_tokens][w.rows]; bias: float32 [w.rows].
@@ -406,6 +409,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     first; its chained_steps apply). signal (a chain.Signal, likewise): every workgroup counts itself
     done there. router (a moe.FoldedRouter, one token, where matvec_router_ok allows it): the product
     also writes the route of a mixture of experts' router reading its y (matvec_stream.comp ROUTER).
+    clock (a split.clock.Stamp, one token): where the stream _dp kernel (CLOCK_KERNELS, no router)
+    takes its CLOCK variant and stamps the device clock there (split/clock.py); other kernels ignore it.
     Returns the number of workgroups recorded."""
     if n_tokens <= 0:
         return 0
@@ -463,7 +468,13 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
                                                                        rows_per_wg)
             access += router_access
             variant = f"{MATVEC_KERNELS[cfg.kernel][0]}_router_{name}"
-        passes = [(kc.get(variant, access, push_size=STREAM_PUSH if stream else 28,
+        elif clock is not None and cfg.kernel in CLOCK_KERNELS:
+            access += "w"   # binding 12: the stamps
+            variant = f"{MATVEC_KERNELS[cfg.kernel][0]}_clock_{name}"
+        else:
+            clock = None
+        push_size = (STREAM_PUSH + (4 if clock is not None else 0)) if stream else 28
+        passes = [(kc.get(variant, access, push_size=push_size,
                           spec=_spec_with_router(spec + (phase,), router_spec) if stream else spec), n)
                   for phase, n in phases]
         rope_push = rope.push() if rope is not None else bytes(40)
@@ -473,6 +484,9 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
             blocks = (ch.n_rows + rows_per_wg - 1) // rows_per_wg
             grids.append([groups_2d(n * ((blocks + steps - 1) // steps)) for _, n in passes])
         chain_push = struct.pack("<3I", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0)
+        if clock is not None:
+            chain_push += struct.pack("<I", clock.slot)
+            tail = tail + [clock.stamps]
         for ch, pch, groups in zip(w.chunks, pair_chunks, grids):
             push = struct.pack("<6If", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, rows_per_wg, eps)
             if stream:

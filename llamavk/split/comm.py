@@ -172,8 +172,9 @@ class DeviceComm:
         region, size = self.shared.region(self.me, exchange, self.slot, self.spin)
         return region.buffer, region.offset + owner * size
 
-    def record(self, seq, op, n_tokens: int, act, step: View, slot: int) -> bool:
-        """Record one exchange op; True when the command buffer must end here (relay cut)."""
+    def record(self, seq, op, n_tokens: int, act, step: View, slot: int, clock=None) -> bool:
+        """Record one exchange op; True when the command buffer must end here (relay cut). clock (a
+        split.clock.Stamp): a one-token step's sum stamps the device clock there (split/clock.py)."""
         k, a = op.kind, op.attrs
         self.slot = slot
         self.spin = self.shared.sync == "spin" and n_tokens <= SPIN_MAX_TOKENS
@@ -204,7 +205,7 @@ class DeviceComm:
             x = act(op.inputs[0])
             self._copy_columns(seq, x.buffer, x.offset, act(op.out), op.out.width, a["cols"], n_tokens)
         elif k == "reduce":
-            self._reduce(seq, op, n_tokens, act, step)
+            self._reduce(seq, op, n_tokens, act, step, clock)
         return False
 
     def direct_views(self, graph, n_tokens: int, slot: int) -> dict:
@@ -231,10 +232,11 @@ class DeviceComm:
         """The direct put of tensor t in the recording in progress, or None."""
         return next((op for op in self._direct if op.inputs[0] is t), None)
 
-    def sync_reduce(self, seq, op, n_tokens: int, act, step: View, slot: int, chain=None, wait=None) -> int:
+    def sync_reduce(self, seq, op, n_tokens: int, act, step: View, slot: int, chain=None, wait=None,
+                    clock=None) -> int:
         """Record a sync_reduce op (split/matvec_steps.py): publish, wait and sum in one dispatch
         (wait: chained to the product that wrote my partial, kernels/chain.py). Returns its workgroup
-        count, for a chained consumer."""
+        count, for a chained consumer. clock: as record's."""
         a = op.attrs
         self.slot, self.spin = slot, True
         parts, slot_bytes = self.shared.region(self.me, a["exchange"], slot, True)
@@ -242,7 +244,8 @@ class DeviceComm:
             seq, self.kc, View.whole(self.shared.flags.buffer(self.device)), View.whole(self.shared.status[self.me]),
             step, self.me, a["exchange"], a["signal"], a["wait_mask"], self.shared.n, STEP_SYNC_BASE, parts,
             a["mask"], slot_bytes // 4, act(op.out), n_tokens, a["n_cols"],
-            base=act(op.inputs[0]) if op.inputs else None, lines=self.shared.lines, chain=chain, wait=wait)
+            base=act(op.inputs[0]) if op.inputs else None, lines=self.shared.lines, chain=chain, wait=wait,
+            clock=clock)
 
     @staticmethod
     def _copy_columns(seq, src, src_off: int, dst: View, width: int, cols, n_tokens: int) -> None:
@@ -255,7 +258,7 @@ class DeviceComm:
         regions = [(src_off + 4 * t * w, dst.offset + 4 * (t * width + c0), 4 * w) for t in range(n_tokens)]
         seq.copy_regions(src, dst.buffer, regions)
 
-    def _reduce(self, seq, op, n_tokens: int, act, step: View) -> None:
+    def _reduce(self, seq, op, n_tokens: int, act, step: View, clock=None) -> None:
         a = op.attrs
         base = act(op.inputs[0]) if op.inputs else None      # none: the sum of the partials alone
         width = a["n_cols"]
@@ -268,7 +271,8 @@ class DeviceComm:
             collective.exchange_reduce(seq, self.kc, View.whole(self.shared.flags.buffer(self.device)),
                                        View.whole(self.shared.status[self.me]), step, self.me, a["exchange"],
                                        False, 0, self.shared.n, STEP_SYNC_BASE, parts, a["mask"], part_stride,
-                                       act(op.out), n_tokens, width, base=base, lines=self.shared.lines)
+                                       act(op.out), n_tokens, width, base=base, lines=self.shared.lines,
+                                       clock=clock)
         elif a["to_exchange"] is None:
             collective.reduce_sum(seq, self.kc, parts, dtype, a["mask"], part_stride, act(op.out), n_tokens, width,
                                   in_stride=width, base=base, base_stride=width)

@@ -18,7 +18,7 @@ from ..errors import LlamavkError
 from ..kernels import matmul
 from ..kv_cache import KVTypes
 from ..runtime import LARGE_BATCH, SLOTS, SPIN_SECONDS, DeviceRuntime
-from . import matvec_steps
+from . import clock, matvec_steps
 from .comm import SPIN_MAX_TOKENS, DeviceComm, SharedExchangeMemory
 from .exchange import PART_BYTES
 
@@ -33,6 +33,9 @@ class SplitRuntime:
         self.cfg = model_file.config
         per_token = self.put_bytes_per_token = max(dg.put_bytes_per_token for dg in plans.values())
         n_exchanges = max(len(dg.exchanges) for dg in plans.values())
+        profile_clock = clock.enabled()
+        if profile_clock:
+            clock.check_devices(devices)     # before anything is allocated
         self.sync = sync
         self.shared = SharedExchangeMemory(devices, per_token * n_ubatch, per_token * SPIN_MAX_TOKENS, n_exchanges,
                                            sync, long_waits=any(dg.long_waits for dg in plans.values()))
@@ -45,6 +48,8 @@ class SplitRuntime:
                                profile=profile, progress=progress, step_pass=step_pass, kv_types=kv_types)
             rt.comm = DeviceComm(self.shared, i, rt.kc)
             self.runtimes.append(rt)
+            if profile_clock:   # the split timeline's stamps (split/clock.py), before any recording
+                rt.clock = clock.ClockStamps(dev, n_exchanges)
         self.upload_seconds = time.perf_counter() - t0
         self.n_ctx, self.n_ubatch = n_ctx, n_ubatch
         self.n_ubatch_all = min(rt.n_ubatch_all for rt in self.runtimes)
@@ -63,6 +68,9 @@ class SplitRuntime:
         One command buffer per device (spin): all queued at once. Several (relay): round r on every
         device, wait for all of it, then round r + 1."""
         base = self.shared.next_base()
+        for rt in self.runtimes:
+            if rt.clock is not None and len(tokens) == 1:
+                rt.clock.reset()        # every device idle: the last step was waited for
         segs = [rt.prepare(key, tokens, n_past, slot, base, seq_len) for rt in self.runtimes]
         exchanges = self._exchanges(key, len(tokens))
         for r in range(len(segs[0])):
@@ -162,6 +170,14 @@ class SplitRuntime:
         return out
 
     # -- reporting -----------------------------------------------------------------------------
+    def clock_timelines(self) -> list:
+        """Per device, the exchange points of the last one-token step with their clock stamps
+        (split/clock.py; LLAMAVK_CLOCK_PROFILE=1 at load): a list of clock.Point, or None where the
+        step straddled a wrap of the 32-bit clock."""
+        if any(rt.clock is None for rt in self.runtimes):
+            raise LlamavkError(f"the split timeline needs {clock.ENV}=1 when the model is loaded")
+        return [clock.Timeline.of(rt.clock.read(), rt.clock.layers) for rt in self.runtimes]
+
     def weight_bytes(self, experts_only: bool = False) -> int:
         return sum(rt.weight_bytes(experts_only) for rt in self.runtimes)
 
@@ -195,6 +211,8 @@ class SplitRuntime:
             if dev.handle is not None:
                 dev.wait_idle()
         for rt in self.runtimes:
+            if rt.clock is not None:
+                rt.clock.close()
             rt.close()
         self.shared.close()
 

@@ -14,7 +14,7 @@ from ..errors import LlamavkError
 from . import coopmat2
 from ._ffi import c_string_array, check, ffi, lib, new_struct
 from .instance import Instance, get_instance
-from .physical import DeviceInfo
+from .physical import SHADER_CLOCK_EXTENSION, DeviceInfo
 
 # Device extensions we use when present; none is required (portable paths exist for each).
 OPTIONAL_EXTENSIONS = (
@@ -25,6 +25,7 @@ OPTIONAL_EXTENSIONS = (
     "VK_KHR_shader_integer_dot_product",
     "VK_EXT_subgroup_size_control",
     "VK_KHR_shader_bfloat16",
+    SHADER_CLOCK_EXTENSION,          # device clock read in shaders: the split timeline (split/clock.py)
 )
 
 # Diagnostics: LLAMAVK_PIPELINE_STATS=1 asks the driver for every pipeline's statistics (on NVIDIA:
@@ -101,6 +102,12 @@ class Device:
             cm2 = coopmat2.features_struct(head)
             head = cm2.ptr
             keep.append(cm2)
+        clock = None
+        if SHADER_CLOCK_EXTENSION in self.extensions:
+            clock = new_struct("VkPhysicalDeviceShaderClockFeaturesKHR",
+                               vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR, head)
+            head = clock
+            keep.append(clock)      # alive until vkCreateDevice returns (NVIDIA reads the chain then)
         stats = None
         if PIPELINE_STATS_EXTENSION in self.extensions:
             stats = new_struct("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
@@ -131,8 +138,9 @@ class Device:
                                           and set(coopmat2.REQUIRED) <= set(coopmat2.feature_names(cm2))),
                          # 4x8-bit integer dot products (matvec_stream.comp's _dp variants): a 1.3 feature
                          "int_dot": bool(major_minor >= (1, 3) and keep[2].shaderIntegerDotProduct),
-                         "pipeline_stats": bool(stats is not None and stats.pipelineExecutableInfo)}
-        del keep, ext_owners, stats
+                         "pipeline_stats": bool(stats is not None and stats.pipelineExecutableInfo),
+                         "shader_clock": bool(clock is not None and clock.shaderDeviceClock)}
+        del keep, ext_owners, stats, clock
         return handle[0]
 
     def proc(self, name: str):

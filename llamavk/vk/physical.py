@@ -22,6 +22,7 @@ DEVICE_TYPES = {
 }
 VENDORS = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x13B5: "ARM", 0x5143: "Qualcomm",
            0x106B: "Apple", 0x10005: "Mesa"}
+SHADER_CLOCK_EXTENSION = "VK_KHR_shader_clock"   # in-shader device clock (clockRealtime2x32EXT)
 COMPONENT_TYPES = {0: "f16", 1: "f32", 2: "f64", 3: "s8", 4: "s16", 5: "s32", 6: "s64",
                    7: "u8", 8: "u16", 9: "u32", 10: "u64", 1000141000: "bf16",
                    1000491002: "e4m3", 1000491003: "e5m2"}
@@ -73,6 +74,7 @@ class DeviceInfo:
     coopmat2_max_workgroup: int = 0   # the most threads a workgroup-scope matrix may be shared by
     driver_version: int = 0      # VkPhysicalDeviceProperties.driverVersion (vendor-encoded)
     pipeline_cache_uuid: str = ""   # hex: pipeline caches are compatible only with the same UUID
+    shader_clock: bool = False   # VK_KHR_shader_clock shaderDeviceClock (the split timeline, split/clock.py)
 
     @property
     def vendor(self) -> str:
@@ -142,8 +144,13 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
     f11 = new_struct("VkPhysicalDeviceVulkan11Features", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES)
     f12 = new_struct("VkPhysicalDeviceVulkan12Features", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, f11)
     cm2_feats = coopmat2.features_struct(f12) if has(coopmat2.EXTENSION) else None
-    feats2 = new_struct("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-                        cm2_feats.ptr if cm2_feats is not None else f12)
+    fhead = cm2_feats.ptr if cm2_feats is not None else f12
+    clock = None
+    if has(SHADER_CLOCK_EXTENSION):
+        clock = new_struct("VkPhysicalDeviceShaderClockFeaturesKHR",
+                           vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR, fhead)
+        fhead = clock
+    feats2 = new_struct("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, fhead)
     lib.vkGetPhysicalDeviceFeatures2(handle, feats2)
 
     heaps = read_memory_heaps(handle, has("VK_EXT_memory_budget"))
@@ -186,6 +193,7 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
                                 if cm2_props is not None else 0),
         driver_version=p.driverVersion,
         pipeline_cache_uuid=bytes(ffi.buffer(p.pipelineCacheUUID, 16)).hex(),
+        shader_clock=bool(clock is not None and clock.shaderDeviceClock),
     )
     return info
 
