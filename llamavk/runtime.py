@@ -25,7 +25,7 @@ from .kernels import (STEP_N_KV, STEP_N_PAST, STEP_N_TOKENS, STEP_SEQ_LEN, STEP_
 from .kernels import attention as attn_k
 from .kernels import deltanet, elementwise, matmul, moe, norm, rope
 from .kernels.chain import ChainCounters
-from .kernels.selection import chain_edges
+from .kernels.selection import chain_edges, chain_x_ok
 from .quant import GGMLQuantizationType, quant_info
 from .vk import Buffer, CommandSequence, MemoryBlocks
 
@@ -566,7 +566,8 @@ class DeviceRuntime:
         partial -> its exchange point) and both
         kernels can be chained (kernels/chain.py)."""
         if op is not None and op.kind == "sync_reduce":   # -sm graph: the exchange point waits in its shader
-            return "x" in edges and op.attrs.get("overlap", False) and self._signals_partial(producer, op)
+            return "x" in edges and op.attrs.get("overlap", False) and chain_x_ok(op.attrs["n_cols"]) \
+                and self._signals_partial(producer, op)
         if op is not None and op.kind == "matmul_id" and producer.kind == "matmul_id":
             return ("e" in edges and op.inputs[1] is producer.out and "pair" in producer.attrs
                     and moe.matvec_id_chain_ok(self.weights[producer.inputs[0].name])
@@ -594,11 +595,7 @@ class DeviceRuntime:
         if put is None or put.attrs["exchange"] != op.attrs["exchange"]:
             return False
         if producer.kind == "matmul" and "route" not in producer.attrs:
-            # whole rows only: a product in column parts (long rows: the 31.5B's 13,824-wide down
-            # product on 2 GPUs, ~2,200 workgroups) counting every workgroup done made -sm graph 21%
-            # slower (2x H200, tg128 110.0 against 139.3 unchained), as edge d loses on one GPU
-            w = self.weights[producer.inputs[0].name]
-            return matmul.matvec_chain_ok(self.kc, w) and matmul.matvec_column_parts(self.kc, w) == 1
+            return matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name])
         if producer.kind == "matmul_id":     # a mixture of experts' weighted sum of its down products
             return moe.matvec_id_chain_ok(self.weights[producer.inputs[0].name])
         return False

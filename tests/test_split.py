@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import llamavk
-from llamavk.errors import UsageError
+from llamavk.errors import LlamavkError, UsageError
 from llamavk.kernels.selection import has_coopmat
 from llamavk.split.base import SplitOptions, partition, proportions
 
@@ -169,6 +169,28 @@ def test_split_new_weight_types(synthetic_model, qtype):
         err = np.abs(got - want).max() / np.abs(want).max()
         assert err < tol, f"{qtype} {mode} on {n_dev} devices: max |dlogit| / max |logit| = {err:.2e}"
         assert tokens == want_tokens, f"{qtype} {mode} on {n_dev} devices"
+
+
+def test_exchange_point_waits_for_its_product_up_to_a_width(references, monkeypatch):
+    """-sm graph chains an exchange point to the product writing its partial (edge x) only for
+    all-reduces of at most LLAMAVK_CHAIN_X_COLS values (selection.CHAIN_X_MAX_COLS); a bad value is a
+    one-line error."""
+    monkeypatch.setenv("LLAMAVK_SPLIT_SYNC", "spin")
+    monkeypatch.setenv("LLAMAVK_CHAIN", "1")
+    from llamavk.kernels import matmul
+    from llamavk.kernels.selection import chain_x_ok
+    monkeypatch.setattr(matmul, "_MATVEC_ENV", matmul.parse_matvec_env("stream:64,2,1,1"))
+    path = references[("llama", "q4_0")][0]
+    monkeypatch.setenv("LLAMAVK_CHAIN_X_COLS", "1")
+    with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0", split_mode="graph") as m:
+        for sub in m.runtime.runtimes:
+            sub.sequence("last", 1, 0)
+            partials = {op.inputs[0] for op in sub.fused_one["last"].ops if op.kind == "put"}
+            assert not [op for op, _ in sub.chains[("last", 1, 0)] if op.out in partials]
+            assert any(op.kind == "sync_reduce" for op, _ in sub.chains[("last", 1, 0)])   # the next product's
+    monkeypatch.setenv("LLAMAVK_CHAIN_X_COLS", "wide")
+    with pytest.raises(LlamavkError, match="LLAMAVK_CHAIN_X_COLS"):
+        chain_x_ok(64)
 
 
 @pytest.mark.parametrize("mode", ["tensor", "graph"])

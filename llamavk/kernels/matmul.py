@@ -225,13 +225,6 @@ def _one_token_stream(kc: KernelCache, w: QWeight, pair: bool = False):
     return (cfg, *layout) if layout is not None else None
 
 
-def matvec_column_parts(kc: KernelCache, w: QWeight) -> int:
-    """How many column parts (workgroups per row block, matvec_stream.comp KSPLIT) w's one-token
-    product takes on the stream kernel; 0 where that kernel does not serve it."""
-    found = _one_token_stream(kc, w)
-    return found[1] if found is not None else 0
-
-
 def matvec_pairs(kc: KernelCache, w: QWeight, p: QWeight) -> bool:
     """Whether the one-token product can take w and p as a gate/up pair (y = silu(W x) * (P x), one
     dispatch): same type, shape and row chunks, and the stream kernel serving them."""

@@ -570,6 +570,19 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    30B-A3B 305.9 / 306.7 -> 329.8 / 325.5, 35B-A3B 325.8 / 327.0 -> 338.3 / 338.7.
 CHAIN_VENDORS = {0x10DE: "aogex"}
 CHAIN_ALL = "aogderx"
+# Edge x where the all-reduced vector has at most this many values (LLAMAVK_CHAIN_X_COLS: A/Bs).
+# 2x H200, tg128 -sm graph with / without x (one call each): 30B-A3B (2048) 356.5 / 341.0, 35B-A3B
+# (2048) 349.4 / 340.1, 7.2B (4096) 420-427 / 411-420; the 31.5B (5120) 113.7 / 139.3.
+CHAIN_X_MAX_COLS = 4096
+
+
+def chain_x_ok(n_cols: int) -> bool:
+    """Whether an exchange point of an n_cols-wide all-reduce waits in its shader for its product."""
+    try:
+        limit = int(os.environ.get("LLAMAVK_CHAIN_X_COLS") or CHAIN_X_MAX_COLS)
+    except ValueError:
+        raise LlamavkError(f"LLAMAVK_CHAIN_X_COLS={os.environ['LLAMAVK_CHAIN_X_COLS']!r}: a whole number") from None
+    return n_cols <= limit
 
 
 def chain_edges(kc) -> str:
