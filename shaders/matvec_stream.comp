@@ -17,8 +17,8 @@
 // only then stages x into shared memory -- while those loads are in flight -- and does the arithmetic
 // from registers.
 //
-// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K a quarter of a super-block, 64 weights;
-// Q6_K half a super-block, 128 weights: see Q6_K below):
+// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K and Q5_K a quarter of a super-block, 64
+// weights; Q6_K half a super-block, 128 weights: see Q6_K and Q5_K below):
 //   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
 //   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
@@ -127,6 +127,15 @@
 // arithmetic shifts the runs into place (a select of the word offset o / 4, a 16-bit funnel for o % 4).
 // Element 32k + l of the unit (k < 4, l < 32): low 4 bits in ql byte 32 (k % 2) + l >> 4 (k / 2), high
 // 2 bits in qh byte l >> 2k; weight d * scale[8h + e / 16] * (q - 32).
+// Q5_K (176-byte super-blocks = 11 uvec4s, so every block is 16-byte aligned): a unit is a quarter
+// q of a super-block, as Q4_K's (64 weights, sub-blocks 2q and 2q + 1, the head's 6-bit scales and
+// mins decoded by q4k_quarter_scales): the head (uvec4 0), the quarter's 32 qs bytes (uvec4s 3 + 2q,
+// 4 + 2q) and all 32 qh bytes (uvec4s 1, 2: the quarter's bits 2q, 2q + 1 of every byte), 5 loads.
+// The 4 lanes of a block load the same head and qh in one instruction (one transaction: DRAM reads
+// each byte once); a half-block unit would issue 7 loads per 128 weights instead of 10, but hold
+// 28 registers per row instead of 20, and the Q4_K code (register-lean DOT8 loop) would not apply.
+// Element 32s + l: low 4 bits in qs byte 32 (s / 2) + l >> 4 (s % 2), bit 4 = qh byte l >> s;
+// weight d sc[s] q - dmin m[s] (DOT8: the mins through the exact f32 sums of x, as Q4_K).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
 // 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD.
@@ -249,11 +258,17 @@ layout(push_constant) uniform Push {
 #elif defined(QTYPE_Q4_K)
 #define UNIT 64
 #define NQ 3
+#elif defined(QTYPE_Q5_K)
+#define UNIT 64
+#define NQ 5        // head, qs 2, qh 2 (header: Q5_K)
 #elif defined(QTYPE_Q6_K)
 #define UNIT 128
 #define NQ 8        // ql 5, qh 3 (the scales and d: wt below)
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K or Q6_K"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K or Q6_K"
+#endif
+#if defined(QTYPE_Q4_K) || defined(QTYPE_Q5_K)
+#define Q4K_LIKE 1  // a quarter super-block per unit, its scales and mins from the head (no wd)
 #endif
 #define V4 (UNIT / 4)   // x vec4s per unit
 const uint NPRE = XFIRST ? (TPR * V4 + WG - 1) / WG : 1;   // XFIRST: x vec4s a lane loads first
@@ -347,7 +362,7 @@ uvec4 wq[C][RJ][NQ];
 #if defined(QTYPE_Q6_K)
 uvec4 wt[C][RJ];   // the 3 words holding the unit's scales, d (f16 bits)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (210 b mod 16)
-#elif !defined(QTYPE_Q4_K)
+#elif !defined(Q4K_LIKE)
 float wd[C][RJ];
 #endif
 float acc[RJ];
@@ -366,6 +381,17 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 uint o0 = 9 * ib, o1 = 9 * ib + 1 + 2 * ((u0 + u) % 4);
                 if (second) { wq[i][j][0] = pu4[o0]; wq[i][j][1] = pu4[o1]; wq[i][j][2] = pu4[o1 + 1]; }
                 else { wq[i][j][0] = wu4[o0]; wq[i][j][1] = wu4[o1]; wq[i][j][2] = wu4[o1 + 1]; }
+#elif defined(QTYPE_Q5_K)
+                // quarter q of super-block ib (11 uvec4s): the head, its 32 qs bytes, the 32 qh bytes
+                uint ib = row * (row_units / 4) + (u0 + u) / 4;
+                uint o0 = 11 * ib, o1 = 11 * ib + 3 + 2 * ((u0 + u) % 4);
+                if (second) {
+                    wq[i][j][0] = pu4[o0]; wq[i][j][1] = pu4[o1]; wq[i][j][2] = pu4[o1 + 1];
+                    wq[i][j][3] = pu4[o0 + 1]; wq[i][j][4] = pu4[o0 + 2];
+                } else {
+                    wq[i][j][0] = wu4[o0]; wq[i][j][1] = wu4[o1]; wq[i][j][2] = wu4[o1 + 1];
+                    wq[i][j][3] = wu4[o0 + 1]; wq[i][j][4] = wu4[o0 + 2];
+                }
 #elif defined(QTYPE_Q6_K)
                 // half h of super-block ib (header: Q6_K)
                 uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2;
@@ -430,6 +456,16 @@ float q6k_scale(uint sc[2], uint g) {
 }
 #endif
 
+#if defined(QTYPE_Q5_K)
+// Q5_K (header): bit 4 of the quarter q's quants from qh word hw (bytes l .. l + 3: bit 2q for
+// sub-block 2q, the low nibbles lo, bit 2q + 1 for sub-block 2q + 1, the high nibbles hi).
+void q5k_high_bits(uint hw, uint q, inout uint lo, inout uint hi) {
+    uint h = hw >> (2 * q);
+    lo |= (h & 0x01010101u) << 4;
+    hi |= (h & 0x02020202u) << 3;
+}
+#endif
+
 // acc[j] += the products of this lane's unit i (of x chunk i, staged) with its loaded weights.
 void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint u = c + TPR * i;
@@ -438,7 +474,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
         uint a = 0u;
         [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
-#if defined(QTYPE_Q4_K) || defined(QTYPE_Q6_K)
+#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K)
         acc[j] += float(a & 1u);
 #else
         acc[j] += float(a & 1u) + wd[i][j];
@@ -466,7 +502,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
         acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
     }
-#elif defined(QTYPE_Q4_K)
+#elif defined(Q4K_LIKE)
     // one word of x (each level, each sub-block) at a time, every row's sums at once: 4 words of x
     // live instead of the unit's 32
     uint q = (u0 + u) % 4;
@@ -477,6 +513,9 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         [[unroll]] for (uint j = 0; j < RJ; ++j) {
             uint qw = wq[i][j][1 + w / 4][w % 4];
             uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;
+#if defined(QTYPE_Q5_K)
+            q5k_high_bits(wq[i][j][3 + w / 4][w % 4], q, lo, hi);
+#endif
             h0[j] += dot_ss(lo, xa, 0); l0[j] += dot_ss(lo, xb, 0);
             h1[j] += dot_ss(hi, xc, 0); l1[j] += dot_ss(hi, xd, 0);
         }
@@ -531,7 +570,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
         acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
     }
-#elif defined(QTYPE_Q4_K)
+#elif defined(Q4K_LIKE)
     // sub-blocks 2q (low nibbles) and 2q + 1 (high nibbles) of quarter q = u % 4; x vec4s w, 8 + w
     uint q = (u0 + u) % 4;
     float t0[RJ], t1[RJ], sx0 = 0.0, sx1 = 0.0;
@@ -542,7 +581,15 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         sx1 += (xc.x + xc.y) + (xc.z + xc.w);
         [[unroll]] for (uint j = 0; j < RJ; ++j) {
             vec4 a, cc;
+#if defined(QTYPE_Q5_K)
+            uint qw = wq[i][j][1 + w / 4][w % 4];
+            uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;
+            q5k_high_bits(wq[i][j][3 + w / 4][w % 4], q, lo, hi);
+            a = sbytes_fma(lo);   // 0..31: as signed bytes the same
+            cc = sbytes_fma(hi);
+#else
             nib_fma(wq[i][j][1 + w / 4][w % 4], 0.0, a, cc);
+#endif
             t0[j] += dot(a, xa);
             t1[j] += dot(cc, xc);
         }
