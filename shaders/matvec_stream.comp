@@ -18,7 +18,7 @@
 // from registers.
 //
 // Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K and Q5_K a quarter of a super-block, 64
-// weights; Q6_K half a super-block, 128 weights: see Q6_K and Q5_K below):
+// weights; Q6_K half a super-block, 128 weights; Q3_K a whole one: see Q6_K, Q5_K, Q3_K below):
 //   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
 //   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
@@ -136,6 +136,19 @@
 // 28 registers per row instead of 20, and the Q4_K code (register-lean DOT8 loop) would not apply.
 // Element 32s + l: low 4 bits in qs byte 32 (s / 2) + l >> 4 (s % 2), bit 4 = qh byte l >> s;
 // weight d sc[s] q - dmin m[s] (DOT8: the mins through the exact f32 sums of x, as Q4_K).
+// Q3_K (110-byte super-blocks: a block starts at an even byte offset o = 110 b mod 16): a unit is a
+// whole super-block (256 weights). Half a block would need all 32 hmask bytes, its 32 qs bytes and
+// the 14 bytes of scales and d -- 78 of the 110 -- at three unaligned places: up to 8 aligned uvec4s
+// for 128 weights; for the whole block the lane loads 7 aligned uvec4s for hmask and qs (bytes 0..95:
+// o + 96 <= 112; none past the uvec4 holding byte 95, so none past the block's byte 109: at o = 0 the
+// 7th would read 2 bytes past it, which past a buffer's end read as 0 or fault, so it repeats the
+// 6th), the 12 scale bytes as 4 words (at byte 2 or 4 of them: never past byte 109) and d as a
+// 16-bit word (its 32-bit word may end past the block), and only in the arithmetic shifts the words
+// into place as Q6_K does (selects of the word offset o / 4, a 16-bit funnel for o % 4 == 2). 16
+// lanes cover a 4096-wide row. Neighbouring lanes take neighbouring blocks: a load instruction reads
+// 16 bytes every 110, the 7 of them every hmask and qs byte once. Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4), bit 2 =
+// hmask byte l >> s; weight d (sc[e / 16] - 32) (q - 4), q - 4 as a signed byte in the DOT8 sums
+// (the offset is the data's: no block sum of x needed).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
 // 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD.
@@ -222,7 +235,7 @@ layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
 layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };      // PAIR: the up matrix
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
-#if defined(QTYPE_Q6_K)
+#if defined(QTYPE_Q6_K) || defined(QTYPE_Q3_K)
 layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
 layout(std430, binding = 7) readonly buffer PairU16 { uint16_t pu16[]; };
 #endif
@@ -264,8 +277,15 @@ layout(push_constant) uniform Push {
 #elif defined(QTYPE_Q6_K)
 #define UNIT 128
 #define NQ 8        // ql 5, qh 3 (the scales and d: wt below)
+#elif defined(QTYPE_Q3_K)
+#define UNIT 256    // a whole super-block (header: Q3_K)
+#define NQ 7        // hmask and qs (the scales and d: wt, wdh below)
+#define NBW 27      // block words used: hmask 8, qs 16, scales 3 (d apart)
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K or Q6_K"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K or Q3_K"
+#endif
+#if defined(QTYPE_Q3_K)
+#define WHOLE_BLOCK 1   // a unit is one super-block at any even byte offset (wo below)
 #endif
 #if defined(QTYPE_Q4_K) || defined(QTYPE_Q5_K)
 #define Q4K_LIKE 1  // a quarter super-block per unit, its scales and mins from the head (no wd)
@@ -362,6 +382,10 @@ uvec4 wq[C][RJ][NQ];
 #if defined(QTYPE_Q6_K)
 uvec4 wt[C][RJ];   // the 3 words holding the unit's scales, d (f16 bits)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (210 b mod 16)
+#elif defined(QTYPE_Q3_K)
+uint wo[C][RJ];    // the block's byte offset in its uvec4 (110 b mod 16)
+uvec4 wt[C][RJ];   // the 4 words holding its scales
+uint wdh[C][RJ];   // d (f16 bits)
 #elif !defined(Q4K_LIKE)
 float wd[C][RJ];
 #endif
@@ -406,6 +430,22 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = wu4[q0 + k];
                     [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][5 + k] = wu4[q1 + k];
                     wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], uint(wu16[d16]));
+                }
+                wo[i][j] = bb & 15u;
+#elif defined(QTYPE_Q3_K)
+                // super-block ib at byte bb (header: Q3_K): hmask and qs (bytes 0..95) from 7 aligned
+                // uvec4s, none past the one holding byte 95 (o = 0: the 7th repeats it, unused); the
+                // scales from 4 words (bytes 94 or 92 .. 109 or 107), d as a 16-bit word
+                uint ib = row * row_units + u0 + u, bb = 110 * ib;
+                uint q0 = bb >> 4, q1 = (bb + 95) >> 4, s0 = (bb + 94) >> 2, d16 = (bb + 108) >> 1;
+                if (second) {
+                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = pu4[min(q0 + k, q1)];
+                    wt[i][j] = uvec4(pu32[s0], pu32[s0 + 1], pu32[s0 + 2], pu32[s0 + 3]);
+                    wdh[i][j] = uint(pu16[d16]);
+                } else {
+                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = wu4[min(q0 + k, q1)];
+                    wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], wu32[s0 + 3]);
+                    wdh[i][j] = uint(wu16[d16]);
                 }
                 wo[i][j] = bb & 15u;
 #else
@@ -466,6 +506,50 @@ void q5k_high_bits(uint hw, uint q, inout uint lo, inout uint hi) {
 }
 #endif
 
+#if defined(WHOLE_BLOCK)
+// Words k < NBW of the super-block loaded for unit i, row j, shifted into place: the word offset
+// wo / 4 picked by selects (a register array indexed by a lane's value would go to local memory),
+// Q3_K's odd half-word (wo % 4 == 2) by a 16-bit funnel (its scales from wt).
+void block_words(uint i, uint j, out uint bw[NBW]) {
+    uint o = wo[i][j], a = o >> 2;
+    uint r[4 * NQ];
+    [[unroll]] for (uint k = 0; k < 4 * NQ; ++k) r[k] = wq[i][j][k / 4][k % 4];
+#if defined(QTYPE_Q3_K)
+    bool half_word = (o & 2u) != 0u;
+    [[unroll]] for (uint k = 0; k < 24; ++k) {   // hmask, qs
+        uint m0 = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
+        uint m1 = a < 2u ? (a == 0u ? r[k + 1] : r[k + 2]) : (a == 2u ? r[k + 3] : r[k + 4]);
+        bw[k] = half_word ? (m0 >> 16) | (m1 << 16) : m0;
+    }
+    uvec4 t = wt[i][j];   // scales at byte 2 (half_word) or 4 of t
+    bw[24] = half_word ? (t.x >> 16) | (t.y << 16) : t.y;
+    bw[25] = half_word ? (t.y >> 16) | (t.z << 16) : t.z;
+    bw[26] = half_word ? (t.z >> 16) | (t.w << 16) : t.w;
+#else
+    [[unroll]] for (uint k = 0; k < NBW; ++k)
+        bw[k] = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
+#endif
+}
+#endif
+
+#if defined(QTYPE_Q3_K)
+// Q3_K (header): signed bytes q - 4 of elements 32s + 4w .. 32s + 4w + 3 (s, w < 8): 2 low bits from
+// qs, bit 2 from hmask; (q | 0x80) - 4 never borrows across bytes, ^ 0x80 makes it q - 4.
+uint q3k_word(uint bw[NBW], uint s, uint w) {
+    uint lo = (bw[8 + 8 * (s / 4) + w] >> (2 * (s % 4))) & 0x03030303u;
+    uint hb = (bw[w] >> s) & 0x01010101u;
+    return (((lo | (hb << 2)) | 0x80808080u) - 0x04040404u) ^ 0x80808080u;
+}
+
+// Scale g (< 16: elements 16g .. 16g + 15): low 4 bits in scale byte g % 8 (nibble g / 8), high 2
+// bits in byte 8 + g % 4 (bits 2 (g / 4)); minus 32.
+float q3k_scale(uint bw[NBW], uint g) {
+    uint lo = (bw[24 + (g % 8) / 4] >> (8 * (g % 4) + 4 * (g / 8))) & 0xFu;
+    uint hi = (bw[26] >> (8 * (g % 4) + 2 * (g / 4))) & 0x3u;
+    return float(int(lo | (hi << 4)) - 32);
+}
+#endif
+
 // acc[j] += the products of this lane's unit i (of x chunk i, staged) with its loaded weights.
 void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint u = c + TPR * i;
@@ -474,7 +558,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
         uint a = 0u;
         [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
-#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K)
+#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(WHOLE_BLOCK)
         acc[j] += float(a & 1u);
 #else
         acc[j] += float(a & 1u) + wd[i][j];
@@ -502,6 +586,29 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
         acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
     }
+#elif defined(QTYPE_Q3_K)
+    // one word of x (each level) at a time, every row's sums at once; a scale per 16 weights
+    uint bw[RJ][NBW];
+    float t[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; }
+    [[unroll]] for (uint s = 0; s < 8; ++s) {
+        vec2 sd = xsd[s * TPR + c];
+        [[unroll]] for (uint g = 0; g < 2; ++g) {
+            int hs[RJ], ls[RJ];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
+            [[unroll]] for (uint l = 0; l < 4; ++l) {
+                uint w = 4 * g + l, xa = xqh[(8 * s + w) * TPR + c], xb = xql[(8 * s + w) * TPR + c];
+                [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                    uint qw = q3k_word(bw[j], s, w);
+                    hs[j] += dot_ss(qw, xa, 0);
+                    ls[j] += dot_ss(qw, xb, 0);
+                }
+            }
+            [[unroll]] for (uint j = 0; j < RJ; ++j)
+                t[j] += q3k_scale(bw[j], 2 * s + g) * (sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wdh[i][j]).x * t[j];
 #elif defined(Q4K_LIKE)
     // one word of x (each level, each sub-block) at a time, every row's sums at once: 4 words of x
     // live instead of the unit's 32
@@ -570,6 +677,23 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
         acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
     }
+#elif defined(QTYPE_Q3_K)
+    uint bw[RJ][NBW];
+    float t[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; }
+    [[unroll]] for (uint s = 0; s < 8; ++s) {
+        [[unroll]] for (uint g = 0; g < 2; ++g) {
+            float tg[RJ];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
+            [[unroll]] for (uint l = 0; l < 4; ++l) {
+                uint w = 4 * g + l;
+                vec4 xv = xs[c * V4 + ((8 * s + w) ^ sw)];
+                [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] += dot(sbytes_fma(q3k_word(bw[j], s, w)), xv);
+            }
+            [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] += q3k_scale(bw[j], 2 * s + g) * tg[j];
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wdh[i][j]).x * t[j];
 #elif defined(Q4K_LIKE)
     // sub-blocks 2q (low nibbles) and 2q + 1 (high nibbles) of quarter q = u % 4; x vec4s w, 8 + w
     uint q = (u0 + u) % 4;

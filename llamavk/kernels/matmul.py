@@ -65,22 +65,22 @@ def type_suffix(qtype) -> str:
 MATVEC_KERNELS = {
     "base": ("mul_mv", None),
     "wide": ("mul_mv_wide", {"q4_0", "q8_0", "q4_k"}),
-    "stream": ("mul_mv_stream", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k"}),
-    "stream_dp": ("mul_mv_stream_dp", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k"}),
+    "stream": ("mul_mv_stream", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k"}),
+    "stream_dp": ("mul_mv_stream_dp", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k"}),
     "read": ("mul_mv_read", {"q4_0", "q8_0"}),
     "wide_read": ("mul_mv_wide_read", {"q4_0", "q8_0", "q4_k"}),
-    "stream_dp_nox": ("mul_mv_stream_dp_nox", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k"}),
-    "stream_read": ("mul_mv_stream_read", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k"}),
+    "stream_dp_nox": ("mul_mv_stream_dp_nox", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k"}),
+    "stream_read": ("mul_mv_stream_read", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k"}),
 }
 # matvec_wide.comp: weights per unit (a lane's share of a row per step; matvec_stream.comp's too, and
-# its Q6_K unit: half a super-block); x staging limit (the kernel
+# its Q6_K unit: half a super-block, Q3_K's a whole one); x staging limit (the kernel
 # has 18 KiB of other shared memory; 48 KiB is the portable minimum of maxComputeSharedMemorySize).
-MATVEC_WIDE_UNIT = {"q4_0": 32, "q8_0": 32, "q4_k": 64, "q6_k": 128, "q5_k": 64}
+MATVEC_WIDE_UNIT = {"q4_0": 32, "q8_0": 32, "q4_k": 64, "q6_k": 128, "q5_k": 64, "q3_k": 256}
 MATVEC_XS_BYTES = 24576
 # matvec_stream.comp: uvec4 loads per unit; x staged per chunk of at most this many bytes; at most
 # this many uvec4 weight loads held by one lane (Q6_K: 8 uvec4s and the scales' 3 words + d, counted
-# as a ninth; Q5_K: Q4_K's 3 and the 2 of qh).
-MATVEC_STREAM_NQ = {"q4_0": 1, "q8_0": 2, "q4_k": 3, "q6_k": 9, "q5_k": 5}
+# as a ninth; Q5_K: Q4_K's 3 and the 2 of qh; Q3_K: 7 uvec4s and the scales' 4 words + d, counted as 2).
+MATVEC_STREAM_NQ = {"q4_0": 1, "q8_0": 2, "q4_k": 3, "q6_k": 9, "q5_k": 5, "q3_k": 9}
 MATVEC_STREAM_MAX_LOADS = 24
 
 
