@@ -18,7 +18,7 @@
 // from registers.
 //
 // Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K and Q5_K a quarter of a super-block, 64
-// weights; Q6_K half a super-block, 128 weights; Q3_K a whole one: see Q6_K, Q5_K, Q3_K below):
+// weights; Q6_K half a super-block, 128 weights; Q3_K, Q2_K a whole one: see those types below):
 //   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
 //   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
@@ -149,6 +149,15 @@
 // 16 bytes every 110, the 7 of them every hmask and qs byte once. Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4), bit 2 =
 // hmask byte l >> s; weight d (sc[e / 16] - 32) (q - 4), q - 4 as a signed byte in the DOT8 sums
 // (the offset is the data's: no block sum of x needed).
+// Q2_K (84-byte super-blocks: a block starts at a 4-byte multiple o = 84 b mod 16): a unit is a whole
+// super-block, as Q3_K's (half a block would need its 8 scale bytes, 32 qs bytes and d, dmin at
+// three places, up to 5 uvec4s for 128 weights). The lane loads 5 aligned uvec4s from the one
+// holding the block's first byte (they end at its byte 80 - o: never past it) and the next 4 words
+// (bytes 80 - o .. 95 - o), none past the one holding d and dmin (at o = 0 they repeat it, unused),
+// so nothing is read past the block's end, and picks the 21 words by selects of o / 4 (no funnel).
+// Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4); scale byte e / 16: scale low
+// nibble, min high; weight d sc q - dmin m. DOT8: the mins through the exact f32 sums of x's 16-value
+// halves (xsd holds them beside each 32 values' scale and sum).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
 // 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD.
@@ -235,7 +244,7 @@ layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
 layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };      // PAIR: the up matrix
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
-#if defined(QTYPE_Q6_K) || defined(QTYPE_Q3_K)
+#if defined(QTYPE_Q6_K) || defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)
 layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
 layout(std430, binding = 7) readonly buffer PairU16 { uint16_t pu16[]; };
 #endif
@@ -281,10 +290,14 @@ layout(push_constant) uniform Push {
 #define UNIT 256    // a whole super-block (header: Q3_K)
 #define NQ 7        // hmask and qs (the scales and d: wt, wdh below)
 #define NBW 27      // block words used: hmask 8, qs 16, scales 3 (d apart)
+#elif defined(QTYPE_Q2_K)
+#define UNIT 256    // a whole super-block (header: Q2_K)
+#define NQ 6        // 5 uvec4s and 4 words
+#define NBW 21      // block words: scales 4, qs 16, d and dmin
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K or Q3_K"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K or Q2_K"
 #endif
-#if defined(QTYPE_Q3_K)
+#if defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)
 #define WHOLE_BLOCK 1   // a unit is one super-block at any even byte offset (wo below)
 #endif
 #if defined(QTYPE_Q4_K) || defined(QTYPE_Q5_K)
@@ -298,7 +311,11 @@ const uint NPRE = XFIRST ? (TPR * V4 + WG - 1) / WG : 1;   // XFIRST: x vec4s a 
 const uint XQ_LEN = V4 * TPR;
 shared uint xqh[XQ_LEN];
 shared uint xql[XQ_LEN];
+#if defined(QTYPE_Q2_K)
+shared vec4 xsd[(UNIT / 32) * TPR];   // per 32 values: (s, sum of x, sums of its halves): a min per 16
+#else
 shared vec2 xsd[(UNIT / 32) * TPR];   // per 32 values: (s, sum of x)
+#endif
 #else
 const uint XS_LEN = TPR * V4;
 shared vec4 xs[XS_LEN];
@@ -355,7 +372,13 @@ void stage(uint k, vec4 v) {
     // the 8 vec4s of a 32-value block are in 8 neighbouring lanes: max and sum by xor-shuffles
     float amax = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
     float bsum = (v.x + v.y) + (v.z + v.w);
+#if defined(QTYPE_Q2_K)
+    float hsum = 0.0;   // the sum of the 16 values of this vec4's half of the block
+#endif
     [[unroll]] for (uint m = 1; m < 8; m *= 2) {
+#if defined(QTYPE_Q2_K)
+        if (m == 4) hsum = bsum;
+#endif
         amax = max(amax, subgroupShuffleXor(amax, m));
         bsum += subgroupShuffleXor(bsum, m);
     }
@@ -364,7 +387,12 @@ void stage(uint k, vec4 v) {
     vec4 l = clamp(round((v - h * sc) * (254.0 * inv)), -127.0, 127.0);
     xqh[e * TPR + unit] = pack32(i8vec4(h));
     xql[e * TPR + unit] = pack32(i8vec4(l));
+#if defined(QTYPE_Q2_K)
+    float hsum2 = subgroupShuffleXor(hsum, 4u);   // lane e % 8 == 0 holds the first half's, +4 the second's
+    if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec4(sc, bsum, hsum, hsum2);
+#else
     if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec2(sc, bsum);
+#endif
 #else
     xs[unit * V4 + (e ^ (unit & 7u))] = v;
 #endif
@@ -386,6 +414,8 @@ uint wo[C][RJ];    // the block's byte offset in its uvec4 (210 b mod 16)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (110 b mod 16)
 uvec4 wt[C][RJ];   // the 4 words holding its scales
 uint wdh[C][RJ];   // d (f16 bits)
+#elif defined(QTYPE_Q2_K)
+uint wo[C][RJ];    // the block's byte offset in its uvec4 (84 b mod 16: a multiple of 4)
 #elif !defined(Q4K_LIKE)
 float wd[C][RJ];
 #endif
@@ -446,6 +476,19 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = wu4[min(q0 + k, q1)];
                     wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], wu32[s0 + 3]);
                     wdh[i][j] = uint(wu16[d16]);
+                }
+                wo[i][j] = bb & 15u;
+#elif defined(QTYPE_Q2_K)
+                // super-block ib at byte bb (header: Q2_K): 5 aligned uvec4s from the one holding its
+                // first byte (never past its byte 79), then 4 words, none past the one holding d, dmin
+                uint ib = row * row_units + u0 + u, bb = 84 * ib;
+                uint q0 = bb >> 4, w0 = 4 * q0 + 20, w1 = (bb + 80) >> 2;
+                if (second) {
+                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = pu4[q0 + k];
+                    wq[i][j][5] = uvec4(pu32[min(w0, w1)], pu32[min(w0 + 1, w1)], pu32[min(w0 + 2, w1)], pu32[min(w0 + 3, w1)]);
+                } else {
+                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = wu4[q0 + k];
+                    wq[i][j][5] = uvec4(wu32[min(w0, w1)], wu32[min(w0 + 1, w1)], wu32[min(w0 + 2, w1)], wu32[min(w0 + 3, w1)]);
                 }
                 wo[i][j] = bb & 15u;
 #else
@@ -550,6 +593,18 @@ float q3k_scale(uint bw[NBW], uint g) {
 }
 #endif
 
+#if defined(QTYPE_Q2_K)
+// Q2_K (header): the 2-bit quants of elements 32s + 4w .. 32s + 4w + 3 (s, w < 8), one per byte.
+uint q2k_word(uint bw[NBW], uint s, uint w) {
+    return (bw[4 + 8 * (s / 4) + w] >> (2 * (s % 4))) & 0x03030303u;
+}
+
+// Scale byte g (< 16: elements 16g .. 16g + 15): the scale in its low nibble, the min in its high.
+uint q2k_scale_min(uint bw[NBW], uint g) {
+    return (bw[g / 4] >> (8 * (g % 4))) & 0xFFu;
+}
+#endif
+
 // acc[j] += the products of this lane's unit i (of x chunk i, staged) with its loaded weights.
 void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint u = c + TPR * i;
@@ -609,6 +664,37 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wdh[i][j]).x * t[j];
+#elif defined(QTYPE_Q2_K)
+    // one word of x (each level) at a time, every row's sums at once; per 16 weights a scale and a
+    // min, the min through the exact f32 sum of those 16 values of x
+    uint bw[RJ][NBW];
+    float t[RJ], tm[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; tm[j] = 0.0; }
+    [[unroll]] for (uint s = 0; s < 8; ++s) {
+        vec4 sd = xsd[s * TPR + c];
+        [[unroll]] for (uint g = 0; g < 2; ++g) {
+            int hs[RJ], ls[RJ];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
+            [[unroll]] for (uint l = 0; l < 4; ++l) {
+                uint w = 4 * g + l, xa = xqh[(8 * s + w) * TPR + c], xb = xql[(8 * s + w) * TPR + c];
+                [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                    uint qw = q2k_word(bw[j], s, w);
+                    hs[j] += dot_ss(qw, xa, 0);
+                    ls[j] += dot_ss(qw, xb, 0);
+                }
+            }
+            float xsum = g == 0 ? sd.z : sd.w;
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint sm = q2k_scale_min(bw[j], 2 * s + g);
+                t[j] += float(sm & 0xFu) * (sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+                tm[j] += float(sm >> 4) * xsum;
+            }
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        vec2 dm = unpackHalf2x16(bw[j][20]);
+        acc[j] += dm.x * t[j] - dm.y * tm[j];
+    }
 #elif defined(Q4K_LIKE)
     // one word of x (each level, each sub-block) at a time, every row's sums at once: 4 words of x
     // live instead of the unit's 32
@@ -694,6 +780,31 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wdh[i][j]).x * t[j];
+#elif defined(QTYPE_Q2_K)
+    uint bw[RJ][NBW];
+    float t[RJ], tm[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; tm[j] = 0.0; }
+    [[unroll]] for (uint s = 0; s < 8; ++s) {
+        [[unroll]] for (uint g = 0; g < 2; ++g) {
+            float tg[RJ], sx = 0.0;
+            [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
+            [[unroll]] for (uint l = 0; l < 4; ++l) {
+                uint w = 4 * g + l;
+                vec4 xv = xs[c * V4 + ((8 * s + w) ^ sw)];
+                sx += (xv.x + xv.y) + (xv.z + xv.w);
+                [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] += dot(sbytes_fma(q2k_word(bw[j], s, w)), xv);
+            }
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint sm = q2k_scale_min(bw[j], 2 * s + g);
+                t[j] += float(sm & 0xFu) * tg[j];
+                tm[j] += float(sm >> 4) * sx;
+            }
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        vec2 dm = unpackHalf2x16(bw[j][20]);
+        acc[j] += dm.x * t[j] - dm.y * tm[j];
+    }
 #elif defined(Q4K_LIKE)
     // sub-blocks 2q (low nibbles) and 2q + 1 (high nibbles) of quarter q = u % 4; x vec4s w, 8 + w
     uint q = (u0 + u) % 4;

@@ -18,8 +18,10 @@ from .test_kernels_matvec_fused import kc_variants, run_fused  # noqa: F401 (a f
 # (type, columns, rows per lane): Q5_K quarters (64 weights): 12 per row (idle lanes), 4 (4 lanes per
 # row, sums by a butterfly), 72 (two x chunks at 64 threads in the f32 form). Q3_K super-blocks (at
 # every even byte offset of a uvec4 across a row of 13): 13 (idle lanes), 5, 32 (f32: two x chunks).
+# Q2_K super-blocks (every 4-byte offset): the same counts.
 STREAM_KQ_CASES = [(T.Q5_K, 768, 2), (T.Q5_K, 256, 4), (T.Q5_K, 4608, 4),
-                   (T.Q3_K, 3328, 2), (T.Q3_K, 1280, 4), (T.Q3_K, 8192, 2)]
+                   (T.Q3_K, 3328, 2), (T.Q3_K, 1280, 4), (T.Q3_K, 8192, 2),
+                   (T.Q2_K, 3328, 2), (T.Q2_K, 1280, 4), (T.Q2_K, 8192, 2)]
 
 
 def _dp_ok(kc) -> bool:
@@ -61,8 +63,9 @@ def test_stream_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel)
         run_fused(dev, kc_variants, qtype, 21, cols, 1, seed=16, glu=True, tol=tol)
 
 
-# (type, columns, units per part asked, parts): Q5_K 72 quarters in 9 parts of 8; Q3_K 16 blocks in 2.
-PARTS_CASES = [(T.Q5_K, 4608, 32, 9), (T.Q3_K, 4096, 8, 2)]
+# (type, columns, units per part asked, parts): Q5_K 72 quarters in 9 parts of 8; Q3_K, Q2_K 16 blocks
+# in 2.
+PARTS_CASES = [(T.Q5_K, 4608, 32, 9), (T.Q3_K, 4096, 8, 2), (T.Q2_K, 4096, 8, 2)]
 
 
 @pytest.mark.parametrize("qtype,cols,ks,parts", PARTS_CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -86,8 +89,8 @@ def test_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, ks, par
         assert (np.frombuffer(buf.read(), dtype=np.uint32) == mm.PART_SENTINEL).all()
 
 
-# (type, columns, rows): Q3_K's 4-block rows take 4 lanes each, 32 rows per row block
-@pytest.mark.parametrize("qtype,cols,rows", [(T.Q5_K, 1024, 37), (T.Q3_K, 1024, 100)],
+# (type, columns, rows): Q3_K's and Q2_K's 4-block rows take 4 lanes each, 32 rows per row block
+@pytest.mark.parametrize("qtype,cols,rows", [(T.Q5_K, 1024, 37), (T.Q3_K, 1024, 100), (T.Q2_K, 1024, 100)],
                          ids=lambda v: getattr(v, "name", str(v)))
 def test_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, rows):   # noqa: F811
     """STEPS: several row blocks per workgroup, the last workgroup short, every fused input, pairs."""
@@ -110,7 +113,7 @@ def _stand_in_gpu():
                                                 max_shared_memory=49152, max_workgroup_invocations=1024))
 
 
-@pytest.mark.parametrize("qtype", [T.Q5_K, T.Q3_K])
+@pytest.mark.parametrize("qtype", [T.Q5_K, T.Q3_K, T.Q2_K])
 def test_gpu_rows_follow_q4_k(qtype):
     """On a GPU with fast integer dots these types take Q4_K's stream rows shape for shape (the
     7.2B's and the 31.5B's products, a split's down product); several tokens keep the base kernel,
@@ -136,7 +139,7 @@ def test_software_device_keeps_the_base_kernel(dev, kc_variants):   # noqa: F811
         assert matvec_config(kc_variants, qtype, 4096, 4096).kernel == "base"
 
 
-MODEL_TYPES = ["q5_k", "q3_k"]
+MODEL_TYPES = ["q5_k", "q3_k", "q2_k"]
 
 
 @pytest.mark.parametrize("qtype", MODEL_TYPES)

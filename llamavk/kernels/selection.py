@@ -423,11 +423,11 @@ class MatvecConfig:
 # wins. Measured with benchmarks/bench_matvec.py (docs/PERFORMANCE.md).
 _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # The types that take Q4_K's stream-kernel rules below (same wg / nr / ks / wave / xfirst for the same
-# shapes): Q5_K has Q4_K's unit (a quarter super-block) plus a high-bit plane; Q3_K's unit is a whole
-# super-block (matvec_stream.comp), so a 4096-wide row has 16 lanes and the 14336-wide down product
+# shapes): Q5_K has Q4_K's unit (a quarter super-block) plus a high-bit plane; Q3_K's and Q2_K's unit
+# is a whole super-block (matvec_stream.comp), so a 4096-wide row has 16 lanes and the 14336-wide down product
 # 7 parts of 8 units (2048 weights; Q4_K 14 of 1024: parts under 8 units are not cut). Not measured
 # when added: the lead measures them on an H100 (benchmarks/bench_kquant_stream_ab.sh) and may tune.
-Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k")
+Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k")
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
     # H100: one token through rows of <= 8192 weights: 1.15-1.3x the base kernel (Q4_0), 1.25-1.5x
