@@ -17,8 +17,8 @@
 // only then stages x into shared memory -- while those loads are in flight -- and does the arithmetic
 // from registers.
 //
-// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K a quarter of a super-block, 64 weights;
-// Q6_K half a super-block, 128 weights: see Q6_K below):
+// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K and Q5_K a quarter of a super-block, 64
+// weights; Q6_K half a super-block, 128 weights; Q3_K, Q2_K a whole one: see those types below):
 //   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
 //   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
@@ -127,9 +127,37 @@
 // arithmetic shifts the runs into place (a select of the word offset o / 4, a 16-bit funnel for o % 4).
 // Element 32k + l of the unit (k < 4, l < 32): low 4 bits in ql byte 32 (k % 2) + l >> 4 (k / 2), high
 // 2 bits in qh byte l >> 2k; weight d * scale[8h + e / 16] * (q - 32).
-// CLOCK (variants *_clock; the split timeline, llamavk/split/clock.py): binding 12 takes the device clock's
-// low 32 bits (clockRealtime2x32EXT) per workgroup, atomically into stamps[8 * p.stamp_slot + 3..7]:
-// earliest / latest entry, earliest / latest release of the wait (WAIT; else entry), latest end.
+// Q5_K (176-byte super-blocks = 11 uvec4s, so every block is 16-byte aligned): a unit is a quarter
+// q of a super-block, as Q4_K's (64 weights, sub-blocks 2q and 2q + 1, the head's 6-bit scales and
+// mins decoded by q4k_quarter_scales): the head (uvec4 0), the quarter's 32 qs bytes (uvec4s 3 + 2q,
+// 4 + 2q) and all 32 qh bytes (uvec4s 1, 2: the quarter's bits 2q, 2q + 1 of every byte), 5 loads.
+// The 4 lanes of a block load the same head and qh in one instruction (one transaction: DRAM reads
+// each byte once); a half-block unit would issue 7 loads per 128 weights instead of 10, but hold
+// 28 registers per row instead of 20, and the Q4_K code (register-lean DOT8 loop) would not apply.
+// Element 32s + l: low 4 bits in qs byte 32 (s / 2) + l >> 4 (s % 2), bit 4 = qh byte l >> s;
+// weight d sc[s] q - dmin m[s] (DOT8: the mins through the exact f32 sums of x, as Q4_K).
+// Q3_K (110-byte super-blocks: a block starts at an even byte offset o = 110 b mod 16): a unit is a
+// whole super-block (256 weights). Half a block would need all 32 hmask bytes, its 32 qs bytes and
+// the 14 bytes of scales and d -- 78 of the 110 -- at three unaligned places: up to 8 aligned uvec4s
+// for 128 weights; for the whole block the lane loads 7 aligned uvec4s for hmask and qs (bytes 0..95:
+// o + 96 <= 112; none past the uvec4 holding byte 95, so none past the block's byte 109: at o = 0 the
+// 7th would read 2 bytes past it, which past a buffer's end read as 0 or fault, so it repeats the
+// 6th), the 12 scale bytes as 4 words (at byte 2 or 4 of them: never past byte 109) and d as a
+// 16-bit word (its 32-bit word may end past the block), and only in the arithmetic shifts the words
+// into place as Q6_K does (selects of the word offset o / 4, a 16-bit funnel for o % 4 == 2). 16
+// lanes cover a 4096-wide row. Neighbouring lanes take neighbouring blocks: a load instruction reads
+// 16 bytes every 110, the 7 of them every hmask and qs byte once. Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4), bit 2 =
+// hmask byte l >> s; weight d (sc[e / 16] - 32) (q - 4), q - 4 as a signed byte in the DOT8 sums
+// (the offset is the data's: no block sum of x needed).
+// Q2_K (84-byte super-blocks: a block starts at a 4-byte multiple o = 84 b mod 16): a unit is a whole
+// super-block, as Q3_K's (half a block would need its 8 scale bytes, 32 qs bytes and d, dmin at
+// three places, up to 5 uvec4s for 128 weights). The lane loads 5 aligned uvec4s from the one
+// holding the block's first byte (they end at its byte 80 - o: never past it) and the next 4 words
+// (bytes 80 - o .. 95 - o), none past the one holding d and dmin (at o = 0 they repeat it, unused),
+// so nothing is read past the block's end, and picks the 21 words by selects of o / 4 (no funnel).
+// Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4); scale byte e / 16: scale low
+// nibble, min high; weight d sc q - dmin m. DOT8: the mins through the exact f32 sums of x's 16-value
+// halves (xsd holds them beside each 32 values' scale and sum).
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
 // 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD.
@@ -216,7 +244,7 @@ layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
 layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };      // PAIR: the up matrix
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
-#if defined(QTYPE_Q6_K)
+#if defined(QTYPE_Q6_K) || defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)
 layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
 layout(std430, binding = 7) readonly buffer PairU16 { uint16_t pu16[]; };
 #endif
@@ -240,15 +268,7 @@ layout(push_constant) uniform Push {
     uint wait_slot;    // WAIT: the producer's counter
     uint wait_n;       // WAIT: its workgroups
     uint signal_slot;  // SIGNAL: this product's counter
-#ifdef CLOCK
-    uint stamp_slot;   // CLOCK: this product's stamps (header)
-#endif
 } p;
-#ifdef CLOCK
-#extension GL_EXT_shader_realtime_clock : require
-layout(std430, binding = 12) buffer Stamps { uint stamps[]; };
-uint clock_release;    // lane 0: when the wait was met
-#endif
 #include "rope_common.glsl"
 
 #if defined(QTYPE_Q4_0)
@@ -260,11 +280,28 @@ uint clock_release;    // lane 0: when the wait was met
 #elif defined(QTYPE_Q4_K)
 #define UNIT 64
 #define NQ 3
+#elif defined(QTYPE_Q5_K)
+#define UNIT 64
+#define NQ 5        // head, qs 2, qh 2 (header: Q5_K)
 #elif defined(QTYPE_Q6_K)
 #define UNIT 128
 #define NQ 8        // ql 5, qh 3 (the scales and d: wt below)
+#elif defined(QTYPE_Q3_K)
+#define UNIT 256    // a whole super-block (header: Q3_K)
+#define NQ 7        // hmask and qs (the scales and d: wt, wdh below)
+#define NBW 27      // block words used: hmask 8, qs 16, scales 3 (d apart)
+#elif defined(QTYPE_Q2_K)
+#define UNIT 256    // a whole super-block (header: Q2_K)
+#define NQ 6        // 5 uvec4s and 4 words
+#define NBW 21      // block words: scales 4, qs 16, d and dmin
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K or Q6_K"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K or Q2_K"
+#endif
+#if defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)
+#define WHOLE_BLOCK 1   // a unit is one super-block at any even byte offset (wo below)
+#endif
+#if defined(QTYPE_Q4_K) || defined(QTYPE_Q5_K)
+#define Q4K_LIKE 1  // a quarter super-block per unit, its scales and mins from the head (no wd)
 #endif
 #define V4 (UNIT / 4)   // x vec4s per unit
 const uint NPRE = XFIRST ? (TPR * V4 + WG - 1) / WG : 1;   // XFIRST: x vec4s a lane loads first
@@ -274,7 +311,11 @@ const uint NPRE = XFIRST ? (TPR * V4 + WG - 1) / WG : 1;   // XFIRST: x vec4s a 
 const uint XQ_LEN = V4 * TPR;
 shared uint xqh[XQ_LEN];
 shared uint xql[XQ_LEN];
+#if defined(QTYPE_Q2_K)
+shared vec4 xsd[(UNIT / 32) * TPR];   // per 32 values: (s, sum of x, sums of its halves): a min per 16
+#else
 shared vec2 xsd[(UNIT / 32) * TPR];   // per 32 values: (s, sum of x)
+#endif
 #else
 const uint XS_LEN = TPR * V4;
 shared vec4 xs[XS_LEN];
@@ -311,9 +352,6 @@ void wait_for_producer() {
         // effect but its own end may be deleted by the compiler (NVIDIA's was: x read at once)
         uint polls = 0u;
         while (chain[p.wait_slot] < p.wait_n) ++polls;
-#ifdef CLOCK
-        clock_release = clockRealtime2x32EXT().x;
-#endif
         if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
     }
     // No fence here: the activations are read after the count was seen (the barrier orders it), at
@@ -334,7 +372,13 @@ void stage(uint k, vec4 v) {
     // the 8 vec4s of a 32-value block are in 8 neighbouring lanes: max and sum by xor-shuffles
     float amax = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
     float bsum = (v.x + v.y) + (v.z + v.w);
+#if defined(QTYPE_Q2_K)
+    float hsum = 0.0;   // the sum of the 16 values of this vec4's half of the block
+#endif
     [[unroll]] for (uint m = 1; m < 8; m *= 2) {
+#if defined(QTYPE_Q2_K)
+        if (m == 4) hsum = bsum;
+#endif
         amax = max(amax, subgroupShuffleXor(amax, m));
         bsum += subgroupShuffleXor(bsum, m);
     }
@@ -343,7 +387,12 @@ void stage(uint k, vec4 v) {
     vec4 l = clamp(round((v - h * sc) * (254.0 * inv)), -127.0, 127.0);
     xqh[e * TPR + unit] = pack32(i8vec4(h));
     xql[e * TPR + unit] = pack32(i8vec4(l));
+#if defined(QTYPE_Q2_K)
+    float hsum2 = subgroupShuffleXor(hsum, 4u);   // lane e % 8 == 0 holds the first half's, +4 the second's
+    if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec4(sc, bsum, hsum, hsum2);
+#else
     if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec2(sc, bsum);
+#endif
 #else
     xs[unit * V4 + (e ^ (unit & 7u))] = v;
 #endif
@@ -361,7 +410,13 @@ uvec4 wq[C][RJ][NQ];
 #if defined(QTYPE_Q6_K)
 uvec4 wt[C][RJ];   // the 3 words holding the unit's scales, d (f16 bits)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (210 b mod 16)
-#elif !defined(QTYPE_Q4_K)
+#elif defined(QTYPE_Q3_K)
+uint wo[C][RJ];    // the block's byte offset in its uvec4 (110 b mod 16)
+uvec4 wt[C][RJ];   // the 4 words holding its scales
+uint wdh[C][RJ];   // d (f16 bits)
+#elif defined(QTYPE_Q2_K)
+uint wo[C][RJ];    // the block's byte offset in its uvec4 (84 b mod 16: a multiple of 4)
+#elif !defined(Q4K_LIKE)
 float wd[C][RJ];
 #endif
 float acc[RJ];
@@ -380,6 +435,17 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 uint o0 = 9 * ib, o1 = 9 * ib + 1 + 2 * ((u0 + u) % 4);
                 if (second) { wq[i][j][0] = pu4[o0]; wq[i][j][1] = pu4[o1]; wq[i][j][2] = pu4[o1 + 1]; }
                 else { wq[i][j][0] = wu4[o0]; wq[i][j][1] = wu4[o1]; wq[i][j][2] = wu4[o1 + 1]; }
+#elif defined(QTYPE_Q5_K)
+                // quarter q of super-block ib (11 uvec4s): the head, its 32 qs bytes, the 32 qh bytes
+                uint ib = row * (row_units / 4) + (u0 + u) / 4;
+                uint o0 = 11 * ib, o1 = 11 * ib + 3 + 2 * ((u0 + u) % 4);
+                if (second) {
+                    wq[i][j][0] = pu4[o0]; wq[i][j][1] = pu4[o1]; wq[i][j][2] = pu4[o1 + 1];
+                    wq[i][j][3] = pu4[o0 + 1]; wq[i][j][4] = pu4[o0 + 2];
+                } else {
+                    wq[i][j][0] = wu4[o0]; wq[i][j][1] = wu4[o1]; wq[i][j][2] = wu4[o1 + 1];
+                    wq[i][j][3] = wu4[o0 + 1]; wq[i][j][4] = wu4[o0 + 2];
+                }
 #elif defined(QTYPE_Q6_K)
                 // half h of super-block ib (header: Q6_K)
                 uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2;
@@ -394,6 +460,35 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = wu4[q0 + k];
                     [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][5 + k] = wu4[q1 + k];
                     wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], uint(wu16[d16]));
+                }
+                wo[i][j] = bb & 15u;
+#elif defined(QTYPE_Q3_K)
+                // super-block ib at byte bb (header: Q3_K): hmask and qs (bytes 0..95) from 7 aligned
+                // uvec4s, none past the one holding byte 95 (o = 0: the 7th repeats it, unused); the
+                // scales from 4 words (bytes 94 or 92 .. 109 or 107), d as a 16-bit word
+                uint ib = row * row_units + u0 + u, bb = 110 * ib;
+                uint q0 = bb >> 4, q1 = (bb + 95) >> 4, s0 = (bb + 94) >> 2, d16 = (bb + 108) >> 1;
+                if (second) {
+                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = pu4[min(q0 + k, q1)];
+                    wt[i][j] = uvec4(pu32[s0], pu32[s0 + 1], pu32[s0 + 2], pu32[s0 + 3]);
+                    wdh[i][j] = uint(pu16[d16]);
+                } else {
+                    [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = wu4[min(q0 + k, q1)];
+                    wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], wu32[s0 + 3]);
+                    wdh[i][j] = uint(wu16[d16]);
+                }
+                wo[i][j] = bb & 15u;
+#elif defined(QTYPE_Q2_K)
+                // super-block ib at byte bb (header: Q2_K): 5 aligned uvec4s from the one holding its
+                // first byte (never past its byte 79), then 4 words, none past the one holding d, dmin
+                uint ib = row * row_units + u0 + u, bb = 84 * ib;
+                uint q0 = bb >> 4, w0 = 4 * q0 + 20, w1 = (bb + 80) >> 2;
+                if (second) {
+                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = pu4[q0 + k];
+                    wq[i][j][5] = uvec4(pu32[min(w0, w1)], pu32[min(w0 + 1, w1)], pu32[min(w0 + 2, w1)], pu32[min(w0 + 3, w1)]);
+                } else {
+                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = wu4[q0 + k];
+                    wq[i][j][5] = uvec4(wu32[min(w0, w1)], wu32[min(w0 + 1, w1)], wu32[min(w0 + 2, w1)], wu32[min(w0 + 3, w1)]);
                 }
                 wo[i][j] = bb & 15u;
 #else
@@ -444,6 +539,72 @@ float q6k_scale(uint sc[2], uint g) {
 }
 #endif
 
+#if defined(QTYPE_Q5_K)
+// Q5_K (header): bit 4 of the quarter q's quants from qh word hw (bytes l .. l + 3: bit 2q for
+// sub-block 2q, the low nibbles lo, bit 2q + 1 for sub-block 2q + 1, the high nibbles hi).
+void q5k_high_bits(uint hw, uint q, inout uint lo, inout uint hi) {
+    uint h = hw >> (2 * q);
+    lo |= (h & 0x01010101u) << 4;
+    hi |= (h & 0x02020202u) << 3;
+}
+#endif
+
+#if defined(WHOLE_BLOCK)
+// Words k < NBW of the super-block loaded for unit i, row j, shifted into place: the word offset
+// wo / 4 picked by selects (a register array indexed by a lane's value would go to local memory),
+// Q3_K's odd half-word (wo % 4 == 2) by a 16-bit funnel (its scales from wt).
+void block_words(uint i, uint j, out uint bw[NBW]) {
+    uint o = wo[i][j], a = o >> 2;
+    uint r[4 * NQ];
+    [[unroll]] for (uint k = 0; k < 4 * NQ; ++k) r[k] = wq[i][j][k / 4][k % 4];
+#if defined(QTYPE_Q3_K)
+    bool half_word = (o & 2u) != 0u;
+    [[unroll]] for (uint k = 0; k < 24; ++k) {   // hmask, qs
+        uint m0 = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
+        uint m1 = a < 2u ? (a == 0u ? r[k + 1] : r[k + 2]) : (a == 2u ? r[k + 3] : r[k + 4]);
+        bw[k] = half_word ? (m0 >> 16) | (m1 << 16) : m0;
+    }
+    uvec4 t = wt[i][j];   // scales at byte 2 (half_word) or 4 of t
+    bw[24] = half_word ? (t.x >> 16) | (t.y << 16) : t.y;
+    bw[25] = half_word ? (t.y >> 16) | (t.z << 16) : t.z;
+    bw[26] = half_word ? (t.z >> 16) | (t.w << 16) : t.w;
+#else
+    [[unroll]] for (uint k = 0; k < NBW; ++k)
+        bw[k] = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
+#endif
+}
+#endif
+
+#if defined(QTYPE_Q3_K)
+// Q3_K (header): signed bytes q - 4 of elements 32s + 4w .. 32s + 4w + 3 (s, w < 8): 2 low bits from
+// qs, bit 2 from hmask; (q | 0x80) - 4 never borrows across bytes, ^ 0x80 makes it q - 4.
+uint q3k_word(uint bw[NBW], uint s, uint w) {
+    uint lo = (bw[8 + 8 * (s / 4) + w] >> (2 * (s % 4))) & 0x03030303u;
+    uint hb = (bw[w] >> s) & 0x01010101u;
+    return (((lo | (hb << 2)) | 0x80808080u) - 0x04040404u) ^ 0x80808080u;
+}
+
+// Scale g (< 16: elements 16g .. 16g + 15): low 4 bits in scale byte g % 8 (nibble g / 8), high 2
+// bits in byte 8 + g % 4 (bits 2 (g / 4)); minus 32.
+float q3k_scale(uint bw[NBW], uint g) {
+    uint lo = (bw[24 + (g % 8) / 4] >> (8 * (g % 4) + 4 * (g / 8))) & 0xFu;
+    uint hi = (bw[26] >> (8 * (g % 4) + 2 * (g / 4))) & 0x3u;
+    return float(int(lo | (hi << 4)) - 32);
+}
+#endif
+
+#if defined(QTYPE_Q2_K)
+// Q2_K (header): the 2-bit quants of elements 32s + 4w .. 32s + 4w + 3 (s, w < 8), one per byte.
+uint q2k_word(uint bw[NBW], uint s, uint w) {
+    return (bw[4 + 8 * (s / 4) + w] >> (2 * (s % 4))) & 0x03030303u;
+}
+
+// Scale byte g (< 16: elements 16g .. 16g + 15): the scale in its low nibble, the min in its high.
+uint q2k_scale_min(uint bw[NBW], uint g) {
+    return (bw[g / 4] >> (8 * (g % 4))) & 0xFFu;
+}
+#endif
+
 // acc[j] += the products of this lane's unit i (of x chunk i, staged) with its loaded weights.
 void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint u = c + TPR * i;
@@ -452,7 +613,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
         uint a = 0u;
         [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
-#if defined(QTYPE_Q4_K) || defined(QTYPE_Q6_K)
+#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(WHOLE_BLOCK)
         acc[j] += float(a & 1u);
 #else
         acc[j] += float(a & 1u) + wd[i][j];
@@ -480,7 +641,61 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
         acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
     }
-#elif defined(QTYPE_Q4_K)
+#elif defined(QTYPE_Q3_K)
+    // one word of x (each level) at a time, every row's sums at once; a scale per 16 weights
+    uint bw[RJ][NBW];
+    float t[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; }
+    [[unroll]] for (uint s = 0; s < 8; ++s) {
+        vec2 sd = xsd[s * TPR + c];
+        [[unroll]] for (uint g = 0; g < 2; ++g) {
+            int hs[RJ], ls[RJ];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
+            [[unroll]] for (uint l = 0; l < 4; ++l) {
+                uint w = 4 * g + l, xa = xqh[(8 * s + w) * TPR + c], xb = xql[(8 * s + w) * TPR + c];
+                [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                    uint qw = q3k_word(bw[j], s, w);
+                    hs[j] += dot_ss(qw, xa, 0);
+                    ls[j] += dot_ss(qw, xb, 0);
+                }
+            }
+            [[unroll]] for (uint j = 0; j < RJ; ++j)
+                t[j] += q3k_scale(bw[j], 2 * s + g) * (sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wdh[i][j]).x * t[j];
+#elif defined(QTYPE_Q2_K)
+    // one word of x (each level) at a time, every row's sums at once; per 16 weights a scale and a
+    // min, the min through the exact f32 sum of those 16 values of x
+    uint bw[RJ][NBW];
+    float t[RJ], tm[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; tm[j] = 0.0; }
+    [[unroll]] for (uint s = 0; s < 8; ++s) {
+        vec4 sd = xsd[s * TPR + c];
+        [[unroll]] for (uint g = 0; g < 2; ++g) {
+            int hs[RJ], ls[RJ];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
+            [[unroll]] for (uint l = 0; l < 4; ++l) {
+                uint w = 4 * g + l, xa = xqh[(8 * s + w) * TPR + c], xb = xql[(8 * s + w) * TPR + c];
+                [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                    uint qw = q2k_word(bw[j], s, w);
+                    hs[j] += dot_ss(qw, xa, 0);
+                    ls[j] += dot_ss(qw, xb, 0);
+                }
+            }
+            float xsum = g == 0 ? sd.z : sd.w;
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint sm = q2k_scale_min(bw[j], 2 * s + g);
+                t[j] += float(sm & 0xFu) * (sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+                tm[j] += float(sm >> 4) * xsum;
+            }
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        vec2 dm = unpackHalf2x16(bw[j][20]);
+        acc[j] += dm.x * t[j] - dm.y * tm[j];
+    }
+#elif defined(Q4K_LIKE)
     // one word of x (each level, each sub-block) at a time, every row's sums at once: 4 words of x
     // live instead of the unit's 32
     uint q = (u0 + u) % 4;
@@ -491,6 +706,9 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         [[unroll]] for (uint j = 0; j < RJ; ++j) {
             uint qw = wq[i][j][1 + w / 4][w % 4];
             uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;
+#if defined(QTYPE_Q5_K)
+            q5k_high_bits(wq[i][j][3 + w / 4][w % 4], q, lo, hi);
+#endif
             h0[j] += dot_ss(lo, xa, 0); l0[j] += dot_ss(lo, xb, 0);
             h1[j] += dot_ss(hi, xc, 0); l1[j] += dot_ss(hi, xd, 0);
         }
@@ -545,7 +763,49 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
         acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
     }
-#elif defined(QTYPE_Q4_K)
+#elif defined(QTYPE_Q3_K)
+    uint bw[RJ][NBW];
+    float t[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; }
+    [[unroll]] for (uint s = 0; s < 8; ++s) {
+        [[unroll]] for (uint g = 0; g < 2; ++g) {
+            float tg[RJ];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
+            [[unroll]] for (uint l = 0; l < 4; ++l) {
+                uint w = 4 * g + l;
+                vec4 xv = xs[c * V4 + ((8 * s + w) ^ sw)];
+                [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] += dot(sbytes_fma(q3k_word(bw[j], s, w)), xv);
+            }
+            [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] += q3k_scale(bw[j], 2 * s + g) * tg[j];
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wdh[i][j]).x * t[j];
+#elif defined(QTYPE_Q2_K)
+    uint bw[RJ][NBW];
+    float t[RJ], tm[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; tm[j] = 0.0; }
+    [[unroll]] for (uint s = 0; s < 8; ++s) {
+        [[unroll]] for (uint g = 0; g < 2; ++g) {
+            float tg[RJ], sx = 0.0;
+            [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
+            [[unroll]] for (uint l = 0; l < 4; ++l) {
+                uint w = 4 * g + l;
+                vec4 xv = xs[c * V4 + ((8 * s + w) ^ sw)];
+                sx += (xv.x + xv.y) + (xv.z + xv.w);
+                [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] += dot(sbytes_fma(q2k_word(bw[j], s, w)), xv);
+            }
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint sm = q2k_scale_min(bw[j], 2 * s + g);
+                t[j] += float(sm & 0xFu) * tg[j];
+                tm[j] += float(sm >> 4) * sx;
+            }
+        }
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        vec2 dm = unpackHalf2x16(bw[j][20]);
+        acc[j] += dm.x * t[j] - dm.y * tm[j];
+    }
+#elif defined(Q4K_LIKE)
     // sub-blocks 2q (low nibbles) and 2q + 1 (high nibbles) of quarter q = u % 4; x vec4s w, 8 + w
     uint q = (u0 + u) % 4;
     float t0[RJ], t1[RJ], sx0 = 0.0, sx1 = 0.0;
@@ -556,7 +816,15 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         sx1 += (xc.x + xc.y) + (xc.z + xc.w);
         [[unroll]] for (uint j = 0; j < RJ; ++j) {
             vec4 a, cc;
+#if defined(QTYPE_Q5_K)
+            uint qw = wq[i][j][1 + w / 4][w % 4];
+            uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;
+            q5k_high_bits(wq[i][j][3 + w / 4][w % 4], q, lo, hi);
+            a = sbytes_fma(lo);   // 0..31: as signed bytes the same
+            cc = sbytes_fma(hi);
+#else
             nib_fma(wq[i][j][1 + w / 4][w % 4], 0.0, a, cc);
+#endif
             t0[j] += dot(a, xa);
             t1[j] += dot(cc, xc);
         }
@@ -996,23 +1264,10 @@ void product() {
 }
 
 void main() {
-#ifdef CLOCK
-    uint clock_entry = clockRealtime2x32EXT().x;
-    clock_release = clock_entry;
-#endif
     product();
     if (SIGNAL) {   // every store of this workgroup visible, then one count (header)
         memoryBarrierBuffer();
         barrier();
         if (gl_LocalInvocationIndex == 0) atomicAdd(chain[p.signal_slot], 1u);
     }
-#ifdef CLOCK
-    barrier();
-    if (gl_LocalInvocationIndex == 0) {
-        uint s = 8u * p.stamp_slot, t_end = clockRealtime2x32EXT().x;
-        atomicMin(stamps[s + 3u], clock_entry); atomicMax(stamps[s + 4u], clock_entry);
-        atomicMin(stamps[s + 5u], clock_release); atomicMax(stamps[s + 6u], clock_release);
-        atomicMax(stamps[s + 7u], t_end);
-    }
-#endif
 }

@@ -71,6 +71,12 @@ CASES = {
                             MatvecConfig(64, 2, 1, 1, "stream_dp", steps=2)),
     "q6_k-16x4-dp-shexp": (T.Q6_K, 37, 512, 16, 4, "softmax", True, 1.0, True, True,
                            MatvecConfig(64, 2, 1, 1, "stream_dp")),
+    "q5_k-16x4-dp-shexp": (T.Q5_K, 37, 768, 16, 4, "softmax", True, 1.0, True, True,
+                           MatvecConfig(64, 2, 1, 1, "stream_dp")),
+    "q3_k-16x4-dp-shexp": (T.Q3_K, 37, 1280, 16, 4, "softmax", True, 1.0, True, True,
+                           MatvecConfig(64, 2, 1, 1, "stream_dp")),
+    "q2_k-16x4-dp-shexp": (T.Q2_K, 37, 1280, 16, 4, "softmax", True, 1.0, True, True,
+                           MatvecConfig(64, 2, 1, 1, "stream_dp")),
 }
 # LLAMAVK_ROUTER_FUSE=late: each block's router weights loaded after its arithmetic
 # (REARLY off); the other cases run early (with its matrix loads)

@@ -422,6 +422,12 @@ class MatvecConfig:
 # tokens, weight rows and columns) apply, and whose kernel fits the product (matmul.matvec_config),
 # wins. Measured with benchmarks/bench_matvec.py (docs/PERFORMANCE.md).
 _ANY = lambda kc, n, rows, cols: True   # noqa: E731
+# The types that take Q4_K's stream-kernel rules below (same wg / nr / ks / wave / xfirst for the same
+# shapes): Q5_K has Q4_K's unit (a quarter super-block) plus a high-bit plane; Q3_K's and Q2_K's unit
+# is a whole super-block (matvec_stream.comp), so a 4096-wide row has 16 lanes and the 14336-wide down product
+# 7 parts of 8 units (2048 weights; Q4_K 14 of 1024: parts under 8 units are not cut). Not measured
+# when added: the lead measures them on an H100 (benchmarks/bench_kquant_stream_ab.sh) and may tune.
+Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k")
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
     # H100: one token through rows of <= 8192 weights: 1.15-1.3x the base kernel (Q4_0), 1.25-1.5x
@@ -460,9 +466,9 @@ MATVEC_CONFIGS = (
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
      and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=2)),
-    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
+    ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
-    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
+    ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2, chained_steps=1)),
     # (chained_steps: the output projection waiting for attention (5. below) by 1 block per workgroup,
     # all 256 workgroups resident while attention runs: 397.1 / 397.4 against 388.2 / 388.5 by 2)
@@ -478,7 +484,7 @@ MATVEC_CONFIGS = (
      MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
-    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
+    ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
     # H100, longer rows (the FFN down product, 14336 wide) in column parts, one workgroup each: Q4_0
     # 1.25x the base kernel, Q4_K 1.4x the stream kernel over whole rows, Q8_0 the same. Q4_0 / Q8_0
@@ -494,7 +500,7 @@ MATVEC_CONFIGS = (
     # 358.6 / 358.1, by 128 353.2 / 355.9, 4 rows per lane 358.6 / 359.5).
     ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp", xfirst=1)),
-    ("gpu", ("q4_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
+    ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=2, ks=16, u=1, kernel="stream_dp", xfirst=1)),
     # Q6_K (half-super-block units): column parts of 16 units with x first on every shape (4096-wide
     # rows in 2 parts, so RoPE stays out of the Q/K/V products). H100, 7.2B tg128 (`sh

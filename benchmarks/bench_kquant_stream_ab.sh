@@ -1,0 +1,23 @@
+#!/bin/sh
+# Q5_K, Q3_K and Q2_K one-token products (issue 27): the stream kernel (matvec_stream.comp, DOT8 form,
+# Q4_K's MATVEC_CONFIGS rows: the default on GPUs with fast integer dot products) against the base
+# kernel they ran on before (matvec.comp, forced back through LLAMAVK_MATVEC with the GPU rows' old
+# split), tg128 of the 7.2B (the 8b preset) per type on one GPU, each model twice per run (take the
+# second pass). Each model is written to $DIR (4.6 / 2.9 / 2.2 GiB of tensors; a few minutes each) and
+# deleted before the next (disk is small). Keep the stream rows only where they win.
+# Usage: sh benchmarks/bench_kquant_stream_ab.sh [TYPES]  (default "q5_k q3_k q2_k")
+set -u
+TYPES=${1:-q5_k q3_k q2_k}
+PY=${PYTHON:-python3}
+DIR=${DIR:-${TMPDIR:-/tmp}/llamavk-kquant-ab}
+mkdir -p "$DIR"
+for t in $TYPES; do
+    M="$DIR/8b-$t.gguf"
+    echo "== write $M"
+    timeout 1200 $PY examples/make_synthetic_model.py --preset 8b --type "$t" -o "$M" || { rm -f "$M"; continue; }
+    echo "== $t: stream kernel (default)"
+    timeout 600 $PY -m llamavk bench -m "$M,$M" -p 0 -n 128 -r 3
+    echo "== $t: base kernel, LLAMAVK_MATVEC=$t=base:256,4,2,2"
+    LLAMAVK_MATVEC="$t=base:256,4,2,2" timeout 600 $PY -m llamavk bench -m "$M,$M" -p 0 -n 128 -r 3
+    rm -f "$M"
+done
