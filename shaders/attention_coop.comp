@@ -1,14 +1,13 @@
 #version 450
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
-#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 // Causal GQA attention for prompts on cooperative matrices (tensor cores): what attention.comp
 // computes, with the same bindings, push constants (sliding window included) and query-row order
-// (read its header), for one split (the prompt grids are large enough). Written against GL_NV_cooperative_matrix like
-// matmul_coop.comp (build.py rewrites it to the KHR extension); 16 x 8 x 16 f16 -> f32 tiles,
-// 32-lane subgroups.
+// (read its header), for one split (the prompt grids are large enough). GL_KHR_cooperative_matrix like
+// matmul_coop.comp (and built like it); 16 x 8 x 16 f16 -> f32 tiles, 32-lane subgroups.
 //
 // A workgroup of 4 subgroups takes 64 query rows of one KV head (t-major: 16 tokens x 4 GQA heads
 // share every K/V row); subgroup w owns rows 16 w .. 16 w + 15 and keeps its q (scaled, f16) as HD/16
@@ -30,6 +29,10 @@
 #define LDP ((BC + 8) / 4)   // shared P row stride in uvec2
 #define KT (HD / 16)         // K steps of q K^T
 #define OT (HD / 8)          // 16 x 8 output tiles per subgroup
+// the subgroup's tiles: A (M x K) and B (K x N) f16, the f32 accumulator (M x N)
+#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 8, gl_MatrixUseB>
+#define MAT_ACC coopmat<float, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator>
 layout(local_size_x = 32 * NW) in;
 const float NEG = -1.0e30;
 
@@ -108,14 +111,14 @@ void main() {
         ks[r * LDK + e] = pack4(v);
     }
     barrier();
-    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> qa[KT];
-    [[unroll]] for (uint k = 0; k < KT; ++k) coopMatLoadNV(qa[k], ks, (w * 16) * LDK + k * 4, LDK, false);
+    MAT_A qa[KT];
+    [[unroll]] for (uint k = 0; k < KT; ++k) coopMatLoad(qa[k], ks, (w * 16) * LDK + k * 4, LDK, gl_CooperativeMatrixLayoutRowMajor);
     barrier();   // ks is K's from here on
 
     const uint sbase = w * 16 * BC;   // this subgroup's S tile
     float m = NEG, l = 0.0;
-    fcoopmatNV<32, gl_ScopeSubgroup, 16, 8> oacc[OT];
-    [[unroll]] for (uint j = 0; j < OT; ++j) oacc[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 8>(0.0);
+    MAT_ACC oacc[OT];
+    [[unroll]] for (uint j = 0; j < OT; ++j) oacc[j] = MAT_ACC(0.0);
 
     [[unroll]] for (uint pass = 0; pass < 2; ++pass) {
         for (uint c0 = kv_begin; c0 < kv_end; c0 += BC) {
@@ -123,13 +126,13 @@ void main() {
             barrier();
             // S = q K^T: BC / 8 tiles of 16 x 8, KT steps each
             [[unroll]] for (uint j = 0; j < BC / 8; ++j) {
-                fcoopmatNV<32, gl_ScopeSubgroup, 16, 8> sacc = fcoopmatNV<32, gl_ScopeSubgroup, 16, 8>(0.0);
+                MAT_ACC sacc = MAT_ACC(0.0);
                 [[unroll]] for (uint k = 0; k < KT; ++k) {
-                    fcoopmatNV<16, gl_ScopeSubgroup, 16, 8> kb;
-                    coopMatLoadNV(kb, ks, (j * 8) * LDK + k * 4, LDK, true);   // B[d][c] = K[c][d]
-                    sacc = coopMatMulAddNV(qa[k], kb, sacc);
+                    MAT_B kb;
+                    coopMatLoad(kb, ks, (j * 8) * LDK + k * 4, LDK, gl_CooperativeMatrixLayoutColumnMajor);   // B[d][c] = K[c][d]
+                    sacc = coopMatMulAdd(qa[k], kb, sacc);
                 }
-                coopMatStoreNV(sacc, ss, sbase + j * 8, BC, false);
+                coopMatStore(sacc, ss, sbase + j * 8, BC, gl_CooperativeMatrixLayoutRowMajor);
             }
             subgroupMemoryBarrierShared();
             subgroupBarrier();
@@ -163,12 +166,12 @@ void main() {
                 subgroupBarrier();
                 // O += P V: BC / 16 K steps, OT output tiles
                 [[unroll]] for (uint k = 0; k < BC / 16; ++k) {
-                    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> pa;
-                    coopMatLoadNV(pa, ps, (w * 16) * LDP + k * 4, LDP, false);
+                    MAT_A pa;
+                    coopMatLoad(pa, ps, (w * 16) * LDP + k * 4, LDP, gl_CooperativeMatrixLayoutRowMajor);
                     [[unroll]] for (uint j = 0; j < OT; ++j) {
-                        fcoopmatNV<16, gl_ScopeSubgroup, 16, 8> vb;
-                        coopMatLoadNV(vb, vs, (k * 16) * LDK + j * 2, LDK, false);   // B[c][d] = V[c][d]
-                        oacc[j] = coopMatMulAddNV(pa, vb, oacc[j]);
+                        MAT_B vb;
+                        coopMatLoad(vb, vs, (k * 16) * LDK + j * 2, LDK, gl_CooperativeMatrixLayoutRowMajor);   // B[c][d] = V[c][d]
+                        oacc[j] = coopMatMulAdd(pa, vb, oacc[j]);
                     }
                 }
             }
@@ -183,7 +186,7 @@ void main() {
     const uint orow = my_t * p.n_head + kvh * n_gqa + (my_row - my_t * n_gqa);
     [[unroll]] for (uint j0 = 0; j0 < OT; j0 += 4) {
         [[unroll]] for (uint j = 0; j < 4; ++j)
-            if (j0 + j < OT) coopMatStoreNV(oacc[j0 + j], ss, sbase + j * 8, BC, false);
+            if (j0 + j < OT) coopMatStore(oacc[j0 + j], ss, sbase + j * 8, BC, gl_CooperativeMatrixLayoutRowMajor);
         subgroupMemoryBarrierShared();
         subgroupBarrier();
         if (live) {

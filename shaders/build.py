@@ -25,16 +25,24 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "llamavk" / "spv"
 GLSLC_FLAGS = ["--target-env=vulkan1.2", "-O", "-fshader-stage=compute"]
 
+
+def glslc_trixie() -> str:
+    """Debian 13's glslc: `bash ../shared/tools/glslc-trixie.sh` unpacks it to ~/.cache/glslc-trixie/glslc;
+    $LLAMAVK_GLSLC_TRIXIE names another path."""
+    return os.environ.get("LLAMAVK_GLSLC_TRIXIE") or str(Path.home() / ".cache" / "glslc-trixie" / "glslc")
+
+
 # Compilers a variant can name: key -> (how to find the executable, flags).
-#   glslc         the one on PATH: Debian 12's shaderc 2023.2 built every kernel but the few below
-#   glslc-trixie  Debian 13's shaderc 2025.2 (`bash ../shared/tools/glslc-trixie.sh` unpacks it to
-#                 ~/.cache/glslc-trixie/glslc; $LLAMAVK_GLSLC_TRIXIE names another path): the first
-#                 that compiles GL_NV_cooperative_matrix2, which needs SPIR-V 1.6 (vulkan1.3)
+#   glslc                   the one on PATH: Debian 12's shaderc 2023.2 built every kernel but the few below
+#   glslc-trixie            Debian 13's shaderc 2025.2 (glslc_trixie above), SPIR-V 1.6: the
+#                           GL_NV_cooperative_matrix2 kernels (that extension needs vulkan1.3)
+#   glslc-trixie-vulkan1.2  the same compiler, SPIR-V 1.5 like the rest: the GL_KHR_cooperative_matrix
+#                           kernels (shaderc 2023.2 does not know that extension; Vulkan 1.2 devices
+#                           with VK_KHR_cooperative_matrix load them)
 COMPILERS = {
     "glslc": (lambda: "glslc", GLSLC_FLAGS),
-    "glslc-trixie": (lambda: os.environ.get("LLAMAVK_GLSLC_TRIXIE")
-                     or str(Path.home() / ".cache" / "glslc-trixie" / "glslc"),
-                     ["--target-env=vulkan1.3", "-O", "-fshader-stage=compute"]),
+    "glslc-trixie": (glslc_trixie, ["--target-env=vulkan1.3", "-O", "-fshader-stage=compute"]),
+    "glslc-trixie-vulkan1.2": (glslc_trixie, GLSLC_FLAGS),
 }
 
 

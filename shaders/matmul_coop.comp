@@ -1,13 +1,13 @@
 #version 450
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
-#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 // y[t, y_off + r] = sum_c W[r, c] * x[t, c] (+ bias[y_off + r]) for a batch of tokens (prompt), on
-// cooperative matrices (tensor cores). Written against GL_NV_cooperative_matrix; shaders/build.py
-// rewrites the SPIR-V to SPV_KHR_cooperative_matrix (shaders/coopmat_khr.py), so it runs wherever
+// cooperative matrices (tensor cores): GL_KHR_cooperative_matrix, so it runs wherever
 // VK_KHR_cooperative_matrix offers M x N x K = 16 x 8 x 16, f16 inputs, f32 accumulators, with
-// 32-lane subgroups (llamavk/kernels/matmul.py selects it only then).
+// 32-lane subgroups (llamavk/kernels/matmul.py selects it only then). Debian 12's glslc does not
+// know the extension: shaders/build.py COMPILERS "glslc-trixie-vulkan1.2" builds it (SPIR-V 1.5).
 //
 // As a GEMM: Y^T (rows x tokens) = W (rows x cols) . X^T (cols x tokens). A workgroup of WARPS_M x
 // WARPS_N subgroups computes BM = 64 WARPS_M rows x BN = 32 WARPS_N tokens, stepping along K by BK = 32
@@ -49,6 +49,10 @@ layout(local_size_x = NTHREADS) in;
 #define MT (WM / TM)    // 4 tiles down
 #define NT (WN / TN)    // 4 tiles across
 #define LD ((BK + 8) / 4)   // shared row stride in uvec2 units (4 halves)
+// the subgroup's tiles: A (M x K) and B (K x N) f16, the f32 accumulator (M x N)
+#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, TM, TK, gl_MatrixUseA>
+#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, TK, TN, gl_MatrixUseB>
+#define MAT_ACC coopmat<float, gl_ScopeSubgroup, TM, TN, gl_MatrixUseAccumulator>
 
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
@@ -82,7 +86,7 @@ uint n_tok, wrow0, list;   // this expert's token count, first chunk row, list s
 #define YROW(t) (t)
 #endif
 
-// f16 tiles, 4 halves per uvec2 (the widest element type the NV GLSL loads accept from shared memory)
+// f16 tiles, 4 halves per uvec2 (coopMatLoad's offset and stride count uvec2s)
 shared uvec2 wa[NBUF * BM * LD];   // buffer b: wa[b BM LD + r LD + k/4] = f16 W[row0 + r, k0 + k .. k0 + k + 3]
 shared uvec2 xb[NBUF * BN * LD];   // buffer b: xb[b BN LD + t LD + k/4] = f16 x[tok0 + t, k0 + k .. k0 + k + 3]
 shared float stage[WARPS_M * WARPS_N * TM * TN]; // one output tile per subgroup, column-major (row m, token n at n*TM+m)
@@ -154,9 +158,9 @@ void main() {
     const uint tok0 = gl_WorkGroupID.y * BN;
     const uint wm = (sg % WARPS_M) * WM, wn = (sg / WARPS_M) * WN;
 
-    fcoopmatNV<32, gl_ScopeSubgroup, TM, TN> acc[MT][NT];
+    MAT_ACC acc[MT][NT];
     [[unroll]] for (uint i = 0; i < MT; ++i)
-        [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, TM, TN>(0.0);
+        [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = MAT_ACC(0.0);
 
     const uint n_units = p.cols / 32;
     Tile next = load_tile(0, tid, row0, tok0);
@@ -171,14 +175,14 @@ void main() {
         if (u + 1 == n_units)
 #endif
         [[unroll]] for (uint kk = 0; kk < BK; kk += TK) {
-            fcoopmatNV<16, gl_ScopeSubgroup, TM, TK> fa[MT];
-            fcoopmatNV<16, gl_ScopeSubgroup, TK, TN> fb[NT];
+            MAT_A fa[MT];
+            MAT_B fb[NT];
             [[unroll]] for (uint i = 0; i < MT; ++i)
-                coopMatLoadNV(fa[i], wa, buf * BM * LD + (wm + i * TM) * LD + kk / 4, LD, false);
+                coopMatLoad(fa[i], wa, buf * BM * LD + (wm + i * TM) * LD + kk / 4, LD, gl_CooperativeMatrixLayoutRowMajor);
             [[unroll]] for (uint j = 0; j < NT; ++j)
-                coopMatLoadNV(fb[j], xb, buf * BN * LD + (wn + j * TN) * LD + kk / 4, LD, true);
+                coopMatLoad(fb[j], xb, buf * BN * LD + (wn + j * TN) * LD + kk / 4, LD, gl_CooperativeMatrixLayoutColumnMajor);
             [[unroll]] for (uint i = 0; i < MT; ++i)
-                [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);
+                [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = coopMatMulAdd(fa[i], fb[j], acc[i][j]);
         }
 #if PHASE != 1   // (benchmark PHASE 1: multiply the first tile over and over, no loads after it)
         if (NBUF == 1) barrier();   // one buffer: every subgroup is done reading it
@@ -191,7 +195,7 @@ void main() {
     // accumulators to local memory (measured: 20x slower on an H100).
     [[unroll]] for (uint i = 0; i < MT; ++i) {
         [[unroll]] for (uint j = 0; j < NT; ++j) {
-            coopMatStoreNV(acc[i][j], stage, sg * TM * TN, TM, true);
+            coopMatStore(acc[i][j], stage, sg * TM * TN, TM, gl_CooperativeMatrixLayoutColumnMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             [[unroll]] for (uint q = 0; q < TM * TN / 32; ++q) {   // a constant trip count: see below

@@ -55,3 +55,5 @@ VARIANTS = {
     "moe_sum_f32": ("moe_sum.comp", {}),
     "scale_sigmoid_f32": ("scale_sigmoid.comp", {}),
 }
+# attention_coop.comp: GL_KHR_cooperative_matrix, which shaderc 2023.2 does not know.
+COMPILERS = {_n: "glslc-trixie-vulkan1.2" for _n, (_src, _) in VARIANTS.items() if _src == "attention_coop.comp"}
