@@ -96,18 +96,10 @@ def compiler_version(key: str = "glslc") -> str | None:
     return out.splitlines()[0].strip()
 
 
-def uses_nv_coopmat(source: str) -> bool:
-    """Written against GL_NV_cooperative_matrix: its SPIR-V is rewritten to the KHR extension."""
-    return any("GL_NV_cooperative_matrix" in p.read_text() for p in includes(HERE / source))
-
-
 def input_hash(name: str, compiler: str) -> str:
     source, defines = VARIANTS[name]
     h = hashlib.sha256()
-    inputs = includes(HERE / source)
-    if uses_nv_coopmat(source):
-        inputs.append(HERE / "coopmat_khr.py")
-    for p in inputs:
+    for p in includes(HERE / source):
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
     h.update(json.dumps([defines, COMPILERS[compiler_of(name)][1], compiler], sort_keys=True).encode())
     return h.hexdigest()
@@ -120,10 +112,6 @@ def compile_variant(name: str) -> bytes:
     result = subprocess.run(args, capture_output=True)
     if result.returncode != 0:
         sys.exit(f"{name}: {args[0]} failed\n{result.stderr.decode()}")
-    if uses_nv_coopmat(source):
-        sys.path.insert(0, str(HERE))
-        from coopmat_khr import nv_to_khr
-        return nv_to_khr(result.stdout)
     return result.stdout
 
 
