@@ -158,6 +158,9 @@
 // Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4); scale byte e / 16: scale low
 // nibble, min high; weight d sc q - dmin m. DOT8: the mins through the exact f32 sums of x's 16-value
 // halves (xsd holds them beside each 32 values' scale and sum).
+// CLOCK (variants *_clock; the split timeline, llamavk/split/clock.py): binding 12 takes the device clock's
+// low 32 bits (clockRealtime2x32EXT) per workgroup, atomically into stamps[8 * p.stamp_slot + 3..7]:
+// earliest / latest entry, earliest / latest release of the wait (WAIT; else entry), latest end.
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
 // 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD.
@@ -268,7 +271,15 @@ layout(push_constant) uniform Push {
     uint wait_slot;    // WAIT: the producer's counter
     uint wait_n;       // WAIT: its workgroups
     uint signal_slot;  // SIGNAL: this product's counter
+#ifdef CLOCK
+    uint stamp_slot;   // CLOCK: this product's stamps (header)
+#endif
 } p;
+#ifdef CLOCK
+#extension GL_EXT_shader_realtime_clock : require
+layout(std430, binding = 12) buffer Stamps { uint stamps[]; };
+uint clock_release;    // lane 0: when the wait was met
+#endif
 #include "rope_common.glsl"
 
 #if defined(QTYPE_Q4_0)
@@ -352,6 +363,9 @@ void wait_for_producer() {
         // effect but its own end may be deleted by the compiler (NVIDIA's was: x read at once)
         uint polls = 0u;
         while (chain[p.wait_slot] < p.wait_n) ++polls;
+#ifdef CLOCK
+        clock_release = clockRealtime2x32EXT().x;
+#endif
         if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
     }
     // No fence here: the activations are read after the count was seen (the barrier orders it), at
@@ -1264,10 +1278,23 @@ void product() {
 }
 
 void main() {
+#ifdef CLOCK
+    uint clock_entry = clockRealtime2x32EXT().x;
+    clock_release = clock_entry;
+#endif
     product();
     if (SIGNAL) {   // every store of this workgroup visible, then one count (header)
         memoryBarrierBuffer();
         barrier();
         if (gl_LocalInvocationIndex == 0) atomicAdd(chain[p.signal_slot], 1u);
     }
+#ifdef CLOCK
+    barrier();
+    if (gl_LocalInvocationIndex == 0) {
+        uint s = 8u * p.stamp_slot, t_end = clockRealtime2x32EXT().x;
+        atomicMin(stamps[s + 3u], clock_entry); atomicMax(stamps[s + 4u], clock_entry);
+        atomicMin(stamps[s + 5u], clock_release); atomicMax(stamps[s + 6u], clock_release);
+        atomicMax(stamps[s + 7u], t_end);
+    }
+#endif
 }
