@@ -146,14 +146,14 @@
 // 16-bit word (its 32-bit word may end past the block), and only in the arithmetic shifts the words
 // into place as Q6_K does (selects of the word offset o / 4, a 16-bit funnel for o % 4 == 2). 16
 // lanes cover a 4096-wide row. Neighbouring lanes take neighbouring blocks: a load instruction reads
-// 16 bytes every 110, the 7 of them every hmask and qs byte once. Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4), bit 2 =
-// hmask byte l >> s; weight d (sc[e / 16] - 32) (q - 4), q - 4 as a signed byte in the DOT8 sums
-// (the offset is the data's: no block sum of x needed).
+// 16 bytes every 110, the 7 of them every hmask and qs byte once. Element 32s + l: 2 bits in qs byte
+// 32 (s / 4) + l >> 2 (s % 4), bit 2 = hmask byte l >> s; weight d (sc[e / 16] - 32) (q - 4), q - 4
+// as a signed byte in the DOT8 sums (the offset is the data's: no block sum of x needed).
 // Q2_K (84-byte super-blocks: a block starts at a 4-byte multiple o = 84 b mod 16): a unit is a whole
 // super-block, as Q3_K's (half a block would need its 8 scale bytes, 32 qs bytes and d, dmin at
 // three places, up to 5 uvec4s for 128 weights). The lane loads 5 aligned uvec4s from the one
 // holding the block's first byte (they end at its byte 80 - o: never past it) and the next 4 words
-// (bytes 80 - o .. 95 - o), none past the one holding d and dmin (at o = 0 they repeat it, unused),
+// (bytes 80 - o .. 95 - o), none past the one holding d and dmin (those after it repeat it, unused),
 // so nothing is read past the block's end, and picks the 21 words by selects of o / 4 (no funnel).
 // Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4); scale byte e / 16: scale low
 // nibble, min high; weight d sc q - dmin m. DOT8: the mins through the exact f32 sums of x's 16-value
@@ -309,7 +309,7 @@ uint clock_release;    // lane 0: when the wait was met
 #error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K or Q2_K"
 #endif
 #if defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)
-#define WHOLE_BLOCK 1   // a unit is one super-block at any even byte offset (wo below)
+#define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
 #endif
 #if defined(QTYPE_Q4_K) || defined(QTYPE_Q5_K)
 #define Q4K_LIKE 1  // a quarter super-block per unit, its scales and mins from the head (no wd)
@@ -499,10 +499,12 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 uint q0 = bb >> 4, w0 = 4 * q0 + 20, w1 = (bb + 80) >> 2;
                 if (second) {
                     [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = pu4[q0 + k];
-                    wq[i][j][5] = uvec4(pu32[min(w0, w1)], pu32[min(w0 + 1, w1)], pu32[min(w0 + 2, w1)], pu32[min(w0 + 3, w1)]);
+                    wq[i][j][5] = uvec4(pu32[min(w0, w1)], pu32[min(w0 + 1, w1)],
+                                        pu32[min(w0 + 2, w1)], pu32[min(w0 + 3, w1)]);
                 } else {
                     [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = wu4[q0 + k];
-                    wq[i][j][5] = uvec4(wu32[min(w0, w1)], wu32[min(w0 + 1, w1)], wu32[min(w0 + 2, w1)], wu32[min(w0 + 3, w1)]);
+                    wq[i][j][5] = uvec4(wu32[min(w0, w1)], wu32[min(w0 + 1, w1)],
+                                        wu32[min(w0 + 2, w1)], wu32[min(w0 + 3, w1)]);
                 }
                 wo[i][j] = bb & 15u;
 #else
