@@ -158,6 +158,16 @@
 // Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4); scale byte e / 16: scale low
 // nibble, min high; weight d sc q - dmin m. DOT8: the mins through the exact f32 sums of x's 16-value
 // halves (xsd holds them beside each 32 values' scale and sum).
+// IQ4_NL, MXFP4 (stored planar as Q4_0: llamavk/kernels/__init__.py PLANAR): Q4_0's unit and loads;
+// a weight is its block's scale times a 16-entry table's value at its nibble (quants.glsl: IQ4_NL's
+// levels with the f16 d; MXFP4's E2M1 values doubled, int8 0 1 2 3 4 6 8 12 and negatives, with
+// 2^(e - 128)), so DOT8 takes the table values as signed bytes (no offset term) and f32 converts
+// those bytes. The lookup, per quant byte (two nibbles) from a 512-word shared table (kvt): 4 loads,
+// ~14 integer operations per 8 weights (Q4_0: 2). Why not registers: the table as a uvec4 costs a
+// select of the word, a shift and masks per weight (~8 operations; the base kernel's per-weight
+// cost), and a byte-wise select tree over 4 weights at once 27; shared loads of a 256-entry table meet
+// a few bank conflicts per 32 lanes (random bytes), and a 16-entry one (conflict-free) needs 8 loads
+// and 8 address computations per word. Not measured against each other.
 // CLOCK (variants *_clock; the split timeline, llamavk/split/clock.py): binding 12 takes the device clock's
 // low 32 bits (clockRealtime2x32EXT) per workgroup, atomically into stamps[8 * p.stamp_slot + 3..7]:
 // earliest / latest entry, earliest / latest release of the wait (WAIT; else entry), latest end.
@@ -251,6 +261,9 @@ layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
 layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
 layout(std430, binding = 7) readonly buffer PairU16 { uint16_t pu16[]; };
 #endif
+#if defined(QTYPE_MXFP4)
+layout(std430, binding = 7) readonly buffer PairU8 { uint8_t pu8[]; };
+#endif
 // KSPLIT: written by one workgroup, polled by another of the same dispatch (volatile: every read goes
 // to memory)
 layout(std430, binding = 8) volatile coherent buffer Part { uint part[]; };   // [PAIR + 1][KSPLIT][y_stride]
@@ -305,8 +318,12 @@ uint clock_release;    // lane 0: when the wait was met
 #define UNIT 256    // a whole super-block (header: Q2_K)
 #define NQ 6        // 5 uvec4s and 4 words
 #define NBW 21      // block words: scales 4, qs 16, d and dmin
+#elif defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
+#define UNIT 32     // planar as Q4_0 (header: IQ4_NL, MXFP4)
+#define NQ 1
+#define KV_TABLE 1  // the weights are table values of the nibbles (kvt below)
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K or Q2_K"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL or MXFP4"
 #endif
 #if defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)
 #define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
@@ -419,6 +436,19 @@ vec4 fuse(vec4 v, uint kk, inout float ss) {
     return v;
 }
 
+#if defined(KV_TABLE)
+// IQ4_NL, MXFP4: block b's scale (quants.glsl), and P's (PAIR: binding 7)
+float block_scale(uint b) { return q_block_scale(b); }
+#if defined(QTYPE_IQ4_NL)
+float pair_block_scale(uint b) { return float(pf16[8 * q_chunk_blocks + b]); }
+#else
+float pair_block_scale(uint b) {
+    uint e = uint(pu8[16 * q_chunk_blocks + b]);
+    return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+}
+#endif
+#endif
+
 // A lane's weights of the current row block (loaded by load_weights) and its row sums.
 uvec4 wq[C][RJ][NQ];
 #if defined(QTYPE_Q6_K)
@@ -511,7 +541,11 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 uint b = row * row_units + u0 + u;
                 if (second) {
                     [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = pu4[NQ * b + k];
+#if defined(KV_TABLE)
+                    wd[i][j] = pair_block_scale(b);
+#else
                     wd[i][j] = float(pf16[QD_PLANE * q_chunk_blocks + b]);
+#endif
                 } else {
                     [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][j][k] = wu4[NQ * b + k];
                     wd[i][j] = block_scale(b);
@@ -618,6 +652,30 @@ uint q2k_word(uint bw[NBW], uint s, uint w) {
 // Scale byte g (< 16: elements 16g .. 16g + 15): the scale in its low nibble, the min in its high.
 uint q2k_scale_min(uint bw[NBW], uint g) {
     return (bw[g / 4] >> (8 * (g % 4))) & 0xFFu;
+}
+#endif
+
+#if defined(KV_TABLE)
+// IQ4_NL, MXFP4 (header): entry b of kvt (b < 256: a quant byte, two nibbles) holds the table values
+// of its low nibble in byte 0 and of its high nibble in byte 2; entry 256 + b the same shifted to
+// bytes 1 and 3. Written by every workgroup while its first weight loads are in flight; read after
+// the x staging's barrier.
+shared uint kvt[512];
+void kv_table_fill() {
+    for (uint b = gl_LocalInvocationIndex; b < 256u; b += WG) {
+        uint e = (uint(kv_lookup(Q_TABLE, b & 15u)) & 0xFFu) | ((uint(kv_lookup(Q_TABLE, b >> 4)) & 0xFFu) << 16);
+        kvt[b] = e;
+        kvt[256u + b] = e << 8;
+    }
+}
+
+// The 8 weights of quant word qw (bytes 4w..4w+3 of a block) as signed bytes: lo = elements
+// 4w..4w+3 (low nibbles), hi = elements 16+4w..16+4w+3 (high nibbles).
+void kv_words(uint qw, out uint lo, out uint hi) {
+    uint a = kvt[qw & 0xFFu] | kvt[256u + ((qw >> 8) & 0xFFu)];    // lo0 lo1 hi0 hi1
+    uint b = kvt[(qw >> 16) & 0xFFu] | kvt[256u + (qw >> 24)];     // lo2 lo3 hi2 hi3
+    lo = (a & 0xFFFFu) | (b << 16);
+    hi = (a >> 16) | (b & 0xFFFF0000u);
 }
 #endif
 
@@ -747,6 +805,9 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #if defined(QTYPE_Q4_0)
             uint qw = wq[i][j][0][w];
             uint lo = qw & 0x0F0F0F0Fu, hi = (qw >> 4) & 0x0F0F0F0Fu;   // elements 4w.., 16+4w..
+#elif defined(KV_TABLE)
+            uint lo, hi;   // the table values, no offset
+            kv_words(wq[i][j][0][w], lo, hi);
 #else
             uint lo = wq[i][j][0][w], hi = wq[i][j][1][w];             // elements 4w.., 16+4w..
 #endif
@@ -861,6 +922,11 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
             vec4 a, cc;
 #if defined(QTYPE_Q4_0)
             nib_fma(wq[i][j][0][w], 8.0, a, cc);
+#elif defined(KV_TABLE)
+            uint lo, hi;
+            kv_words(wq[i][j][0][w], lo, hi);
+            a = sbytes_fma(lo);
+            cc = sbytes_fma(hi);
 #else
             a = sbytes_fma(wq[i][j][0][w]);
             cc = sbytes_fma(wq[i][j][1][w]);
@@ -1141,6 +1207,9 @@ void product() {
     bool rwrite = KSPLIT == 1 || ks == KSPLIT - 1;   // ROUTER: this workgroup writes rows of x
     if (RAHEAD && rwrite) router_load_ahead(blk, wg_stride);
     else if (REARLY && rwrite) router_load(0, blk * p.rows_per_wg);
+#endif
+#if defined(KV_TABLE)
+    kv_table_fill();   // read after the staging barrier below
 #endif
     if (WAIT && !XFIRST) wait_for_producer();
 

@@ -428,6 +428,11 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # 7 parts of 8 units (2048 weights; Q4_K 14 of 1024: parts under 8 units are not cut). Not measured
 # when added: the lead measures them on an H100 (benchmarks/bench_kquant_stream_ab.sh) and may tune.
 Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k")
+# The types that take Q4_0's stream-kernel rules (same wg / nr / ks / wave / steps / xfirst for the
+# same shapes): IQ4_NL and MXFP4 are stored planar as Q4_0 and load as it does, their weights table
+# values of the nibbles (matvec_stream.comp). Not measured when added: the lead measures them on an
+# H100 and may tune; LLAMAVK_MATVEC=iq4_nl=base:256,4,2,2 (mxfp4=...) keeps the base kernel for an A/B.
+Q40_RULE_TYPES = ("q4_0", "iq4_nl", "mxfp4")
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
     # H100: one token through rows of <= 8192 weights: 1.15-1.3x the base kernel (Q4_0), 1.25-1.5x
@@ -462,9 +467,9 @@ MATVEC_CONFIGS = (
     #   8 instead of 1 (the 31.5B's output by 8 or 16: no change, 62.3 / 62.1 against 62.1).
     #   As merged, against the old steps put back through LLAMAVK_MATVEC (one call per model): 31.5B
     #   Q4_0 99.5 / 61.7, Q4_K 88.8 / 60.5, 70B Q4_0 55.6 / 48.9, 7.2B Q4_0 421.7 / 416.0.
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
+    ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", wave=256)),
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
+    ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
      and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
@@ -472,17 +477,17 @@ MATVEC_CONFIGS = (
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2, chained_steps=1)),
     # (chained_steps: the output projection waiting for attention (5. below) by 1 block per workgroup,
     # all 256 workgroups resident while attention runs: 397.1 / 397.4 against 388.2 / 388.5 by 2)
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
+    ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     # (a split's down product, 4096 <= rows < cols: -sm tensor's 5120 x 6912 on 4 GPUs by 5, 7.2B's
     # 4096 x 7168 on 2 by 4; K and V keep 2)
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and 4096 <= rows < cols
+    ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and 4096 <= rows < cols
      <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows < cols
+    ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows < cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
-    ("gpu", ("q4_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
+    ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
      MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
-    ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
+    ("gpu", Q40_RULE_TYPES + ("q8_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
@@ -498,7 +503,7 @@ MATVEC_CONFIGS = (
     # Q4_K in 14 parts of 16 units (16 lanes per row, half a subgroup: 32 rows by 256 threads, as Q4_0):
     # 365.6 / 364.8 against 356.8 / 356.4 (7 parts of 32 by 512 threads; 16-unit parts by 512 threads
     # 358.6 / 358.1, by 128 353.2 / 355.9, 4 rows per lane 358.6 / 359.5).
-    ("gpu", ("q4_0", "q8_0"), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
+    ("gpu", Q40_RULE_TYPES + ("q8_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=2, ks=16, u=1, kernel="stream_dp", xfirst=1)),
