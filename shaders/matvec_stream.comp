@@ -168,6 +168,15 @@
 // cost), and a byte-wise select tree over 4 weights at once 27; shared loads of a 256-entry table meet
 // a few bank conflicts per 32 lanes (random bytes), and a 16-entry one (conflict-free) needs 8 loads
 // and 8 address computations per word. Not measured against each other.
+// IQ4_XS (136-byte super-blocks: d, scales_h, scales_l[4], qs[128]; a block starts at o = 136 b mod
+// 16, 0 or 8): a unit is half h of a super-block (128 weights, sub-blocks 4h .. 4h + 3, each as an
+// IQ4_NL block: qs bytes 16s + l, low nibble element 32s + l, high 32s + 16 + l, through the same
+// table; scale d (ls - 32) from the head's 6-bit fields). The lane loads the uvec4 holding the head
+// (o = 0: with the first qs bytes), the 4 aligned uvec4s from the one holding the 64-byte qs run's
+// first byte and the run's last 8 bytes as a uvec2 -- none past the block (a whole block of 9
+// aligned uvec4s would read 8 bytes past it at o = 0; a 32-weight unit would load 3 times per 16 qs
+// bytes): 6 loads per 128 weights, as Q4_K's 3 per 64; the run is in place at o = 8 and 2 words on
+// at o = 0 (one select per word).
 // CLOCK (variants *_clock; the split timeline, llamavk/split/clock.py): binding 12 takes the device clock's
 // low 32 bits (clockRealtime2x32EXT) per workgroup, atomically into stamps[8 * p.stamp_slot + 3..7]:
 // earliest / latest entry, earliest / latest release of the wait (WAIT; else entry), latest end.
@@ -322,8 +331,15 @@ uint clock_release;    // lane 0: when the wait was met
 #define UNIT 32     // planar as Q4_0 (header: IQ4_NL, MXFP4)
 #define NQ 1
 #define KV_TABLE 1  // the weights are table values of the nibbles (kvt below)
+#elif defined(QTYPE_IQ4_XS)
+#define UNIT 128    // half a super-block (header: IQ4_XS)
+#define NQ 5        // the head's uvec4, 4 of qs (and 8 bytes: wt below)
+#define KV_TABLE 1
+#define Q_TABLE KV_IQ4NL
+layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
+layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL or MXFP4"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4 or IQ4_XS"
 #endif
 #if defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)
 #define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
@@ -436,7 +452,7 @@ vec4 fuse(vec4 v, uint kk, inout float ss) {
     return v;
 }
 
-#if defined(KV_TABLE)
+#if defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
 // IQ4_NL, MXFP4: block b's scale (quants.glsl), and P's (PAIR: binding 7)
 float block_scale(uint b) { return q_block_scale(b); }
 #if defined(QTYPE_IQ4_NL)
@@ -460,6 +476,9 @@ uvec4 wt[C][RJ];   // the 4 words holding its scales
 uint wdh[C][RJ];   // d (f16 bits)
 #elif defined(QTYPE_Q2_K)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (84 b mod 16: a multiple of 4)
+#elif defined(QTYPE_IQ4_XS)
+uint wo[C][RJ];    // the block's byte offset in its uvec4 (136 b mod 16: 0 or 8)
+uvec2 wt[C][RJ];   // the last 8 bytes of the unit's qs run
 #elif !defined(Q4K_LIKE)
 float wd[C][RJ];
 #endif
@@ -535,6 +554,21 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = wu4[q0 + k];
                     wq[i][j][5] = uvec4(wu32[min(w0, w1)], wu32[min(w0 + 1, w1)],
                                         wu32[min(w0 + 2, w1)], wu32[min(w0 + 3, w1)]);
+                }
+                wo[i][j] = bb & 15u;
+#elif defined(QTYPE_IQ4_XS)
+                // half h of super-block ib at byte bb (header: IQ4_XS): the uvec4 holding the head, the
+                // 4 aligned uvec4s from the one holding the run's first byte, its last 8 bytes
+                uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2;
+                uint bb = 136 * ib, hq = bb >> 4, q0 = (bb + 8 + 64 * h) >> 4, e8 = (bb + 64 + 64 * h) >> 3;
+                if (second) {
+                    wq[i][j][0] = pu4[hq];
+                    [[unroll]] for (uint k = 0; k < 4; ++k) wq[i][j][1 + k] = pu4[q0 + k];
+                    wt[i][j] = pu2[e8];
+                } else {
+                    wq[i][j][0] = wu4[hq];
+                    [[unroll]] for (uint k = 0; k < 4; ++k) wq[i][j][1 + k] = wu4[q0 + k];
+                    wt[i][j] = wu2[e8];
                 }
                 wo[i][j] = bb & 15u;
 #else
@@ -679,6 +713,28 @@ void kv_words(uint qw, out uint lo, out uint hi) {
 }
 #endif
 
+#if defined(QTYPE_IQ4_XS)
+// IQ4_XS (header): the 16 qs words of unit i, row j in place (word 4t + w: bytes 4w..4w+3 of
+// sub-block t), picked by a select of the block's offset; d and the sub-blocks' 6-bit scales words.
+void iq4xs_unit(uint i, uint j, out uint qw[16], out uint hw0, out uint hw1) {
+    bool at8 = wo[i][j] != 0u;
+    uvec4 hd = wq[i][j][0];
+    hw0 = at8 ? hd.z : hd.x;   // d | scales_h << 16
+    hw1 = at8 ? hd.w : hd.y;   // scales_l
+    uint r[18];
+    [[unroll]] for (uint k = 0; k < 16; ++k) r[k] = wq[i][j][1 + k / 4][k % 4];
+    r[16] = wt[i][j].x;
+    r[17] = wt[i][j].y;
+    [[unroll]] for (uint k = 0; k < 16; ++k) qw[k] = at8 ? r[k] : r[k + 2];
+}
+
+// Sub-block s (< 8) of the super-block: d (ls - 32), ls = scales_l nibble s | scales_h bits 2s << 4.
+float iq4xs_scale(uint hw0, uint hw1, uint s) {
+    uint ls = ((hw1 >> (4 * s)) & 0xFu) | (((hw0 >> (16 + 2 * s)) & 3u) << 4);
+    return unpackHalf2x16(hw0).x * float(int(ls) - 32);
+}
+#endif
+
 // acc[j] += the products of this lane's unit i (of x chunk i, staged) with its loaded weights.
 void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint u = c + TPR * i;
@@ -687,14 +743,39 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
         uint a = 0u;
         [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
-#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(WHOLE_BLOCK)
+#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(WHOLE_BLOCK) || defined(QTYPE_IQ4_XS)
         acc[j] += float(a & 1u);
 #else
         acc[j] += float(a & 1u) + wd[i][j];
 #endif
     }
 #elif defined(DOT8)
-#if defined(QTYPE_Q6_K)
+#if defined(QTYPE_IQ4_XS)
+    // one word of x (each level, low and high nibbles) at a time, every row's sums at once; a scale
+    // per 32 weights, no offset
+    uint h = (u0 + u) % 2;
+    uint qw[RJ][16], hw0[RJ], hw1[RJ];
+    float t[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) { iq4xs_unit(i, j, qw[j], hw0[j], hw1[j]); t[j] = 0.0; }
+    [[unroll]] for (uint s = 0; s < 4; ++s) {
+        float sx = xsd[s * TPR + c].x;
+        int hs[RJ], ls[RJ];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
+        [[unroll]] for (uint w = 0; w < 4; ++w) {
+            uint xa = xqh[(8 * s + w) * TPR + c], xb = xql[(8 * s + w) * TPR + c];
+            uint xc = xqh[(8 * s + 4 + w) * TPR + c], xd = xql[(8 * s + 4 + w) * TPR + c];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint lo, hi;
+                kv_words(qw[j][4 * s + w], lo, hi);
+                hs[j] += dot_ss(lo, xa, 0) + dot_ss(hi, xc, 0);
+                ls[j] += dot_ss(lo, xb, 0) + dot_ss(hi, xd, 0);
+            }
+        }
+        [[unroll]] for (uint j = 0; j < RJ; ++j)
+            t[j] += iq4xs_scale(hw0[j], hw1[j], 4 * h + s) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += t[j];
+#elif defined(QTYPE_Q6_K)
     // per row (each has its own byte offset): the unit's quants as signed bytes q - 32, 4 per word
     // against x's words; group sums per 16 weights (one scale each)
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
@@ -823,7 +904,24 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
 #else
     uint sw = c & 7u;
-#if defined(QTYPE_Q6_K)
+#if defined(QTYPE_IQ4_XS)
+    uint h = (u0 + u) % 2;
+    uint qw[RJ][16], hw0[RJ], hw1[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) iq4xs_unit(i, j, qw[j], hw0[j], hw1[j]);
+    [[unroll]] for (uint s = 0; s < 4; ++s) {
+        float tg[RJ];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
+        [[unroll]] for (uint w = 0; w < 4; ++w) {
+            vec4 xa = xs[c * V4 + ((8 * s + w) ^ sw)], xc = xs[c * V4 + ((8 * s + 4 + w) ^ sw)];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint lo, hi;
+                kv_words(qw[j][4 * s + w], lo, hi);
+                tg[j] += dot(sbytes_fma(lo), xa) + dot(sbytes_fma(hi), xc);
+            }
+        }
+        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += iq4xs_scale(hw0[j], hw1[j], 4 * h + s) * tg[j];
+    }
+#elif defined(QTYPE_Q6_K)
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
         uint ql[16], qh[8], sc[2];
         q6k_unit(i, j, ql, qh, sc);

@@ -425,9 +425,10 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # The types that take Q4_K's stream-kernel rules below (same wg / nr / ks / wave / xfirst for the same
 # shapes): Q5_K has Q4_K's unit (a quarter super-block) plus a high-bit plane; Q3_K's and Q2_K's unit
 # is a whole super-block (matvec_stream.comp), so a 4096-wide row has 16 lanes and the 14336-wide down product
-# 7 parts of 8 units (2048 weights; Q4_K 14 of 1024: parts under 8 units are not cut). Not measured
-# when added: the lead measures them on an H100 (benchmarks/bench_kquant_stream_ab.sh) and may tune.
-Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k")
+# 7 parts of 8 units (2048 weights; Q4_K 14 of 1024: parts under 8 units are not cut). IQ4_XS's
+# unit is half a super-block (as Q6_K's). Not measured when added: the lead measures them on an H100
+# (benchmarks/bench_kquant_stream_ab.sh) and may tune.
+Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs")
 # The types that take Q4_0's stream-kernel rules (same wg / nr / ks / wave / steps / xfirst for the
 # same shapes): IQ4_NL and MXFP4 are stored planar as Q4_0 and load as it does, their weights table
 # values of the nibbles (matvec_stream.comp). Not measured when added: the lead measures them on an
