@@ -5,7 +5,8 @@
 # split), tg128 of the 7.2B (the 8b preset) per type on one GPU, each model twice per run (take the
 # second pass). Each model is written to $DIR (4.6 / 2.9 / 2.2 GiB of tensors; a few minutes each) and
 # deleted before the next (disk is small). Keep the stream rows only where they win.
-# Usage: sh benchmarks/bench_kquant_stream_ab.sh [TYPES]  (default "q5_k q3_k q2_k")
+# Usage: sh benchmarks/bench_kquant_stream_ab.sh [TYPES]  (default "q5_k q3_k q2_k"; IQ4_NL, MXFP4
+# and IQ4_XS, on the stream kernel the same way: "iq4_nl mxfp4 iq4_xs")
 set -u
 TYPES=${1:-q5_k q3_k q2_k}
 PY=${PYTHON:-python3}
