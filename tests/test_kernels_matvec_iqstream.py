@@ -173,3 +173,28 @@ def test_greedy_decode_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, 
         assert sum("pair" in op.attrs for op in one.ops) == m.runtime.cfg.n_layer
         assert f"mul_mv_stream_{qtype}" in {name for name, _ in m.runtime.kc._kernels}
     assert got == list(want)
+
+
+@pytest.mark.parametrize("qtype", ["iq4_nl", "iq4_xs"])
+def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
+    """Stages chained without barriers (WAIT / SIGNAL, x loaded first: the table written after the
+    wait) on these types' stream products: the unchained logits bit for bit, and the reference's
+    within its tolerance."""
+    from llamavk.models import load_model_file
+    from llamavk.reference import ReferenceModel
+
+    from .test_engine import one_token_logits, quiet_load
+    from .vk_fixtures import chainable_stream_kernel
+
+    chainable_stream_kernel(monkeypatch)
+    path = synthetic_model("llama", qtype)
+    tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 6)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    got = {}
+    for chain in ("0", "1"):
+        monkeypatch.setenv("LLAMAVK_CHAIN", chain)
+        with quiet_load(path, n_ctx=64) as m:
+            got[chain] = one_token_logits(m.runtime, tokens)
+            assert bool(m.runtime.chains[("last", 1, 0)]) == (chain == "1")
+    assert np.array_equal(got["0"], got["1"])
+    assert np.abs(got["1"] - ref).max() <= 0.003 * np.abs(ref).max()

@@ -77,6 +77,12 @@ CASES = {
                            MatvecConfig(64, 2, 1, 1, "stream_dp")),
     "q2_k-16x4-dp-shexp": (T.Q2_K, 37, 1280, 16, 4, "softmax", True, 1.0, True, True,
                            MatvecConfig(64, 2, 1, 1, "stream_dp")),
+    "iq4_nl-16x4-dp-shexp": (T.IQ4_NL, 37, 416, 16, 4, "softmax", True, 1.0, True, True,
+                             MatvecConfig(64, 2, 1, 1, "stream_dp")),
+    "mxfp4-8x2-steps": (T.MXFP4, 100, 416, 8, 2, "softmax", True, 1.0, True, False,
+                        MatvecConfig(64, 2, 1, 1, "stream", steps=3)),
+    "iq4_xs-16x4-dp-shexp": (T.IQ4_XS, 37, 768, 16, 4, "softmax", True, 1.0, True, True,
+                             MatvecConfig(64, 2, 1, 1, "stream_dp")),
 }
 # LLAMAVK_ROUTER_FUSE=late: each block's router weights loaded after its arithmetic
 # (REARLY off); the other cases run early (with its matrix loads)
