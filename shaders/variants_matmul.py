@@ -27,7 +27,8 @@ for _t in ["q4_0", "q8_0", "q4_k"]:
     VARIANTS[f"mul_mv_wide_{_t}"] = ("matvec_wide.comp", dict(_d))
     VARIANTS[f"mul_mv_wide_read_{_t}"] = ("matvec_wide.comp", dict(_d, READ_ONLY="1"))
 # One token, every weight load first (matvec_stream.comp): the decode default where it exists.
-for _t in ["q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"]:
+STREAM_TYPES = ["q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"]
+for _t in STREAM_TYPES:
     VARIANTS[f"mul_mv_stream_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1"})
     VARIANTS[f"mul_mv_stream_dp_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1"})
     # benchmark only: without the x staging / without staging and arithmetic
@@ -36,8 +37,9 @@ for _t in ["q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mx
     # a mixture of experts' router folded into the product writing its input (ROUTER)
     VARIANTS[f"mul_mv_stream_router_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "ROUTER": "1"})
     VARIANTS[f"mul_mv_stream_dp_router_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1", "ROUTER": "1"})
-# the split timeline's stamps (CLOCK, llamavk/split/clock.py): the products after an all-reduce
-for _t in ["q4_0", "q8_0", "q4_k", "q6_k", "iq4_nl", "mxfp4", "iq4_xs"]:
+# the split timeline's stamps (CLOCK, llamavk/split/clock.py): the products after an all-reduce,
+# every type with a stream form (matmul.CLOCK_KERNELS asks for them by the type's name)
+for _t in STREAM_TYPES:
     VARIANTS[f"mul_mv_stream_dp_clock_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1", "CLOCK": "1"})
 for _t in ["q4_0", "q8_0"]:
     VARIANTS[f"mul_mv_read_{_t}"] = ("matvec.comp", {f"QTYPE_{_t.upper()}": "1", "READ_ONLY": "1"})

@@ -241,6 +241,16 @@ def test_spin_split_records_clock_kernels(synthetic_model, monkeypatch, clock_de
                 assert len(chained) == (2 * n_layer - 1 if mode == "graph" else 0)
 
 
+def test_every_stream_type_has_a_clock_variant():
+    """A profiled split asks for the CLOCK variant of whatever stream _dp product follows an
+    all-reduce (matmul.CLOCK_KERNELS): every type with a stream form has one built."""
+    from pathlib import Path
+    spv = Path(llamavk.__file__).parent / "spv"
+    kernel = mm.MATVEC_KERNELS[next(iter(mm.CLOCK_KERNELS))][0]
+    missing = [t for t in mm.MATVEC_STREAM_NQ if not (spv / f"{kernel}_clock_{t}.spv").exists()]
+    assert not missing, missing
+
+
 def test_profile_switch_errors(monkeypatch):
     """LLAMAVK_CLOCK_PROFILE takes 0 or 1; a device without the shader clock is a one-line error
     naming it, before anything is allocated."""
