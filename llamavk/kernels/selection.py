@@ -426,13 +426,16 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # shapes): Q5_K has Q4_K's unit (a quarter super-block) plus a high-bit plane; Q3_K's and Q2_K's unit
 # is a whole super-block (matvec_stream.comp), so a 4096-wide row has 16 lanes and the 14336-wide down product
 # 7 parts of 8 units (2048 weights; Q4_K 14 of 1024: parts under 8 units are not cut). IQ4_XS's
-# unit is half a super-block (as Q6_K's). Not measured when added: the lead measures them on an H100
-# (benchmarks/bench_kquant_stream_ab.sh) and may tune.
+# unit is half a super-block (as Q6_K's). H100, 7.2B tg128 against the base kernel they ran before
+# (benchmarks/bench_kquant_stream_ab.sh, one call per group): Q5_K 316.1 / 116.5, Q3_K 179.2 / 157.4,
+# Q2_K 237.2 / 229.0, IQ4_XS 188.3 / 111.4 (llama.cpp -cm2 223.8, 209.3, 314.6, 203.3). Q3_K / Q2_K
+# are bound by their arithmetic (~0.56 TB/s): these rules were not tuned for them.
 Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs")
 # The types that take Q4_0's stream-kernel rules (same wg / nr / ks / wave / steps / xfirst for the
 # same shapes): IQ4_NL and MXFP4 are stored planar as Q4_0 and load as it does, their weights table
-# values of the nibbles (matvec_stream.comp). Not measured when added: the lead measures them on an
-# H100 and may tune; LLAMAVK_MATVEC=iq4_nl=base:256,4,2,2 (mxfp4=...) keeps the base kernel for an A/B.
+# values of the nibbles (matvec_stream.comp). H100, 7.2B tg128 against the base kernel
+# (LLAMAVK_MATVEC=iq4_nl=base:256,4,2,2, mxfp4=..., one call): IQ4_NL 262.8 / 117.8, MXFP4 257.6 /
+# 111.9 (llama.cpp -cm2 229.3, 208.8).
 Q40_RULE_TYPES = ("q4_0", "iq4_nl", "mxfp4")
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
