@@ -98,25 +98,6 @@ def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model
     assert got == list(want)
 
 
-def test_q6_k_decode_on_the_stream_dp_kernel_through_the_override(synthetic_model, monkeypatch):
-    """Q6_K's one-token products on the stream kernel's DOT8 form, chosen as an A/B run chooses it
-    (LLAMAVK_MATVEC=q6_k=stream_dp:..., steps 2: docs/KERNELS.md): every decode step's logits equal
-    the reference forward pass."""
-    from llamavk.kernels import matmul as mm
-
-    monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env("q6_k=stream_dp:64,2,1,1,2"))
-    path = synthetic_model("llama", "q6_k")
-    tokens = [int(t) for t in np.random.default_rng(13).integers(0, 500, 8)]
-    ref = ReferenceModel(load_model_file(path)).logits(tokens)
-    with quiet_load(path, n_ctx=64) as m:
-        rt = m.runtime
-        if not rt.kc.device.features.get("int_dot"):
-            pytest.skip("no integer dot products")
-        got = one_token_logits(rt, tokens)
-        assert "mul_mv_stream_dp_q6_k" in {name for name, _ in rt.kc._kernels}
-    assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
-
-
 @pytest.mark.parametrize("qtype,splits", [("q4_0", 0), ("q4_k", 0), ("q4_k", 4), ("q6_k", 0)])
 def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, qtype, splits):
     """Stages chained without barriers (kernels/chain.py, every kind of edge: attention -> output

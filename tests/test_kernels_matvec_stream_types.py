@@ -1,0 +1,240 @@
+"""The one-token stream kernel's forms of the types added after Q4_0 / Q8_0 / Q4_K / Q6_K
+(matvec_stream.comp; its header says how each type's unit is loaded): Q5_K, Q3_K, Q2_K (K-quants) and
+IQ4_NL, MXFP4 (Q4_0's planar loads), IQ4_XS (half super-blocks), the last three through a shared table
+of the nibbles' values. Products against the numpy product of the gguf.quants dequantization, f32 and
+DOT8 forms, every fused input, column parts, steps; the GPU rows each type takes; tiny models decoding
+with the kernel forced, against the numpy reference forward pass."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from llamavk.kernels import upload_qweight
+from llamavk.kernels import matmul as mm
+from llamavk.kernels.matmul import MatvecConfig, matvec_config
+
+from .test_kernels_matmul import make_weight
+from .test_kernels_matvec_fused import kc_variants, run_fused  # noqa: F401 (a fixture)
+
+# (type, columns, rows per lane). Q5_K quarters (64 weights): 12 per row (idle lanes), 4 (4 lanes per
+# row, sums by a butterfly), 72 (two x chunks at 64 threads in the f32 form). Q3_K super-blocks (at
+# every even byte offset of a uvec4 across a row of 13): 13 (idle lanes), 32 (f32: two x chunks).
+# Q2_K super-blocks (every 4-byte offset): the same counts. IQ4_NL / MXFP4 blocks: 3 per row (idle
+# lanes, 4 lanes per row), 144 (two x chunks at 64 threads in the f32 form, three in DOT8's); random
+# blocks: every nibble, MXFP4's -0 (code 8) included. IQ4_XS half super-blocks: 6 per row (3 blocks:
+# rows alternate the blocks' offsets 0 and 8 in their uvec4s), 36 (two x chunks at 64 threads, f32).
+# (llvmpipe compiles each layout anew: few.)
+STREAM_CASES = [(T.Q5_K, 768, 2), (T.Q5_K, 256, 4), (T.Q5_K, 4608, 4),
+                (T.Q3_K, 3328, 2), (T.Q3_K, 8192, 2),
+                (T.Q2_K, 3328, 2), (T.Q2_K, 8192, 2),
+                (T.IQ4_NL, 96, 2), (T.IQ4_NL, 4608, 4), (T.MXFP4, 96, 2), (T.MXFP4, 4608, 4),
+                (T.IQ4_XS, 768, 2), (T.IQ4_XS, 4608, 2)]
+# the types whose weights are table values of random bytes: a single row's random-walk sum may be
+# small, so its check takes x as the DOT8 form rounds it
+TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS)
+# the types that take Q4_0's GPU rows; the others Q4_K's (selection.Q40_RULE_TYPES, Q4K_RULE_TYPES)
+Q40_LIKE = (T.IQ4_NL, T.MXFP4)
+
+
+def _dp_ok(kc) -> bool:
+    return bool(kc.device.features.get("int_dot"))
+
+
+def _tol(kernel: str) -> float:
+    # as tests/test_kernels_matvec_fused.py: f32 sums as exact as the other kernels; two int8 levels
+    # of x within 1/64516 of its block's largest value
+    return 1e-4 if kernel.startswith("stream_dp") else 1e-5
+
+
+@pytest.mark.parametrize("qtype,cols,rj", STREAM_CASES, ids=lambda v: getattr(v, "name", str(v)))
+@pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
+def test_stream_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):   # noqa: F811
+    if kernel == "stream_dp" and not _dp_ok(kc_variants):
+        pytest.skip("no integer dot products")
+    cfg = MatvecConfig(64, rj, 1, 1, kernel)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    name = mm.type_suffix(qtype)
+    assert matvec_config(kc_variants, qtype, 37, cols).kernel == kernel
+    sg = kc_variants.info.subgroup_size or 32
+    tpr, c, _ = mm.stream_split(64, sg, name, cols, rj, kc_variants.info.max_shared_memory,
+                                dp=kernel == "stream_dp")
+    assert tpr * (c - 1) < cols // mm.MATVEC_WIDE_UNIT[name] <= tpr * c
+    tol = _tol(kernel)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=1, chunked=True, bias=True, tol=tol)
+    if qtype in TABLE_TYPES:   # one row, x as the DOT8 form rounds it: the kernel's own arithmetic
+        run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=1e-5, x_levels=kernel == "stream_dp")
+    else:
+        run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=11, bias=True, norm=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 21, cols, 1, seed=12, resid=True, glu=True, tol=tol)
+    pairable = c * 2 * mm.MATVEC_STREAM_NQ[name] <= mm.MATVEC_STREAM_MAX_LOADS
+    assert pairable or qtype not in TABLE_TYPES        # every table type's case pairs
+    assert mm.matvec_pairs(kc_variants, *(upload_qweight(dev, make_weight(qtype, 37, cols, seed=s)[0], qtype, 37, cols)
+                                          for s in (1, 2))) == pairable
+    if pairable:   # the pair's scales from binding 7 (MXFP4: its exponent bytes), chunked: per chunk
+        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=13, chunked=True, norm=True, pair=True, tol=tol)
+    if c > 1:   # x loaded before the weights (XFIRST): its first chunk of several, every input
+        monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": replace(cfg, xfirst=1)})
+        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=15, chunked=True, bias=True, norm=True, resid=True, tol=tol)
+        run_fused(dev, kc_variants, qtype, 21, cols, 1, seed=16, glu=True, tol=tol)
+
+
+# (type, columns, units per part asked, parts, kernel): Q5_K 72 quarters in 9 parts of 8; Q3_K, Q2_K
+# 16 blocks in 2; IQ4_NL / MXFP4 144 blocks in 9 parts of 16; IQ4_XS 32 halves in 4 parts of 8 (the
+# parts' merge does not depend on the type: one form each)
+PARTS_CASES = [(T.Q5_K, 4608, 32, 9, "stream"), (T.Q5_K, 4608, 32, 9, "stream_dp+xfirst"),
+               (T.Q3_K, 4096, 8, 2, "stream_dp+xfirst"), (T.Q2_K, 4096, 8, 2, "stream"),
+               (T.IQ4_NL, 4608, 16, 9, "stream_dp+xfirst"), (T.MXFP4, 4608, 16, 9, "stream"),
+               (T.IQ4_XS, 4096, 8, 4, "stream_dp")]
+
+
+@pytest.mark.parametrize("qtype,cols,ks,parts,kernel", PARTS_CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, ks, parts, kernel):   # noqa: F811
+    """KSPLIT (PHASE 1 and 2 on this device): every part's sums merged, the norm over the whole row,
+    pairs; the scratch back to sentinels after each product."""
+    kernel, _, xfirst = kernel.partition("+")
+    if kernel == "stream_dp" and not _dp_ok(kc_variants):
+        pytest.skip("no integer dot products")
+    cfg = MatvecConfig(64, 2, ks, 1, kernel, xfirst=int(bool(xfirst)))
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    name = mm.type_suffix(qtype)
+    assert mm._matvec_spec(kc_variants, cfg, name, cols, 1, False, True, False)[2] == parts
+    tol = _tol(kernel)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=21, chunked=True, bias=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=22, glu=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=24, norm=True, bias=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=25, chunked=True, norm=True, pair=True, tol=tol)
+    for buf in kc_variants._shared["column parts"].values():
+        assert (np.frombuffer(buf.read(), dtype=np.uint32) == mm.PART_SENTINEL).all()
+
+
+# (type, columns, rows): Q3_K's and Q2_K's 4-block rows take 4 lanes each, 32 rows per row block
+@pytest.mark.parametrize("qtype,cols,rows", [(T.Q5_K, 1024, 37), (T.Q3_K, 1024, 100), (T.Q2_K, 1024, 100),
+                                             (T.MXFP4, 512, 100), (T.IQ4_XS, 1024, 100)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, rows):   # noqa: F811
+    """STEPS: several row blocks per workgroup (a table written once, read by every block), the last
+    workgroup short, every fused input, pairs."""
+    kernel = "stream_dp" if _dp_ok(kc_variants) else "stream"
+    cfg = MatvecConfig(64, 2, 1, 1, kernel, steps=3)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    spec, rows_per_wg, _, steps = mm._matvec_spec(kc_variants, cfg, mm.type_suffix(qtype), cols, 1, False, False, False)
+    assert steps == 3 and rows > 3 * rows_per_wg and rows % rows_per_wg
+    tol = _tol(kernel)
+    run_fused(dev, kc_variants, qtype, rows, cols, 1, seed=31, chunked=True, bias=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, rows, cols, 1, seed=33, glu=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, rows, cols, 1, seed=34, chunked=True, norm=True, pair=True, tol=tol)
+
+
+def _stand_in_gpu():
+    """A GPU with fast integer dot products as MATVEC_CONFIGS sees one (no device)."""
+    from types import SimpleNamespace
+    return SimpleNamespace(device=SimpleNamespace(features={"int_dot": True}),
+                           info=SimpleNamespace(is_cpu=False, subgroup_size=32, int_dot=True, int_dot_fast=True,
+                                                max_shared_memory=49152, max_workgroup_invocations=1024))
+
+
+@pytest.mark.parametrize("qtype", list(dict.fromkeys(c[0] for c in STREAM_CASES)), ids=lambda v: v.name)
+def test_gpu_rows_follow_q4_0_or_q4_k(qtype):
+    """On a GPU with fast integer dots IQ4_NL and MXFP4 take Q4_0's stream rows shape for shape, the
+    others Q4_K's (the 7.2B's, the 31.5B's and the 1.1B's products, a split's down product); several
+    tokens keep the base kernel, and the base kernel stays reachable through LLAMAVK_MATVEC (the A/B
+    script's spelling)."""
+    like = T.Q4_0 if qtype in Q40_LIKE else T.Q4_K
+    gpu = _stand_in_gpu()
+    for rows, cols in ((14336, 4096), (4096, 4096), (1024, 4096), (4096, 14336), (32000, 4096),
+                       (27648, 5120), (5120, 5120), (4096, 7168), (2048, 2048), (8192, 2048), (256, 2048)):
+        got, want = matvec_config(gpu, qtype, rows, cols), matvec_config(gpu, like, rows, cols)
+        assert got == want and got.kernel == "stream_dp", (rows, cols)
+        if like == T.Q4_0:   # the same parts, lanes per row, units per lane and rows per lane (the
+            # lookup table's shared memory leaves Q4_0's x chunks as they are)
+            assert mm._stream_layout(gpu, got, mm.type_suffix(qtype), cols, got.nr) == \
+                mm._stream_layout(gpu, want, "q4_0", cols, want.nr), (rows, cols)
+    assert matvec_config(gpu, qtype, 4096, 4096, n_tokens=3).kernel == "base"
+    name = mm.type_suffix(qtype)
+    env = mm.parse_matvec_env(f"{name}=base:256,4,2,2")
+    assert env[name] == MatvecConfig(256, 4, 2, 2, "base")
+    gpu.info.int_dot_fast = False
+    assert matvec_config(gpu, qtype, 4096, 4096).kernel == "base"
+
+
+def test_software_device_keeps_the_base_kernel(dev, kc_variants):   # noqa: F811
+    """llvmpipe's selection is unchanged: the base kernel unless forced."""
+    if not kc_variants.info.is_cpu:
+        pytest.skip("a software device's rows")
+    for qtype, _, _ in STREAM_CASES:
+        assert matvec_config(kc_variants, qtype, 4096, 4096).kernel == "base"
+
+
+MODEL_TYPES = ["q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"]
+
+
+@pytest.mark.parametrize("qtype", ["q6_k"] + MODEL_TYPES)
+def test_decode_on_the_stream_dp_kernel_through_the_override(synthetic_model, monkeypatch, qtype):
+    """A tiny model's one-token steps with every product on the DOT8 stream form, chosen as an A/B run
+    chooses it (LLAMAVK_MATVEC=TYPE=stream_dp:..., 2 row blocks per workgroup): each step's logits
+    equal the numpy reference forward pass."""
+    from llamavk.models import load_model_file
+    from llamavk.reference import ReferenceModel
+
+    from .test_engine import one_token_logits, quiet_load
+
+    monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env(f"{qtype}=stream_dp:64,2,1,1,2"))
+    path = synthetic_model("llama", qtype)
+    tokens = [int(t) for t in np.random.default_rng(13).integers(0, 500, 8)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    with quiet_load(path, n_ctx=64) as m:
+        rt = m.runtime
+        if not rt.kc.device.features.get("int_dot"):
+            pytest.skip("no integer dot products")
+        got = one_token_logits(rt, tokens)
+        assert f"mul_mv_stream_dp_{qtype}" in {name for name, _ in rt.kc._kernels}
+    assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("qtype", MODEL_TYPES)
+def test_greedy_decode_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, monkeypatch, qtype):
+    """The GPUs' decode path (gate and up as one product, RoPE and the KV store in the Q/K/V
+    products) on the f32 stream form: greedy decoding matches the reference."""
+    from llamavk.models import load_model_file
+    from llamavk.reference import ReferenceModel
+
+    from .test_engine import quiet_load
+
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": MatvecConfig(64, 2, 1, 1, "stream", steps=2)})
+    path = synthetic_model("llama", qtype)
+    prompt = [int(t) for t in np.random.default_rng(5).integers(0, 500, 6)]
+    want = ReferenceModel(load_model_file(path)).generate_greedy(prompt, 8)
+    with quiet_load(path, n_ctx=64) as m:
+        got = list(m.generate(prompt, n=8, temp=0))
+        one = m.runtime.fused_one["last"]
+        assert sum("pair" in op.attrs for op in one.ops) == m.runtime.cfg.n_layer
+        assert f"mul_mv_stream_{qtype}" in {name for name, _ in m.runtime.kc._kernels}
+    assert got == list(want)
+
+
+# WAIT / SIGNAL do not depend on the type; the table types write their table after the wait
+@pytest.mark.parametrize("qtype", ["q5_k", "q3_k", "iq4_nl", "iq4_xs"])
+def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
+    """Stages chained without barriers (WAIT / SIGNAL, x loaded first) on these types' stream
+    products: the unchained logits bit for bit, and the reference's within its tolerance."""
+    from llamavk.models import load_model_file
+    from llamavk.reference import ReferenceModel
+
+    from .test_engine import one_token_logits, quiet_load
+    from .vk_fixtures import chainable_stream_kernel
+
+    chainable_stream_kernel(monkeypatch)
+    path = synthetic_model("llama", qtype)
+    tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 10)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    got = {}
+    for chain in ("0", "1"):
+        monkeypatch.setenv("LLAMAVK_CHAIN", chain)
+        with quiet_load(path, n_ctx=64) as m:
+            got[chain] = one_token_logits(m.runtime, tokens)
+            assert bool(m.runtime.chains[("last", 1, 0)]) == (chain == "1")
+    assert np.array_equal(got["0"], got["1"])
+    assert np.abs(got["1"] - ref).max() <= 0.003 * np.abs(ref).max()
