@@ -164,9 +164,10 @@ def recurrent_state_bytes(graphs: dict) -> int:
 def dequant_scratch_bytes(model_file, graphs: dict, n_ubatch: int, device) -> int:
     """The f16 scratch of prompt products dequantized first (kernels/matmul.py mul_mm_cm2d) on a
     device with coopmat2: one buffer per power-of-two size class of the row slices its weights'
-    products use (a 7.2B Q4_K: 128 + 32 + 8 MiB)."""
+    products use (a 7.2B Q4_K: 128 + 32 + 8 MiB), two where the next slice is dequantized while
+    one is multiplied (matmul.DequantAhead, the default)."""
     from .kernels import selection
-    from .kernels.matmul import cm2d_slices
+    from .kernels.matmul import cm2d_slices, dequant_ahead_on
 
     features = getattr(device, "features", None) or {}
     if not features.get("coopmat2") or os.environ.get("LLAMAVK_CM2", "1") == "0":
@@ -186,7 +187,7 @@ def dequant_scratch_bytes(model_file, graphs: dict, n_ubatch: int, device) -> in
             tile_rows = selection.cm2_tile(n_ubatch, t.rows, "f16")[0]
             rows = max(n for _, n in cm2d_slices(t.rows, t.width, tile_rows))
             classes.add(1 << max(12, (2 * rows * t.width - 1).bit_length()))
-    return sum(classes)
+    return sum(classes) * (2 if dequant_ahead_on() else 1)
 
 
 # -- what the devices have free -----------------------------------------------------------------

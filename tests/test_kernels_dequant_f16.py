@@ -221,3 +221,135 @@ def test_matmul_cm2d(dev, kc, qtype, monkeypatch):
     monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "3")
     _, names = check_cm2d(dev, kc, qtype, 200, 8 * 256, 150, seed=7, with_bias=True)
     assert "reduce_sum_f32" in names, names
+
+
+class _BarrierRecorder:
+    """A recorder that keeps the dispatches instead of running them and places barriers by
+    CommandSequence's own rule (vk/sequence.py _depend): calls holds (kernel name, reads, writes)
+    and "barrier" markers."""
+
+    def __init__(self):
+        self.calls, self._written, self._read, self._src_stages = [], [], [], 0
+
+    def barrier(self, *a):
+        self.calls.append("barrier")
+        self._written, self._read, self._src_stages = [], [], 0
+
+    def dispatch(self, kernel, buffers, groups=(1, 1, 1), push=b"", **kw):
+        from llamavk.vk.sequence import COMPUTE, as_range
+        ranges = [as_range(b) for b in buffers]
+        reads = [r for r, a in zip(ranges, kernel.bindings) if a == "r"]
+        writes = [r for r, a in zip(ranges, kernel.bindings) if a == "w"]
+        CommandSequence._depend(self, reads, writes, COMPUTE)
+        self.calls.append((kernel.name, reads, writes))
+
+
+def _record_ahead(dev, kc, monkeypatch, weights, plan, n_tokens=40):
+    """matmul() of each weight in order, one recorder, a DequantAhead of `plan` (None: none)."""
+    class Kernel:
+        def __init__(self, name, bindings):
+            self.name, self.bindings = name, bindings
+
+    monkeypatch.setattr(kc, "get", lambda name, bindings, push_size=0, spec=(): Kernel(name, bindings))
+    monkeypatch.setattr(matmul_module, "product_kernel", lambda *a: "mul_mm_cm2d")
+    monkeypatch.setattr(matmul_module, "CM2D_SLICE_BYTES", 2 * 100 * 1024)   # slices of 64 rows
+    monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "2")    # split K: the sum of the parts behind a barrier
+    rec = _BarrierRecorder()
+    kc.dequant_ahead = matmul_module.DequantAhead(kc, plan) if plan is not None else None
+    try:
+        for w in weights:
+            X, Y = Buffer(dev, 4 * n_tokens * w.cols), Buffer(dev, 4 * n_tokens * w.rows)
+            matmul_module.matmul(rec, kc, w, View.whole(X), View.whole(Y), n_tokens)
+    finally:
+        kc.dequant_ahead = None
+    return rec.calls
+
+
+def _intervals(calls):
+    """The recorded dispatches as [(interval between barriers, name, reads, writes)]."""
+    out, k = [], 0
+    for c in calls:
+        if c == "barrier":
+            k += 1
+        else:
+            out.append((k,) + c)
+    return out
+
+
+def test_dequant_ahead_recording(dev, kc, monkeypatch):
+    """With a DequantAhead, each row slice's rows are dequantized right after the slice before it is
+    multiplied (this product's previous slice, else the previous product's last), with no barrier
+    between the two, into the other scratch of its size class; every product reads the rows its own
+    slice's dequantization wrote, and a barrier separates the two. Without one (LLAMAVK_DEQUANT_AHEAD=0
+    at runtime) each slice's dequantization precedes its product behind a barrier, as before."""
+    w1 = upload_qweight(dev, make_weight(T.Q4_K, 150, 1024, seed=1)[0], T.Q4_K, 150, 1024)   # slices 64, 64, 22
+    w2 = upload_qweight(dev, make_weight(T.Q8_0, 70, 1024, seed=2)[0], T.Q8_0, 70, 1024)     # slices 64, 6
+    barriers = []
+    for plan in ([(w1, 40), (w2, 40)], None):
+        ds = _intervals(_record_ahead(dev, kc, monkeypatch, [w1, w2], plan))
+        deq = [d for d in ds if d[1].startswith("dequant_f16")]
+        prod = [d for d in ds if d[1] == "mul_mm_cm2h_f16"]
+        assert len(deq) == len(prod) == 5, [d[1] for d in ds]
+        assert [d[1] for d in deq] == ["dequant_f16_q4_k"] * 3 + ["dequant_f16_q8_0"] * 2
+        for j, (d, p) in enumerate(zip(deq, prod)):
+            rows = d[3][0]
+            assert p[2][0][0] is rows[0], f"slice {j} reads another scratch than its rows went to"
+            assert p[0] > d[0], f"slice {j}: no barrier between its dequantization and its product"
+            if plan is not None and j > 0:   # dequantized together with the product before
+                assert d[0] == prod[j - 1][0], f"slice {j} was not dequantized ahead"
+                assert rows[0] is not prod[j - 1][2][0][0], "the slice ahead overwrote the rows in use"
+            if plan is None:
+                assert d[0] > (prod[j - 1][0] if j else -1)
+        barriers.append(ds[-1][0])
+    # fewer barriers: besides the dequantizations', the x conversion of the second product need not
+    # wait for the first product (the other f16 x scratch)
+    assert barriers[0] < barriers[1], barriers
+
+
+def test_dequant_ahead_wrong_plan(dev, kc, monkeypatch):
+    """A plan that names another weight next: the rows dequantized ahead go unused, and the product
+    actually recorded dequantizes its own (a wrong plan costs time, never a result)."""
+    w1 = upload_qweight(dev, make_weight(T.Q4_0, 70, 1024, seed=3)[0], T.Q4_0, 70, 1024)
+    w2 = upload_qweight(dev, make_weight(T.Q4_0, 64, 1024, seed=4)[0], T.Q4_0, 64, 1024)
+    w3 = upload_qweight(dev, make_weight(T.Q6_K, 64, 1024, seed=5)[0], T.Q6_K, 64, 1024)
+    ds = _intervals(_record_ahead(dev, kc, monkeypatch, [w1, w3], [(w1, 40), (w2, 40)]))
+    names = [d[1] for d in ds if d[1].startswith("dequant_f16") or d[1] == "mul_mm_cm2h_f16"]
+    assert names == ["dequant_f16_q4_0", "mul_mm_cm2h_f16", "dequant_f16_q4_0", "mul_mm_cm2h_f16",
+                     "dequant_f16_q4_0", "dequant_f16_q6_k", "mul_mm_cm2h_f16"], names
+    last_deq = [d for d in ds if d[1] == "dequant_f16_q6_k"][0]
+    last_prod = [d for d in ds if d[1] == "mul_mm_cm2h_f16"][-1]
+    assert last_prod[2][0][0] is last_deq[3][0][0] and last_prod[0] > last_deq[0]
+
+
+def test_matmul_cm2d_ahead(dev, kc, monkeypatch):
+    """Where coopmat2 exists: three products recorded in one sequence with their slices dequantized
+    ahead (small slices, so the scratches alternate within and across products) equal numpy."""
+    needs_cm2(kc, monkeypatch)
+    monkeypatch.setattr(matmul_module, "product_kernel", lambda *a: "mul_mm_cm2d")
+    monkeypatch.setattr(matmul_module, "CM2D_SLICE_BYTES", 2 * 100 * 512)
+    shapes = [(T.Q4_K, 300, 512, 7), (T.Q8_0, 130, 512, 8), (T.Q4_0, 200, 512, 9)]
+    n_tokens = 70
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((n_tokens, 512)).astype(np.float32)
+    X = Buffer(dev, x.nbytes)
+    X.write(x)
+    ws, refs, outs = [], [], []
+    for qtype, rows, cols, seed in shapes:
+        raw, wref = make_weight(qtype, rows, cols, seed)
+        ws.append(upload_qweight(dev, raw, qtype, rows, cols))
+        refs.append(x.astype(np.float64) @ wref.T)
+        Y = Buffer(dev, 4 * n_tokens * rows, host_visible=True)
+        Y.array(np.uint32)[:] = 0x7FC00000
+        outs.append(Y)
+    seq = CommandSequence(dev).begin()
+    kc.dequant_ahead = matmul_module.DequantAhead(kc, [(w, n_tokens) for w in ws])
+    try:
+        for w, Y in zip(ws, outs):
+            matmul_module.matmul(seq, kc, w, View.whole(X), View.whole(Y), n_tokens)
+    finally:
+        kc.dequant_ahead = None
+    seq.end().run()
+    for (qtype, rows, _, _), Y, ref in zip(shapes, outs, refs):
+        out = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows)
+        err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+        assert err < tol(qtype, coopmat=True), f"{qtype.name} {rows} rows: relative error {err:.2e}"

@@ -142,10 +142,10 @@ def test_progress_bar_only_on_a_terminal_and_after_a_second(monkeypatch):
     assert slow.bar is None                                   # cleared when the load ends
 
 
-def test_dequant_scratch_is_counted_on_coopmat2_devices(synthetic_model, dev):
+def test_dequant_scratch_is_counted_on_coopmat2_devices(synthetic_model, dev, monkeypatch):
     """On a device with coopmat2, prompts of Q4_K products dequantize to f16 scratch buffers first
-    (one per power-of-two size class): the estimate counts them; on others, and below the tokens
-    from which that path applies, it does not."""
+    (two per power-of-two size class, one with LLAMAVK_DEQUANT_AHEAD=0): the estimate counts them; on
+    others, and below the tokens from which that path applies, it does not."""
     from llamavk.kernels import selection
     from llamavk.memory_fit import dequant_scratch_bytes
     from llamavk.models import build_graph, load_model_file
@@ -159,6 +159,8 @@ def test_dequant_scratch_is_counted_on_coopmat2_devices(synthetic_model, dev):
     expected = sum({1 << max(12, (b - 1).bit_length()) for b in sizes})
     assert expected > 0
     n = selection.cm2_dequant_min()
+    assert dequant_scratch_bytes(f, graphs, n, cm2) == 2 * expected
+    monkeypatch.setenv("LLAMAVK_DEQUANT_AHEAD", "0")
     assert dequant_scratch_bytes(f, graphs, n, cm2) == expected
     assert dequant_scratch_bytes(f, graphs, n - 1, cm2) == 0
     assert dequant_scratch_bytes(f, graphs, n, dev) == 0 or dev.features.get("coopmat2")

@@ -537,7 +537,7 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
 
 
 def _cm2_chunk(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias, has_bias: int,
-               n_tokens: int, spec: tuple[int, ...]) -> None:
+               n_tokens: int, spec: tuple[int, ...], then=None) -> None:
     """One chunk's matmul_cm2.comp product with specialization constants spec (tile rows, tokens, BK,
     and for the F16 form its threads, ...): the columns' spans of 256 split over the grid's z where the
     tiles are few for the workgroups the GPU runs at once (selection.cm2_parts, cm2_fill)."""
@@ -551,7 +551,7 @@ def _cm2_chunk(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y
     spp = -(-n_spans // parts) if n_spans else 0
     parts = -(-n_spans // spp) if n_spans else 1   # no empty part
     _dispatch_column_parts(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (gx, gy), parts,
-                           max(spp, 1))
+                           max(spp, 1), then=then)
 
 
 # The dequantize-then-f16 prompt product (family mul_mm_cm2d, selection.CM2_DEQUANT_TYPES): a weight
@@ -589,47 +589,141 @@ def dequant_f16(seq, kc: KernelCache, w: QWeight, ch, r0: int, n: int, out: View
     seq.dispatch(kernel, [ch.buffer, out.range], groups_2d(-(-units // (DEQUANT_F16_WG * DEQUANT_F16_PER_THREAD))), push)
 
 
-def _dequant_scratch(kc: KernelCache, nbytes: int) -> Buffer:
-    """f16 rows of mul_mm_cm2d: one buffer per power-of-two size class (a recording never replaces
-    one its dispatches still use; the recorder's barriers order a dequantization after the last
-    product that read the scratch)."""
+def _dequant_scratch(kc: KernelCache, nbytes: int, parity: int = 0) -> Buffer:
+    """f16 rows of mul_mm_cm2d: two buffers per power-of-two size class, alternated by parity so
+    that one product's rows can be dequantized while the previous product reads the other (a
+    recording never replaces one its dispatches still use; the recorder's barriers order a
+    dequantization after the last product that read the scratch)."""
     size = 1 << max(12, (nbytes - 1).bit_length())
-    return kc.shared("cm2d f16 w", size, lambda: Buffer(kc.device, size))
+    return kc.shared("cm2d f16 w", (size, parity), lambda: Buffer(kc.device, size))
+
+
+def dequant_ahead_on() -> bool:
+    """LLAMAVK_DEQUANT_AHEAD=0 records every dequantization right before its own product (A/B)."""
+    return os.environ.get("LLAMAVK_DEQUANT_AHEAD", "1") != "0"
+
+
+class DequantAhead:
+    """The prompt step's mul_mm_cm2d row slices dequantized one product ahead.
+
+    Why: dequant_f16 is bandwidth-bound (~2.6 TB/s) and the f16 product compute-bound, yet recorded
+    one after the other each waits for the other: on an H100 the 7.2B's prompt spends ~7 of ~41 ms
+    dequantizing. So right after a slice's product is recorded, the next slice's dequantization
+    (this product's next row slice, else the first slice of the next weight product of the step,
+    from `plan`) is recorded into the other scratch of its size class: no barrier separates the
+    two (they share nothing), so the GPU runs them together, and the barrier before the next product
+    waits for both. runtime.record sets one per recording (KernelCache.dequant_ahead) with the
+    step's weight products in recording order; a slice dequantized ahead is used only by the very
+    next mul_mm_cm2d dispatch of the same command sequence, so a plan that guessed wrong costs
+    time, never a result."""
+
+    def __init__(self, kc: KernelCache, plan: list[tuple[QWeight, int]]):
+        self.kc = kc
+        self.plan = plan         # (weight, tokens) of the step's weight products, in recording order
+        self.pos = -1            # the plan entry of the product being recorded (-1: not in it)
+        self.searched = 0        # where the next search for an entry starts
+        self.parity = 0          # the scratch the next dequantization writes
+        self.x_parity = 0        # the f16 x scratch the next conversion writes (_f16_copy)
+        self.ready = None        # (seq, weight, chunk index, first row, View) dequantized ahead
+
+    def _next_job(self, w: QWeight, n_tokens: int, job: int):
+        """(weight, tokens, chunk index, first row, rows) of the slice after slice `job` of w."""
+        jobs = cm2d_jobs(w, n_tokens)
+        if job + 1 < len(jobs):
+            return (w, n_tokens) + jobs[job + 1]
+        if self.pos < 0:
+            return None          # w is not in the plan: what comes next is unknown
+        for nw, nt in self.plan[self.pos + 1:]:   # products of other kernels leave it alone
+            if product_kernel(self.kc, nt, nw.rows, nw.cols, type_suffix(nw.qtype)) == "mul_mm_cm2d":
+                return (nw, nt) + cm2d_jobs(nw, nt)[0]
+        return None
+
+    def begin(self, w: QWeight) -> None:
+        """A mul_mm_cm2d product of w is being recorded: find its plan entry (from the last one
+        found on; none: -1, and what comes after it is unknown)."""
+        found = next((i for i in range(self.searched, len(self.plan)) if self.plan[i][0] is w), -1)
+        self.pos = found
+        self.searched = found if found >= 0 else self.searched
+
+    def take(self, seq, w: QWeight, ci: int, r0: int) -> View | None:
+        """The rows dequantized ahead for this slice, if they were (and were recorded in seq)."""
+        ready, self.ready = self.ready, None
+        if ready is not None and ready[0] is seq and ready[1] is w and ready[2:4] == (ci, r0):
+            return ready[4]
+        return None
+
+    def slice_view(self, w: QWeight, n: int) -> View:
+        """The next scratch to dequantize n rows of w into (alternating)."""
+        nbytes = 2 * n * w.cols
+        view = View(_dequant_scratch(self.kc, nbytes, self.parity), 0, nbytes)
+        self.parity ^= 1
+        return view
+
+    def after(self, seq, w: QWeight, n_tokens: int, job: int) -> None:
+        """Slice `job` of w's product is recorded: record the next slice's dequantization."""
+        nxt = self._next_job(w, n_tokens, job)
+        if nxt is None:
+            return
+        nw, _, ci, r0, n = nxt
+        out = self.slice_view(nw, n)
+        dequant_f16(seq, self.kc, nw, nw.chunks[ci], r0, n, out)
+        self.ready = (seq, nw, ci, r0, out)
+
+
+def cm2d_jobs(w: QWeight, n_tokens: int) -> list[tuple[int, int, int]]:
+    """(chunk index, first row, rows) of mul_mm_cm2d's row slices of w, in recording order."""
+    tile_rows = cm2_f16_form(n_tokens, w.rows)[0]
+    return [(ci, r0, n) for ci, ch in enumerate(w.chunks) for r0, n in cm2d_slices(ch.n_rows, w.cols, tile_rows)]
 
 
 def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> None:
     """Record the dequantize-then-f16 product (family mul_mm_cm2d) per weight chunk and row slice:
     dequant_f16 into the scratch, then mul_mm_cm2h_f16 over it (tiles by selection.cm2_tile for
-    "f16", split K, bias and outputs as _matmul_cm2), x converted to f16 once."""
+    "f16", split K, bias and outputs as _matmul_cm2), x converted to f16 once. With a DequantAhead
+    (prompt steps), each slice's rows are dequantized while the slice before it is multiplied."""
     spec = cm2_f16_form(n_tokens, w.rows)
-    tile_rows, tile_tokens = spec[:2]
     kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=32, spec=spec)
+    ahead = getattr(kc, "dequant_ahead", None)
+    if ahead is not None:
+        ahead.begin(w)
     xh = _f16_copy(seq, kc, x, n_tokens * w.cols)
     has_bias = int(bias is not None)
     b = bias if bias is not None else xh   # an unused binding still needs a buffer
-    for ch in w.chunks:
-        for r0, n in cm2d_slices(ch.n_rows, w.cols, tile_rows):
-            scratch = _dequant_scratch(kc, 2 * n * w.cols)
-            dequant_f16(seq, kc, w, ch, r0, n, View(scratch, 0, 2 * n * w.cols))
-            rows = WeightChunk(scratch, ch.row_start + r0, n)
-            _cm2_chunk(seq, kc, kernel, rows, w, xh, b, y, bias, has_bias, n_tokens, spec)
+    for job, (ci, r0, n) in enumerate(cm2d_jobs(w, n_tokens)):
+        ch = w.chunks[ci]
+        rows_view = ahead.take(seq, w, ci, r0) if ahead is not None else None
+        if rows_view is None:
+            rows_view = ahead.slice_view(w, n) if ahead is not None else \
+                View(_dequant_scratch(kc, 2 * n * w.cols), 0, 2 * n * w.cols)
+            dequant_f16(seq, kc, w, ch, r0, n, rows_view)
+        rows = WeightChunk(rows_view.buffer, ch.row_start + r0, n)
+        # the next slice's dequantization right after this product's dispatch (before a split K's
+        # reduce_sum, which waits behind a barrier), so that the two run together
+        then = (lambda job=job: ahead.after(seq, w, n_tokens, job)) if ahead is not None else None
+        _cm2_chunk(seq, kc, kernel, rows, w, xh, b, y, bias, has_bias, n_tokens, spec, then=then)
 
 
 def _dispatch_column_parts(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias,
-                           has_bias: int, n_tokens: int, grid: tuple[int, int], parts: int, per_part: int) -> None:
+                           has_bias: int, n_tokens: int, grid: tuple[int, int], parts: int, per_part: int,
+                           then=None) -> None:
     """One chunk's product by a tile kernel whose columns are cut into `parts` (matmul_small.comp,
     matmul_cm2.comp: push constants rows, cols, y stride, y row offset, bias?, tokens, column units or
     spans per part, scratch stride): one part writes y (bias and all) itself; several write their sums
-    to a scratch and reduce_sum adds them in a fixed order, with the bias."""
+    to a scratch and reduce_sum adds them in a fixed order, with the bias. then(): recorded right
+    after the product's dispatch (DequantAhead's next dequantization)."""
     gx, gy = grid
     if parts == 1:
         push = struct.pack("<8I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens, per_part, 0)
         seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
+        if then is not None:
+            then()
         return
     stride = n_tokens * ch.n_rows
     scratch = View(_small_gemm_scratch(kc, 4 * parts * stride), 0, 4 * parts * stride)
     push = struct.pack("<8I", ch.n_rows, w.cols, ch.n_rows, 0, 0, n_tokens, per_part, stride)
     seq.dispatch(kernel, [ch.buffer, x.range, x.range, scratch.range], (gx, gy, parts), push)
+    if then is not None:     # recorded between the product and the sum of its parts (see callers)
+        then()
     reduce_sum(seq, kc, scratch, "f32", (1 << parts) - 1, stride, y, n_tokens, ch.n_rows, ch.n_rows,
                base=bias, base_stride=0, base_c0=ch.row_start, out_stride=w.rows, out_c0=ch.row_start)
 
@@ -639,7 +733,11 @@ def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
     (a power of two of at least 4 KiB, so a recording never replaces one its dispatches still use;
     the recorder's barriers order a conversion after the last product that read the scratch)."""
     size = 1 << max(12, (2 * n - 1).bit_length())
-    xh = View(kc.shared("cm2 f16 x", size, lambda: Buffer(kc.device, size)), 0, 2 * n)
+    ahead = getattr(kc, "dequant_ahead", None)
+    parity = 0
+    if ahead is not None:   # alternate: converting the next product's x need not wait for this one
+        parity, ahead.x_parity = ahead.x_parity, ahead.x_parity ^ 1
+    xh = View(kc.shared("cm2 f16 x", (size, parity), lambda: Buffer(kc.device, size)), 0, 2 * n)
     convert(seq, kc, x, xh, "f16", n)
     return xh
 
