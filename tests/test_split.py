@@ -226,3 +226,29 @@ def test_one_token_exchange_point_is_one_dispatch(references, monkeypatch, mode)
             partials = {op.inputs[0] for op in graph.ops if op.kind == "put"}
             chained_before = [op for op, _ in sub.chains[("last", 1, 0)] if op.out in partials]
             assert len(chained_before) == (8 if mode == "graph" else 0)
+
+
+def test_layer_mode_keeps_finished_devices_waiting(references, monkeypatch):
+    """-sm layer on 4 devices: a device whose block of layers is done waits, with the last device,
+    for the hand-over into it (a GPU left idle for the rest of the step loses its clocks), and
+    records that wait in its decode step (spin sync; forced here and only recorded: llvmpipe cannot
+    spin). The devices' turns are unchanged: each waits for the one before it."""
+    monkeypatch.setenv("LLAMAVK_SPLIT_SYNC", "spin")
+    path = references[("llama", "q4_0")][0]
+    with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0,Vulkan0,Vulkan0", split_mode="layer", profile=True) as m:
+        rt = m.runtime
+        assert rt.sync == "spin"
+        waits = []
+        for sub in rt.runtimes:
+            syncs = [op for op in sub.fused_one["last"].ops if op.kind == "sync"]
+            waits.append([op.attrs["wait_mask"] for op in syncs if op.attrs["wait_mask"]])
+            (seq,) = sub.sequence("last", 1, 0)
+            kernels = [name.split()[0] for name in seq.profiler.names]
+            assert kernels.count("exchange_sync") == len(waits[-1]) + sum(op.attrs["signal"] for op in syncs)
+        assert waits == [[1 << 2], [1 << 0, 1 << 2], [1 << 1], [1 << 2]], waits
+    # the logits stay those of -sm none (relay sync on llvmpipe: the waits are the host's rounds)
+    monkeypatch.delenv("LLAMAVK_SPLIT_SYNC")
+    _, prompt, want, _ = references[("llama", "q4_0")]
+    with quiet(path, n_ctx=128, devices="Vulkan0,Vulkan0,Vulkan0,Vulkan0", split_mode="layer") as m:
+        got = m.logits(prompt, all=True)
+    assert np.abs(got - want).max() <= REL_TOL * np.abs(want).max()

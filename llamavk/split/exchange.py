@@ -36,13 +36,14 @@ def _sync_all(dg: DeviceGraphs, e: Exchange, layer) -> None:
         dg.emit(d, "sync", (), None, layer, exchange=e.index, signal=d in e.producers, wait_mask=_mask(wait))
 
 
-def transfer(dg: DeviceGraphs, src: int, x, dsts, layer=None) -> dict:
-    """Copy activation x (on src) to every device in dsts; returns {dst: tensor}."""
+def transfer(dg: DeviceGraphs, src: int, x, dsts, layer=None, idle=()) -> dict:
+    """Copy activation x (on src) to every device in dsts; returns {dst: tensor}. idle: devices
+    that read nothing but wait at this exchange point too (spin steps: their GPUs stay busy)."""
     dsts = [d for d in dsts if d != src]
     if not dsts:
         return {}
     e = dg.new_exchange()
-    e.producers, e.consumers = {src}, set(dsts)
+    e.producers, e.consumers = {src}, set(dsts) | (set(idle) - {src})
     dg.emit(src, "put", (x,), None, layer, exchange=e.index, dtype="f32", at=0)
     dg.note_put(x.width)
     _sync_all(dg, e, layer)
