@@ -246,6 +246,12 @@ def test_layer_mode_keeps_finished_devices_waiting(references, monkeypatch):
             kernels = [name.split()[0] for name in seq.profiler.names]
             assert kernels.count("exchange_sync") == len(waits[-1]) + sum(op.attrs["signal"] for op in syncs)
         assert waits == [[1 << 2], [1 << 0, 1 << 2], [1 << 1], [1 << 2]], waits
+    monkeypatch.setenv("LLAMAVK_LAYER_IDLE_WAIT", "0")    # the A/B switch: only the turns
+    with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0,Vulkan0,Vulkan0", split_mode="layer") as m:
+        waits = [[op.attrs["wait_mask"] for op in sub.fused_one["last"].ops if op.kind == "sync" and op.attrs["wait_mask"]]
+                 for sub in m.runtime.runtimes]
+        assert waits == [[], [1 << 0], [1 << 1], [1 << 2]], waits
+    monkeypatch.delenv("LLAMAVK_LAYER_IDLE_WAIT")
     # the logits stay those of -sm none (relay sync on llvmpipe: the waits are the host's rounds)
     monkeypatch.delenv("LLAMAVK_SPLIT_SYNC")
     _, prompt, want, _ = references[("llama", "q4_0")]

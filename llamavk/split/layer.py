@@ -14,8 +14,15 @@ into the last device: each GPU is busy (working or spinning) at least (n - 1) / 
 
 from __future__ import annotations
 
+import os
+
 from .base import DeviceGraphs, partition
 from .exchange import transfer
+
+
+def idle_wait() -> bool:
+    """LLAMAVK_LAYER_IDLE_WAIT=0: a device whose block is done does not wait (A/B)."""
+    return os.environ.get("LLAMAVK_LAYER_IDLE_WAIT", "1") != "0"
 
 
 def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
@@ -23,6 +30,7 @@ def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
     n = len(shares)
     dg = DeviceGraphs(graph, n)
     dg.long_waits = True
+    linger = idle_wait()
     ranges = partition(cfg.n_layer, shares)
     owner = {layer: d for d, (a, b) in enumerate(ranges) for layer in range(a, b)}
     first, last = owner[0], owner[cfg.n_layer - 1]
@@ -37,7 +45,7 @@ def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
         for t in op.reads():
             if t.kind == "act" and not dg.has(d, t):
                 src = home[t]
-                done = [e for e in range(n) if d == last and ranges[e][1] <= ranges[src][0]]
+                done = [e for e in range(n) if linger and d == last and ranges[e][1] <= ranges[src][0]]
                 dg.bind(d, t, transfer(dg, src, dg.tensor(src, t), [d], op.layer, idle=done)[d])
         dg.place(d, op)
         if op.out is not None:
