@@ -228,29 +228,47 @@ def test_one_token_exchange_point_is_one_dispatch(references, monkeypatch, mode)
             assert len(chained_before) == (8 if mode == "graph" else 0)
 
 
-def test_layer_mode_keeps_finished_devices_waiting(references, monkeypatch):
+def test_layer_mode_hops_and_finished_devices_waiting(references, monkeypatch):
     """-sm layer on 4 devices: a device whose block of layers is done waits, with the last device,
     for the hand-over into it (a GPU left idle for the rest of the step loses its clocks), and
     records that wait in its decode step (spin sync; forced here and only recorded: llvmpipe cannot
-    spin). The devices' turns are unchanged: each waits for the one before it."""
+    spin). The devices' turns are unchanged: each waits for the one before it, in one dispatch that
+    also copies the activation out of host memory (exchange_reduce: the "sum" of one device's slot),
+    and the products after it are chained to it (their weight loads out while the device waits)."""
     monkeypatch.setenv("LLAMAVK_SPLIT_SYNC", "spin")
+    monkeypatch.setenv("LLAMAVK_CHAIN", "1")         # chain products as on an NVIDIA GPU,
+    from llamavk.kernels import matmul                # whose one-token products take the stream kernel
+    monkeypatch.setattr(matmul, "_MATVEC_ENV", matmul.parse_matvec_env("stream:64,2,1,1"))
     path = references[("llama", "q4_0")][0]
+
+    def waits_of(m):
+        return [[(op.kind, op.attrs["wait_mask"]) for op in sub.fused_one["last"].ops
+                 if op.kind in ("sync", "sync_reduce") and op.attrs["wait_mask"]] for sub in m.runtime.runtimes]
+
     with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0,Vulkan0,Vulkan0", split_mode="layer", profile=True) as m:
         rt = m.runtime
         assert rt.sync == "spin"
-        waits = []
         for sub in rt.runtimes:
-            syncs = [op for op in sub.fused_one["last"].ops if op.kind == "sync"]
-            waits.append([op.attrs["wait_mask"] for op in syncs if op.attrs["wait_mask"]])
+            ops = sub.fused_one["last"].ops
+            assert "get" not in [op.kind for op in ops]
             (seq,) = sub.sequence("last", 1, 0)
             kernels = [name.split()[0] for name in seq.profiler.names]
-            assert kernels.count("exchange_sync") == len(waits[-1]) + sum(op.attrs["signal"] for op in syncs)
-        assert waits == [[1 << 2], [1 << 0, 1 << 2], [1 << 1], [1 << 2]], waits
+            syncs = [op for op in ops if op.kind == "sync" and (op.attrs["signal"] or op.attrs["wait_mask"])]
+            assert kernels.count("exchange_sync") == len(syncs)
+            hops = [op for op in ops if op.kind == "sync_reduce"]
+            assert kernels.count("exchange_reduce") == len(hops)
+            chained = [op for op, _ in sub.chains[("last", 1, 0)]]
+            assert all(op in chained for op in hops)
+        hop = lambda d: ("sync_reduce", 1 << d)   # noqa: E731
+        assert waits_of(m) == [[("sync", 1 << 2)], [hop(0), ("sync", 1 << 2)], [hop(1)], [hop(2)]], waits_of(m)
     monkeypatch.setenv("LLAMAVK_LAYER_IDLE_WAIT", "0")    # the A/B switch: only the turns
     with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0,Vulkan0,Vulkan0", split_mode="layer") as m:
-        waits = [[op.attrs["wait_mask"] for op in sub.fused_one["last"].ops if op.kind == "sync" and op.attrs["wait_mask"]]
-                 for sub in m.runtime.runtimes]
-        assert waits == [[], [1 << 0], [1 << 1], [1 << 2]], waits
+        assert waits_of(m) == [[], [hop(0)], [hop(1)], [hop(2)]], waits_of(m)
+    monkeypatch.setenv("LLAMAVK_HOP_FUSE", "0")           # the hops' A/B switch: a wait, then a copy
+    with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0,Vulkan0,Vulkan0", split_mode="layer") as m:
+        assert waits_of(m) == [[], [("sync", 1)], [("sync", 2)], [("sync", 4)]]
+        assert all("get" in [op.kind for op in sub.fused_one["last"].ops] for sub in m.runtime.runtimes[1:])
+    monkeypatch.delenv("LLAMAVK_HOP_FUSE")
     monkeypatch.delenv("LLAMAVK_LAYER_IDLE_WAIT")
     # the logits stay those of -sm none (relay sync on llvmpipe: the waits are the host's rounds)
     monkeypatch.delenv("LLAMAVK_SPLIT_SYNC")

@@ -30,6 +30,9 @@ def plan(graph, shares: list[float], opts, blocks=None) -> DeviceGraphs:
     n = len(shares)
     dg = DeviceGraphs(graph, n)
     dg.long_waits = True
+    # a one-token step's hop is one exchange_reduce dispatch (split/matvec_steps.py), and the products
+    # after it are chained to it: their weight loads go out while the device waits for its turn
+    dg.overlap = True
     linger = idle_wait()
     ranges = partition(cfg.n_layer, shares)
     owner = {layer: d for d, (a, b) in enumerate(ranges) for layer in range(a, b)}
