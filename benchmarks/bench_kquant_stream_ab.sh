@@ -13,7 +13,7 @@
 # and IQ4_XS, on the stream kernel the same way: "iq4_nl mxfp4 iq4_xs")
 set -u
 TYPES=${1:-q5_k q3_k q2_k}
-HALF_TYPES="q2_k"
+HALF_TYPES="q2_k q3_k"
 PY=${PYTHON:-python3}
 DIR=${DIR:-${TMPDIR:-/tmp}/llamavk-kquant-ab}
 mkdir -p "$DIR"

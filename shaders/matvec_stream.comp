@@ -150,6 +150,17 @@
 // 16 bytes every 110, the 7 of them every hmask and qs byte once. Element 32s + l: 2 bits in qs byte
 // 32 (s / 4) + l >> 2 (s % 4), bit 2 = hmask byte l >> s; weight d (sc[e / 16] - 32) (q - 4), q - 4
 // as a signed byte in the DOT8 sums (the offset is the data's: no block sum of x needed).
+// Q3_K HALF_BLOCK (variants *_half; kernels/matmul.py stream_half, stream_dp_half): a unit is half h
+// of a super-block (128 weights: hmask bits 4h .. 4h + 3 of all 32 bytes, qs bytes 32h .. 32h + 31,
+// scales g = 8h .. 8h + 7, d), so a 4096-wide row has 32 lanes and each lane's serial arithmetic per
+// row is half the whole block's. The lane loads the 3 aligned uvec4s from the one holding hmask's
+// first byte (never past the block's byte 47), the 3 from the one holding its qs run's first byte,
+// none past the one holding the run's last (at h = 1, o = 0 the third would end 2 bytes past the
+// block: it repeats the second, unused), the scales as 4 words and d as the whole block's: 6 uvec4s,
+// 4 words and a 16-bit word per 128 weights (the 2 lanes of a block load the same hmask, scales and
+// d in one instruction). The words go into place as the whole block's, then hmask and the scale
+// words shift right by 4h, so that the whole block's q3k_word and q3k_scale read the unit as they
+// read a block's first half. h rides in bit 0 of wo (o is even).
 // Q2_K (84-byte super-blocks: a block starts at a 4-byte multiple o = 84 b mod 16): a unit is a whole
 // super-block, as Q3_K's (half a block would need its 8 scale bytes, 32 qs bytes and d, dmin at
 // three places, up to 5 uvec4s for 128 weights). The lane loads 5 aligned uvec4s from the one
@@ -331,10 +342,16 @@ uint clock_release;    // lane 0: when the wait was met
 #elif defined(QTYPE_Q6_K)
 #define UNIT 128
 #define NQ 8        // ql 5, qh 3 (the scales and d: wt below)
+#elif defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
+#define UNIT 128    // half a super-block (header: Q3_K, HALF_BLOCK)
+#define NQ 6        // hmask 3, the half's qs 3 (the scales and d: wt, wdh below)
+#define NBW 19      // unit words: hmask 8, qs 8, scales 3 (d apart), shifted to the half's bits
+#define Q3K_SC 16   // the first scale word among them
 #elif defined(QTYPE_Q3_K)
 #define UNIT 256    // a whole super-block (header: Q3_K)
 #define NQ 7        // hmask and qs (the scales and d: wt, wdh below)
 #define NBW 27      // block words used: hmask 8, qs 16, scales 3 (d apart)
+#define Q3K_SC 24
 #elif defined(QTYPE_Q2_K) && defined(HALF_BLOCK)
 #define UNIT 128    // half a super-block (header: Q2_K, HALF_BLOCK)
 #define NQ 2        // 2 aligned uvec4s of the qs run (its last words, d, dmin and the scales: wt, wsc below)
@@ -490,6 +507,10 @@ uvec4 wq[C][RJ][NQ];
 #if defined(QTYPE_Q6_K)
 uvec4 wt[C][RJ];   // the 3 words holding the unit's scales, d (f16 bits)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (210 b mod 16)
+#elif defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
+uint wo[C][RJ];    // the block's byte offset in its uvec4 (110 b mod 16: even), | the half h (bit 0)
+uvec4 wt[C][RJ];   // the 4 words holding its scales
+uint wdh[C][RJ];   // d (f16 bits)
 #elif defined(QTYPE_Q3_K)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (110 b mod 16)
 uvec4 wt[C][RJ];   // the 4 words holding its scales
@@ -549,6 +570,26 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], uint(wu16[d16]));
                 }
                 wo[i][j] = bb & 15u;
+#elif defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
+                // half h of super-block ib at byte bb (header: Q3_K, HALF_BLOCK): hmask from the 3 aligned
+                // uvec4s from the one holding its first byte, the half's qs run from the 3 from the one
+                // holding its first byte, none past the one holding its last (h = 1 at o = 0 repeats the
+                // second, unused); the scales and d as the whole block's
+                uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2, bb = 110 * ib;
+                uint m0 = bb >> 4, q0 = (bb + 32 + 32 * h) >> 4, q1 = (bb + 63 + 32 * h) >> 4;
+                uint s0 = (bb + 94) >> 2, d16 = (bb + 108) >> 1;
+                if (second) {
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][k] = pu4[m0 + k];
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][3 + k] = pu4[min(q0 + k, q1)];
+                    wt[i][j] = uvec4(pu32[s0], pu32[s0 + 1], pu32[s0 + 2], pu32[s0 + 3]);
+                    wdh[i][j] = uint(pu16[d16]);
+                } else {
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][k] = wu4[m0 + k];
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][3 + k] = wu4[min(q0 + k, q1)];
+                    wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], wu32[s0 + 3]);
+                    wdh[i][j] = uint(wu16[d16]);
+                }
+                wo[i][j] = (bb & 15u) | h;
 #elif defined(QTYPE_Q3_K)
                 // super-block ib at byte bb (header: Q3_K): hmask and qs (bytes 0..95) from 7 aligned
                 // uvec4s, none past the one holding byte 95 (o = 0: the 7th repeats it, unused); the
@@ -715,20 +756,49 @@ void block_words(uint i, uint j, out uint bw[NBW]) {
 }
 #endif
 
+#if defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
+// Words k < NBW of the half super-block loaded for unit i, row j, in place: hmask and the half's qs
+// run (each from its 3 uvec4s by selects of the word offset and a 16-bit funnel for o % 4 == 2, as
+// the whole block's) and the scales; hmask and scales shifted right by 4h, so that the half's bits
+// sit where the whole block's first half has them (hmask bits 4h + s of each byte at bit s, the
+// scales' nibble h at bits 0..3, their high bits 4h .. 4h + 3 at bits 0..3 of bytes 8..11): the
+// whole block's q3k_word and q3k_scale then read the unit.
+void block_words(uint i, uint j, out uint bw[NBW]) {
+    uint o = wo[i][j] & 14u, a = o >> 2, sh = 4u * (wo[i][j] & 1u);
+    bool half_word = (o & 2u) != 0u;
+    uint r[24];
+    [[unroll]] for (uint k = 0; k < 24; ++k) r[k] = wq[i][j][k / 4][k % 4];
+    [[unroll]] for (uint t = 0; t < 2; ++t) {   // hmask, qs: 12 raw words each
+        [[unroll]] for (uint k = 0; k < 8; ++k) {
+            uint b = 12 * t + k;
+            uint m0 = a < 2u ? (a == 0u ? r[b] : r[b + 1]) : (a == 2u ? r[b + 2] : r[b + 3]);
+            uint m1 = a < 2u ? (a == 0u ? r[b + 1] : r[b + 2]) : (a == 2u ? r[b + 3] : r[b + 4]);
+            uint w = half_word ? (m0 >> 16) | (m1 << 16) : m0;
+            bw[8 * t + k] = t == 0 ? w >> sh : w;
+        }
+    }
+    uvec4 t = wt[i][j];   // scales at byte 2 (half_word) or 4 of t
+    bw[Q3K_SC] = (half_word ? (t.x >> 16) | (t.y << 16) : t.y) >> sh;
+    bw[Q3K_SC + 1] = (half_word ? (t.y >> 16) | (t.z << 16) : t.z) >> sh;
+    bw[Q3K_SC + 2] = (half_word ? (t.z >> 16) | (t.w << 16) : t.w) >> sh;
+}
+#endif
+
 #if defined(QTYPE_Q3_K)
-// Q3_K (header): signed bytes q - 4 of elements 32s + 4w .. 32s + 4w + 3 (s, w < 8): 2 low bits from
-// qs, bit 2 from hmask; (q | 0x80) - 4 never borrows across bytes, ^ 0x80 makes it q - 4.
+// Q3_K (header): signed bytes q - 4 of the unit's elements 32s + 4w .. 32s + 4w + 3 (s < UNIT / 32,
+// w < 8): 2 low bits from qs, bit 2 from hmask; (q | 0x80) - 4 never borrows across bytes, ^ 0x80
+// makes it q - 4.
 uint q3k_word(uint bw[NBW], uint s, uint w) {
     uint lo = (bw[8 + 8 * (s / 4) + w] >> (2 * (s % 4))) & 0x03030303u;
     uint hb = (bw[w] >> s) & 0x01010101u;
     return (((lo | (hb << 2)) | 0x80808080u) - 0x04040404u) ^ 0x80808080u;
 }
 
-// Scale g (< 16: elements 16g .. 16g + 15): low 4 bits in scale byte g % 8 (nibble g / 8), high 2
-// bits in byte 8 + g % 4 (bits 2 (g / 4)); minus 32.
+// Scale g (< UNIT / 16: elements 16g .. 16g + 15): low 4 bits in scale byte g % 8 (nibble g / 8),
+// high 2 bits in byte 8 + g % 4 (bits 2 (g / 4)); minus 32.
 float q3k_scale(uint bw[NBW], uint g) {
-    uint lo = (bw[24 + (g % 8) / 4] >> (8 * (g % 4) + 4 * (g / 8))) & 0xFu;
-    uint hi = (bw[26] >> (8 * (g % 4) + 2 * (g / 4))) & 0x3u;
+    uint lo = (bw[Q3K_SC + (g % 8) / 4] >> (8 * (g % 4) + 4 * (g / 8))) & 0xFu;
+    uint hi = (bw[Q3K_SC + 2] >> (8 * (g % 4) + 2 * (g / 4))) & 0x3u;
     return float(int(lo | (hi << 4)) - 32);
 }
 #endif
@@ -858,7 +928,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint bw[RJ][NBW];
     float t[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; }
-    [[unroll]] for (uint s = 0; s < 8; ++s) {
+    [[unroll]] for (uint s = 0; s < UNIT / 32; ++s) {
         vec2 sd = xsd[s * TPR + c];
         [[unroll]] for (uint g = 0; g < 2; ++g) {
             int hs[RJ], ls[RJ];
@@ -999,7 +1069,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint bw[RJ][NBW];
     float t[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; }
-    [[unroll]] for (uint s = 0; s < 8; ++s) {
+    [[unroll]] for (uint s = 0; s < UNIT / 32; ++s) {
         [[unroll]] for (uint g = 0; g < 2; ++g) {
             float tg[RJ];
             [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;

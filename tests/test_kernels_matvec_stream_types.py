@@ -37,7 +37,7 @@ TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS)
 # the types that take Q4_0's GPU rows; the others Q4_K's (selection.Q40_RULE_TYPES, Q4K_RULE_TYPES)
 Q40_LIKE = (T.IQ4_NL, T.MXFP4)
 # the types whose GPU rows take the half-super-block form (selection.HALF_RULE_TYPES)
-HALF_TYPES = (T.Q2_K,)
+HALF_TYPES = (T.Q2_K, T.Q3_K)
 
 
 def _dp_ok(kc) -> bool:
@@ -254,9 +254,10 @@ def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
 
 
 # Half-super-block units (matvec_stream.comp HALF_BLOCK, kernels stream_half / stream_dp_half).
-# (type, columns, rows per lane): Q2_K 26 halves of 13 blocks per row (idle lanes; across 37 rows the
-# qs run at every word offset of its uvec4, both halves), 64 (f32: two x chunks at 64 threads).
-HALF_CASES = [(T.Q2_K, 3328, 2), (T.Q2_K, 8192, 2)]
+# (type, columns, rows per lane): 26 halves of 13 blocks per row (idle lanes; across 37 rows every
+# block offset in its uvec4: Q2_K's 4 word offsets, Q3_K's 8 even byte offsets, both halves), 64 (f32:
+# two x chunks at 64 threads).
+HALF_CASES = [(T.Q2_K, 3328, 2), (T.Q2_K, 8192, 2), (T.Q3_K, 3328, 2), (T.Q3_K, 8192, 2)]
 
 
 @pytest.mark.parametrize("qtype,cols,rj", HALF_CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -265,8 +266,9 @@ def test_half_block_products(dev, kc_variants, monkeypatch, qtype, cols, rj, ker
     _check_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel)
 
 
-# (type, columns, units per part asked, parts, kernel): Q2_K 32 halves in 4 parts of 8
-HALF_PARTS_CASES = [(T.Q2_K, 4096, 8, 4, "stream_half"), (T.Q2_K, 4096, 8, 4, "stream_dp_half+xfirst")]
+# (type, columns, units per part asked, parts, kernel): 32 halves in 4 parts of 8
+HALF_PARTS_CASES = [(T.Q2_K, 4096, 8, 4, "stream_half"), (T.Q2_K, 4096, 8, 4, "stream_dp_half+xfirst"),
+                    (T.Q3_K, 4096, 8, 4, "stream_half+xfirst"), (T.Q3_K, 4096, 8, 4, "stream_dp_half")]
 
 
 @pytest.mark.parametrize("qtype,cols,ks,parts,kernel", HALF_PARTS_CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -276,7 +278,7 @@ def test_half_block_column_parts(dev, kc_variants, monkeypatch, qtype, cols, ks,
 
 @pytest.mark.parametrize("qtype", HALF_TYPES, ids=lambda v: v.name)
 def test_half_block_steps(dev, kc_variants, monkeypatch, qtype):   # noqa: F811
-    """STEPS on the half form: Q2_K's 8-half rows of 1024 take 8 lanes each, 16 rows per row block."""
+    """STEPS on the half form: 8-half rows of 1024 take 8 lanes each, 16 rows per row block."""
     kernel = "stream_dp_half" if _dp_ok(kc_variants) else "stream_half"
     cfg = MatvecConfig(64, 2, 1, 1, kernel, steps=3)
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
@@ -302,7 +304,7 @@ def test_half_block_forms_reachable_by_override(monkeypatch):
             assert matvec_config(gpu, qtype, 4096, 4096).kernel == kernel, spelling
 
 
-@pytest.mark.parametrize("qtype", ["q2_k"])
+@pytest.mark.parametrize("qtype", ["q2_k", "q3_k"])
 @pytest.mark.parametrize("kernel", ["stream_dp_half", "stream_half"])
 def test_decode_on_the_half_block_form(synthetic_model, monkeypatch, qtype, kernel):
     """A tiny model's one-token steps with every product of the type on the half form, f32 and DOT8

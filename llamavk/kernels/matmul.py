@@ -61,7 +61,7 @@ def type_suffix(qtype) -> str:
 #   stream_dp_nox, stream_read   benchmark only: stream_dp without the x staging / without staging
 #              and arithmetic
 #   stream_half, stream_dp_half   stream / stream_dp with half a super-block per unit where the others
-#              take a whole one (matvec_stream.comp HALF_BLOCK: Q2_K)
+#              take a whole one (matvec_stream.comp HALF_BLOCK: Q2_K, Q3_K)
 # Every kernel supports every fused input (norm, residual, glu, bias) and chunked weights; all but
 # stream NT <= 8 tokens (stream: one).
 MATVEC_KERNELS = {
@@ -73,8 +73,8 @@ MATVEC_KERNELS = {
     "wide_read": ("mul_mv_wide_read", {"q4_0", "q8_0", "q4_k"}),
     "stream_dp_nox": ("mul_mv_stream_dp_nox", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"}),
     "stream_read": ("mul_mv_stream_read", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"}),
-    "stream_half": ("mul_mv_stream_half", {"q2_k"}),
-    "stream_dp_half": ("mul_mv_stream_dp_half", {"q2_k"}),
+    "stream_half": ("mul_mv_stream_half", {"q2_k", "q3_k"}),
+    "stream_dp_half": ("mul_mv_stream_dp_half", {"q2_k", "q3_k"}),
 }
 # matvec_wide.comp: weights per unit (a lane's share of a row per step; matvec_stream.comp's too, and
 # its Q6_K unit: half a super-block, Q3_K's and Q2_K's a whole one); x staging limit (the kernel
@@ -94,9 +94,10 @@ MATVEC_STREAM_XSD = {"q2_k": 16}
 MATVEC_STREAM_TABLE_BYTES = {"iq4_nl": 2048, "mxfp4": 2048, "iq4_xs": 2048}
 MATVEC_STREAM_MAX_LOADS = 24
 # matvec_stream.comp HALF_BLOCK (kernels stream_half, stream_dp_half): half of MATVEC_WIDE_UNIT per
-# unit, and its uvec4 loads per unit (Q2_K: 2 uvec4s and 6 words, counted as 4)
+# unit, and its uvec4 loads per unit (Q2_K: 2 uvec4s and 6 words, counted as 4; Q3_K: 6 uvec4s and
+# the scales' 4 words + d, counted as 2)
 STREAM_HALF_KERNELS = ("stream_half", "stream_dp_half")
-MATVEC_STREAM_HALF_NQ = {"q2_k": 4}
+MATVEC_STREAM_HALF_NQ = {"q2_k": 4, "q3_k": 8}
 
 
 def stream_unit(kernel: str, type_name: str) -> int:
