@@ -233,13 +233,19 @@ def test_greedy_decode_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, 
 def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
     """Stages chained without barriers (WAIT / SIGNAL, x loaded first) on these types' stream
     products: the unchained logits bit for bit, and the reference's within its tolerance."""
+    from .vk_fixtures import chainable_stream_kernel
+
+    chainable_stream_kernel(monkeypatch)
+    _check_chained(synthetic_model, monkeypatch, qtype)
+
+
+def _check_chained(synthetic_model, monkeypatch, qtype, variant=None):
+    """variant: a kernel the steps must have run."""
     from llamavk.models import load_model_file
     from llamavk.reference import ReferenceModel
 
     from .test_engine import one_token_logits, quiet_load
-    from .vk_fixtures import chainable_stream_kernel
 
-    chainable_stream_kernel(monkeypatch)
     path = synthetic_model("llama", qtype)
     tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 10)]
     ref = ReferenceModel(load_model_file(path)).logits(tokens)
@@ -248,6 +254,7 @@ def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
         monkeypatch.setenv("LLAMAVK_CHAIN", chain)
         with quiet_load(path, n_ctx=64) as m:
             got[chain] = one_token_logits(m.runtime, tokens)
+            assert variant is None or variant in {name for name, _ in m.runtime.kc._kernels}
             assert bool(m.runtime.chains[("last", 1, 0)]) == (chain == "1")
     assert np.array_equal(got["0"], got["1"])
     assert np.abs(got["1"] - ref).max() <= 0.003 * np.abs(ref).max()
@@ -326,3 +333,14 @@ def test_decode_on_the_half_block_form(synthetic_model, monkeypatch, qtype, kern
         got = one_token_logits(rt, tokens)
         assert f"{mm.MATVEC_KERNELS[kernel][0]}_{qtype}" in {name for name, _ in rt.kc._kernels}
     assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("qtype", ["q2_k", "q3_k"])
+def test_chained_steps_on_the_half_form(synthetic_model, monkeypatch, qtype):
+    """WAIT / SIGNAL (x loaded first) on the half form: the unchained logits bit for bit, and the
+    reference's within its tolerance."""
+    from .vk_fixtures import chainable_stream_kernel
+
+    chainable_stream_kernel(monkeypatch)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {k: replace(v, kernel="stream_half") for k, v in mm._MATVEC_ENV.items()})
+    _check_chained(synthetic_model, monkeypatch, qtype, variant=f"mul_mv_stream_half_{qtype}")
