@@ -18,7 +18,8 @@
 // from registers.
 //
 // Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K and Q5_K a quarter of a super-block, 64
-// weights; Q6_K half a super-block, 128 weights; Q3_K, Q2_K a whole one: see those types below):
+// weights; Q6_K half a super-block, 128 weights; Q3_K, Q2_K a whole one, or half of one with
+// HALF_BLOCK: see those types below):
 //   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
 //   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
@@ -149,6 +150,17 @@
 // 16 bytes every 110, the 7 of them every hmask and qs byte once. Element 32s + l: 2 bits in qs byte
 // 32 (s / 4) + l >> 2 (s % 4), bit 2 = hmask byte l >> s; weight d (sc[e / 16] - 32) (q - 4), q - 4
 // as a signed byte in the DOT8 sums (the offset is the data's: no block sum of x needed).
+// Q3_K HALF_BLOCK (variants *_half; kernels/matmul.py stream_half, stream_dp_half): a unit is half h
+// of a super-block (128 weights: hmask bits 4h .. 4h + 3 of all 32 bytes, qs bytes 32h .. 32h + 31,
+// scales g = 8h .. 8h + 7, d), so a 4096-wide row has 32 lanes and each lane's serial arithmetic per
+// row is half the whole block's. The lane loads the 3 aligned uvec4s from the one holding hmask's
+// first byte (never past the block's byte 47), the 3 from the one holding its qs run's first byte,
+// none past the one holding the run's last (at h = 1, o = 0 the third would end 2 bytes past the
+// block: it repeats the second, unused), the scales as 4 words and d as the whole block's: 6 uvec4s,
+// 4 words and a 16-bit word per 128 weights (the 2 lanes of a block load the same hmask, scales and
+// d in one instruction). The words go into place as the whole block's, then hmask and the scale
+// words shift right by 4h, so that the whole block's q3k_word and q3k_scale read the unit as they
+// read a block's first half. h rides in bit 0 of wo (o is even).
 // Q2_K (84-byte super-blocks: a block starts at a 4-byte multiple o = 84 b mod 16): a unit is a whole
 // super-block, as Q3_K's (half a block would need its 8 scale bytes, 32 qs bytes and d, dmin at
 // three places, up to 5 uvec4s for 128 weights). The lane loads 5 aligned uvec4s from the one
@@ -158,6 +170,17 @@
 // Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4); scale byte e / 16: scale low
 // nibble, min high; weight d sc q - dmin m. DOT8: the mins through the exact f32 sums of x's 16-value
 // halves (xsd holds them beside each 32 values' scale and sum).
+// Q2_K HALF_BLOCK (variants *_half; kernels/matmul.py stream_half, stream_dp_half): a unit is half h
+// of a super-block (128 weights, elements 128h .. 128h + 127: qs bytes 32h .. 32h + 31, scale bytes
+// 8h .. 8h + 7, d and dmin), so a 4096-wide row has 32 lanes instead of 16 and each lane's serial
+// arithmetic per row is half the whole block's (which bound that form: ~0.56 TB/s on an H100). The
+// block is 21 words at word wb = 21 b, so its qs run starts at word offset a = b mod 4 of a uvec4:
+// the lane loads the 2 aligned uvec4s from the one holding the run's first word (they end at the
+// run's word 7 - a), the next 3 words clamped to the run's last (a < 3 repeats it, unused), d and
+// dmin as a word and its 2 scale words: 8 loads per 128 weights, none past the block (a third
+// aligned uvec4 would end past it for h = 1 and a = 1, 2). Neighbouring lanes take the two halves of
+// one block, then the next block's: a load instruction reads the qs runs of 16 neighbouring blocks.
+// The run's words go into place by selects of a, as the whole block's.
 // IQ4_NL, MXFP4 (stored planar as Q4_0: llamavk/kernels/__init__.py PLANAR): Q4_0's unit and loads;
 // a weight is its block's scale times a 16-entry table's value at its nibble (quants.glsl: IQ4_NL's
 // levels with the f16 d; MXFP4's E2M1 values doubled, int8 0 1 2 3 4 6 8 12 and negatives, with
@@ -319,14 +342,28 @@ uint clock_release;    // lane 0: when the wait was met
 #elif defined(QTYPE_Q6_K)
 #define UNIT 128
 #define NQ 8        // ql 5, qh 3 (the scales and d: wt below)
+#elif defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
+#define UNIT 128    // half a super-block (header: Q3_K, HALF_BLOCK)
+#define NQ 6        // hmask 3, the half's qs 3 (the scales and d: wt, wdh below)
+#define NBW 19      // unit words: hmask 8, qs 8, scales 3 (d apart), shifted to the half's bits
+#define Q3K_SC 16   // the first scale word among them
 #elif defined(QTYPE_Q3_K)
 #define UNIT 256    // a whole super-block (header: Q3_K)
 #define NQ 7        // hmask and qs (the scales and d: wt, wdh below)
 #define NBW 27      // block words used: hmask 8, qs 16, scales 3 (d apart)
+#define Q3K_SC 24
+#elif defined(QTYPE_Q2_K) && defined(HALF_BLOCK)
+#define UNIT 128    // half a super-block (header: Q2_K, HALF_BLOCK)
+#define NQ 2        // 2 aligned uvec4s of the qs run (its last words, d, dmin and the scales: wt, wsc below)
+#define NBW 11      // unit words: scales 2, qs 8, d and dmin
+#define Q2K_QS 2    // the first qs word among them
+#define Q2K_DM 10   // d and dmin
 #elif defined(QTYPE_Q2_K)
 #define UNIT 256    // a whole super-block (header: Q2_K)
 #define NQ 6        // 5 uvec4s and 4 words
 #define NBW 21      // block words: scales 4, qs 16, d and dmin
+#define Q2K_QS 4
+#define Q2K_DM 20
 #elif defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
 #define UNIT 32     // planar as Q4_0 (header: IQ4_NL, MXFP4)
 #define NQ 1
@@ -341,7 +378,7 @@ layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #else
 #error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4 or IQ4_XS"
 #endif
-#if defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)
+#if (defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)) && !defined(HALF_BLOCK)
 #define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
 #endif
 #if defined(QTYPE_Q4_K) || defined(QTYPE_Q5_K)
@@ -470,10 +507,18 @@ uvec4 wq[C][RJ][NQ];
 #if defined(QTYPE_Q6_K)
 uvec4 wt[C][RJ];   // the 3 words holding the unit's scales, d (f16 bits)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (210 b mod 16)
+#elif defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
+uint wo[C][RJ];    // the block's byte offset in its uvec4 (110 b mod 16: even), | the half h (bit 0)
+uvec4 wt[C][RJ];   // the 4 words holding its scales
+uint wdh[C][RJ];   // d (f16 bits)
 #elif defined(QTYPE_Q3_K)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (110 b mod 16)
 uvec4 wt[C][RJ];   // the 4 words holding its scales
 uint wdh[C][RJ];   // d (f16 bits)
+#elif defined(QTYPE_Q2_K) && defined(HALF_BLOCK)
+uint wo[C][RJ];    // the qs run's word offset in its first uvec4 (21 b mod 4)
+uvec4 wt[C][RJ];   // the run's words past the 2 uvec4s (3, clamped to its last), d and dmin
+uvec2 wsc[C][RJ];  // the half's 8 scale bytes
 #elif defined(QTYPE_Q2_K)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (84 b mod 16: a multiple of 4)
 #elif defined(QTYPE_IQ4_XS)
@@ -525,6 +570,26 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], uint(wu16[d16]));
                 }
                 wo[i][j] = bb & 15u;
+#elif defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
+                // half h of super-block ib at byte bb (header: Q3_K, HALF_BLOCK): hmask from the 3 aligned
+                // uvec4s from the one holding its first byte, the half's qs run from the 3 from the one
+                // holding its first byte, none past the one holding its last (h = 1 at o = 0 repeats the
+                // second, unused); the scales and d as the whole block's
+                uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2, bb = 110 * ib;
+                uint m0 = bb >> 4, q0 = (bb + 32 + 32 * h) >> 4, q1 = (bb + 63 + 32 * h) >> 4;
+                uint s0 = (bb + 94) >> 2, d16 = (bb + 108) >> 1;
+                if (second) {
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][k] = pu4[m0 + k];
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][3 + k] = pu4[min(q0 + k, q1)];
+                    wt[i][j] = uvec4(pu32[s0], pu32[s0 + 1], pu32[s0 + 2], pu32[s0 + 3]);
+                    wdh[i][j] = uint(pu16[d16]);
+                } else {
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][k] = wu4[m0 + k];
+                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][3 + k] = wu4[min(q0 + k, q1)];
+                    wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], wu32[s0 + 3]);
+                    wdh[i][j] = uint(wu16[d16]);
+                }
+                wo[i][j] = (bb & 15u) | h;
 #elif defined(QTYPE_Q3_K)
                 // super-block ib at byte bb (header: Q3_K): hmask and qs (bytes 0..95) from 7 aligned
                 // uvec4s, none past the one holding byte 95 (o = 0: the 7th repeats it, unused); the
@@ -541,6 +606,22 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     wdh[i][j] = uint(wu16[d16]);
                 }
                 wo[i][j] = bb & 15u;
+#elif defined(QTYPE_Q2_K) && defined(HALF_BLOCK)
+                // half h of super-block ib, at word wb (header: Q2_K, HALF_BLOCK): the 2 aligned uvec4s
+                // from the one holding the qs run's first word, its next 3 words (clamped to the run's
+                // last), d and dmin, the half's 2 scale words: nothing past the block
+                uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2;
+                uint wb = 21 * ib, r0 = wb + 4 + 8 * h, q0 = r0 >> 2, t0 = 4 * q0 + 8, re = r0 + 7;
+                if (second) {
+                    wq[i][j][0] = pu4[q0]; wq[i][j][1] = pu4[q0 + 1];
+                    wt[i][j] = uvec4(pu32[min(t0, re)], pu32[min(t0 + 1, re)], pu32[min(t0 + 2, re)], pu32[wb + 20]);
+                    wsc[i][j] = uvec2(pu32[wb + 2 * h], pu32[wb + 2 * h + 1]);
+                } else {
+                    wq[i][j][0] = wu4[q0]; wq[i][j][1] = wu4[q0 + 1];
+                    wt[i][j] = uvec4(wu32[min(t0, re)], wu32[min(t0 + 1, re)], wu32[min(t0 + 2, re)], wu32[wb + 20]);
+                    wsc[i][j] = uvec2(wu32[wb + 2 * h], wu32[wb + 2 * h + 1]);
+                }
+                wo[i][j] = r0 & 3u;
 #elif defined(QTYPE_Q2_K)
                 // super-block ib at byte bb (header: Q2_K): 5 aligned uvec4s from the one holding its
                 // first byte (never past its byte 79), then 4 words, none past the one holding d, dmin
@@ -659,31 +740,77 @@ void block_words(uint i, uint j, out uint bw[NBW]) {
 }
 #endif
 
+#if defined(QTYPE_Q2_K) && defined(HALF_BLOCK)
+// Words k < NBW of the half super-block loaded for unit i, row j, in place: its 2 scale words, the
+// 8 qs words (picked by selects of the run's word offset), d and dmin.
+void block_words(uint i, uint j, out uint bw[NBW]) {
+    uint a = wo[i][j];
+    uint r[11];
+    [[unroll]] for (uint k = 0; k < 8; ++k) r[k] = wq[i][j][k / 4][k % 4];
+    r[8] = wt[i][j].x; r[9] = wt[i][j].y; r[10] = wt[i][j].z;
+    bw[0] = wsc[i][j].x;
+    bw[1] = wsc[i][j].y;
+    [[unroll]] for (uint k = 0; k < 8; ++k)
+        bw[Q2K_QS + k] = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
+    bw[Q2K_DM] = wt[i][j].w;
+}
+#endif
+
+#if defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
+// Words k < NBW of the half super-block loaded for unit i, row j, in place: hmask and the half's qs
+// run (each from its 3 uvec4s by selects of the word offset and a 16-bit funnel for o % 4 == 2, as
+// the whole block's) and the scales; hmask and scales shifted right by 4h, so that the half's bits
+// sit where the whole block's first half has them (hmask bits 4h + s of each byte at bit s, the
+// scales' nibble h at bits 0..3, their high bits 4h .. 4h + 3 at bits 0..3 of bytes 8..11): the
+// whole block's q3k_word and q3k_scale then read the unit.
+void block_words(uint i, uint j, out uint bw[NBW]) {
+    uint o = wo[i][j] & 14u, a = o >> 2, sh = 4u * (wo[i][j] & 1u);
+    bool half_word = (o & 2u) != 0u;
+    uint r[24];
+    [[unroll]] for (uint k = 0; k < 24; ++k) r[k] = wq[i][j][k / 4][k % 4];
+    [[unroll]] for (uint t = 0; t < 2; ++t) {   // hmask, qs: 12 raw words each
+        [[unroll]] for (uint k = 0; k < 8; ++k) {
+            uint b = 12 * t + k;
+            uint m0 = a < 2u ? (a == 0u ? r[b] : r[b + 1]) : (a == 2u ? r[b + 2] : r[b + 3]);
+            uint m1 = a < 2u ? (a == 0u ? r[b + 1] : r[b + 2]) : (a == 2u ? r[b + 3] : r[b + 4]);
+            uint w = half_word ? (m0 >> 16) | (m1 << 16) : m0;
+            bw[8 * t + k] = t == 0 ? w >> sh : w;
+        }
+    }
+    uvec4 t = wt[i][j];   // scales at byte 2 (half_word) or 4 of t
+    bw[Q3K_SC] = (half_word ? (t.x >> 16) | (t.y << 16) : t.y) >> sh;
+    bw[Q3K_SC + 1] = (half_word ? (t.y >> 16) | (t.z << 16) : t.z) >> sh;
+    bw[Q3K_SC + 2] = (half_word ? (t.z >> 16) | (t.w << 16) : t.w) >> sh;
+}
+#endif
+
 #if defined(QTYPE_Q3_K)
-// Q3_K (header): signed bytes q - 4 of elements 32s + 4w .. 32s + 4w + 3 (s, w < 8): 2 low bits from
-// qs, bit 2 from hmask; (q | 0x80) - 4 never borrows across bytes, ^ 0x80 makes it q - 4.
+// Q3_K (header): signed bytes q - 4 of the unit's elements 32s + 4w .. 32s + 4w + 3 (s < UNIT / 32,
+// w < 8): 2 low bits from qs, bit 2 from hmask; (q | 0x80) - 4 never borrows across bytes, ^ 0x80
+// makes it q - 4.
 uint q3k_word(uint bw[NBW], uint s, uint w) {
     uint lo = (bw[8 + 8 * (s / 4) + w] >> (2 * (s % 4))) & 0x03030303u;
     uint hb = (bw[w] >> s) & 0x01010101u;
     return (((lo | (hb << 2)) | 0x80808080u) - 0x04040404u) ^ 0x80808080u;
 }
 
-// Scale g (< 16: elements 16g .. 16g + 15): low 4 bits in scale byte g % 8 (nibble g / 8), high 2
-// bits in byte 8 + g % 4 (bits 2 (g / 4)); minus 32.
+// Scale g (< UNIT / 16: elements 16g .. 16g + 15): low 4 bits in scale byte g % 8 (nibble g / 8),
+// high 2 bits in byte 8 + g % 4 (bits 2 (g / 4)); minus 32.
 float q3k_scale(uint bw[NBW], uint g) {
-    uint lo = (bw[24 + (g % 8) / 4] >> (8 * (g % 4) + 4 * (g / 8))) & 0xFu;
-    uint hi = (bw[26] >> (8 * (g % 4) + 2 * (g / 4))) & 0x3u;
+    uint lo = (bw[Q3K_SC + (g % 8) / 4] >> (8 * (g % 4) + 4 * (g / 8))) & 0xFu;
+    uint hi = (bw[Q3K_SC + 2] >> (8 * (g % 4) + 2 * (g / 4))) & 0x3u;
     return float(int(lo | (hi << 4)) - 32);
 }
 #endif
 
 #if defined(QTYPE_Q2_K)
-// Q2_K (header): the 2-bit quants of elements 32s + 4w .. 32s + 4w + 3 (s, w < 8), one per byte.
+// Q2_K (header): the 2-bit quants of the unit's elements 32s + 4w .. 32s + 4w + 3 (s < UNIT / 32,
+// w < 8), one per byte.
 uint q2k_word(uint bw[NBW], uint s, uint w) {
-    return (bw[4 + 8 * (s / 4) + w] >> (2 * (s % 4))) & 0x03030303u;
+    return (bw[Q2K_QS + 8 * (s / 4) + w] >> (2 * (s % 4))) & 0x03030303u;
 }
 
-// Scale byte g (< 16: elements 16g .. 16g + 15): the scale in its low nibble, the min in its high.
+// Scale byte g (< UNIT / 16: elements 16g .. 16g + 15): the scale in its low nibble, the min in its high.
 uint q2k_scale_min(uint bw[NBW], uint g) {
     return (bw[g / 4] >> (8 * (g % 4))) & 0xFFu;
 }
@@ -743,7 +870,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
         uint a = 0u;
         [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
-#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(WHOLE_BLOCK) || defined(QTYPE_IQ4_XS)
+#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(WHOLE_BLOCK) || defined(HALF_BLOCK) || defined(QTYPE_IQ4_XS)
         acc[j] += float(a & 1u);
 #else
         acc[j] += float(a & 1u) + wd[i][j];
@@ -801,7 +928,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint bw[RJ][NBW];
     float t[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; }
-    [[unroll]] for (uint s = 0; s < 8; ++s) {
+    [[unroll]] for (uint s = 0; s < UNIT / 32; ++s) {
         vec2 sd = xsd[s * TPR + c];
         [[unroll]] for (uint g = 0; g < 2; ++g) {
             int hs[RJ], ls[RJ];
@@ -825,7 +952,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint bw[RJ][NBW];
     float t[RJ], tm[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; tm[j] = 0.0; }
-    [[unroll]] for (uint s = 0; s < 8; ++s) {
+    [[unroll]] for (uint s = 0; s < UNIT / 32; ++s) {
         vec4 sd = xsd[s * TPR + c];
         [[unroll]] for (uint g = 0; g < 2; ++g) {
             int hs[RJ], ls[RJ];
@@ -847,7 +974,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
-        vec2 dm = unpackHalf2x16(bw[j][20]);
+        vec2 dm = unpackHalf2x16(bw[j][Q2K_DM]);
         acc[j] += dm.x * t[j] - dm.y * tm[j];
     }
 #elif defined(Q4K_LIKE)
@@ -942,7 +1069,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint bw[RJ][NBW];
     float t[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; }
-    [[unroll]] for (uint s = 0; s < 8; ++s) {
+    [[unroll]] for (uint s = 0; s < UNIT / 32; ++s) {
         [[unroll]] for (uint g = 0; g < 2; ++g) {
             float tg[RJ];
             [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
@@ -959,7 +1086,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint bw[RJ][NBW];
     float t[RJ], tm[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; tm[j] = 0.0; }
-    [[unroll]] for (uint s = 0; s < 8; ++s) {
+    [[unroll]] for (uint s = 0; s < UNIT / 32; ++s) {
         [[unroll]] for (uint g = 0; g < 2; ++g) {
             float tg[RJ], sx = 0.0;
             [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
@@ -977,7 +1104,7 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
-        vec2 dm = unpackHalf2x16(bw[j][20]);
+        vec2 dm = unpackHalf2x16(bw[j][Q2K_DM]);
         acc[j] += dm.x * t[j] - dm.y * tm[j];
     }
 #elif defined(Q4K_LIKE)

@@ -37,6 +37,16 @@ for _t in STREAM_TYPES:
     # a mixture of experts' router folded into the product writing its input (ROUTER)
     VARIANTS[f"mul_mv_stream_router_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "ROUTER": "1"})
     VARIANTS[f"mul_mv_stream_dp_router_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1", "ROUTER": "1"})
+# Q2_K and Q3_K with half a super-block per unit (HALF_BLOCK; kernels/matmul.py stream_half, stream_dp_half),
+# every form the whole-block one has
+HALF_TYPES = ["q2_k", "q3_k"]
+for _t in HALF_TYPES:
+    _d = {f"QTYPE_{_t.upper()}": "1", "HALF_BLOCK": "1"}
+    VARIANTS[f"mul_mv_stream_half_{_t}"] = ("matvec_stream.comp", dict(_d))
+    VARIANTS[f"mul_mv_stream_dp_half_{_t}"] = ("matvec_stream.comp", dict(_d, DOT8="1"))
+    VARIANTS[f"mul_mv_stream_half_router_{_t}"] = ("matvec_stream.comp", dict(_d, ROUTER="1"))
+    VARIANTS[f"mul_mv_stream_dp_half_router_{_t}"] = ("matvec_stream.comp", dict(_d, DOT8="1", ROUTER="1"))
+    VARIANTS[f"mul_mv_stream_dp_half_clock_{_t}"] = ("matvec_stream.comp", dict(_d, DOT8="1", CLOCK="1"))
 # the split timeline's stamps (CLOCK, llamavk/split/clock.py): the products after an all-reduce,
 # every type with a stream form (matmul.CLOCK_KERNELS asks for them by the type's name)
 for _t in STREAM_TYPES:

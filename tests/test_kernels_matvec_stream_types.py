@@ -36,6 +36,8 @@ STREAM_CASES = [(T.Q5_K, 768, 2), (T.Q5_K, 256, 4), (T.Q5_K, 4608, 4),
 TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS)
 # the types that take Q4_0's GPU rows; the others Q4_K's (selection.Q40_RULE_TYPES, Q4K_RULE_TYPES)
 Q40_LIKE = (T.IQ4_NL, T.MXFP4)
+# the types whose GPU rows take the half-super-block form (selection.HALF_RULE_TYPES)
+HALF_TYPES = (T.Q2_K, T.Q3_K)
 
 
 def _dp_ok(kc) -> bool:
@@ -51,16 +53,23 @@ def _tol(kernel: str) -> float:
 @pytest.mark.parametrize("qtype,cols,rj", STREAM_CASES, ids=lambda v: getattr(v, "name", str(v)))
 @pytest.mark.parametrize("kernel", ["stream", "stream_dp"])
 def test_stream_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):   # noqa: F811
-    if kernel == "stream_dp" and not _dp_ok(kc_variants):
+    _check_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel)
+
+
+def _check_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):   # noqa: F811
+    """kernel's products of qtype against numpy: chunked weights, one row, every fused input, pairs
+    where they fit, x first where x comes in several chunks."""
+    if kernel.startswith("stream_dp") and not _dp_ok(kc_variants):
         pytest.skip("no integer dot products")
     cfg = MatvecConfig(64, rj, 1, 1, kernel)
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
     name = mm.type_suffix(qtype)
     assert matvec_config(kc_variants, qtype, 37, cols).kernel == kernel
     sg = kc_variants.info.subgroup_size or 32
+    half = kernel in mm.STREAM_HALF_KERNELS
     tpr, c, _ = mm.stream_split(64, sg, name, cols, rj, kc_variants.info.max_shared_memory,
-                                dp=kernel == "stream_dp")
-    assert tpr * (c - 1) < cols // mm.MATVEC_WIDE_UNIT[name] <= tpr * c
+                                dp=kernel.startswith("stream_dp"), half=half)
+    assert tpr * (c - 1) < cols // mm.stream_unit(kernel, name) <= tpr * c
     tol = _tol(kernel)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=1, chunked=True, bias=True, tol=tol)
     if qtype in TABLE_TYPES:   # one row, x as the DOT8 form rounds it: the kernel's own arithmetic
@@ -69,7 +78,8 @@ def test_stream_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel)
         run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=tol)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=11, bias=True, norm=True, resid=True, tol=tol)
     run_fused(dev, kc_variants, qtype, 21, cols, 1, seed=12, resid=True, glu=True, tol=tol)
-    pairable = c * 2 * mm.MATVEC_STREAM_NQ[name] <= mm.MATVEC_STREAM_MAX_LOADS
+    nq = mm.MATVEC_STREAM_HALF_NQ[name] if half else mm.MATVEC_STREAM_NQ[name]
+    pairable = c * 2 * nq <= mm.MATVEC_STREAM_MAX_LOADS
     assert pairable or qtype not in TABLE_TYPES        # every table type's case pairs
     assert mm.matvec_pairs(kc_variants, *(upload_qweight(dev, make_weight(qtype, 37, cols, seed=s)[0], qtype, 37, cols)
                                           for s in (1, 2))) == pairable
@@ -95,7 +105,7 @@ def test_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, ks, par
     """KSPLIT (PHASE 1 and 2 on this device): every part's sums merged, the norm over the whole row,
     pairs; the scratch back to sentinels after each product."""
     kernel, _, xfirst = kernel.partition("+")
-    if kernel == "stream_dp" and not _dp_ok(kc_variants):
+    if kernel.startswith("stream_dp") and not _dp_ok(kc_variants):
         pytest.skip("no integer dot products")
     cfg = MatvecConfig(64, 2, ks, 1, kernel, xfirst=int(bool(xfirst)))
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
@@ -144,10 +154,13 @@ def test_gpu_rows_follow_q4_0_or_q4_k(qtype):
     script's spelling)."""
     like = T.Q4_0 if qtype in Q40_LIKE else T.Q4_K
     gpu = _stand_in_gpu()
+    half = qtype in HALF_TYPES   # Q4_K's rows on the half-super-block form
     for rows, cols in ((14336, 4096), (4096, 4096), (1024, 4096), (4096, 14336), (32000, 4096),
                        (27648, 5120), (5120, 5120), (4096, 7168), (2048, 2048), (8192, 2048), (256, 2048)):
         got, want = matvec_config(gpu, qtype, rows, cols), matvec_config(gpu, like, rows, cols)
-        assert got == want and got.kernel == "stream_dp", (rows, cols)
+        if half:
+            want = replace(want, kernel="stream_dp_half")
+        assert got == want and got.kernel == ("stream_dp_half" if half else "stream_dp"), (rows, cols)
         if like == T.Q4_0:   # the same parts, lanes per row, units per lane and rows per lane (the
             # lookup table's shared memory leaves Q4_0's x chunks as they are)
             assert mm._stream_layout(gpu, got, mm.type_suffix(qtype), cols, got.nr) == \
@@ -220,13 +233,19 @@ def test_greedy_decode_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, 
 def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
     """Stages chained without barriers (WAIT / SIGNAL, x loaded first) on these types' stream
     products: the unchained logits bit for bit, and the reference's within its tolerance."""
+    from .vk_fixtures import chainable_stream_kernel
+
+    chainable_stream_kernel(monkeypatch)
+    _check_chained(synthetic_model, monkeypatch, qtype)
+
+
+def _check_chained(synthetic_model, monkeypatch, qtype, variant=None):
+    """variant: a kernel the steps must have run."""
     from llamavk.models import load_model_file
     from llamavk.reference import ReferenceModel
 
     from .test_engine import one_token_logits, quiet_load
-    from .vk_fixtures import chainable_stream_kernel
 
-    chainable_stream_kernel(monkeypatch)
     path = synthetic_model("llama", qtype)
     tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 10)]
     ref = ReferenceModel(load_model_file(path)).logits(tokens)
@@ -235,6 +254,93 @@ def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
         monkeypatch.setenv("LLAMAVK_CHAIN", chain)
         with quiet_load(path, n_ctx=64) as m:
             got[chain] = one_token_logits(m.runtime, tokens)
+            assert variant is None or variant in {name for name, _ in m.runtime.kc._kernels}
             assert bool(m.runtime.chains[("last", 1, 0)]) == (chain == "1")
     assert np.array_equal(got["0"], got["1"])
     assert np.abs(got["1"] - ref).max() <= 0.003 * np.abs(ref).max()
+
+
+# Half-super-block units (matvec_stream.comp HALF_BLOCK, kernels stream_half / stream_dp_half).
+# (type, columns, rows per lane): 26 halves of 13 blocks per row (idle lanes; across 37 rows every
+# block offset in its uvec4: Q2_K's 4 word offsets, Q3_K's 8 even byte offsets, both halves), 64 (f32:
+# two x chunks at 64 threads).
+HALF_CASES = [(T.Q2_K, 3328, 2), (T.Q2_K, 8192, 2), (T.Q3_K, 3328, 2), (T.Q3_K, 8192, 2)]
+
+
+@pytest.mark.parametrize("qtype,cols,rj", HALF_CASES, ids=lambda v: getattr(v, "name", str(v)))
+@pytest.mark.parametrize("kernel", ["stream_half", "stream_dp_half"])
+def test_half_block_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):   # noqa: F811
+    _check_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel)
+
+
+# (type, columns, units per part asked, parts, kernel): 32 halves in 4 parts of 8
+HALF_PARTS_CASES = [(T.Q2_K, 4096, 8, 4, "stream_half"), (T.Q2_K, 4096, 8, 4, "stream_dp_half+xfirst"),
+                    (T.Q3_K, 4096, 8, 4, "stream_half+xfirst"), (T.Q3_K, 4096, 8, 4, "stream_dp_half")]
+
+
+@pytest.mark.parametrize("qtype,cols,ks,parts,kernel", HALF_PARTS_CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_half_block_column_parts(dev, kc_variants, monkeypatch, qtype, cols, ks, parts, kernel):   # noqa: F811
+    test_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, ks, parts, kernel)
+
+
+@pytest.mark.parametrize("qtype", HALF_TYPES, ids=lambda v: v.name)
+def test_half_block_steps(dev, kc_variants, monkeypatch, qtype):   # noqa: F811
+    """STEPS on the half form: 8-half rows of 1024 take 8 lanes each, 16 rows per row block."""
+    kernel = "stream_dp_half" if _dp_ok(kc_variants) else "stream_half"
+    cfg = MatvecConfig(64, 2, 1, 1, kernel, steps=3)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
+    rows, cols = 100, 1024
+    spec, rows_per_wg, _, steps = mm._matvec_spec(kc_variants, cfg, mm.type_suffix(qtype), cols, 1, False, False, False)
+    assert steps == 3 and rows > 3 * rows_per_wg and rows % rows_per_wg and spec[4] == 8
+    tol = _tol(kernel)
+    run_fused(dev, kc_variants, qtype, rows, cols, 1, seed=31, chunked=True, bias=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, qtype, rows, cols, 1, seed=34, chunked=True, norm=True, pair=True, tol=tol)
+
+
+def test_half_block_forms_reachable_by_override(monkeypatch):
+    """The A/B script's spellings: the half form (the GPU default), the whole-block stream form and the
+    base kernel, each through LLAMAVK_MATVEC on a GPU stand-in."""
+    gpu = _stand_in_gpu()
+    for qtype in HALF_TYPES:
+        name = mm.type_suffix(qtype)
+        assert matvec_config(gpu, qtype, 4096, 4096).kernel == "stream_dp_half"
+        for spelling, kernel in ((f"{name}=stream_dp_half:512,2,1,1,2", "stream_dp_half"),
+                                 (f"{name}=stream_dp:512,2,1,1,2", "stream_dp"),
+                                 (f"{name}=base:256,4,2,2", "base")):
+            monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env(spelling))
+            assert matvec_config(gpu, qtype, 4096, 4096).kernel == kernel, spelling
+
+
+@pytest.mark.parametrize("qtype", ["q2_k", "q3_k"])
+@pytest.mark.parametrize("kernel", ["stream_dp_half", "stream_half"])
+def test_decode_on_the_half_block_form(synthetic_model, monkeypatch, qtype, kernel):
+    """A tiny model's one-token steps with every product of the type on the half form, f32 and DOT8
+    (through the override, 2 row blocks per workgroup): each step's logits equal the numpy reference
+    forward pass."""
+    from llamavk.models import load_model_file
+    from llamavk.reference import ReferenceModel
+
+    from .test_engine import one_token_logits, quiet_load
+
+    monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env(f"{qtype}={kernel}:64,2,1,1,2"))
+    path = synthetic_model("llama", qtype)
+    tokens = [int(t) for t in np.random.default_rng(17).integers(0, 500, 8)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    with quiet_load(path, n_ctx=64) as m:
+        rt = m.runtime
+        if kernel.startswith("stream_dp") and not rt.kc.device.features.get("int_dot"):
+            pytest.skip("no integer dot products")
+        got = one_token_logits(rt, tokens)
+        assert f"{mm.MATVEC_KERNELS[kernel][0]}_{qtype}" in {name for name, _ in rt.kc._kernels}
+    assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("qtype", ["q2_k", "q3_k"])
+def test_chained_steps_on_the_half_form(synthetic_model, monkeypatch, qtype):
+    """WAIT / SIGNAL (x loaded first) on the half form: the unchained logits bit for bit, and the
+    reference's within its tolerance."""
+    from .vk_fixtures import chainable_stream_kernel
+
+    chainable_stream_kernel(monkeypatch)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {k: replace(v, kernel="stream_half") for k, v in mm._MATVEC_ENV.items()})
+    _check_chained(synthetic_model, monkeypatch, qtype, variant=f"mul_mv_stream_half_{qtype}")

@@ -77,6 +77,11 @@ CASES = {
                            MatvecConfig(64, 2, 1, 1, "stream_dp")),
     "q2_k-16x4-dp-shexp": (T.Q2_K, 37, 1280, 16, 4, "softmax", True, 1.0, True, True,
                            MatvecConfig(64, 2, 1, 1, "stream_dp")),
+    # half-super-block units (matvec_stream.comp HALF_BLOCK)
+    "q2_k-16x4-dp-half-shexp": (T.Q2_K, 37, 1280, 16, 4, "softmax", True, 1.0, True, True,
+                                MatvecConfig(64, 2, 1, 1, "stream_dp_half")),
+    "q3_k-8x2-half-steps": (T.Q3_K, 100, 1280, 8, 2, "softmax", True, 1.0, True, False,
+                            MatvecConfig(64, 2, 1, 1, "stream_half", steps=3)),
     "iq4_nl-16x4-dp-shexp": (T.IQ4_NL, 37, 416, 16, 4, "softmax", True, 1.0, True, True,
                              MatvecConfig(64, 2, 1, 1, "stream_dp")),
     "mxfp4-8x2-steps": (T.MXFP4, 100, 416, 8, 2, "softmax", True, 1.0, True, False,
@@ -97,8 +102,8 @@ CASES["q4_0-128x8-dp-steps-ahead"] = CASES["q4_0-128x8-dp-steps"]
 @pytest.mark.parametrize("case", list(CASES))
 def test_router_in_product(dev, kc, monkeypatch, case):
     qtype, rows, cols, n_expert, n_used, gating, renorm, scale, with_norm, with_shexp, cfg = CASES[case]
-    if cfg.kernel == "stream_dp" and not kc.device.features.get("int_dot"):
-        cfg = replace(cfg, kernel="stream")
+    if cfg.kernel.startswith("stream_dp") and not kc.device.features.get("int_dot"):
+        cfg = replace(cfg, kernel=cfg.kernel.replace("stream_dp", "stream"))
     monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": cfg})
     late, ahead = case.endswith("-late"), case.endswith("-ahead")
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "late" if late else "ahead" if ahead else "early")
@@ -133,7 +138,7 @@ def test_router_in_product(dev, kc, monkeypatch, case):
         seq.end().run()
         y = Y.array(np.float32, rows).copy()
         want = res + w @ x.astype(np.float64)
-        tol = 1e-4 if cfg.kernel == "stream_dp" else 1e-5
+        tol = 1e-4 if cfg.kernel.startswith("stream_dp") else 1e-5
         assert np.abs(y - want).max() <= tol * np.abs(want).max()
         # the route from the y written, in float64
         yd = y.astype(np.float64)

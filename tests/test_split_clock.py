@@ -13,6 +13,7 @@ in tests/test_vk_multidevice.py) and, in a spin-synchronised split, recorded onl
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -102,14 +103,16 @@ class Exchange:
         return self.out.array(np.float32).copy(), self.y.array(np.float32).copy()
 
 
-@pytest.mark.parametrize("qtype,cols", [(T.Q4_0, 256), (T.Q8_0, 256), (T.Q4_K, 512), (T.Q6_K, 512)])
-def test_clock_kernels_compute_what_the_plain_ones_do(clock_dev, monkeypatch, qtype, cols):
+@pytest.mark.parametrize("qtype,cols,kernel", [(T.Q4_0, 256, "stream_dp"), (T.Q8_0, 256, "stream_dp"),
+                                               (T.Q4_K, 512, "stream_dp"), (T.Q6_K, 512, "stream_dp"),
+                                               (T.Q2_K, 512, "stream_dp_half"), (T.Q3_K, 512, "stream_dp_half")])
+def test_clock_kernels_compute_what_the_plain_ones_do(clock_dev, monkeypatch, qtype, cols, kernel):
     """The CLOCK variants of the exchange point and of the stream _dp product (every type with one)
     write the same sum and the same rows as the plain ones, bit for bit, chained and not; and the
     stamps are ordered: entry <= arrived <= end, the products' entries, releases and ends in order,
     and a chained product's wait is released only after the exchange point's end (it waits for its
     count, made after the end stamp)."""
-    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": DP})
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": replace(DP, kernel=kernel)})
     ex = Exchange(clock_dev, cols=cols, qtype=qtype)
     stamps = clock.ClockStamps(clock_dev, 4)
     want_sum = ex.base.array(np.float32) + ex.parts.sum(0)
@@ -127,6 +130,7 @@ def test_clock_kernels_compute_what_the_plain_ones_do(clock_dev, monkeypatch, qt
         assert p.first_release >= p.end, "a product read the sum before the exchange point ended"
         if not chained:   # behind a barrier: the product starts after the exchange point's end
             assert p.first_entry >= p.end
+    assert f"{mm.MATVEC_KERNELS[kernel][0]}_clock_{mm.type_suffix(qtype)}" in {name for name, _ in ex.kc._kernels}
     stamps.close()
 
 

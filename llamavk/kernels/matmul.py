@@ -60,6 +60,8 @@ def type_suffix(qtype) -> str:
 #   read, wide_read   benchmark only (benchmarks/bench_matvec.py): the loads of base / wide, no arithmetic
 #   stream_dp_nox, stream_read   benchmark only: stream_dp without the x staging / without staging
 #              and arithmetic
+#   stream_half, stream_dp_half   stream / stream_dp with half a super-block per unit where the others
+#              take a whole one (matvec_stream.comp HALF_BLOCK: Q2_K, Q3_K)
 # Every kernel supports every fused input (norm, residual, glu, bias) and chunked weights; all but
 # stream NT <= 8 tokens (stream: one).
 MATVEC_KERNELS = {
@@ -71,6 +73,8 @@ MATVEC_KERNELS = {
     "wide_read": ("mul_mv_wide_read", {"q4_0", "q8_0", "q4_k"}),
     "stream_dp_nox": ("mul_mv_stream_dp_nox", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"}),
     "stream_read": ("mul_mv_stream_read", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"}),
+    "stream_half": ("mul_mv_stream_half", {"q2_k", "q3_k"}),
+    "stream_dp_half": ("mul_mv_stream_dp_half", {"q2_k", "q3_k"}),
 }
 # matvec_wide.comp: weights per unit (a lane's share of a row per step; matvec_stream.comp's too, and
 # its Q6_K unit: half a super-block, Q3_K's and Q2_K's a whole one); x staging limit (the kernel
@@ -89,10 +93,21 @@ MATVEC_STREAM_XSD = {"q2_k": 16}
 # Shared memory beside the x chunk and the reductions: IQ4_NL's and MXFP4's lookup table (kvt, 512 words).
 MATVEC_STREAM_TABLE_BYTES = {"iq4_nl": 2048, "mxfp4": 2048, "iq4_xs": 2048}
 MATVEC_STREAM_MAX_LOADS = 24
+# matvec_stream.comp HALF_BLOCK (kernels stream_half, stream_dp_half): half of MATVEC_WIDE_UNIT per
+# unit, and its uvec4 loads per unit (Q2_K: 2 uvec4s and 6 words, counted as 4; Q3_K: 6 uvec4s and
+# the scales' 4 words + d, counted as 2)
+STREAM_HALF_KERNELS = ("stream_half", "stream_dp_half")
+MATVEC_STREAM_HALF_NQ = {"q2_k": 4, "q3_k": 8}
+
+
+def stream_unit(kernel: str, type_name: str) -> int:
+    """Weights per unit of the stream kernel `kernel` (a MATVEC_KERNELS key) for a type."""
+    unit = MATVEC_WIDE_UNIT[type_name]
+    return unit // 2 if kernel in STREAM_HALF_KERNELS else unit
 
 
 def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
-                 shared_bytes: int = 49152, dp: bool = False) -> tuple[int, int, int] | None:
+                 shared_bytes: int = 49152, dp: bool = False, half: bool = False) -> tuple[int, int, int] | None:
     """matvec_stream.comp's (TPR lanes per row, C units per lane along the row, RJ rows per lane) for a
     row of `cols` weights, or None where the kernel does not fit (the caller takes another kernel).
     TPR: a power of two up to the workgroup, whose x chunk (TPR units) fits shared memory less 5 KiB
@@ -101,8 +116,8 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
     idle, or twice that where it leaves no more lanes idle (448 units: 512 x 1, not 256 x 2: one x
     chunk, one barrier less). Under a subgroup's lanes only where the row has fewer units (at least 4
     lanes, at most 64 row groups, RJ <= TPR: the kernel's reduction and writes). RJ shrinks until the
-    loads fit registers."""
-    unit = MATVEC_WIDE_UNIT[type_name]
+    loads fit registers. half: the HALF_BLOCK form's units (STREAM_HALF_KERNELS)."""
+    unit = MATVEC_WIDE_UNIT[type_name] // 2 if half else MATVEC_WIDE_UNIT[type_name]
     n_units = cols // unit
     if n_units == 0 or cols % unit:
         return None
@@ -118,7 +133,7 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
     if 2 * tpr in tprs and 2 * tpr * -(-n_units // (2 * tpr)) <= tpr * -(-n_units // tpr):
         tpr *= 2
     c = -(-n_units // tpr)
-    nq = MATVEC_STREAM_NQ[type_name]
+    nq = MATVEC_STREAM_HALF_NQ[type_name] if half else MATVEC_STREAM_NQ[type_name]
     rj = min(rj, tpr)
     while rj > 1 and c * rj * nq > MATVEC_STREAM_MAX_LOADS:
         rj //= 2
@@ -129,7 +144,8 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
 
 def _stream_split(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, rj: int):
     return stream_split(cfg.wg, kc.info.subgroup_size or 32, tname, cols, rj, kc.info.max_shared_memory,
-                        dp=cfg.kernel.startswith("stream_dp") or cfg.kernel == "stream_read")
+                        dp=cfg.kernel.startswith("stream_dp") or cfg.kernel == "stream_read",
+                        half=cfg.kernel in STREAM_HALF_KERNELS)
 
 
 def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
@@ -178,7 +194,7 @@ def _fits(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, n_tokens: i
     if cfg.kernel.startswith("stream"):
         # one token; subgroups of >= 8 lanes (the _dp staging shuffles within 8), <= 64 per workgroup
         sg = kc.info.subgroup_size or 32
-        dp_ok = cfg.kernel == "stream" or (kc.device.features.get("int_dot", False) and sg >= 8)
+        dp_ok = cfg.kernel in ("stream", "stream_half") or (kc.device.features.get("int_dot", False) and sg >= 8)
         cfg = replace(cfg, wg=max(cfg.wg, sg))
         return n_tokens == 1 and dp_ok and cfg.wg // sg <= 64 and \
             _stream_layout(kc, cfg, tname, cols, cfg.nr) is not None
@@ -210,7 +226,7 @@ def _stream_parts(cfg: MatvecConfig, name: str, cols: int) -> int:
     """The stream kernel's column parts (KSPLIT workgroups per row block, each over an equal part of
     the row): parts of gcd(units, cfg.ks) units, the largest power of two up to cfg.ks dividing the
     row (448 units, ks 64: 7 parts of 64); whole rows where that leaves parts under 8 units."""
-    n_units = cols // MATVEC_WIDE_UNIT[name]
+    n_units = cols // stream_unit(cfg.kernel, name)
     size = math.gcd(n_units, cfg.ks) if cfg.kernel.startswith("stream") and cfg.ks > 1 else n_units
     return n_units // size if size >= 8 else 1
 
@@ -275,7 +291,7 @@ ROUTER_MAX_REGS = 32         # router weights a thread holds for a row block (co
 def _stream_shared_bytes(cfg: MatvecConfig, name: str, tpr: int) -> int:
     """Shared memory of matvec_stream.comp without ROUTER: the x chunk (floats, or the _dp form's
     int8 levels and per-32 scales) and the reductions."""
-    unit = MATVEC_WIDE_UNIT[name]
+    unit = stream_unit(cfg.kernel, name)
     dp = cfg.kernel.startswith("stream_dp") or cfg.kernel == "stream_read"
     xs = tpr * (2 * unit + MATVEC_STREAM_XSD.get(name, 8) * (unit // 32)) if dp else 4 * tpr * unit
     return xs + 2 * 64 * 8 * 4 + 64 * 4 + MATVEC_STREAM_TABLE_BYTES.get(name, 0)
@@ -385,7 +401,8 @@ def _stream_tail(kc: KernelCache, w: QWeight, parts: int, x: View, y: View, rope
 # CLOCK's stamp slot (1) after them
 STREAM_PUSH = 80
 # stream kernels with a CLOCK variant (the split timeline's stamps, split/clock.py): the _dp forms
-CLOCK_KERNELS = {"stream_dp"}
+# (stream_dp first: every stream type has its variant)
+CLOCK_KERNELS = ("stream_dp", "stream_dp_half")
 
 
 def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None = None,

@@ -16,7 +16,7 @@ named next to each table override them for experiments.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import LlamavkError
 
@@ -530,6 +530,15 @@ MATVEC_CONFIGS = (
     # software devices: the smallest unrolling (pipeline compilation there costs more than it saves)
     ("cpu", "*", _ANY, MatvecConfig(wg=128, nr=2, ks=1, u=1)),
 )
+# Q2_K and Q3_K with half a super-block per unit (matvec_stream.comp HALF_BLOCK, kernel stream_dp_half):
+# Q4_K's GPU rows with that kernel, ahead of them; the whole-block form stays reachable
+# (LLAMAVK_MATVEC=q2_k=stream_dp:..., benchmarks/bench_kquant_stream_ab.sh) and takes a product the
+# half form does not fit. Chosen for the smaller unit's shorter serial arithmetic per lane (the whole
+# block's bounds it); not yet measured: the lead measures it on an H100 and may tune these rows.
+HALF_RULE_TYPES = ("q2_k", "q3_k")
+MATVEC_CONFIGS = tuple((kind, HALF_RULE_TYPES, applies, replace(cfg, kernel="stream_dp_half"))
+                       for kind, types, applies, cfg in MATVEC_CONFIGS
+                       if types is Q4K_RULE_TYPES and cfg.kernel == "stream_dp") + MATVEC_CONFIGS
 
 
 def matvec_configs(kc, type_name: str, n_tokens: int, rows: int, cols: int) -> list:
