@@ -34,6 +34,11 @@ def test_planar_pieces_per_type():
         assert quants.tobytes() == raw.reshape(7, size)[:, head:].tobytes()
         assert scales.tobytes() == raw.reshape(7, size)[:, :head].tobytes()
     assert device_pieces(T.Q4_K, raw)[0] is raw
+    # Q6_K: ql + qh, the 16 scales, d -- three planes
+    raw = rng.integers(0, 256, 7 * 210, dtype=np.uint8)
+    got = [np.ascontiguousarray(p).view(np.uint8).tobytes() for p in device_pieces(T.Q6_K, raw)]
+    blocks = raw.reshape(7, 210)
+    assert got == [blocks[:, :192].tobytes(), blocks[:, 192:208].tobytes(), blocks[:, 208:].tobytes()]
 
 
 def test_large_pieces_copied_by_several_threads(dev):

@@ -172,8 +172,11 @@ def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:
 # otherwise leave its quants at every byte alignment.
 PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17)}
 # Types whose block is cut into more planes: qtype name -> (block bytes, the byte ranges [start, end)
-# of a block that make the planes, in plane order).
-PLANES: dict = {}
+# of a block that make the planes, in plane order). Q6_K's 210-byte block (2 mod 16: fields at
+# 2-byte alignment in every other block) as ql + qh (192 bytes: 12 aligned uvec4s), the 16 int8
+# scales (one aligned uvec4) and d (f16), so that the one-token kernel reads each with one aligned
+# load (shaders/matvec_stream.comp: Q6_K).
+PLANES = {"Q6_K": (210, ((0, 192), (192, 208), (208, 210)))}
 
 
 def planes(qtype) -> tuple | None:
