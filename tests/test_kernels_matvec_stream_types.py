@@ -244,7 +244,7 @@ def test_greedy_decode_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, 
 
 
 # WAIT / SIGNAL do not depend on the type; the table types write their table after the wait
-@pytest.mark.parametrize("qtype", ["q5_k", "q3_k", "iq4_nl", "iq4_xs"])
+@pytest.mark.parametrize("qtype", ["q5_k", "q3_k", "iq4_nl", "iq4_xs", "q6_k"])
 def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
     """Stages chained without barriers (WAIT / SIGNAL, x loaded first) on these types' stream
     products: the unchained logits bit for bit, and the reference's within its tolerance."""
