@@ -13,7 +13,7 @@
 // the same blocks (Q4_0: 4 lanes share one uvec4; K-quants: a subgroup of 32 lanes is one
 // super-block, its header a broadcast load), so a subgroup's loads cover whole contiguous sectors.
 //
-// Q4_0, Q8_0 (planar, quants.glsl), Q4_K and Q6_K have code of their own (integers to floats by
+// Q4_0, Q8_0, Q6_K (planar, quants.glsl) and Q4_K have code of their own (integers to floats by
 // the magic-exponent trick: no conversion instructions); the other quantized types go through
 // quants.glsl's dequant_part, two quarters per unit. Values are computed in f32 (as gguf.quants
 // does) and rounded to f16 once.
@@ -86,27 +86,18 @@ uvec4 dequant8(uint o) {
                  dl * bytes_magic((q.y >> sh) & 0x0F0F0F0Fu, 0.0) - ml);
 }
 #elif defined(QTYPE_Q6_K)
-// 210-byte super-block b (2-byte aligned: odd blocks start 2 bytes into a word): ql[128], qh[64]
-// from 128, int8 scales[16] from 192, d f16 at 208. Unit r = elements e = 8r .. 8r + 7, e = 128 h +
-// 32 j + l: low 4 bits ql[64 h + 32 (j % 2) + l] >> 4 (j / 2), high 2 bits qh[32 h + l] >> 2 j;
-// x = d scale[e / 16] (q - 32)
-// 8 bytes from byte offset x (even): aligned words, shifted into place where x is 2 mod 4 (uniform
-// over a subgroup: its lanes share one block)
-uvec2 load8(uint x) {
-    const uint w = x >> 2;
-    const uint a = wu32[w], c = wu32[w + 1u];
-    if ((x & 2u) == 0u)
-        return uvec2(a, c);
-    const uint e = wu32[w + 2u];
-    return uvec2((a >> 16) | (c << 16), (c >> 16) | (e << 16));
-}
+// Planar (quants.glsl, llamavk/kernels/__init__.py PLANES): super-block b's ql[128] and qh[64] at
+// byte 192 b, its int8 scales[16] at byte 192 n + 16 b, d (f16) at f16 index 104 n + b (n: the
+// chunk's blocks). Unit r = elements e = 8r .. 8r + 7, e = 128 h + 32 j + l: low 4 bits
+// ql[64 h + 32 (j % 2) + l] >> 4 (j / 2), high 2 bits qh[32 h + l] >> 2 j; x = d scale[e / 16] (q - 32).
+// The 8 bytes of each run are one aligned uvec2.
 uvec4 dequant8(uint o) {
     const uint b = p.blk0 + (o >> 5), r = o & 31u;
-    const uint h = r >> 4, j = (r >> 2) & 3u, l0 = 8u * (r & 3u);
-    const uint B = 210u * b;
-    const uvec2 lo = load8(B + 64u * h + 32u * (j & 1u) + l0) >> (4u * (j >> 1));
-    const uvec2 hi = load8(B + 128u + 32u * h + l0) >> (2u * j);
-    const float dl = half_bits(uint(wu16[105u * b + 104u])) * float(int(int8_t(wu8[B + 192u + (r >> 1)])));
+    const uint h = r >> 4, j = (r >> 2) & 3u, l0 = r & 3u;
+    const uvec2 lo = wu2[24u * b + 8u * h + 4u * (j & 1u) + l0] >> (4u * (j >> 1));
+    const uvec2 hi = wu2[24u * b + 16u + 4u * h + l0] >> (2u * j);
+    const float dl = half_bits(uint(wu16[104u * q_chunk_blocks + b]))
+                   * float(int(int8_t(wu8[192u * q_chunk_blocks + 16u * b + (r >> 1)])));
     const uint q0 = (lo.x & 0x0F0F0F0Fu) | ((hi.x & 0x03030303u) << 4);
     const uint q1 = (lo.y & 0x0F0F0F0Fu) | ((hi.y & 0x03030303u) << 4);
     return pack8(dl * bytes_magic(q0, 32.0), dl * bytes_magic(q1, 32.0));

@@ -37,7 +37,8 @@
 //
 // Weight layouts (quants.glsl): Q4_0 and Q8_0 planar (a quants plane of 16 / 32 bytes per block, then
 // the f16 scales at f16 index QD_PLANE * blocks: read from the binding, by block coordinates), Q4_K
-// (144 bytes) and Q6_K (210 bytes) as in GGUF; F16 plain rows.
+// (144 bytes) as in GGUF, Q6_K planar in three planes (ql + qh 192 bytes per block, then the int8
+// scales 16 bytes per block, then d: llamavk/kernels/__init__.py PLANES); F16 plain rows.
 #if defined(QTYPE_F16)
 // The F16 form (plain f16 rows, no decode function, no scale tables): the workgroup size, the steps
 // unrolled per loop iteration and the pipelined step order are specialization constants too
@@ -157,10 +158,10 @@ void tbl_store(const uint half_) {
     }
 }
 #elif defined(QTYPE_Q6_K)
-// bytes: ql[128], qh[64] (from 128), int8 scales[16] (from 192), d f16 (at 208); 2-byte aligned.
-struct WBlock { uint16_t w[105]; };
+// the quants plane's block: ql[128], qh[64] (from 128); the scales and d in their planes (tbl_fetch)
+struct WBlock { uint16_t w[96]; };
 layout(std430, binding = 0) readonly buffer WBlocks { WBlock wblocks[]; };
-layout(buffer_reference, std430, buffer_reference_align = 2) buffer WRef { uint16_t w[105]; };
+layout(buffer_reference, std430, buffer_reference_align = 2) buffer WRef { uint16_t w[96]; };
 float16_t decode_w(const in WRef bl, const in uint bc[2], const in uint ci[2]) {
     // element e = 128 h + 32 j + l: low 4 bits ql[64 h + 32 (j % 2) + l] >> 4 (j / 2), high 2 bits
     // qh[32 h + l] >> 2 j; x = d scale[e / 16] (q - 32)
@@ -178,9 +179,9 @@ void tbl_fetch(const uint span) {
     const uint r = gl_LocalInvocationIndex % BM, s0 = (gl_LocalInvocationIndex / BM) * TBL_PER_THREAD;
     const bool in_rows = row0 + r < p.n_rows;
     const uint b = (row0 + r) * blocks_per_row + span;
-    tbl_d = in_rows ? uint(wblocks[b].w[104]) : 0u;
+    tbl_d = in_rows ? uint(wu16[104u * q_chunk_blocks + b]) : 0u;
     [[unroll]] for (uint i = 0; i < TBL_PER_THREAD / 2; ++i)
-        tbl_words[i] = in_rows ? uint(wblocks[b].w[96u + s0 / 2u + i]) : 0u;
+        tbl_words[i] = in_rows ? uint(wu16[96u * q_chunk_blocks + 8u * b + s0 / 2u + i]) : 0u;
 }
 void tbl_store(const uint half_) {
     const uint r = gl_LocalInvocationIndex % BM, s0 = (gl_LocalInvocationIndex / BM) * TBL_PER_THREAD;

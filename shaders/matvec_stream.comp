@@ -17,8 +17,8 @@
 // only then stages x into shared memory -- while those loads are in flight -- and does the arithmetic
 // from registers.
 //
-// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K and Q5_K a quarter of a super-block, 64
-// weights; Q6_K half a super-block, 128 weights; Q3_K, Q2_K a whole one, or half of one with
+// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K, Q5_K and Q6_K a quarter of a super-block,
+// 64 weights; IQ4_XS half a super-block, 128 weights; Q3_K, Q2_K a whole one, or half of one with
 // HALF_BLOCK: see those types below):
 //   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
 //   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
@@ -119,15 +119,30 @@
 // them (the last block's otherwise arrive after its arithmetic, on every workgroup's critical path);
 // else each block's after its arithmetic, in flight during its reduction (fewer registers held
 // during the products' loads). nw comes with the bias and residual.
-// Q6_K (210-byte super-blocks, so a block starts at an even byte offset o = 210 b mod 16, not on a
-// 16-byte boundary; the weights stay in their GGUF layout, which every other Q6_K kernel reads): a
-// unit, half h of a super-block, needs its 64 ql bytes at 64h, 32 qh bytes at 128 + 32h, 8 int8 scales
-// at 192 + 8h and d at 208. The lane loads the aligned uvec4s around the two quant runs (5 holding ql,
-// 3 holding qh: at most 14 bytes more than the run, never past the block's byte 208, so never past the
-// end of a chunk's buffer), the scales as three 32-bit words and d as a 16-bit word, and only in the
-// arithmetic shifts the runs into place (a select of the word offset o / 4, a 16-bit funnel for o % 4).
-// Element 32k + l of the unit (k < 4, l < 32): low 4 bits in ql byte 32 (k % 2) + l >> 4 (k / 2), high
-// 2 bits in qh byte l >> 2k; weight d * scale[8h + e / 16] * (q - 32).
+// Q6_K (planar, llamavk/kernels/__init__.py PLANES: per chunk of n super-blocks, every block's ql +
+// qh (192 bytes = 12 uvec4s), then every block's 16 int8 scales (one uvec4), then every d (f16)). Why
+// planar: a 210-byte block is 2 mod 16 bytes long, so in the GGUF layout its fields sit at 2-byte
+// alignment in every other block, and no choice of unit or lanes per row gives aligned 16-byte loads:
+// the kept layout costs either narrow loads or (the form before this one) aligned uvec4s around each
+// run shifted into place in the arithmetic (up to 14 bytes more per run, selects and 16-bit funnels
+// per word, 36 registers per row for 128 weights: ~1.1 TB/s on an H100 where Q5_K streams 1.57).
+// Planar, every load is an aligned one of exactly the bytes used, and the unit can be Q5_K's size;
+// every other Q6_K kernel reads the planes too (quants.glsl, dequant_f16.comp, matmul_cm2.comp).
+// A unit is a quarter of a super-block, 64 weights: of half h (elements 128h + 32r + l, runs r < 4,
+// l < 32), the l of 16m .. 16m + 15 (m < 2) of every run: ql bytes 64h + 16m and 64h + 32 + 16m
+// (uvec4s 4h + m and 4h + 2 + m of the block: runs 0, 2 as low and high nibbles of the first, 1, 3 of
+// the second), qh bytes 128 + 32h + 16m (uvec4 8 + 2h + m: run r's 2 high bits at bits 2r), the 8
+// scale bytes of half h (a uvec2: run r's scale is byte 2r + m) and d (16 bits): 3 uvec4s and 2 small
+// loads, as Q5_K's 5, 15 registers per row. A quarter of bytes 0..63 (runs 0, 2 in full) would need
+// all 32 qh bytes of the half for 16 used (4 uvec4s). Its x is not contiguous: the 64 values are 4
+// runs of 16, so the staging puts x element 4k of a chunk (whole halves: TPR is even, parts hold an
+// even number of units) into unit 2 (4k / 128) + (4k % 32) / 16, at vec4 4r + (4k % 16) / 4; DOT8
+// scales x per 16 values (one run: XG) instead of 32. Element 4w .. 4w + 3 of run r: word w of the
+// ql uvec4 r % 2 >> 4 (r / 2), high bits of qh word w >> 2r; weight d * scale[8h + 2r + m] * (q - 32),
+// q - 32 as a signed byte in the DOT8 sums.
+// Q6K_HALF (kernels stream_h, stream_dp_h: the form before the quarter, for A/B): a unit is half h
+// of a super-block (128 weights): its 4 ql uvec4s, 2 qh uvec4s, the 8 scale bytes and d; element 32k
+// + l: low 4 bits in ql byte 32 (k % 2) + l >> 4 (k / 2), high 2 bits in qh byte l >> 2k.
 // Q5_K (176-byte super-blocks = 11 uvec4s, so every block is 16-byte aligned): a unit is a quarter
 // q of a super-block, as Q4_K's (64 weights, sub-blocks 2q and 2q + 1, the head's 6-bit scales and
 // mins decoded by q4k_quarter_scales): the head (uvec4 0), the quarter's 32 qs bytes (uvec4s 3 + 2q,
@@ -145,7 +160,7 @@
 // 7th would read 2 bytes past it, which past a buffer's end read as 0 or fault, so it repeats the
 // 6th), the 12 scale bytes as 4 words (at byte 2 or 4 of them: never past byte 109) and d as a
 // 16-bit word (its 32-bit word may end past the block), and only in the arithmetic shifts the words
-// into place as Q6_K does (selects of the word offset o / 4, a 16-bit funnel for o % 4 == 2). 16
+// into place (selects of the word offset o / 4, a 16-bit funnel for o % 4 == 2). 16
 // lanes cover a 4096-wide row. Neighbouring lanes take neighbouring blocks: a load instruction reads
 // 16 bytes every 110, the 7 of them every hmask and qs byte once. Element 32s + l: 2 bits in qs byte
 // 32 (s / 4) + l >> 2 (s % 4), bit 2 = hmask byte l >> s; weight d (sc[e / 16] - 32) (q - 4), q - 4
@@ -339,9 +354,17 @@ uint clock_release;    // lane 0: when the wait was met
 #elif defined(QTYPE_Q5_K)
 #define UNIT 64
 #define NQ 5        // head, qs 2, qh 2 (header: Q5_K)
+#elif defined(QTYPE_Q6_K) && defined(Q6K_HALF)
+#define UNIT 128    // half a super-block (header: Q6_K, stream_h)
+#define NQ 6        // ql 4, qh 2 (the scales and d: wt below)
+layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
+layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #elif defined(QTYPE_Q6_K)
-#define UNIT 128
-#define NQ 8        // ql 5, qh 3 (the scales and d: wt below)
+#define UNIT 64     // a quarter of a super-block (header: Q6_K)
+#define NQ 3        // ql 2, qh 1 (the scales and d: wt below)
+#define Q6K_QUARTER 1
+layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
+layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #elif defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
 #define UNIT 128    // half a super-block (header: Q3_K, HALF_BLOCK)
 #define NQ 6        // hmask 3, the half's qs 3 (the scales and d: wt, wdh below)
@@ -385,6 +408,11 @@ layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #define Q4K_LIKE 1  // a quarter super-block per unit, its scales and mins from the head (no wd)
 #endif
 #define V4 (UNIT / 4)   // x vec4s per unit
+#if defined(Q6K_QUARTER)
+#define XG 4            // DOT8: x vec4s per scale s (Q6_K's quarter: 16 values, one of its runs)
+#else
+#define XG 8            // DOT8: x vec4s per scale s (32 values)
+#endif
 const uint NPRE = XFIRST ? (TPR * V4 + WG - 1) / WG : 1;   // XFIRST: x vec4s a lane loads first
 
 #ifdef DOT8
@@ -395,7 +423,7 @@ shared uint xql[XQ_LEN];
 #if defined(QTYPE_Q2_K)
 shared vec4 xsd[(UNIT / 32) * TPR];   // per 32 values: (s, sum of x, sums of its halves): a min per 16
 #else
-shared vec2 xsd[(UNIT / 32) * TPR];   // per 32 values: (s, sum of x)
+shared vec2 xsd[(UNIT / (4 * XG)) * TPR];   // per 4 XG values: (s, sum of x)
 #endif
 #else
 const uint XS_LEN = TPR * V4;
@@ -451,7 +479,13 @@ uint not_sentinel(float v) {
 
 // Stage the vec4 k of the current x chunk (its fused input v: x' of the header) into shared memory.
 void stage(uint k, vec4 v) {
+#if defined(Q6K_QUARTER)
+    // element 4k of the chunk: run j = (4k % 128) / 32 of half 4k / 128, l = 4k % 32; units 2 (4k / 128)
+    // and the next take l < 16 and l >= 16 of each run (header: Q6_K)
+    uint unit = 2 * (k >> 5) + ((k >> 2) & 1u), e = 4 * ((k >> 3) & 3u) + (k & 3u);
+#else
     uint unit = k / V4, e = k % V4;
+#endif
 #ifdef DOT8
     // the 8 vec4s of a 32-value block are in 8 neighbouring lanes: max and sum by xor-shuffles
     float amax = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
@@ -459,7 +493,7 @@ void stage(uint k, vec4 v) {
 #if defined(QTYPE_Q2_K)
     float hsum = 0.0;   // the sum of the 16 values of this vec4's half of the block
 #endif
-    [[unroll]] for (uint m = 1; m < 8; m *= 2) {
+    [[unroll]] for (uint m = 1; m < XG; m *= 2) {
 #if defined(QTYPE_Q2_K)
         if (m == 4) hsum = bsum;
 #endif
@@ -475,7 +509,7 @@ void stage(uint k, vec4 v) {
     float hsum2 = subgroupShuffleXor(hsum, 4u);   // lane e % 8 == 0 holds the first half's, +4 the second's
     if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec4(sc, bsum, hsum, hsum2);
 #else
-    if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec2(sc, bsum);
+    if (e % XG == 0) xsd[(e / XG) * TPR + unit] = vec2(sc, bsum);
 #endif
 #else
     xs[unit * V4 + (e ^ (unit & 7u))] = v;
@@ -505,8 +539,7 @@ float pair_block_scale(uint b) {
 // A lane's weights of the current row block (loaded by load_weights) and its row sums.
 uvec4 wq[C][RJ][NQ];
 #if defined(QTYPE_Q6_K)
-uvec4 wt[C][RJ];   // the 3 words holding the unit's scales, d (f16 bits)
-uint wo[C][RJ];    // the block's byte offset in its uvec4 (210 b mod 16)
+uvec3 wt[C][RJ];   // the 8 scale bytes of the unit's half of the super-block, d (f16 bits)
 #elif defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (110 b mod 16: even), | the half h (bit 0)
 uvec4 wt[C][RJ];   // the 4 words holding its scales
@@ -555,21 +588,33 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     wq[i][j][3] = wu4[o0 + 1]; wq[i][j][4] = wu4[o0 + 2];
                 }
 #elif defined(QTYPE_Q6_K)
-                // half h of super-block ib (header: Q6_K)
+                // planar (header: Q6_K): super-block ib's ql + qh at uvec4 12 ib, its half h's scale
+                // bytes at uvec2 24 n + 2 ib + h, d at f16 104 n + ib (n: the chunk's blocks)
+#if defined(Q6K_HALF)
                 uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2;
-                uint bb = 210 * ib, q0 = (bb >> 4) + 4 * h, q1 = (bb >> 4) + 8 + 2 * h;
-                uint s0 = (bb + 190 + 8 * h) >> 2;   // scale bytes at 2 (bb % 4 == 2) or 4 (bb % 4 == 0)
-                uint d16 = bb / 2 + 104;
+                uint q0 = 12 * ib + 4 * h, q1 = 12 * ib + 8 + 2 * h;   // ql 4, qh 2
+#else
+                uint uu = u0 + u, ib = row * (row_units / 4) + uu / 4, h = (uu / 2) % 2, m = uu % 2;
+                uint q0 = 12 * ib + 4 * h + m, q1 = 12 * ib + 8 + 2 * h + m;   // ql runs at q0, q0 + 2; qh q1
+#endif
+                uint s2 = 24 * q_chunk_blocks + 2 * ib + h, d16 = 104 * q_chunk_blocks + ib;
                 if (second) {
-                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = pu4[q0 + k];
-                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][5 + k] = pu4[q1 + k];
-                    wt[i][j] = uvec4(pu32[s0], pu32[s0 + 1], pu32[s0 + 2], uint(pu16[d16]));
+#if defined(Q6K_HALF)
+                    [[unroll]] for (uint k = 0; k < 4; ++k) wq[i][j][k] = pu4[q0 + k];
+                    [[unroll]] for (uint k = 0; k < 2; ++k) wq[i][j][4 + k] = pu4[q1 + k];
+#else
+                    wq[i][j][0] = pu4[q0]; wq[i][j][1] = pu4[q0 + 2]; wq[i][j][2] = pu4[q1];
+#endif
+                    wt[i][j] = uvec3(pu2[s2], uint(pu16[d16]));
                 } else {
-                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = wu4[q0 + k];
-                    [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][5 + k] = wu4[q1 + k];
-                    wt[i][j] = uvec4(wu32[s0], wu32[s0 + 1], wu32[s0 + 2], uint(wu16[d16]));
+#if defined(Q6K_HALF)
+                    [[unroll]] for (uint k = 0; k < 4; ++k) wq[i][j][k] = wu4[q0 + k];
+                    [[unroll]] for (uint k = 0; k < 2; ++k) wq[i][j][4 + k] = wu4[q1 + k];
+#else
+                    wq[i][j][0] = wu4[q0]; wq[i][j][1] = wu4[q0 + 2]; wq[i][j][2] = wu4[q1];
+#endif
+                    wt[i][j] = uvec3(wu2[s2], uint(wu16[d16]));
                 }
-                wo[i][j] = bb & 15u;
 #elif defined(QTYPE_Q3_K) && defined(HALF_BLOCK)
                 // half h of super-block ib at byte bb (header: Q3_K, HALF_BLOCK): hmask from the 3 aligned
                 // uvec4s from the one holding its first byte, the half's qs run from the 3 from the one
@@ -672,36 +717,30 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
 }
 
 #if defined(QTYPE_Q6_K)
-// Q6_K (header): the loaded words of unit i, row j shifted into place: ql, qh words (bytes 4k..4k+3
-// of each run) and the 8 scale bytes. The word offset o / 4 picked by selects (a register array
-// indexed by a lane's value would go to local memory), o % 4 (0 or 2) by a 16-bit funnel.
-void q6k_unit(uint i, uint j, out uint ql[16], out uint qh[8], out uint sc[2]) {
-    uint o = wo[i][j], a = o >> 2;
-    bool half_word = (o & 2u) != 0u;
-    uint r[32];
-    [[unroll]] for (uint k = 0; k < 32; ++k) r[k] = wq[i][j][k / 4][k % 4];
-    uint m[17];   // ql: raw words 0..19
-    [[unroll]] for (uint k = 0; k < 17; ++k) m[k] = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
-    [[unroll]] for (uint k = 0; k < 16; ++k) ql[k] = half_word ? (m[k] >> 16) | (m[k + 1] << 16) : m[k];
-    // qh: raw words 20..31
-    [[unroll]] for (uint k = 0; k < 9; ++k) m[k] = a < 2u ? (a == 0u ? r[20 + k] : r[21 + k]) : (a == 2u ? r[22 + k] : r[23 + k]);
-    [[unroll]] for (uint k = 0; k < 8; ++k) qh[k] = half_word ? (m[k] >> 16) | (m[k + 1] << 16) : m[k];
-    uvec4 t = wt[i][j];   // scales at byte 2 (half_word) or 4 of t.xyz
-    sc[0] = half_word ? (t.x >> 16) | (t.y << 16) : t.y;
-    sc[1] = half_word ? (t.y >> 16) | (t.z << 16) : t.z;
-}
-
-// Signed bytes q - 32 of the unit's elements 32k + 4l .. 32k + 4l + 3 (l < 8): 4 low bits from ql,
-// 2 high bits from qh; (q | 0x80) - 32 never borrows across bytes, ^ 0x80 makes it q - 32.
-uint q6k_word(uint ql[16], uint qh[8], uint k, uint l) {
-    uint q = ((ql[8 * (k % 2) + l] >> (4 * (k / 2))) & 0x0F0F0F0Fu) | (((qh[l] >> (2 * k)) & 0x03030303u) << 4);
+// (q | 0x80) - 32 never borrows across bytes, ^ 0x80 makes it q - 32: 4 quants as signed bytes q - 32
+uint q6k_sub32(uint q) {
     return ((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
 }
 
-// Scale g (< 8: elements 16g .. 16g + 15 of the unit) as a float.
-float q6k_scale(uint sc[2], uint g) {
-    return float(bitfieldExtract(int(sc[g / 4]), int(8 * (g % 4)), 8));
+// Scale g (< 8) of the 8 scale bytes of the unit's half (wt.xy) as a float
+float q6k_scale(uvec3 t, uint g) {
+    return float(bitfieldExtract(int(g < 4u ? t.x : t.y), int(8 * (g % 4)), 8));
 }
+#if defined(Q6K_HALF)
+// stream_h (header: Q6_K): signed bytes q - 32 of the unit's elements 32k + 4l .. 32k + 4l + 3 (l <
+// 8): 4 low bits from ql word 8 (k % 2) + l (nibble k / 2), 2 high bits from qh word l (bits 2k).
+uint q6k_word(uint i, uint j, uint k, uint l) {
+    uint qlw = wq[i][j][2 * (k % 2) + l / 4][l % 4], qhw = wq[i][j][4 + l / 4][l % 4];
+    return q6k_sub32(((qlw >> (4 * (k / 2))) & 0x0F0F0F0Fu) | (((qhw >> (2 * k)) & 0x03030303u) << 4));
+}
+#else
+// Quarter (header: Q6_K): signed bytes q - 32 of run r's elements 4w .. 4w + 3 (r, w < 4): low 4 bits
+// from ql run r % 2 (nibble r / 2), high 2 bits from qh (bits 2r).
+uint q6k_word(uint i, uint j, uint r, uint w) {
+    uint qlw = wq[i][j][r % 2][w], qhw = wq[i][j][2][w];
+    return q6k_sub32(((qlw >> (4 * (r / 2))) & 0x0F0F0F0Fu) | (((qhw >> (2 * r)) & 0x03030303u) << 4));
+}
+#endif
 #endif
 
 #if defined(QTYPE_Q5_K)
@@ -902,27 +941,47 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
             t[j] += iq4xs_scale(hw0[j], hw1[j], 4 * h + s) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += t[j];
-#elif defined(QTYPE_Q6_K)
-    // per row (each has its own byte offset): the unit's quants as signed bytes q - 32, 4 per word
-    // against x's words; group sums per 16 weights (one scale each)
+#elif defined(QTYPE_Q6_K) && defined(Q6K_HALF)
+    // the unit's quants as signed bytes q - 32, 4 per word against x's words; group sums per 16
+    // weights (one scale each)
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
-        uint ql[16], qh[8], sc[2];
-        q6k_unit(i, j, ql, qh, sc);
         float tj = 0.0;
         [[unroll]] for (uint k = 0; k < 4; ++k) {
             vec2 sd = xsd[k * TPR + c];
             [[unroll]] for (uint g = 0; g < 2; ++g) {
                 int hs = 0, ls = 0;
                 [[unroll]] for (uint l = 0; l < 4; ++l) {
-                    uint w = 8 * k + 4 * g + l, qs = q6k_word(ql, qh, k, 4 * g + l);
+                    uint w = 8 * k + 4 * g + l, qs = q6k_word(i, j, k, 4 * g + l);
                     hs += dot_ss(qs, xqh[w * TPR + c], 0);
                     ls += dot_ss(qs, xql[w * TPR + c], 0);
                 }
-                tj += q6k_scale(sc, 2 * k + g) * (sd.x * (float(hs) + float(ls) * (1.0 / 254.0)));
+                tj += q6k_scale(wt[i][j], 2 * k + g) * (sd.x * (float(hs) + float(ls) * (1.0 / 254.0)));
             }
         }
-        acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
+        acc[j] += unpackHalf2x16(wt[i][j].z).x * tj;
     }
+#elif defined(QTYPE_Q6_K)
+    // one run r (16 values, its own x scale and weight scale 2r + m) at a time, every row's sums at
+    // once; the quants as signed bytes q - 32
+    uint m = (u0 + u) % 2;
+    float t[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] = 0.0;
+    [[unroll]] for (uint r = 0; r < 4; ++r) {
+        float sx = xsd[r * TPR + c].x;
+        int hs[RJ], ls[RJ];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
+        [[unroll]] for (uint w = 0; w < 4; ++w) {
+            uint xa = xqh[(4 * r + w) * TPR + c], xb = xql[(4 * r + w) * TPR + c];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint qs = q6k_word(i, j, r, w);
+                hs[j] += dot_ss(qs, xa, 0);
+                ls[j] += dot_ss(qs, xb, 0);
+            }
+        }
+        [[unroll]] for (uint j = 0; j < RJ; ++j)
+            t[j] += q6k_scale(wt[i][j], 2 * r + m) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wt[i][j].z).x * t[j];
 #elif defined(QTYPE_Q3_K)
     // one word of x (each level) at a time, every row's sums at once; a scale per 16 weights
     uint bw[RJ][NBW];
@@ -1048,23 +1107,36 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
         }
         [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += iq4xs_scale(hw0[j], hw1[j], 4 * h + s) * tg[j];
     }
-#elif defined(QTYPE_Q6_K)
+#elif defined(QTYPE_Q6_K) && defined(Q6K_HALF)
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
-        uint ql[16], qh[8], sc[2];
-        q6k_unit(i, j, ql, qh, sc);
         float tj = 0.0;
         [[unroll]] for (uint k = 0; k < 4; ++k) {
             [[unroll]] for (uint g = 0; g < 2; ++g) {
                 float t = 0.0;
                 [[unroll]] for (uint l = 0; l < 4; ++l) {
                     uint w = 8 * k + 4 * g + l;
-                    t += dot(sbytes_fma(q6k_word(ql, qh, k, 4 * g + l)), xs[c * V4 + (w ^ sw)]);
+                    t += dot(sbytes_fma(q6k_word(i, j, k, 4 * g + l)), xs[c * V4 + (w ^ sw)]);
                 }
-                tj += q6k_scale(sc, 2 * k + g) * t;
+                tj += q6k_scale(wt[i][j], 2 * k + g) * t;
             }
         }
-        acc[j] += unpackHalf2x16(wt[i][j].w).x * tj;
+        acc[j] += unpackHalf2x16(wt[i][j].z).x * tj;
     }
+#elif defined(QTYPE_Q6_K)
+    // run r of the quarter (16 values: x vec4s 4r .. 4r + 3, weight scale 2r + m), every row at once
+    uint m = (u0 + u) % 2;
+    float t[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] = 0.0;
+    [[unroll]] for (uint r = 0; r < 4; ++r) {
+        float tg[RJ];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
+        [[unroll]] for (uint w = 0; w < 4; ++w) {
+            vec4 xv = xs[c * V4 + ((4 * r + w) ^ sw)];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] += dot(sbytes_fma(q6k_word(i, j, r, w)), xv);
+        }
+        [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] += q6k_scale(wt[i][j], 2 * r + m) * tg[j];
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wt[i][j].z).x * t[j];
 #elif defined(QTYPE_Q3_K)
     uint bw[RJ][NBW];
     float t[RJ];

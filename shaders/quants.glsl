@@ -17,8 +17,8 @@
 //   void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c)   (quant types)
 //       a quarter of a unit: a = w[i], c = w[i + 4] (i < 4) -- the matrix-vector kernel gives each
 //       thread one quarter so that neighbouring threads read neighbouring words of a block.
-// Block layouts (bytes) follow gguf/quants.py (ggml-common.h); Q8_0, Q4_0, IQ4_NL and MXFP4 are stored
-// planar (below):
+// Block layouts (bytes) follow gguf/quants.py (ggml-common.h); Q8_0, Q4_0, IQ4_NL, MXFP4 and Q6_K are
+// stored planar (below):
 //   Q8_0 34: d f16, q int8[32]                      x = d*q
 //   Q4_0 18: d, qs[16]   elem j: lo nibble of qs[j], elem j+16: hi nibble      x = d*(q-8)
 //   Q4_1 20: d, m, qs[16]                           x = d*q + m
@@ -53,8 +53,8 @@ layout(std430, binding = W_BINDING) readonly buffer WeightU4 { uvec4 wu4[]; };
 
 // Planar types (Q4_0, Q8_0, IQ4_NL, MXFP4) are repacked at upload (llamavk/kernels/__init__.py PLANAR)
 // into two planes per chunk: all blocks' quants (16-byte aligned, read as uvec4), then all blocks'
-// scales (f16; MXFP4: one exponent byte). Each kernel sets q_chunk_blocks (blocks in its chunk) first
-// thing in main(). QPLANAR marks the types that the matrix-vector kernels read with code of their own
+// scales (f16; MXFP4: one exponent byte); Q6_K into three (PLANES: ql + qh, scales, d; at Q6_K
+// below). Each kernel sets q_chunk_blocks (blocks in its chunk) first thing in main(). QPLANAR marks the types that the matrix-vector kernels read with code of their own
 // (Q4_0, Q8_0); IQ4_NL and MXFP4 go through dequant_part like every other type.
 uint q_chunk_blocks = 0;
 
@@ -290,19 +290,21 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 
 #elif defined(QTYPE_Q6_K)
 #define QK 256
+// planar in three planes (llamavk/kernels/__init__.py PLANES): ql + qh 192 bytes per block (48 words),
+// then the int8 scales 16 bytes per block (from byte 192 * blocks), then d (f16, from f16 index 104 * blocks)
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
-    uint b = ib * 105;  // 210 bytes = 105 words of 16 bits
+    uint b = ib * 48;  // 192 bytes = 48 words
     uint h = s / 4, j = s % 4;
-    float d = half_bits(wu16[b + 104]);
-    uint b8 = 2 * b + 192 + 2 * s;  // int8 scales of groups 2s, 2s+1
+    float d = half_bits(wu16[104 * q_chunk_blocks + ib]);
+    uint b8 = 192 * q_chunk_blocks + 16 * ib + 2 * s;  // int8 scales of groups 2s, 2s+1
     vec2 dl = d * vec2(int(int8_t(wu8[b8])), int(int8_t(wu8[b8 + 1])));
-    uint lb = b + 32 * h + 16 * (j % 2);
-    uint hb = b + 64 + 16 * h;
+    uint lb = b + 16 * h + 8 * (j % 2);
+    uint hb = b + 32 + 8 * h;
     uint lshift = 4 * (j / 2), hshift = 2 * j;
     [[unroll]] for (uint k = 0; k < 2; ++k) {
         uint j = i + 4 * k;
-        uint q = ((u32_at16(lb + 2 * j) >> lshift) & 0x0F0F0F0Fu) | (((u32_at16(hb + 2 * j) >> hshift) & 0x03030303u) << 4);
+        uint q = ((wu32[lb + j] >> lshift) & 0x0F0F0F0Fu) | (((wu32[hb + j] >> hshift) & 0x03030303u) << 4);
         if (k == 0) a = dl.x * (bytes4(q) - 32.0); else c = dl.y * (bytes4(q) - 32.0);
     }
 }

@@ -47,6 +47,10 @@ for _t in HALF_TYPES:
     VARIANTS[f"mul_mv_stream_half_router_{_t}"] = ("matvec_stream.comp", dict(_d, ROUTER="1"))
     VARIANTS[f"mul_mv_stream_dp_half_router_{_t}"] = ("matvec_stream.comp", dict(_d, DOT8="1", ROUTER="1"))
     VARIANTS[f"mul_mv_stream_dp_half_clock_{_t}"] = ("matvec_stream.comp", dict(_d, DOT8="1", CLOCK="1"))
+# Q6_K's stream form before the quarter-super-block unit (Q6K_HALF: half a super-block per unit), for
+# A/B (kernels stream_h, stream_dp_h)
+VARIANTS["mul_mv_stream_h_q6_k"] = ("matvec_stream.comp", {"QTYPE_Q6_K": "1", "Q6K_HALF": "1"})
+VARIANTS["mul_mv_stream_dp_h_q6_k"] = ("matvec_stream.comp", {"QTYPE_Q6_K": "1", "DOT8": "1", "Q6K_HALF": "1"})
 # the split timeline's stamps (CLOCK, llamavk/split/clock.py): the products after an all-reduce,
 # every type with a stream form (matmul.CLOCK_KERNELS asks for them by the type's name)
 for _t in STREAM_TYPES:

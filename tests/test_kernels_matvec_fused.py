@@ -92,10 +92,10 @@ VARIANTS = {
 VARIANT_TYPES = [(T.Q4_0, 416), (T.Q8_0, 416), (T.Q4_K, 768)]
 
 
-def dot8_levels(x):
-    """x as the stream kernel's DOT8 form stages it (matvec_stream.comp header): per 32 values
-    s = max|x| / 127, h = round(x / s), l = round((x - s h) / (s / 254)); x ~ s (h + l / 254)."""
-    xb = x.reshape(-1, 32).astype(np.float32)
+def dot8_levels(x, group=32):
+    """x as the stream kernel's DOT8 form stages it (matvec_stream.comp header): per 32 values (Q6_K:
+    16) s = max|x| / 127, h = round(x / s), l = round((x - s h) / (s / 254)); x ~ s (h + l / 254)."""
+    xb = x.reshape(-1, group).astype(np.float32)
     amax = np.abs(xb).max(axis=1, keepdims=True)
     s, inv = amax / 127, np.where(amax > 0, 127 / np.where(amax > 0, amax, 1), 0)
     h = np.round(xb * inv)
@@ -105,13 +105,13 @@ def dot8_levels(x):
 
 def run_fused(dev, kc, qtype, rows, cols, n_tokens, seed, chunked=False, bias=False, norm=False, resid=False,
               glu=False, pair=False, tol=1e-3, x_levels=False):
-    """x_levels: the reference takes x as the DOT8 form rounds it (no fused input): the kernel's own
-    arithmetic, apart from the rounding it is built on."""
+    """x_levels: the reference takes x as the DOT8 form rounds it (no fused input; an int: per that
+    many values instead of 32): the kernel's own arithmetic, apart from the rounding it is built on."""
     eps = 1e-5
     rng = np.random.default_rng(seed)
     raw, w = make_weight(qtype, rows, cols, seed=seed)
     x = (rng.standard_normal((n_tokens, cols)) * 3).astype(np.float32)
-    xd = dot8_levels(x) if x_levels else x.astype(np.float64)
+    xd = dot8_levels(x, 32 if x_levels is True else x_levels) if x_levels else x.astype(np.float64)
     qw = upload_qweight(dev, raw, qtype, rows, cols, max_chunk_bytes=raw.shape[1] * 5 if chunked else None)
     assert (len(qw.chunks) > 1) == chunked
     X = f32(dev, x)
@@ -204,8 +204,8 @@ def test_matvec_env_and_fallback(dev, monkeypatch):
 # blocks, 12 Q4_K quarters: idle lanes; 100 blocks at 64 threads: two x chunks, the second partial;
 # 4 blocks: 4 lanes per row, fewer than a subgroup's, their sums by a butterfly),
 # rows per lane shrunk until the loads fit, every fused input.
-# Q6_K (half super-blocks, at every byte offset of a uvec4 across a row of 13 or 33 blocks): 4 lanes per
-# row; 26 units; 34 units (f32: two x chunks of 32 lanes, one row per lane; DOT8: 64 lanes).
+# Q6_K (planar, quarter super-blocks: x staged as runs of 16 per unit): 8 units, 8 lanes per row;
+# 52 units (idle lanes); 68 units (two x chunks at 64 threads, the second partial).
 STREAM_CASES = [(T.Q4_0, 416, 4), (T.Q4_0, 3200, 4), (T.Q4_0, 1024, 8), (T.Q8_0, 416, 2), (T.Q8_0, 3200, 8), (T.Q4_K, 768, 2),
                 (T.Q4_K, 4608, 4), (T.Q4_0, 128, 4), (T.Q6_K, 512, 2), (T.Q6_K, 3328, 2), (T.Q6_K, 4352, 4)]
 
@@ -233,14 +233,15 @@ def test_matvec_stream(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):
         # same x gives up to 8000 over 37 rows) while the rounding of x does not shrink with it
         # (relative error 5e-4 of that row); against x rounded as the kernel rounds it, the sums are
         # exact to f32 (4e-7)
-        run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=1e-5, x_levels=True)
-        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=3, chunked=True, tol=1e-5, x_levels=True)
+        # (x rounded per 16 values: one run of the quarter unit)
+        run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=1e-5, x_levels=16)
+        run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=3, chunked=True, tol=1e-5, x_levels=16)
     else:
         run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=tol)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=11, bias=True, norm=True, resid=True, tol=tol)
     run_fused(dev, kc_variants, qtype, 21, cols, 1, seed=12, resid=True, glu=True, tol=tol)
     # gate and up as one product (the FFN's first half), with and without the norm, chunked weights;
-    # not where a lane has room for one row only (Q6_K over two x chunks: 2 x 9 loads)
+    # not where a lane has room for one row only (its loads of two rows over MATVEC_STREAM_MAX_LOADS)
     pairable = c * 2 * mm.MATVEC_STREAM_NQ[mm.type_suffix(qtype)] <= mm.MATVEC_STREAM_MAX_LOADS
     assert mm.matvec_pairs(kc_variants, *(upload_qweight(dev, make_weight(qtype, 37, cols, seed=s)[0], qtype, 37, cols)
                                           for s in (1, 2))) == pairable
@@ -291,7 +292,7 @@ def test_matvec_stream_wave(dev, kc_variants, monkeypatch):
     run_fused(dev, kc_variants, T.Q4_0, 37, 1024, 1, seed=36, norm=True, pair=True, tol=tol)
 
 
-@pytest.mark.parametrize("qtype,cols,parts", [(T.Q4_0, 4096, 4), (T.Q8_0, 4096, 4), (T.Q4_K, 4608, 9), (T.Q6_K, 8192, 2)],
+@pytest.mark.parametrize("qtype,cols,parts", [(T.Q4_0, 4096, 4), (T.Q8_0, 4096, 4), (T.Q4_K, 4608, 9), (T.Q6_K, 8192, 4)],
                          ids=lambda v: getattr(v, "name", str(v)))
 @pytest.mark.parametrize("kernel", ["stream", "stream_dp", "stream_dp+xfirst"])
 def test_matvec_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, parts, kernel):
@@ -383,8 +384,8 @@ def test_matvec_table_by_shape():
     assert not any(matvec_config(gpu, T.Q4_0, r, c).xfirst
                    for r, c in ((4096, 4096), (14336, 4096), (1024, 4096), (32000, 4096)))
     assert pick(T.Q4_K, 4096, 14336, n=3) == "wide"
-    q6k = matvec_config(gpu, T.Q6_K, 4096, 4096)   # column parts of 16 half-super-block units, x first
-    assert q6k.kernel == "stream_dp" and q6k.wg == 256 and q6k.ks == 16 and q6k.xfirst
+    for shape in ((4096, 4096), (14336, 4096), (4096, 14336), (32000, 4096)):   # Q6_K: Q4_K's rows
+        assert matvec_config(gpu, T.Q6_K, *shape) == matvec_config(gpu, T.Q4_K, *shape)
     assert pick(T.Q6_K, 4096, 4096, n=3) == "base"
     gpu.info.max_workgroup_invocations = 256
     fallback = matvec_config(gpu, T.Q4_K, 14336, 4096)   # 512 threads do not fit: the next row that does

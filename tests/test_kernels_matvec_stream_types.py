@@ -66,9 +66,8 @@ def _check_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):   #
     name = mm.type_suffix(qtype)
     assert matvec_config(kc_variants, qtype, 37, cols).kernel == kernel
     sg = kc_variants.info.subgroup_size or 32
-    half = kernel in mm.STREAM_HALF_KERNELS
     tpr, c, _ = mm.stream_split(64, sg, name, cols, rj, kc_variants.info.max_shared_memory,
-                                dp=kernel.startswith("stream_dp"), half=half)
+                                dp=kernel.startswith("stream_dp"), kernel=kernel)
     assert tpr * (c - 1) < cols // mm.stream_unit(kernel, name) <= tpr * c
     tol = _tol(kernel)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=1, chunked=True, bias=True, tol=tol)
@@ -78,7 +77,7 @@ def _check_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):   #
         run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=tol)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=11, bias=True, norm=True, resid=True, tol=tol)
     run_fused(dev, kc_variants, qtype, 21, cols, 1, seed=12, resid=True, glu=True, tol=tol)
-    nq = mm.MATVEC_STREAM_HALF_NQ[name] if half else mm.MATVEC_STREAM_NQ[name]
+    nq = mm._stream_unit(kernel, name)[1]
     pairable = c * 2 * nq <= mm.MATVEC_STREAM_MAX_LOADS
     assert pairable or qtype not in TABLE_TYPES        # every table type's case pairs
     assert mm.matvec_pairs(kc_variants, *(upload_qweight(dev, make_weight(qtype, 37, cols, seed=s)[0], qtype, 37, cols)
@@ -97,7 +96,8 @@ def _check_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):   #
 PARTS_CASES = [(T.Q5_K, 4608, 32, 9, "stream"), (T.Q5_K, 4608, 32, 9, "stream_dp+xfirst"),
                (T.Q3_K, 4096, 8, 2, "stream_dp+xfirst"), (T.Q2_K, 4096, 8, 2, "stream"),
                (T.IQ4_NL, 4608, 16, 9, "stream_dp+xfirst"), (T.MXFP4, 4608, 16, 9, "stream"),
-               (T.IQ4_XS, 4096, 8, 4, "stream_dp")]
+               (T.IQ4_XS, 4096, 8, 4, "stream_dp"), (T.Q6_K, 4096, 16, 4, "stream_dp+xfirst"),
+               (T.Q6_K, 4096, 16, 4, "stream")]
 
 
 @pytest.mark.parametrize("qtype,cols,ks,parts,kernel", PARTS_CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -146,7 +146,7 @@ def _stand_in_gpu():
                                                 max_shared_memory=49152, max_workgroup_invocations=1024))
 
 
-@pytest.mark.parametrize("qtype", list(dict.fromkeys(c[0] for c in STREAM_CASES)), ids=lambda v: v.name)
+@pytest.mark.parametrize("qtype", list(dict.fromkeys(c[0] for c in STREAM_CASES)) + [T.Q6_K], ids=lambda v: v.name)
 def test_gpu_rows_follow_q4_0_or_q4_k(qtype):
     """On a GPU with fast integer dots IQ4_NL and MXFP4 take Q4_0's stream rows shape for shape, the
     others Q4_K's (the 7.2B's, the 31.5B's and the 1.1B's products, a split's down product); several
@@ -173,6 +173,31 @@ def test_gpu_rows_follow_q4_0_or_q4_k(qtype):
     assert matvec_config(gpu, qtype, 4096, 4096).kernel == "base"
 
 
+# Q6_K's half-super-block form (kernels stream_h, stream_dp_h: matvec_stream.comp Q6K_HALF, kept for
+# A/B) on the planar layout: (columns, rows per lane, units per part): 26 halves (idle lanes), 34 (f32:
+# two x chunks at 64 threads), 32 in 4 parts of 8.
+@pytest.mark.parametrize("cols,rj,ks", [(3328, 2, 1), (4352, 2, 1), (4096, 2, 8)])
+@pytest.mark.parametrize("kernel", ["stream_h", "stream_dp_h"])
+def test_q6k_half_form_products(dev, kc_variants, monkeypatch, cols, rj, ks, kernel):   # noqa: F811
+    if kernel == "stream_dp_h" and not _dp_ok(kc_variants):
+        pytest.skip("no integer dot products")
+    cfg = MatvecConfig(64, rj, ks, 1, kernel, xfirst=int(ks > 1))
+    monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env(f"q6_k={cfg.spec()}"))
+    assert matvec_config(kc_variants, T.Q6_K, 37, cols) == cfg
+    _, rows_per_wg, parts, _ = mm._matvec_spec(kc_variants, cfg, "q6_k", cols, 1, False, False, False)
+    assert parts == (4 if ks > 1 else 1)
+    tol = 1e-4 if kernel == "stream_dp_h" else 1e-5
+    run_fused(dev, kc_variants, T.Q6_K, 37, cols, 1, seed=41, chunked=True, bias=True, tol=tol)
+    run_fused(dev, kc_variants, T.Q6_K, 37, cols, 1, seed=42, bias=True, norm=True, resid=True, tol=tol)
+    run_fused(dev, kc_variants, T.Q6_K, 21, cols, 1, seed=43, resid=True, glu=True, tol=tol)
+    two = [upload_qweight(dev, make_weight(T.Q6_K, 37, cols, seed=s)[0], T.Q6_K, 37, cols) for s in (1, 2)]
+    if mm.matvec_pairs(kc_variants, *two):   # not where a lane holds two x chunks (2 x 2 x 7 loads)
+        run_fused(dev, kc_variants, T.Q6_K, 37, cols, 1, seed=44, chunked=True, norm=True, pair=True, tol=tol)
+    else:
+        assert cols == 4352 and kernel == "stream_h"
+    assert f"{mm.MATVEC_KERNELS[kernel][0]}_q6_k" in {name for name, _ in kc_variants._kernels}
+
+
 def test_software_device_keeps_the_base_kernel(dev, kc_variants):   # noqa: F811
     """llvmpipe's selection is unchanged: the base kernel unless forced."""
     if not kc_variants.info.is_cpu:
@@ -184,17 +209,19 @@ def test_software_device_keeps_the_base_kernel(dev, kc_variants):   # noqa: F811
 MODEL_TYPES = ["q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"]
 
 
-@pytest.mark.parametrize("qtype", ["q6_k"] + MODEL_TYPES)
+@pytest.mark.parametrize("qtype", ["q6_k", "q6_k/stream_dp_h"] + MODEL_TYPES)
 def test_decode_on_the_stream_dp_kernel_through_the_override(synthetic_model, monkeypatch, qtype):
-    """A tiny model's one-token steps with every product on the DOT8 stream form, chosen as an A/B run
-    chooses it (LLAMAVK_MATVEC=TYPE=stream_dp:..., 2 row blocks per workgroup): each step's logits
-    equal the numpy reference forward pass."""
+    """A tiny model's one-token steps with every product on the DOT8 stream form (q6_k/stream_dp_h:
+    Q6_K's half-super-block form), chosen as an A/B run chooses it (LLAMAVK_MATVEC=TYPE=stream_dp:...,
+    2 row blocks per workgroup): each step's logits equal the numpy reference forward pass."""
     from llamavk.models import load_model_file
     from llamavk.reference import ReferenceModel
 
     from .test_engine import one_token_logits, quiet_load
 
-    monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env(f"{qtype}=stream_dp:64,2,1,1,2"))
+    qtype, _, kernel = qtype.partition("/")
+    kernel = kernel or "stream_dp"
+    monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env(f"{qtype}={kernel}:64,2,1,1,2"))
     path = synthetic_model("llama", qtype)
     tokens = [int(t) for t in np.random.default_rng(13).integers(0, 500, 8)]
     ref = ReferenceModel(load_model_file(path)).logits(tokens)
@@ -203,11 +230,11 @@ def test_decode_on_the_stream_dp_kernel_through_the_override(synthetic_model, mo
         if not rt.kc.device.features.get("int_dot"):
             pytest.skip("no integer dot products")
         got = one_token_logits(rt, tokens)
-        assert f"mul_mv_stream_dp_{qtype}" in {name for name, _ in rt.kc._kernels}
+        assert f"mul_mv_{kernel}_{qtype}" in {name for name, _ in rt.kc._kernels}
     assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
 
 
-@pytest.mark.parametrize("qtype", MODEL_TYPES)
+@pytest.mark.parametrize("qtype", ["q6_k"] + MODEL_TYPES)
 def test_greedy_decode_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, monkeypatch, qtype):
     """The GPUs' decode path (gate and up as one product, RoPE and the KV store in the Q/K/V
     products) on the f32 stream form: greedy decoding matches the reference."""
@@ -229,7 +256,7 @@ def test_greedy_decode_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, 
 
 
 # WAIT / SIGNAL do not depend on the type; the table types write their table after the wait
-@pytest.mark.parametrize("qtype", ["q5_k", "q3_k", "iq4_nl", "iq4_xs"])
+@pytest.mark.parametrize("qtype", ["q5_k", "q3_k", "iq4_nl", "iq4_xs", "q6_k"])
 def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
     """Stages chained without barriers (WAIT / SIGNAL, x loaded first) on these types' stream
     products: the unchained logits bit for bit, and the reference's within its tolerance."""

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from llamavk.kernels import PLANAR, device_pieces
+from llamavk.kernels import PLANAR, PLANES, device_pieces, planes
 from llamavk.vk import Buffer
 from llamavk.vk import transfer
 
@@ -34,6 +34,11 @@ def test_planar_pieces_per_type():
         assert quants.tobytes() == raw.reshape(7, size)[:, head:].tobytes()
         assert scales.tobytes() == raw.reshape(7, size)[:, :head].tobytes()
     assert device_pieces(T.Q4_K, raw)[0] is raw
+    # Q6_K: ql + qh, the 16 scales, d -- three planes
+    raw = rng.integers(0, 256, 7 * 210, dtype=np.uint8)
+    got = [np.ascontiguousarray(p).view(np.uint8).tobytes() for p in device_pieces(T.Q6_K, raw)]
+    blocks = raw.reshape(7, 210)
+    assert got == [blocks[:, :192].tobytes(), blocks[:, 192:208].tobytes(), blocks[:, 208:].tobytes()]
 
 
 def test_large_pieces_copied_by_several_threads(dev):
@@ -104,7 +109,11 @@ def _file_with(tmp_path, data: bytes, lead: int = 13):
 
 def _expected_layout(name: str, raw: np.ndarray) -> bytes:
     """The kernels' layout by plain slicing: every block's quants, then every block's scale bytes
-    (planar types), else the blocks as stored."""
+    (planar types; Q6_K: ql + qh, scales, d), else the blocks as stored."""
+    if name in PLANES:
+        size, ranges = PLANES[name]
+        blocks = raw.reshape(-1, size)
+        return b"".join(blocks[:, s:e].tobytes() for s, e in ranges)
     if name not in PLANAR:
         return raw.tobytes()
     head, size = PLANAR[name]
@@ -131,7 +140,7 @@ def test_file_reads_land_in_the_device_layout(dev, tmp_path, monkeypatch, name):
     t = transfer.Transfer(dev)
     try:
         buf = Buffer(dev, raw.size + 256)
-        t.upload_file(buf, fd, lead, raw.size, PLANAR.get(name), dst_offset=256)
+        t.upload_file(buf, fd, lead, raw.size, planes(T[name]), dst_offset=256)
         t.flush()
         assert buf.read(raw.size, 256) == _expected_layout(name, raw)
         assert t.stats.jobs > 10 and t.stats.bytes == raw.size
@@ -177,7 +186,7 @@ def test_a_file_shorter_than_its_header_says_is_an_error(dev, tmp_path):
     t = transfer.Transfer(dev)
     try:
         buf = Buffer(dev, 4096)
-        t.upload_file(buf, fd, 0, 18 * 200, PLANAR["Q4_0"])
+        t.upload_file(buf, fd, 0, 18 * 200, planes(T.Q4_0))
         with pytest.raises(OSError, match="ended early"):
             t.flush()
     finally:

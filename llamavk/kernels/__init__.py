@@ -171,22 +171,39 @@ def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:
 # qtype name -> (scale bytes at the start of a GGUF block, block bytes). MXFP4's 17-byte blocks would
 # otherwise leave its quants at every byte alignment.
 PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17)}
+# Types whose block is cut into more planes: qtype name -> (block bytes, the byte ranges [start, end)
+# of a block that make the planes, in plane order). Q6_K's 210-byte block (2 mod 16: fields at
+# 2-byte alignment in every other block) as ql + qh (192 bytes: 12 aligned uvec4s), the 16 int8
+# scales (one aligned uvec4) and d (f16), so that the one-token kernel reads each with one aligned
+# load (shaders/matvec_stream.comp: Q6_K).
+PLANES = {"Q6_K": (210, ((0, 192), (192, 208), (208, 210)))}
+
+
+def planes(qtype) -> tuple | None:
+    """(block bytes, plane byte ranges) of a type stored planar on the device, None for the others."""
+    name = getattr(qtype, "name", str(qtype))
+    if name in PLANES:
+        return PLANES[name]
+    if name in PLANAR:
+        head, size = PLANAR[name]
+        return size, ((head, size), (0, head))
+    return None
 
 
 def device_pieces(qtype, chunk) -> list:
     """A chunk of raw GGUF blocks (uint8) as the pieces that, one after another, make the layout
-    the kernels read: the chunk itself, or (planar types) a strided view of every block's quants and
-    one of every block's scale -- views, copied once, into staging (vk/transfer.py). The views have
-    one opaque element per block (numpy void types): numpy copies those 8x faster than 16-byte
-    rows of uint8 (0.04 against 0.35 s for 10M Q4_0 blocks)."""
-    import numpy as np
+    the kernels read: the chunk itself, or (planar types) a strided view of every block's bytes of
+    each plane -- views, copied once, into staging (vk/transfer.py). The views have one opaque
+    element per block (numpy void types): numpy copies those 8x faster than 16-byte rows of uint8
+    (0.04 against 0.35 s for 10M Q4_0 blocks)."""
+    from ..vk.transfer import plane_dtype
 
-    name = getattr(qtype, "name", str(qtype))
-    if name not in PLANAR:
+    layout = planes(qtype)
+    if layout is None:
         return [chunk]
-    head, size = PLANAR[name]
-    blocks = chunk.view(np.dtype([("scale", f"V{head}"), ("quants", f"V{size - head}")]))
-    return [blocks["quants"], blocks["scale"]]
+    size, ranges = layout
+    blocks = chunk.view(plane_dtype(size, ranges))
+    return [blocks[f"p{i}"] for i in range(len(ranges))]
 
 
 def to_device_layout(qtype, chunk):
@@ -234,14 +251,13 @@ def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: 
         n = min(rows_per_chunk, rows - start)
         chunks.append(WeightChunk(Buffer(device, n * row_bytes, blocks=blocks), start, n))
 
-    name = getattr(qtype, "name", str(qtype))
 
     def fill() -> None:
         for c in chunks:     # in staging (or queued) on return; flushed by the caller
             if source is not None:
                 fd, offset = source
                 device.transfer.upload_file(c.buffer, fd, offset + c.row_start * row_bytes, c.n_rows * row_bytes,
-                                            PLANAR.get(name))
+                                            planes(qtype))
             else:
                 device.transfer.upload_pieces(c.buffer, device_pieces(
                     qtype, data[c.row_start * row_bytes:(c.row_start + c.n_rows) * row_bytes]))

@@ -62,6 +62,8 @@ def type_suffix(qtype) -> str:
 #              and arithmetic
 #   stream_half, stream_dp_half   stream / stream_dp with half a super-block per unit where the others
 #              take a whole one (matvec_stream.comp HALF_BLOCK: Q2_K, Q3_K)
+#   stream_h, stream_dp_h   Q6_K's stream form before the quarter super-block unit (half a super-block
+#              per unit: matvec_stream.comp Q6K_HALF), for A/B
 # Every kernel supports every fused input (norm, residual, glu, bias) and chunked weights; all but
 # stream NT <= 8 tokens (stream: one).
 MATVEC_KERNELS = {
@@ -75,21 +77,39 @@ MATVEC_KERNELS = {
     "stream_read": ("mul_mv_stream_read", {"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"}),
     "stream_half": ("mul_mv_stream_half", {"q2_k", "q3_k"}),
     "stream_dp_half": ("mul_mv_stream_dp_half", {"q2_k", "q3_k"}),
+    "stream_h": ("mul_mv_stream_h", {"q6_k"}),
+    "stream_dp_h": ("mul_mv_stream_dp_h", {"q6_k"}),
 }
 # matvec_wide.comp: weights per unit (a lane's share of a row per step; matvec_stream.comp's too, and
-# its Q6_K unit: half a super-block, Q3_K's and Q2_K's a whole one); x staging limit (the kernel
+# its IQ4_XS unit: half a super-block, Q3_K's and Q2_K's a whole one); x staging limit (the kernel
 # has 18 KiB of other shared memory; 48 KiB is the portable minimum of maxComputeSharedMemorySize).
-MATVEC_WIDE_UNIT = {"q4_0": 32, "q8_0": 32, "q4_k": 64, "q6_k": 128, "q5_k": 64, "q3_k": 256, "q2_k": 256,
+MATVEC_WIDE_UNIT = {"q4_0": 32, "q8_0": 32, "q4_k": 64, "q6_k": 64, "q5_k": 64, "q3_k": 256, "q2_k": 256,
                     "iq4_nl": 32, "mxfp4": 32, "iq4_xs": 128}
 MATVEC_XS_BYTES = 24576
 # matvec_stream.comp: uvec4 loads per unit; x staged per chunk of at most this many bytes; at most
-# this many uvec4 weight loads held by one lane (Q6_K: 8 uvec4s and the scales' 3 words + d, counted
-# as a ninth; Q5_K: Q4_K's 3 and the 2 of qh; Q3_K: 7 uvec4s and the scales' 4 words + d, counted as 2; Q2_K: 5 uvec4s and 4 words;
+# this many uvec4 weight loads held by one lane (Q6_K: 3 uvec4s and the scales' uvec2 + d, counted
+# as a fourth; Q5_K: Q4_K's 3 and the 2 of qh; Q3_K: 7 uvec4s and the scales' 4 words + d, counted as 2; Q2_K: 5 uvec4s and 4 words;
 # IQ4_XS: 5 uvec4s and a uvec2).
-MATVEC_STREAM_NQ = {"q4_0": 1, "q8_0": 2, "q4_k": 3, "q6_k": 9, "q5_k": 5, "q3_k": 9, "q2_k": 6, "iq4_nl": 1,
+MATVEC_STREAM_NQ = {"q4_0": 1, "q8_0": 2, "q4_k": 3, "q6_k": 4, "q5_k": 5, "q3_k": 9, "q2_k": 6, "iq4_nl": 1,
                     "mxfp4": 1, "iq4_xs": 6}
-# The DOT8 form's x scale and sums: bytes per 32 values (Q2_K: also both halves' sums, a min per 16).
-MATVEC_STREAM_XSD = {"q2_k": 16}
+# The DOT8 form's x scale and sums: bytes per 32 values (Q2_K: also both halves' sums, a min per 16;
+# Q6_K: a scale and sum per 16, one run of its quarter unit).
+MATVEC_STREAM_XSD = {"q2_k": 16, "q6_k": 16}
+# The stream_h / stream_dp_h kernels' Q6_K (half a super-block per unit, matvec_stream.comp
+# Q6K_HALF): (weights per unit, loads per unit: 6 uvec4s and the scales' uvec2 + d as a seventh,
+# DOT8 bytes per 32 values of x).
+MATVEC_STREAM_HALF = {"q6_k": (128, 7, 8)}
+
+
+def _stream_unit(kernel: str, type_name: str) -> tuple[int, int, int]:
+    """matvec_stream.comp's (weights per unit, uvec4 loads per unit, DOT8 x bytes per 32 values) of a
+    stream kernel and type."""
+    if kernel.endswith("_h"):
+        return MATVEC_STREAM_HALF[type_name]
+    xsd = MATVEC_STREAM_XSD.get(type_name, 8)
+    if kernel in STREAM_HALF_KERNELS:
+        return MATVEC_WIDE_UNIT[type_name] // 2, MATVEC_STREAM_HALF_NQ[type_name], xsd
+    return MATVEC_WIDE_UNIT[type_name], MATVEC_STREAM_NQ[type_name], xsd
 # Shared memory beside the x chunk and the reductions: IQ4_NL's and MXFP4's lookup table (kvt, 512 words).
 MATVEC_STREAM_TABLE_BYTES = {"iq4_nl": 2048, "mxfp4": 2048, "iq4_xs": 2048}
 MATVEC_STREAM_MAX_LOADS = 24
@@ -102,12 +122,11 @@ MATVEC_STREAM_HALF_NQ = {"q2_k": 4, "q3_k": 8}
 
 def stream_unit(kernel: str, type_name: str) -> int:
     """Weights per unit of the stream kernel `kernel` (a MATVEC_KERNELS key) for a type."""
-    unit = MATVEC_WIDE_UNIT[type_name]
-    return unit // 2 if kernel in STREAM_HALF_KERNELS else unit
+    return _stream_unit(kernel, type_name)[0]
 
 
 def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
-                 shared_bytes: int = 49152, dp: bool = False, half: bool = False) -> tuple[int, int, int] | None:
+                 shared_bytes: int = 49152, dp: bool = False, kernel: str = "stream") -> tuple[int, int, int] | None:
     """matvec_stream.comp's (TPR lanes per row, C units per lane along the row, RJ rows per lane) for a
     row of `cols` weights, or None where the kernel does not fit (the caller takes another kernel).
     TPR: a power of two up to the workgroup, whose x chunk (TPR units) fits shared memory less 5 KiB
@@ -116,12 +135,12 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
     idle, or twice that where it leaves no more lanes idle (448 units: 512 x 1, not 256 x 2: one x
     chunk, one barrier less). Under a subgroup's lanes only where the row has fewer units (at least 4
     lanes, at most 64 row groups, RJ <= TPR: the kernel's reduction and writes). RJ shrinks until the
-    loads fit registers. half: the HALF_BLOCK form's units (STREAM_HALF_KERNELS)."""
-    unit = MATVEC_WIDE_UNIT[type_name] // 2 if half else MATVEC_WIDE_UNIT[type_name]
+    loads fit registers."""
+    unit, nq, xsd = _stream_unit(kernel, type_name)
     n_units = cols // unit
     if n_units == 0 or cols % unit:
         return None
-    unit_bytes = 2 * unit + MATVEC_STREAM_XSD.get(type_name, 8) * (unit // 32) if dp else 4 * unit
+    unit_bytes = 2 * unit + xsd * (unit // 32) if dp else 4 * unit
     xs_bytes = shared_bytes - 5120 - MATVEC_STREAM_TABLE_BYTES.get(type_name, 0)
     tprs = [1 << k for k in range(2, wg.bit_length())
             if 1 << k <= wg and (1 << k) * unit_bytes <= xs_bytes and wg % (1 << k) == 0 and wg >> k <= 64]
@@ -133,7 +152,6 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
     if 2 * tpr in tprs and 2 * tpr * -(-n_units // (2 * tpr)) <= tpr * -(-n_units // tpr):
         tpr *= 2
     c = -(-n_units // tpr)
-    nq = MATVEC_STREAM_HALF_NQ[type_name] if half else MATVEC_STREAM_NQ[type_name]
     rj = min(rj, tpr)
     while rj > 1 and c * rj * nq > MATVEC_STREAM_MAX_LOADS:
         rj //= 2
@@ -144,8 +162,7 @@ def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
 
 def _stream_split(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, rj: int):
     return stream_split(cfg.wg, kc.info.subgroup_size or 32, tname, cols, rj, kc.info.max_shared_memory,
-                        dp=cfg.kernel.startswith("stream_dp") or cfg.kernel == "stream_read",
-                        half=cfg.kernel in STREAM_HALF_KERNELS)
+                        dp=cfg.kernel.startswith("stream_dp") or cfg.kernel == "stream_read", kernel=cfg.kernel)
 
 
 def matvec_kernel_supports(kernel: str, type_name: str) -> bool:
@@ -225,9 +242,12 @@ def _stream_rj(cfg: MatvecConfig, pair: bool) -> int:
 def _stream_parts(cfg: MatvecConfig, name: str, cols: int) -> int:
     """The stream kernel's column parts (KSPLIT workgroups per row block, each over an equal part of
     the row): parts of gcd(units, cfg.ks) units, the largest power of two up to cfg.ks dividing the
-    row (448 units, ks 64: 7 parts of 64); whole rows where that leaves parts under 8 units."""
-    n_units = cols // stream_unit(cfg.kernel, name)
+    row (448 units, ks 64: 7 parts of 64); whole rows where that leaves parts under 8 units (Q6_K's
+    quarter units: or an odd number, since its x staging takes whole halves of super-blocks)."""
+    n_units = cols // _stream_unit(cfg.kernel, name)[0]
     size = math.gcd(n_units, cfg.ks) if cfg.kernel.startswith("stream") and cfg.ks > 1 else n_units
+    if name == "q6_k" and size % 2 and not cfg.kernel.endswith("_h"):
+        return 1
     return n_units // size if size >= 8 else 1
 
 
@@ -291,9 +311,9 @@ ROUTER_MAX_REGS = 32         # router weights a thread holds for a row block (co
 def _stream_shared_bytes(cfg: MatvecConfig, name: str, tpr: int) -> int:
     """Shared memory of matvec_stream.comp without ROUTER: the x chunk (floats, or the _dp form's
     int8 levels and per-32 scales) and the reductions."""
-    unit = stream_unit(cfg.kernel, name)
+    unit, _, xsd = _stream_unit(cfg.kernel, name)
     dp = cfg.kernel.startswith("stream_dp") or cfg.kernel == "stream_read"
-    xs = tpr * (2 * unit + MATVEC_STREAM_XSD.get(name, 8) * (unit // 32)) if dp else 4 * tpr * unit
+    xs = tpr * (2 * unit + xsd * (unit // 32)) if dp else 4 * tpr * unit
     return xs + 2 * 64 * 8 * 4 + 64 * 4 + MATVEC_STREAM_TABLE_BYTES.get(name, 0)
 
 
@@ -306,7 +326,7 @@ def matvec_router_ok(kc: KernelCache, w: QWeight, router_cols: int, n_used: int)
     if len(w.chunks) != 1 or not 1 <= n_used <= ROUTER_MAX_USED:
         return False
     found = _one_token_stream(kc, w)
-    if found is None:
+    if found is None or found[0].kernel.endswith("_h"):   # no ROUTER variant of the A/B forms
         return False
     cfg, _, (tpr, _, rj) = found
     col4 = -(-router_cols // 4)

@@ -430,7 +430,12 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # (benchmarks/bench_kquant_stream_ab.sh, one call per group): Q5_K 316.1 / 116.5, Q3_K 179.2 / 157.4,
 # Q2_K 237.2 / 229.0, IQ4_XS 188.3 / 111.4 (llama.cpp -cm2 223.8, 209.3, 314.6, 203.3). Q3_K / Q2_K
 # are bound by their arithmetic (~0.56 TB/s): these rules were not tuned for them.
-Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs")
+# Q6_K (planar since issue 27, a quarter super-block per unit: 3 uvec4s, its scales' uvec2 and d, as
+# Q5_K's 5 loads) takes them by analogy, not measured yet: the lead measures it on an H100
+# (`sh benchmarks/bench_q6k_stream_ab.sh`) and may tune. Its rule before (half super-block units,
+# GGUF layout): wg=256, nr=2, ks=16, xfirst on every shape, 193.7 t/s on the 7.2B against 165.6 with
+# the base kernel; LLAMAVK_MATVEC=q6_k=stream_dp_h:256,2,16,1,1,1 runs that form (on the planar layout).
+Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs", "q6_k")
 # The types that take Q4_0's stream-kernel rules (same wg / nr / ks / wave / steps / xfirst for the
 # same shapes): IQ4_NL and MXFP4 are stored planar as Q4_0 and load as it does, their weights table
 # values of the nibbles (matvec_stream.comp). H100, 7.2B tg128 against the base kernel
@@ -511,13 +516,11 @@ MATVEC_CONFIGS = (
      MatvecConfig(wg=256, nr=4, ks=32, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
      MatvecConfig(wg=256, nr=2, ks=16, u=1, kernel="stream_dp", xfirst=1)),
-    # Q6_K (half-super-block units): column parts of 16 units with x first on every shape (4096-wide
-    # rows in 2 parts, so RoPE stays out of the Q/K/V products). H100, 7.2B tg128 (`sh
-    # benchmarks/bench_q6k_stream_ab.sh`, one call): 193.7 / 193.7 against 165.6 / 166.1 with the base
-    # kernel; whole rows 2 per lane (stream_dp:512,2,1,1) 185.0, with 2 row blocks 145.3. Per product
-    # 1.04-1.4x the base kernel's GB/s (4096 x 14336 1,597 against 1,155).
-    ("gpu", ("q6_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast,
-     MatvecConfig(wg=256, nr=2, ks=16, u=1, kernel="stream_dp", xfirst=1)),
+    # (Q6_K's half-super-block form, stream_dp_h, had one rule: column parts of 16 units with x first
+    # on every shape. H100, 7.2B tg128 (`sh benchmarks/bench_q6k_stream_ab.sh`, one call): 193.7 /
+    # 193.7 against 165.6 / 166.1 with the base kernel; whole rows 2 per lane (stream_dp:512,2,1,1)
+    # 185.0, with 2 row blocks 145.3. Per product 1.04-1.4x the base kernel's GB/s (4096 x 14336 1,597
+    # against 1,155). Q6_K now takes Q4K_RULE_TYPES' rows above.)
     # A mixture of experts' router (Qwen3-30B-A3B: 128 rows of 2048 f32 weights): 8 rows per
     # workgroup leave 16 workgroups for the whole GPU; one row each, its 8 subgroups on parts of the
     # columns, 128.

@@ -54,6 +54,15 @@ BOUNCE_BYTES = 1 << 20
 _pool: ThreadPoolExecutor | None = None
 
 
+def plane_dtype(size: int, ranges) -> np.dtype:
+    """A planar type's block (kernels.planes) as a numpy structured type with a field per plane (p0,
+    p1, ...): opaque (void) fields, so that a strided field view copies one element per block."""
+    return np.dtype({"names": [f"p{i}" for i in range(len(ranges))],
+                     "formats": [f"V{e - s}" for s, e in ranges],
+                     "offsets": [s for s, _ in ranges], "itemsize": size})
+
+
+
 def _copy(out: np.ndarray, src: np.ndarray) -> None:
     """out[:] = src (1-D, same length), in COPY_THREADS parts where it is large."""
     global _pool
@@ -196,12 +205,12 @@ class Transfer:
             self.stats.bytes += sum(p.nbytes for p in pieces)
         return value
 
-    def upload_file(self, dst, fd: int, offset: int, nbytes: int, planar: tuple[int, int] | None = None,
+    def upload_file(self, dst, fd: int, offset: int, nbytes: int, planar: tuple | None = None,
                     dst_offset: int = 0) -> None:
         """Queue the copy of the file's bytes [offset, offset + nbytes) into dst at dst_offset, read
-        by the upload threads. planar = (scale bytes at the start of a block, block bytes): the bytes
-        are blocks, laid out on the device as every block's quants, then every block's scales
-        (kernels.PLANAR). Returns at once; flush() waits for the jobs and their copies."""
+        by the upload threads. planar = (block bytes, plane byte ranges) (kernels.planes): the bytes
+        are blocks, laid out on the device as every block's bytes of the first range, then every
+        block's of the next, ... Returns at once; flush() waits for the jobs and their copies."""
         if self._jobs is None:
             self._jobs = ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="llamavk-read")
         with self.stats._lock:
@@ -213,14 +222,14 @@ class Transfer:
                 n = min(step, nbytes - start)
                 self._queue(self._read_job, dst, fd, offset + start, n, dst_offset + start)
             return
-        head, size = planar
+        size, ranges = planar
         n_blocks = nbytes // size
         if n_blocks * size != nbytes:
             raise ValueError(f"{nbytes} bytes are not whole blocks of {size}")
         step = max(1, self.slot_bytes // size)
         for first in range(0, n_blocks, step):
             n = min(step, n_blocks - first)
-            self._queue(self._planar_job, dst, fd, offset, n_blocks, first, n, head, size, dst_offset)
+            self._queue(self._planar_job, dst, fd, offset, n_blocks, first, n, size, tuple(ranges), dst_offset)
 
     def _queue(self, job, *args) -> None:
         future = self._jobs.submit(job, *args)
@@ -239,35 +248,36 @@ class Transfer:
         self._submit(slot, dst, [(0, dst_offset, n)])
         self._job_done(n)
 
-    def _planar_job(self, dst, fd: int, offset: int, n_blocks: int, first: int, n: int, head: int, size: int,
+    def _planar_job(self, dst, fd: int, offset: int, n_blocks: int, first: int, n: int, size: int, ranges: tuple,
                     dst_offset: int) -> None:
-        """Blocks [first, first + n) of a planar weight of n_blocks blocks: their quants to
-        dst[q * first ...], their scales to dst[q * n_blocks + head * first ...] (q = size - head)."""
-        q = size - head
+        """Blocks [first, first + n) of a planar weight of n_blocks blocks: their bytes of plane k
+        (block bytes [s_k, e_k)) to dst[P_k * n_blocks + (e_k - s_k) * first ...], P_k the bytes of
+        the planes before it."""
         bounce = getattr(self._bounce, "buf", None)
         if bounce is None or bounce.size < size:
             bounce = self._bounce.buf = np.empty(max(BOUNCE_BYTES, size), np.uint8)
         per = bounce.size // size
-        dtype = np.dtype([("scale", f"V{head}"), ("quants", f"V{q}")])
+        dtype = plane_dtype(size, ranges)
+        widths = [e - s for s, e in ranges]
+        starts = [sum(widths[:k]) for k in range(len(widths))]   # plane k's bytes per block before it
         slot = self._acquire()
         try:
-            quants = slot.bytes[:n * q].view(f"V{q}")
-            scales = slot.bytes[n * q:n * size].view(f"V{head}")
+            views = [slot.bytes[n * s0:n * (s0 + w)].view(f"V{w}") for s0, w in zip(starts, widths)]
             for i in range(0, n, per):
                 m = min(per, n - i)
                 t0 = time.perf_counter()
                 read_exactly(fd, bounce[:m * size], offset + (first + i) * size)
                 t1 = time.perf_counter()
                 blocks = bounce[:m * size].view(dtype)
-                np.copyto(quants[i:i + m], blocks["quants"])
-                np.copyto(scales[i:i + m], blocks["scale"])
+                for k, v in enumerate(views):
+                    np.copyto(v[i:i + m], blocks[f"p{k}"])
                 self.stats.add("file read", t1 - t0)
                 self.stats.add("copy into staging", time.perf_counter() - t1)
         except BaseException:
             self._free.put(slot)
             raise
-        self._submit(slot, dst, [(0, dst_offset + q * first, n * q),
-                                 (n * q, dst_offset + q * n_blocks + head * first, n * head)])
+        self._submit(slot, dst, [(n * s0, dst_offset + s0 * n_blocks + w * first, n * w)
+                                 for s0, w in zip(starts, widths)])
         self._job_done(n * size)
 
     def _job_done(self, nbytes: int) -> None:
