@@ -1,6 +1,7 @@
 #!/bin/sh
 # Q5_K, Q3_K and Q2_K one-token products (issue 27): the stream kernel (matvec_stream.comp, DOT8 form,
-# Q4_K's MATVEC_CONFIGS rows: the default on GPUs with fast integer dot products) against the base
+# Q4_K's MATVEC_CONFIGS rows, Q4_0's for the Q4_0-like types: the default on GPUs with fast integer
+# dot products) against the base
 # kernel they ran on before (matvec.comp, forced back through LLAMAVK_MATVEC with the GPU rows' old
 # split), tg128 of the 7.2B (the 8b preset) per type on one GPU, each model twice per run (take the
 # second pass). Each model is written to $DIR (4.6 / 2.9 / 2.2 GiB of tensors; a few minutes each) and
@@ -10,7 +11,8 @@
 # shape of the 8b preset: LLAMAVK_MATVEC cannot spell a row's `wave`, so those shapes (gate/up, the
 # output) take the steps their rows' wave gives there (2).
 # Usage: sh benchmarks/bench_kquant_stream_ab.sh [TYPES]  (default "q5_k q3_k q2_k"; IQ4_NL, MXFP4
-# and IQ4_XS, on the stream kernel the same way: "iq4_nl mxfp4 iq4_xs")
+# and IQ4_XS, on the stream kernel the same way: "iq4_nl mxfp4 iq4_xs"; Q4_1, Q5_0 and Q5_1 (planar,
+# Q4_0's rows): "q4_1 q5_0 q5_1", 4.3 / 4.6 / 5.0 GiB)
 set -u
 TYPES=${1:-q5_k q3_k q2_k}
 HALF_TYPES="q2_k q3_k"

@@ -17,9 +17,9 @@
 // only then stages x into shared memory -- while those loads are in flight -- and does the arithmetic
 // from registers.
 //
-// Work split (units: Q4_0 / Q8_0 one 32-weight block; Q4_K, Q5_K and Q6_K a quarter of a super-block,
-// 64 weights; IQ4_XS half a super-block, 128 weights; Q3_K, Q2_K a whole one, or half of one with
-// HALF_BLOCK: see those types below):
+// Work split (units: Q4_0 / Q8_0 / Q4_1 / Q5_0 / Q5_1 one 32-weight block; Q4_K, Q5_K and Q6_K a
+// quarter of a super-block, 64 weights; IQ4_XS half a super-block, 128 weights; Q3_K, Q2_K a whole
+// one, or half of one with HALF_BLOCK: see those types below):
 //   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
 //   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
@@ -206,6 +206,16 @@
 // cost), and a byte-wise select tree over 4 weights at once 27; shared loads of a 256-entry table meet
 // a few bank conflicts per 32 lanes (random bytes), and a 16-entry one (conflict-free) needs 8 loads
 // and 8 address computations per word. Not measured against each other.
+// Q4_1, Q5_0, Q5_1 (stored planar: llamavk/kernels/__init__.py PLANAR; a block's head, the 4 / 6 / 8
+// bytes before its quants, in the head plane): Q4_0's unit and uvec4 of quants, and the head: Q4_1
+// one word (d, m), Q5_1 a uvec2 (d, m; qh), Q5_0 three 16-bit words (d, qh: 6-byte heads start at
+// every even byte, so no wider load is aligned; a plane of qh words apart from the d plane would
+// need a third plane in the upload, and the 16-bit loads of neighbouring lanes read one contiguous
+// run anyway). Quants q = the nibble (Q5: | bit 4w + k of qh << 4), 0..31 as signed bytes the same;
+// weight d q + m (Q4_1, Q5_1), d (q - 16) (Q5_0). DOT8: the min m and the offset -16 through the
+// exact f32 block sum of x (as Q4_0's -8 and Q4_K's mins); the f32 form sums x per block for them.
+// Not measured against Q4_0 when added (the lead measures on an H100): Q5's head costs a word or two
+// more registers per unit, counted as Q4_0's (matmul.MATVEC_STREAM_NQ), so the rows are Q4_0's.
 // IQ4_XS (136-byte super-blocks: d, scales_h, scales_l[4], qs[128]; a block starts at o = 136 b mod
 // 16, 0 or 8): a unit is half h of a super-block (128 weights, sub-blocks 4h .. 4h + 3, each as an
 // IQ4_NL block: qs bytes 16s + l, low nibble element 32s + l, high 32s + 16 + l, through the same
@@ -304,7 +314,7 @@ layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
 layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };      // PAIR: the up matrix
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
-#if defined(QTYPE_Q6_K) || defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)
+#if defined(QTYPE_Q6_K) || defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K) || defined(QTYPE_Q4_1) || defined(QTYPE_Q5_0)
 layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
 layout(std430, binding = 7) readonly buffer PairU16 { uint16_t pu16[]; };
 #endif
@@ -398,8 +408,19 @@ layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #define Q_TABLE KV_IQ4NL
 layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
 layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
+#elif defined(QTYPE_Q4_1) || defined(QTYPE_Q5_0) || defined(QTYPE_Q5_1)
+#define UNIT 32     // planar as Q4_0, the head apart (header: Q4_1, Q5_0, Q5_1)
+#define NQ 1
+#define LEGACY_HEAD 1
+#if defined(QTYPE_Q5_1)
+layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
+layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
+#endif
+#if defined(QTYPE_Q5_0) || defined(QTYPE_Q5_1)
+#define HEAD_QH 1   // the fifth bits, one word per block
+#endif
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4 or IQ4_XS"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4 or IQ4_XS"
 #endif
 #if (defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)) && !defined(HALF_BLOCK)
 #define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
@@ -536,6 +557,38 @@ float pair_block_scale(uint b) {
 #endif
 #endif
 
+#if defined(LEGACY_HEAD)
+// Q4_1, Q5_0, Q5_1 (header): block b's head from the head plane, and P's (PAIR: binding 7), as
+// (d | m << 16, qh): Q4_1 one word (d, m), Q5_0 three 16-bit words (d, qh), Q5_1 a uvec2 (d, m; qh)
+#if defined(QTYPE_Q4_1)
+uvec2 block_head(uint b) { return uvec2(wu32[4 * q_chunk_blocks + b], 0u); }
+uvec2 pair_block_head(uint b) { return uvec2(pu32[4 * q_chunk_blocks + b], 0u); }
+#elif defined(QTYPE_Q5_0)
+uvec2 block_head(uint b) {
+    uint h = 8 * q_chunk_blocks + 3 * b;
+    return uvec2(uint(wu16[h]), uint(wu16[h + 1]) | (uint(wu16[h + 2]) << 16));
+}
+uvec2 pair_block_head(uint b) {
+    uint h = 8 * q_chunk_blocks + 3 * b;
+    return uvec2(uint(pu16[h]), uint(pu16[h + 1]) | (uint(pu16[h + 2]) << 16));
+}
+#else
+uvec2 block_head(uint b) { return wu2[2 * q_chunk_blocks + b]; }
+uvec2 pair_block_head(uint b) { return pu2[2 * q_chunk_blocks + b]; }
+#endif
+
+// The quants of elements 4w..4w+3 (lo) and 16+4w..16+4w+3 (hi) of a block, one per byte: its quant
+// word w's nibbles and, HEAD_QH, bits 4w.. and 16+4w.. of qh as their bit 4.
+void legacy_words(uint qw, uint qh, uint w, out uint lo, out uint hi) {
+    lo = qw & 0x0F0F0F0Fu;
+    hi = (qw >> 4) & 0x0F0F0F0Fu;
+#if defined(HEAD_QH)
+    lo |= spread4(qh >> (4 * w)) << 4;
+    hi |= spread4(qh >> (16 + 4 * w)) << 4;
+#endif
+}
+#endif
+
 // A lane's weights of the current row block (loaded by load_weights) and its row sums.
 uvec4 wq[C][RJ][NQ];
 #if defined(QTYPE_Q6_K)
@@ -557,6 +610,8 @@ uint wo[C][RJ];    // the block's byte offset in its uvec4 (84 b mod 16: a multi
 #elif defined(QTYPE_IQ4_XS)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (136 b mod 16: 0 or 8)
 uvec2 wt[C][RJ];   // the last 8 bytes of the unit's qs run
+#elif defined(LEGACY_HEAD)
+uvec2 wh[C][RJ];   // the block's head: d | m << 16 (Q4_1, Q5_1; Q5_0 d), qh (Q5_0, Q5_1)
 #elif !defined(Q4K_LIKE)
 float wd[C][RJ];
 #endif
@@ -697,6 +752,11 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     wt[i][j] = wu2[e8];
                 }
                 wo[i][j] = bb & 15u;
+#elif defined(LEGACY_HEAD)
+                // block b's uvec4 of quants (Q4_0's), its head from the head plane
+                uint b = row * row_units + u0 + u;
+                if (second) { wq[i][j][0] = pu4[b]; wh[i][j] = pair_block_head(b); }
+                else { wq[i][j][0] = wu4[b]; wh[i][j] = block_head(b); }
 #else
                 uint b = row * row_units + u0 + u;
                 if (second) {
@@ -909,7 +969,10 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     [[unroll]] for (uint j = 0; j < RJ; ++j) {
         uint a = 0u;
         [[unroll]] for (uint k = 0; k < NQ; ++k) a ^= wq[i][j][k].x ^ wq[i][j][k].y ^ wq[i][j][k].z ^ wq[i][j][k].w;
-#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(WHOLE_BLOCK) || defined(HALF_BLOCK) || defined(QTYPE_IQ4_XS)
+#if defined(LEGACY_HEAD)
+        a ^= wh[i][j].x ^ wh[i][j].y;
+#endif
+#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(WHOLE_BLOCK) || defined(HALF_BLOCK) || defined(QTYPE_IQ4_XS) || defined(LEGACY_HEAD)
         acc[j] += float(a & 1u);
 #else
         acc[j] += float(a & 1u) + wd[i][j];
@@ -1075,6 +1138,9 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #elif defined(KV_TABLE)
             uint lo, hi;   // the table values, no offset
             kv_words(wq[i][j][0][w], lo, hi);
+#elif defined(LEGACY_HEAD)
+            uint lo, hi;   // q: 0..15 (Q4_1), 0..31 (Q5_0, Q5_1)
+            legacy_words(wq[i][j][0][w], wh[i][j].y, w, lo, hi);
 #else
             uint lo = wq[i][j][0][w], hi = wq[i][j][1][w];             // elements 4w.., 16+4w..
 #endif
@@ -1085,7 +1151,17 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #if defined(QTYPE_Q4_0)
         t -= 8.0 * sd0.y;
 #endif
+#if defined(LEGACY_HEAD)
+        // the offset (Q5_0) and the min (Q4_1, Q5_1) through the exact f32 block sum of x
+        vec2 dm = unpackHalf2x16(wh[i][j].x);
+#if defined(QTYPE_Q5_0)
+        acc[j] += dm.x * (t - 16.0 * sd0.y);
+#else
+        acc[j] += dm.x * t + dm.y * sd0.y;
+#endif
+#else
         acc[j] += wd[i][j] * t;
+#endif
     }
 #endif
 #else
@@ -1213,8 +1289,14 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     // nibbles; Q8_0: words w and 4 + w); x vec4s w and 4 + w
     float tq[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) tq[j] = 0.0;
+#if defined(LEGACY_HEAD)
+    float sx = 0.0;   // the block's sum of x (the min: Q4_1, Q5_1; the offset: Q5_0)
+#endif
     [[unroll]] for (uint w = 0; w < 4; ++w) {
         vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((4 + w) ^ sw)];
+#if defined(LEGACY_HEAD)
+        sx += ((xa.x + xa.y) + (xa.z + xa.w)) + ((xc.x + xc.y) + (xc.z + xc.w));
+#endif
         [[unroll]] for (uint j = 0; j < RJ; ++j) {
             vec4 a, cc;
 #if defined(QTYPE_Q4_0)
@@ -1224,6 +1306,11 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
             kv_words(wq[i][j][0][w], lo, hi);
             a = sbytes_fma(lo);
             cc = sbytes_fma(hi);
+#elif defined(LEGACY_HEAD)
+            uint lo, hi;
+            legacy_words(wq[i][j][0][w], wh[i][j].y, w, lo, hi);
+            a = sbytes_fma(lo);   // 0..31: as signed bytes the same
+            cc = sbytes_fma(hi);
 #else
             a = sbytes_fma(wq[i][j][0][w]);
             cc = sbytes_fma(wq[i][j][1][w]);
@@ -1231,7 +1318,18 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
             tq[j] += dot(a, xa) + dot(cc, xc);
         }
     }
+#if defined(LEGACY_HEAD)
+    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+        vec2 dm = unpackHalf2x16(wh[i][j].x);
+#if defined(QTYPE_Q5_0)
+        acc[j] += dm.x * (tq[j] - 16.0 * sx);
+#else
+        acc[j] += dm.x * tq[j] + dm.y * sx;
+#endif
+    }
+#else
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * tq[j];
+#endif
 #endif
 #endif
 }

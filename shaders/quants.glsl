@@ -17,8 +17,8 @@
 //   void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c)   (quant types)
 //       a quarter of a unit: a = w[i], c = w[i + 4] (i < 4) -- the matrix-vector kernel gives each
 //       thread one quarter so that neighbouring threads read neighbouring words of a block.
-// Block layouts (bytes) follow gguf/quants.py (ggml-common.h); Q8_0, Q4_0, IQ4_NL, MXFP4 and Q6_K are
-// stored planar (below):
+// Block layouts (bytes) follow gguf/quants.py (ggml-common.h); Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+// MXFP4 and Q6_K are stored planar (below):
 //   Q8_0 34: d f16, q int8[32]                      x = d*q
 //   Q4_0 18: d, qs[16]   elem j: lo nibble of qs[j], elem j+16: hi nibble      x = d*(q-8)
 //   Q4_1 20: d, m, qs[16]                           x = d*q + m
@@ -51,11 +51,13 @@ layout(std430, binding = W_BINDING) readonly buffer WeightF16 { float16_t wf16[]
 layout(std430, binding = W_BINDING) readonly buffer WeightF32 { float wf32[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightU4 { uvec4 wu4[]; };
 
-// Planar types (Q4_0, Q8_0, IQ4_NL, MXFP4) are repacked at upload (llamavk/kernels/__init__.py PLANAR)
-// into two planes per chunk: all blocks' quants (16-byte aligned, read as uvec4), then all blocks'
-// scales (f16; MXFP4: one exponent byte); Q6_K into three (PLANES: ql + qh, scales, d; at Q6_K
-// below). Each kernel sets q_chunk_blocks (blocks in its chunk) first thing in main(). QPLANAR marks the types that the matrix-vector kernels read with code of their own
-// (Q4_0, Q8_0); IQ4_NL and MXFP4 go through dequant_part like every other type.
+// Planar types (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) are repacked at upload
+// (llamavk/kernels/__init__.py PLANAR) into two planes per chunk: all blocks' quants (16-byte aligned,
+// read as uvec4), then all blocks' heads, the bytes before the quants in a GGUF block (f16 d; Q4_1 d,
+// m; Q5_0 d, qh; Q5_1 d, m, qh; MXFP4: one exponent byte); Q6_K into three (PLANES: ql + qh, scales,
+// d; at Q6_K below). Each kernel sets q_chunk_blocks (blocks in its chunk) first thing in main().
+// QPLANAR marks the types that the matrix-vector kernels read with code of their own (Q4_0, Q8_0);
+// the other planar types go through dequant_part like every other type.
 uint q_chunk_blocks = 0;
 
 // Integer -> float without int-to-float conversion instructions (a quarter-rate unit on NVIDIA that
@@ -178,21 +180,27 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 
 #elif defined(QTYPE_Q4_1)
 #define QK 32
+// planar: qs plane 16 bytes per block (one uvec4), then the head plane (d, m: one word per block, at
+// word index 4 * blocks)
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
-    uint b = (row * (cols / QK) + u) * 5;  // 20 bytes = 5 words of 32 bits
-    vec2 dm = unpackHalf2x16(wu32[b]);
-    uint q = wu32[b + 1 + i];
+    uint b = row * (cols / QK) + u;
+    vec2 dm = unpackHalf2x16(wu32[4 * q_chunk_blocks + b]);
+    uint q = wu32[4 * b + i];
     a = dm.x * bytes4(q & 0x0F0F0F0Fu) + dm.y;
     c = dm.x * bytes4((q >> 4) & 0x0F0F0F0Fu) + dm.y;
 }
 
 #elif defined(QTYPE_Q5_0)
 #define QK 32
+// planar: qs plane 16 bytes per block, then the head plane, 6 bytes per block (d, qh: 16-bit words
+// 3b .. 3b + 2 of the plane, which starts at 16-bit index 8 * blocks; a 6-byte head starts at every
+// even byte offset, so 16-bit loads)
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
-    uint b = (row * (cols / QK) + u) * 11;  // 22 bytes
-    float d = half_bits(wu16[b]);
-    uint qh = u32_at16(b + 1);
-    uint q = u32_at16(b + 3 + 2 * i);
+    uint b = row * (cols / QK) + u;
+    uint h = 8 * q_chunk_blocks + 3 * b;
+    float d = half_bits(wu16[h]);
+    uint qh = u32_at16(h + 1);
+    uint q = wu32[4 * b + i];
     uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
     uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
     a = d * (bytes4(lo) - 16.0);
@@ -201,11 +209,14 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 
 #elif defined(QTYPE_Q5_1)
 #define QK 32
+// planar: qs plane 16 bytes per block, then the head plane (d, m; qh: two words per block, at word
+// index 4 * blocks)
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
-    uint b = (row * (cols / QK) + u) * 6;  // 24 bytes = 6 words of 32 bits
-    vec2 dm = unpackHalf2x16(wu32[b]);
-    uint qh = wu32[b + 1];
-    uint q = wu32[b + 2 + i];
+    uint b = row * (cols / QK) + u;
+    uint h = 4 * q_chunk_blocks + 2 * b;
+    vec2 dm = unpackHalf2x16(wu32[h]);
+    uint qh = wu32[h + 1];
+    uint q = wu32[4 * b + i];
     uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
     uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
     a = dm.x * bytes4(lo) + dm.y;

@@ -1,7 +1,7 @@
 """The one-token stream kernel's forms of the types added after Q4_0 / Q8_0 / Q4_K / Q6_K
 (matvec_stream.comp; its header says how each type's unit is loaded): Q5_K, Q3_K, Q2_K (K-quants) and
 IQ4_NL, MXFP4 (Q4_0's planar loads), IQ4_XS (half super-blocks), the last three through a shared table
-of the nibbles' values. Products against the numpy product of the gguf.quants dequantization, f32 and
+of the nibbles' values, and Q4_1, Q5_0, Q5_1 (Q4_0's planar loads and a head of scale, min, fifth bits). Products against the numpy product of the gguf.quants dequantization, f32 and
 DOT8 forms, every fused input, column parts, steps; the GPU rows each type takes; tiny models decoding
 with the kernel forced, against the numpy reference forward pass."""
 
@@ -25,17 +25,20 @@ from .test_kernels_matvec_fused import kc_variants, run_fused  # noqa: F401 (a f
 # lanes, 4 lanes per row), 144 (two x chunks at 64 threads in the f32 form, three in DOT8's); random
 # blocks: every nibble, MXFP4's -0 (code 8) included. IQ4_XS half super-blocks: 6 per row (3 blocks:
 # rows alternate the blocks' offsets 0 and 8 in their uvec4s), 36 (two x chunks at 64 threads, f32).
+# Q4_1 / Q5_0 / Q5_1 blocks: as IQ4_NL's (3 per row: Q5_0's 6-byte heads at both 4-byte offsets).
 # (llvmpipe compiles each layout anew: few.)
 STREAM_CASES = [(T.Q5_K, 768, 2), (T.Q5_K, 256, 4), (T.Q5_K, 4608, 4),
                 (T.Q3_K, 3328, 2), (T.Q3_K, 8192, 2),
                 (T.Q2_K, 3328, 2), (T.Q2_K, 8192, 2),
                 (T.IQ4_NL, 96, 2), (T.IQ4_NL, 4608, 4), (T.MXFP4, 96, 2), (T.MXFP4, 4608, 4),
-                (T.IQ4_XS, 768, 2), (T.IQ4_XS, 4608, 2)]
+                (T.IQ4_XS, 768, 2), (T.IQ4_XS, 4608, 2),
+                (T.Q4_1, 96, 2), (T.Q4_1, 4608, 4), (T.Q5_0, 96, 2), (T.Q5_0, 4608, 4),
+                (T.Q5_1, 96, 2), (T.Q5_1, 4608, 4)]
 # the types whose weights are table values of random bytes: a single row's random-walk sum may be
 # small, so its check takes x as the DOT8 form rounds it
 TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS)
 # the types that take Q4_0's GPU rows; the others Q4_K's (selection.Q40_RULE_TYPES, Q4K_RULE_TYPES)
-Q40_LIKE = (T.IQ4_NL, T.MXFP4)
+Q40_LIKE = (T.IQ4_NL, T.MXFP4, T.Q4_1, T.Q5_0, T.Q5_1)
 # the types whose GPU rows take the half-super-block form (selection.HALF_RULE_TYPES)
 HALF_TYPES = (T.Q2_K, T.Q3_K)
 
@@ -97,7 +100,9 @@ PARTS_CASES = [(T.Q5_K, 4608, 32, 9, "stream"), (T.Q5_K, 4608, 32, 9, "stream_dp
                (T.Q3_K, 4096, 8, 2, "stream_dp+xfirst"), (T.Q2_K, 4096, 8, 2, "stream"),
                (T.IQ4_NL, 4608, 16, 9, "stream_dp+xfirst"), (T.MXFP4, 4608, 16, 9, "stream"),
                (T.IQ4_XS, 4096, 8, 4, "stream_dp"), (T.Q6_K, 4096, 16, 4, "stream_dp+xfirst"),
-               (T.Q6_K, 4096, 16, 4, "stream")]
+               (T.Q6_K, 4096, 16, 4, "stream"),
+               (T.Q4_1, 4608, 16, 9, "stream_dp+xfirst"), (T.Q5_0, 4608, 16, 9, "stream"),
+               (T.Q5_1, 4608, 16, 9, "stream_dp")]
 
 
 @pytest.mark.parametrize("qtype,cols,ks,parts,kernel", PARTS_CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -148,10 +153,10 @@ def _stand_in_gpu():
 
 @pytest.mark.parametrize("qtype", list(dict.fromkeys(c[0] for c in STREAM_CASES)) + [T.Q6_K], ids=lambda v: v.name)
 def test_gpu_rows_follow_q4_0_or_q4_k(qtype):
-    """On a GPU with fast integer dots IQ4_NL and MXFP4 take Q4_0's stream rows shape for shape, the
-    others Q4_K's (the 7.2B's, the 31.5B's and the 1.1B's products, a split's down product); several
-    tokens keep the base kernel, and the base kernel stays reachable through LLAMAVK_MATVEC (the A/B
-    script's spelling)."""
+    """On a GPU with fast integer dots IQ4_NL, MXFP4, Q4_1, Q5_0 and Q5_1 take Q4_0's stream rows shape
+    for shape, the others Q4_K's (the 7.2B's, the 31.5B's and the 1.1B's products, a split's down
+    product); several tokens keep the base kernel, and the base kernel stays reachable through
+    LLAMAVK_MATVEC (the A/B script's spelling)."""
     like = T.Q4_0 if qtype in Q40_LIKE else T.Q4_K
     gpu = _stand_in_gpu()
     half = qtype in HALF_TYPES   # Q4_K's rows on the half-super-block form
@@ -206,7 +211,7 @@ def test_software_device_keeps_the_base_kernel(dev, kc_variants):   # noqa: F811
         assert matvec_config(kc_variants, qtype, 4096, 4096).kernel == "base"
 
 
-MODEL_TYPES = ["q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs"]
+MODEL_TYPES = ["q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs", "q4_1", "q5_0", "q5_1"]
 
 
 @pytest.mark.parametrize("qtype", ["q6_k", "q6_k/stream_dp_h"] + MODEL_TYPES)
@@ -256,7 +261,7 @@ def test_greedy_decode_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, 
 
 
 # WAIT / SIGNAL do not depend on the type; the table types write their table after the wait
-@pytest.mark.parametrize("qtype", ["q5_k", "q3_k", "iq4_nl", "iq4_xs", "q6_k"])
+@pytest.mark.parametrize("qtype", ["q5_k", "q3_k", "iq4_nl", "iq4_xs", "q6_k", "q4_1", "q5_1"])
 def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
     """Stages chained without barriers (WAIT / SIGNAL, x loaded first) on these types' stream
     products: the unchained logits bit for bit, and the reference's within its tolerance."""

@@ -27,7 +27,7 @@ from llamavk.vk import Buffer, CommandSequence
 from .test_kernels_matmul import host_f32, make_weight, small_cols
 from .vk_fixtures import chainable_stream_kernel, one_token_rows
 
-TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.Q5_1, T.IQ4_NL, T.MXFP4]
+TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.Q4_1, T.Q5_0, T.Q5_1, T.IQ4_NL, T.MXFP4]
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,12 @@ CASES = {
                         MatvecConfig(64, 2, 1, 1, "stream", steps=3)),
     "iq4_xs-16x4-dp-shexp": (T.IQ4_XS, 37, 768, 16, 4, "softmax", True, 1.0, True, True,
                              MatvecConfig(64, 2, 1, 1, "stream_dp")),
+    "q4_1-16x4-dp-shexp": (T.Q4_1, 37, 416, 16, 4, "softmax", True, 1.0, True, True,
+                           MatvecConfig(64, 2, 1, 1, "stream_dp")),
+    "q5_0-8x2-steps": (T.Q5_0, 100, 416, 8, 2, "softmax", True, 1.0, True, False,
+                       MatvecConfig(64, 2, 1, 1, "stream", steps=3)),
+    "q5_1-16x4-dp-shexp": (T.Q5_1, 37, 416, 16, 4, "softmax", True, 1.0, True, True,
+                           MatvecConfig(64, 2, 1, 1, "stream_dp")),
 }
 # LLAMAVK_ROUTER_FUSE=late: each block's router weights loaded after its arithmetic
 # (REARLY off); the other cases run early (with its matrix loads)

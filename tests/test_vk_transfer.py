@@ -121,7 +121,7 @@ def _expected_layout(name: str, raw: np.ndarray) -> bytes:
     return blocks[:, head:].tobytes() + blocks[:, :head].tobytes()
 
 
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "IQ4_NL", "MXFP4", "Q4_K", "Q6_K", "F16", "F32"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "Q4_K", "Q6_K", "F16", "F32"])
 def test_file_reads_land_in_the_device_layout(dev, tmp_path, monkeypatch, name):
     """Every type, read from a file by several threads through tiny slots and a tiny bounce buffer
     (jobs and reads cut at many block boundaries), downloaded and compared byte for byte."""

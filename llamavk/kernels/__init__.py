@@ -167,10 +167,13 @@ def groups_2d(n: int, max_x: int = 65535) -> tuple[int, int, int]:
 
 
 # Types stored planar on the device (shaders/quants.glsl): per chunk, every block's quants (16-byte
-# aligned, so kernels read them as uvec4), then every block's scale (f16; MXFP4: its exponent byte).
-# qtype name -> (scale bytes at the start of a GGUF block, block bytes). MXFP4's 17-byte blocks would
-# otherwise leave its quants at every byte alignment.
-PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17)}
+# aligned, so kernels read them as uvec4), then every block's head, the bytes before its quants (f16
+# scale; Q4_1 scale and min; Q5_0 scale and the fifth bits; Q5_1 all three; MXFP4 its exponent
+# byte). qtype name -> (head bytes at the start of a GGUF block, block bytes). In GGUF layout
+# MXFP4's 17-byte blocks would leave its quants at every byte alignment, Q4_1's / Q5_0's / Q5_1's
+# 20- / 22- / 24-byte blocks at 4-, 2- and 8-byte ones (no uvec4 loads).
+PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17),
+          "Q4_1": (4, 20), "Q5_0": (6, 22), "Q5_1": (8, 24)}
 # Types whose block is cut into more planes: qtype name -> (block bytes, the byte ranges [start, end)
 # of a block that make the planes, in plane order). Q6_K's 210-byte block (2 mod 16: fields at
 # 2-byte alignment in every other block) as ql + qh (192 bytes: 12 aligned uvec4s), the 16 int8

@@ -440,8 +440,12 @@ Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs", "q6_k")
 # same shapes): IQ4_NL and MXFP4 are stored planar as Q4_0 and load as it does, their weights table
 # values of the nibbles (matvec_stream.comp). H100, 7.2B tg128 against the base kernel
 # (LLAMAVK_MATVEC=iq4_nl=base:256,4,2,2, mxfp4=..., one call): IQ4_NL 262.8 / 117.8, MXFP4 257.6 /
-# 111.9 (llama.cpp -cm2 229.3, 208.8).
-Q40_RULE_TYPES = ("q4_0", "iq4_nl", "mxfp4")
+# 111.9 (llama.cpp -cm2 229.3, 208.8). Q4_1, Q5_0 and Q5_1 are stored planar too (their heads in
+# the scale plane) and load Q4_0's uvec4 and their head: not measured when added, the lead measures
+# them on an H100 (benchmarks/bench_kquant_stream_ab.sh "q4_1 q5_0 q5_1"; on the base kernel the
+# 7.2B's tg128 was Q4_1 249.1, Q5_0 222.9, Q5_1 234.9) and may tune; LLAMAVK_MATVEC=q4_1=base:256,4,2,2
+# (q5_0=..., q5_1=...) keeps the base kernel.
+Q40_RULE_TYPES = ("q4_0", "iq4_nl", "mxfp4", "q4_1", "q5_0", "q5_1")
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
     # H100: one token through rows of <= 8192 weights: 1.15-1.3x the base kernel (Q4_0), 1.25-1.5x
