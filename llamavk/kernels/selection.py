@@ -431,20 +431,19 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # Q2_K 237.2 / 229.0, IQ4_XS 188.3 / 111.4 (llama.cpp -cm2 223.8, 209.3, 314.6, 203.3). Q3_K / Q2_K
 # are bound by their arithmetic (~0.56 TB/s): these rules were not tuned for them.
 # Q6_K (planar since issue 27, a quarter super-block per unit: 3 uvec4s, its scales' uvec2 and d, as
-# Q5_K's 5 loads) takes them by analogy, not measured yet: the lead measures it on an H100
-# (`sh benchmarks/bench_q6k_stream_ab.sh`) and may tune. Its rule before (half super-block units,
-# GGUF layout): wg=256, nr=2, ks=16, xfirst on every shape, 193.7 t/s on the 7.2B against 165.6 with
-# the base kernel; LLAMAVK_MATVEC=q6_k=stream_dp_h:256,2,16,1,1,1 runs that form (on the planar layout).
+# Q5_K's 5 loads) takes them: H200 (Vulkan0 of a 4x H200 machine), 7.2B tg128, one call: 342.3
+# against 237.1 with the half-super-block form's old rule (LLAMAVK_MATVEC=q6_k=stream_dp_h:256,2,16,1,1,1,
+# that form on the planar layout; wg=256, nr=2, ks=16, xfirst on every shape) and llama.cpp -cm2's
+# 232.1 (H100 before, GGUF layout: 191.0 against 218.8).
 Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs", "q6_k")
 # The types that take Q4_0's stream-kernel rules (same wg / nr / ks / wave / steps / xfirst for the
 # same shapes): IQ4_NL and MXFP4 are stored planar as Q4_0 and load as it does, their weights table
 # values of the nibbles (matvec_stream.comp). H100, 7.2B tg128 against the base kernel
 # (LLAMAVK_MATVEC=iq4_nl=base:256,4,2,2, mxfp4=..., one call): IQ4_NL 262.8 / 117.8, MXFP4 257.6 /
 # 111.9 (llama.cpp -cm2 229.3, 208.8). Q4_1, Q5_0 and Q5_1 are stored planar too (their heads in
-# the scale plane) and load Q4_0's uvec4 and their head: not measured when added, the lead measures
-# them on an H100 (benchmarks/bench_kquant_stream_ab.sh "q4_1 q5_0 q5_1"; on the base kernel the
-# 7.2B's tg128 was Q4_1 249.1, Q5_0 222.9, Q5_1 234.9) and may tune; LLAMAVK_MATVEC=q4_1=base:256,4,2,2
-# (q5_0=..., q5_1=...) keeps the base kernel.
+# the scale plane) and load Q4_0's uvec4 and their head. H200 (Vulkan0 of a 4x H200 machine), 7.2B
+# tg128, one call, against the base kernel (LLAMAVK_MATVEC=q4_1=base:256,4,2,2, q5_0=..., q5_1=...)
+# and llama.cpp -cm2: Q4_1 457.1 / 246.7 / 271.0, Q5_0 383.3 / 225.1 / 221.8, Q5_1 385.7 / 233.0 / 220.3.
 Q40_RULE_TYPES = ("q4_0", "iq4_nl", "mxfp4", "q4_1", "q5_0", "q5_1")
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
@@ -541,7 +540,8 @@ MATVEC_CONFIGS = (
 # Q4_K's GPU rows with that kernel, ahead of them; the whole-block form stays reachable
 # (LLAMAVK_MATVEC=q2_k=stream_dp:..., benchmarks/bench_kquant_stream_ab.sh) and takes a product the
 # half form does not fit. Chosen for the smaller unit's shorter serial arithmetic per lane (the whole
-# block's bounds it); not yet measured: the lead measures it on an H100 and may tune these rows.
+# block's bounds it). H200 (Vulkan0 of a 4x H200 machine), 7.2B tg128, one call, half / whole-block
+# form / llama.cpp -cm2: Q2_K 312.9 / 250.5 / 333.3, Q3_K 208.8 / 190.2 / 213.1. Rows not tuned.
 HALF_RULE_TYPES = ("q2_k", "q3_k")
 MATVEC_CONFIGS = tuple((kind, HALF_RULE_TYPES, applies, replace(cfg, kernel="stream_dp_half"))
                        for kind, types, applies, cfg in MATVEC_CONFIGS
