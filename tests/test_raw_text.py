@@ -74,12 +74,14 @@ def test_spm_tokenizes_bom_and_cr_as_bytes():
 
 # -- against llama.cpp ---------------------------------------------------------------------------------
 
-def llamacpp_token_count(model, text_file) -> int:
+def llamacpp_token_count(model, text_file, n_ctx: int) -> int:
     """The number of tokens llama-perplexity makes of a file: a context longer than half the text
-    makes it stop with "the data file you provided tokenizes to only N tokens"."""
+    makes it stop with "the data file you provided tokenizes to only N tokens". n_ctx: such a
+    context, as small as will do (our own count: a 100,000-token one, which needs a KV cache of that
+    size, once ended without saying anything on a loaded machine)."""
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="")
     r = subprocess.run([str(llamacpp_tool("llama-perplexity")), "-m", str(model), "-f", str(text_file),
-                        "-c", "100000", "-ngl", "0", "-t", "2"], capture_output=True, text=True, env=env,
+                        "-c", str(n_ctx), "-ngl", "0", "-t", "2"], capture_output=True, text=True, env=env,
                        timeout=300)
     found = re.search(r"tokenizes to only (\d+) tokens", r.stdout + r.stderr)
     assert found, (r.stdout + r.stderr)[-3000:]
@@ -104,8 +106,8 @@ def test_spm_ids_equal_llamacpp_on_raw_text(synthetic_model, tmp_path):
     model = synthetic_model("llama", "q8_0", n_vocab=32000)
     text = tmp_path / "raw.txt"
     text.write_bytes(raw_text())
-    n = llamacpp_token_count(model, text)
     ours = Tokenizer.from_metadata(GGUFFile(model).metadata).encode(read_text(text), parse_special=False)
+    n = llamacpp_token_count(model, text, len(ours))
     assert n == len(ours)
     assert ours.count(3 + 0x0D) == raw_text().count(b"\r")       # every CR is a token of its own
     n_ctx = n // 2
@@ -123,7 +125,7 @@ def test_bpe_ids_equal_llamacpp_on_raw_text(smollm2_path, tmp_path):
     text = tmp_path / "raw.txt"
     text.write_bytes(raw_text())
     ours = Tokenizer.from_metadata(GGUFFile(smollm2_path).metadata).encode(read_text(text), parse_special=False)
-    n = llamacpp_token_count(smollm2_path, text)
+    n = llamacpp_token_count(smollm2_path, text, len(ours))
     assert n == len(ours)
     theirs = llamacpp_base_tokens(smollm2_path, text, n // 2, tmp_path / "llamacpp.kld")
     assert theirs == ours[:len(theirs)]
