@@ -214,11 +214,13 @@ def test_software_device_keeps_the_base_kernel(dev, kc_variants):   # noqa: F811
 MODEL_TYPES = ["q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs", "q4_1", "q5_0", "q5_1"]
 
 
-@pytest.mark.parametrize("qtype", ["q6_k", "q6_k/stream_dp_h"] + MODEL_TYPES)
+@pytest.mark.parametrize("qtype", ["q6_k", "q6_k/stream_dp_h"] + MODEL_TYPES +
+                         [f"{t}/{k}" for t in ("q2_k", "q3_k") for k in ("stream_dp_half", "stream_half")])
 def test_decode_on_the_stream_dp_kernel_through_the_override(synthetic_model, monkeypatch, qtype):
-    """A tiny model's one-token steps with every product on the DOT8 stream form (q6_k/stream_dp_h:
-    Q6_K's half-super-block form), chosen as an A/B run chooses it (LLAMAVK_MATVEC=TYPE=stream_dp:...,
-    2 row blocks per workgroup): each step's logits equal the numpy reference forward pass."""
+    """A tiny model's one-token steps with every product on the DOT8 stream form (TYPE/KERNEL: that
+    kernel, e.g. Q6_K's half-super-block form, Q2_K's / Q3_K's half-block forms, f32 and DOT8), chosen
+    as an A/B run chooses it (LLAMAVK_MATVEC=TYPE=stream_dp:..., 2 row blocks per workgroup): each
+    step's logits equal the numpy reference forward pass."""
     from llamavk.models import load_model_file
     from llamavk.reference import ReferenceModel
 
@@ -232,10 +234,10 @@ def test_decode_on_the_stream_dp_kernel_through_the_override(synthetic_model, mo
     ref = ReferenceModel(load_model_file(path)).logits(tokens)
     with quiet_load(path, n_ctx=64) as m:
         rt = m.runtime
-        if not rt.kc.device.features.get("int_dot"):
+        if kernel.startswith("stream_dp") and not rt.kc.device.features.get("int_dot"):
             pytest.skip("no integer dot products")
         got = one_token_logits(rt, tokens)
-        assert f"mul_mv_{kernel}_{qtype}" in {name for name, _ in rt.kc._kernels}
+        assert f"{mm.MATVEC_KERNELS[kernel][0]}_{qtype}" in {name for name, _ in rt.kc._kernels}
     assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
 
 
@@ -341,30 +343,6 @@ def test_half_block_forms_reachable_by_override(monkeypatch):
                                  (f"{name}=base:256,4,2,2", "base")):
             monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env(spelling))
             assert matvec_config(gpu, qtype, 4096, 4096).kernel == kernel, spelling
-
-
-@pytest.mark.parametrize("qtype", ["q2_k", "q3_k"])
-@pytest.mark.parametrize("kernel", ["stream_dp_half", "stream_half"])
-def test_decode_on_the_half_block_form(synthetic_model, monkeypatch, qtype, kernel):
-    """A tiny model's one-token steps with every product of the type on the half form, f32 and DOT8
-    (through the override, 2 row blocks per workgroup): each step's logits equal the numpy reference
-    forward pass."""
-    from llamavk.models import load_model_file
-    from llamavk.reference import ReferenceModel
-
-    from .test_engine import one_token_logits, quiet_load
-
-    monkeypatch.setattr(mm, "_MATVEC_ENV", mm.parse_matvec_env(f"{qtype}={kernel}:64,2,1,1,2"))
-    path = synthetic_model("llama", qtype)
-    tokens = [int(t) for t in np.random.default_rng(17).integers(0, 500, 8)]
-    ref = ReferenceModel(load_model_file(path)).logits(tokens)
-    with quiet_load(path, n_ctx=64) as m:
-        rt = m.runtime
-        if kernel.startswith("stream_dp") and not rt.kc.device.features.get("int_dot"):
-            pytest.skip("no integer dot products")
-        got = one_token_logits(rt, tokens)
-        assert f"{mm.MATVEC_KERNELS[kernel][0]}_{qtype}" in {name for name, _ in rt.kc._kernels}
-    assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("qtype", ["q2_k", "q3_k"])
