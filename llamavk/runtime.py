@@ -367,7 +367,7 @@ class DeviceRuntime:
         or one per round between exchange points where a split synchronises through the host."""
         graph = self.graph_for(key, n_tokens)
         plan = self.plans[graph]
-        kc = self.kc
+        cfg, kc = self.cfg, self.kc
         name = f"{key}[{n_tokens}]#{slot}"
         segments = [CommandSequence(self.device, name, profile=self.profile).begin()]
         step = View(self.step, slot * VIEW_ALIGN, VIEW_ALIGN)
@@ -377,12 +377,14 @@ class DeviceRuntime:
         direct = self.comm.direct_views(graph, n_tokens, slot) if self.comm is not None else {}
         act = lambda t: direct[t] if t in direct else self._view(plan, t, n_tokens)  # noqa: E731
         vec = lambda t: View.whole(self.weights[t.name])  # noqa: E731
+        rows_out = n_tokens
         # stages chained without a barrier (kernels/chain.py): the producer recorded last whose
         # consumers may still follow, and what they wait for
         edges = chain_edges(kc) if n_tokens == 1 else ""
         counters = ChainCounters(kc, len(graph.ops)) if edges else None
         if counters is not None:
             counters.begin(segments[0])
+        pending = None
         chained = self.chains[(key, n_tokens, slot)] = []   # (producer op, what its consumers wait for)
         # a put whose producer writes my slot itself records nothing: the chain looks through it
         silent = self.comm.direct_puts() if self.comm is not None else set()
@@ -390,33 +392,9 @@ class DeviceRuntime:
         # the split timeline (split/clock.py): an exchange point's sum -> its stamps, which the
         # products reading the sum share
         stamped = {}
+        # prompt steps: each dequantize-then-f16 product's rows dequantized while the one before is
+        # multiplied (matmul.DequantAhead; a stale plan after an error costs time, never a result)
         kc.dequant_ahead = self._dequant_ahead(ops, n_tokens)
-        try:
-            self._record_ops(ops, segments, graph, key, n_tokens, slot, name, step, ids, act, vec, edges, counters,
-                             chained, stamped, logits_view)
-        finally:
-            kc.dequant_ahead = None
-        return [seq.end() for seq in segments]
-
-    def _dequant_ahead(self, ops, n_tokens: int):
-        """A prompt step's matmul.DequantAhead: its weight products in recording order, with the
-        tokens each runs on (the logits' product after last_row: one)."""
-        if n_tokens <= matmul.MATVEC_MAX_TOKENS or not matmul.dequant_ahead_on():
-            return None
-        plan, rows = [], n_tokens
-        for op in ops:
-            if op.kind == "last_row":
-                rows = 1
-            elif op.kind == "matmul" and "route" not in op.attrs:
-                plan.append((self.weights[op.inputs[0].name], rows))
-        return matmul.DequantAhead(self.kc, plan)
-
-    def _record_ops(self, ops, segments, graph, key, n_tokens, slot, name, step, ids, act, vec, edges, counters,
-                    chained, stamped, logits_view) -> None:
-        """The body of record(): every op of the step in order (see record)."""
-        cfg, kc = self.cfg, self.kc
-        rows_out = n_tokens
-        pending = None
         for i, op in enumerate(ops):
             n = 0    # the workgroups a signalling producer counts (set by the recorders that can signal)
             if pending is not None and not self._consumes(op, pending[0], edges):
@@ -577,6 +555,21 @@ class DeviceRuntime:
             if signal is not None and n:
                 pending = (op, ChainCounters.wait(signal, n))
                 chained.append((op, pending[1]))
+        kc.dequant_ahead = None
+        return [seq.end() for seq in segments]
+
+    def _dequant_ahead(self, ops, n_tokens: int):
+        """A prompt step's matmul.DequantAhead: its weight products in recording order, with the
+        tokens each runs on (the logits' product after last_row: one)."""
+        if n_tokens <= matmul.MATVEC_MAX_TOKENS or not matmul.dequant_ahead_on():
+            return None
+        plan, rows = [], n_tokens
+        for op in ops:
+            if op.kind == "last_row":
+                rows = 1
+            elif op.kind == "matmul" and "route" not in op.attrs:
+                plan.append((self.weights[op.inputs[0].name], rows))
+        return matmul.DequantAhead(self.kc, plan)
 
     def _moe_groups(self, n_expert: int, n_tokens: int) -> View:
         """The scratch buffer of per-expert token lists, sized for this device's largest batch."""

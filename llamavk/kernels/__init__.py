@@ -80,6 +80,9 @@ class KernelCache:
         self._kernels: dict = {}
         self._shared: dict = {}
         self._pending: dict = {}      # key -> Future of a kernel being made by prefetch()
+        # the recording in progress's plan of prompt products dequantized ahead (runtime.record,
+        # kernels/matmul.py DequantAhead); None outside a prompt step's recording
+        self.dequant_ahead = None
 
     def shared(self, kind: str, key, make, fits=None):
         """A device object made once per (kind, key) and shared by every recording on this device:

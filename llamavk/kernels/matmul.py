@@ -724,7 +724,7 @@ def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: i
     (prompt steps), each slice's rows are dequantized while the slice before it is multiplied."""
     spec = cm2_f16_form(n_tokens, w.rows)
     kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=32, spec=spec)
-    ahead = getattr(kc, "dequant_ahead", None)
+    ahead = kc.dequant_ahead
     if ahead is not None:
         ahead.begin(w)
     xh = _f16_copy(seq, kc, x, n_tokens * w.cols)
@@ -774,7 +774,7 @@ def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
     (a power of two of at least 4 KiB, so a recording never replaces one its dispatches still use;
     the recorder's barriers order a conversion after the last product that read the scratch)."""
     size = 1 << max(12, (2 * n - 1).bit_length())
-    ahead = getattr(kc, "dequant_ahead", None)
+    ahead = kc.dequant_ahead
     parity = 0
     if ahead is not None:   # alternate: converting the next product's x need not wait for this one
         parity, ahead.x_parity = ahead.x_parity, ahead.x_parity ^ 1
