@@ -541,9 +541,11 @@ MATVEC_CONFIGS = (
 # (LLAMAVK_MATVEC=q2_k=stream_dp:..., benchmarks/bench_kquant_stream_ab.sh) and takes a product the
 # half form does not fit. Chosen for the smaller unit's shorter serial arithmetic per lane (the whole
 # block's bounds it). H200 (Vulkan0 of a 4x H200 machine), 7.2B tg128, one call, half / whole-block
-# form / llama.cpp -cm2: Q2_K 312.9 / 250.5 / 333.3, Q3_K 208.8 / 190.2 / 213.1. Rows not tuned.
+# form / llama.cpp -cm2: Q2_K 312.9 / 250.5 / 333.3, Q3_K 208.8 / 190.2 / 213.1. Column parts keep
+# Q4_K's weights per part (its ks halved: units twice as long), so the 7.2B's down product is cut in
+# 14 parts as Q4_K's, not 7: H100, one call, Q2_K 316.6 against 296.9, Q3_K 212.6 against 200.2.
 HALF_RULE_TYPES = ("q2_k", "q3_k")
-MATVEC_CONFIGS = tuple((kind, HALF_RULE_TYPES, applies, replace(cfg, kernel="stream_dp_half"))
+MATVEC_CONFIGS = tuple((kind, HALF_RULE_TYPES, applies, replace(cfg, kernel="stream_dp_half", ks=max(1, cfg.ks // 2)))
                        for kind, types, applies, cfg in MATVEC_CONFIGS
                        if types is Q4K_RULE_TYPES and cfg.kernel == "stream_dp") + MATVEC_CONFIGS
 
