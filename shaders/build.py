@@ -136,6 +136,11 @@ def main(argv: list[str]) -> None:
         if check:
             if (OUT / f"{name}.spv").read_bytes() != spv:
                 sys.exit(f"{name}: shipped SPIR-V differs from a fresh build")
+            # what tests/test_shaders.py checks too: a source edit that leaves the SPIR-V as it was
+            # (a comment) still needs the manifest rebuilt
+            entry = json.loads(manifest_path(name).read_text())
+            if entry.get("input_sha256") != input_hash(name, entry.get("compiler", compiler)):
+                sys.exit(f"{name}: its manifest records other sources than these (run shaders/build.py)")
             continue
         (OUT / f"{name}.spv").write_bytes(spv)
         entry = {"source": VARIANTS[name][0], "defines": VARIANTS[name][1], "compiler": compiler,
