@@ -241,27 +241,6 @@ def test_decode_on_the_stream_dp_kernel_through_the_override(synthetic_model, mo
     assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
 
 
-@pytest.mark.parametrize("qtype", ["q6_k"] + MODEL_TYPES)
-def test_greedy_decode_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, monkeypatch, qtype):
-    """The GPUs' decode path (gate and up as one product, RoPE and the KV store in the Q/K/V
-    products) on the f32 stream form: greedy decoding matches the reference."""
-    from llamavk.models import load_model_file
-    from llamavk.reference import ReferenceModel
-
-    from .test_engine import quiet_load
-
-    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": MatvecConfig(64, 2, 1, 1, "stream", steps=2)})
-    path = synthetic_model("llama", qtype)
-    prompt = [int(t) for t in np.random.default_rng(5).integers(0, 500, 6)]
-    want = ReferenceModel(load_model_file(path)).generate_greedy(prompt, 8)
-    with quiet_load(path, n_ctx=64) as m:
-        got = list(m.generate(prompt, n=8, temp=0))
-        one = m.runtime.fused_one["last"]
-        assert sum("pair" in op.attrs for op in one.ops) == m.runtime.cfg.n_layer
-        assert f"mul_mv_stream_{qtype}" in {name for name, _ in m.runtime.kc._kernels}
-    assert got == list(want)
-
-
 # WAIT / SIGNAL do not depend on the type; the table types write their table after the wait
 @pytest.mark.parametrize("qtype", ["q5_k", "q3_k", "iq4_nl", "iq4_xs", "q6_k", "q4_1", "q5_1"])
 def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
