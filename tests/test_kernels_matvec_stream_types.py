@@ -71,7 +71,7 @@ def _check_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):   #
     sg = kc_variants.info.subgroup_size or 32
     tpr, c, _ = mm.stream_split(64, sg, name, cols, rj, kc_variants.info.max_shared_memory,
                                 dp=kernel.startswith("stream_dp"), kernel=kernel)
-    assert tpr * (c - 1) < cols // mm.stream_unit(kernel, name) <= tpr * c
+    assert tpr * (c - 1) < cols // mm._stream_unit(kernel, name)[0] <= tpr * c
     tol = _tol(kernel)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=1, chunked=True, bias=True, tol=tol)
     if qtype in TABLE_TYPES:   # one row, x as the DOT8 form rounds it: the kernel's own arithmetic

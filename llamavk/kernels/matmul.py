@@ -124,11 +124,6 @@ STREAM_HALF_KERNELS = ("stream_half", "stream_dp_half")
 MATVEC_STREAM_HALF_NQ = {"q2_k": 4, "q3_k": 8}
 
 
-def stream_unit(kernel: str, type_name: str) -> int:
-    """Weights per unit of the stream kernel `kernel` (a MATVEC_KERNELS key) for a type."""
-    return _stream_unit(kernel, type_name)[0]
-
-
 def stream_split(wg: int, subgroup: int, type_name: str, cols: int, rj: int,
                  shared_bytes: int = 49152, dp: bool = False, kernel: str = "stream") -> tuple[int, int, int] | None:
     """matvec_stream.comp's (TPR lanes per row, C units per lane along the row, RJ rows per lane) for a
