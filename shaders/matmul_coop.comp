@@ -13,8 +13,8 @@
 // WARPS_N subgroups computes BM = 64 WARPS_M rows x BN = 32 WARPS_N tokens, stepping along K by BK = 32
 // columns (one dequant unit). Step u, after one barrier:
 //   1. all threads load and convert step u + 1's tiles into registers (load_tile): the BM x 32 tile of
-//      W (8-weight pieces, quants.glsl dequant_part) and the BN x 32 tile of x, f16 -- those loads
-//      are in flight while
+//      W (16-weight runs, quants.glsl dequant_run, where the type has it; else 8-weight pieces,
+//      dequant_part) and the BN x 32 tile of x, f16 -- those loads are in flight while
 //   2. each subgroup multiplies its 64 x 32 part of the output from step u's tiles in shared memory:
 //      4 x 4 accumulator tiles of 16 x 8, two K steps of 16 per tile of W;
 //   3. then they store step u + 1's tiles to the other of two shared buffers (NBUF 2), so one barrier
@@ -92,6 +92,12 @@ shared uvec2 xb[NBUF * BN * LD];   // buffer b: xb[b BN LD + t LD + k/4] = f16 x
 shared float stage[WARPS_M * WARPS_N * TM * TN]; // one output tile per subgroup, column-major (row m, token n at n*TM+m)
 
 uvec2 pack4(vec4 v) { return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }
+// x's 4 columns in the weights' order: dequant_run_f16 gives columns (0, 2), (1, 3)
+#ifdef HAS_RUN_F16
+uvec2 pack4x(vec4 v) { return uvec2(packHalf2x16(v.xz), packHalf2x16(v.yw)); }
+#else
+#define pack4x pack4
+#endif
 
 // One thread's share of the tiles of step u, as f16: W pieces (row r, quarter i: 8 weights) and x
 // vec4s. No branches (rows and tokens past the end are clamped, then zeroed), so the loads of step
@@ -102,6 +108,26 @@ struct Tile { uvec2 w[2 * WPIECES]; uvec2 x[XPIECES]; };
 
 Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
     Tile tl;
+#ifdef HAS_DEQUANT_RUN
+    // runs of 16 weights (quants.glsl dequant_run: wide loads, a block's head decoded once per run):
+    // neighbouring threads take the two runs of a row, then the next rows
+    [[unroll]] for (uint s = 0; s < WPIECES / 2; ++s) {
+        const uint piece = tid + NTHREADS * s;
+        const uint r = piece / 2, h = piece % 2;
+        const uint row = min(row0 + r, p.n_rows - 1);
+#ifdef HAS_RUN_F16
+        uvec2 w16[4];
+        dequant_run_f16(WROW(row), u, h, p.cols, w16);
+        const bool live = row0 + r < p.n_rows;
+        [[unroll]] for (uint k = 0; k < 4; ++k) tl.w[4 * s + k] = live ? w16[k] : uvec2(0);
+#else
+        vec4 w[4];
+        dequant_run(WROW(row), u, h, p.cols, w);
+        const bool live = row0 + r < p.n_rows;
+        [[unroll]] for (uint k = 0; k < 4; ++k) tl.w[4 * s + k] = live ? pack4(w[k]) : uvec2(0);
+#endif
+    }
+#else
     [[unroll]] for (uint s = 0; s < WPIECES; ++s) {
         // neighbouring threads take neighbouring quarters of a row (coalesced block reads)
         const uint piece = tid + NTHREADS * s;
@@ -119,23 +145,32 @@ Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
         tl.w[2 * s] = live ? pack4(a) : uvec2(0);
         tl.w[2 * s + 1] = live ? pack4(c) : uvec2(0);
     }
+#endif
     [[unroll]] for (uint s = 0; s < XPIECES; ++s) {
         const uint idx = tid + NTHREADS * s;
         const uint t = idx / 8, k4 = idx % 8;
         const vec4 v = x4[(XROW(min(tok0 + t, N_TOK - 1)) * p.cols + 32 * u) / 4 + k4];
-        tl.x[s] = tok0 + t < N_TOK ? pack4(v) : uvec2(0);
+        tl.x[s] = tok0 + t < N_TOK ? pack4x(v) : uvec2(0);
     }
     return tl;
 }
 
 void store_tile(Tile tl, uint tid, uint buf) {
     const uint wb = buf * BM * LD, xo = buf * BN * LD;
+#ifdef HAS_DEQUANT_RUN
+    [[unroll]] for (uint s = 0; s < WPIECES / 2; ++s) {
+        const uint piece = tid + NTHREADS * s;
+        const uint r = piece / 2, h = piece % 2;
+        [[unroll]] for (uint k = 0; k < 4; ++k) wa[wb + r * LD + 4 * h + k] = tl.w[4 * s + k];   // weights 16h + 4k ..
+    }
+#else
     [[unroll]] for (uint s = 0; s < WPIECES; ++s) {
         const uint piece = tid + NTHREADS * s;
         const uint r = piece / 4, i = piece % 4;
         wa[wb + r * LD + i] = tl.w[2 * s];          // weights 4i .. 4i+3
         wa[wb + r * LD + i + 4] = tl.w[2 * s + 1];  // weights 16+4i .. 16+4i+3
     }
+#endif
     [[unroll]] for (uint s = 0; s < XPIECES; ++s) {
         const uint idx = tid + NTHREADS * s;
         xb[xo + (idx / 8) * LD + idx % 8] = tl.x[s];

@@ -78,6 +78,11 @@ vec4 sbytes_fast(uint q) {  // bytes 0..3 as signed int8
                 uintBitsToFloat(MAGIC | ((q >> 16) & 0xFFu)), uintBitsToFloat(MAGIC | (q >> 24))) - 8388736.0;
 }
 
+vec4 ubytes_fast(uint q) {  // bytes 0..3 as unsigned values
+    return vec4(uintBitsToFloat(MAGIC | (q & 0xFFu)), uintBitsToFloat(MAGIC | ((q >> 8) & 0xFFu)),
+                uintBitsToFloat(MAGIC | ((q >> 16) & 0xFFu)), uintBitsToFloat(MAGIC | (q >> 24))) - 8388608.0;
+}
+
 // Positional magic (matvec_wide.comp DQ 1, matvec_stream.comp): the field of w selected by mask m (at
 // bit p, p + width <= 23) minus off: (w & m) | 2^23 as float is 2^23 + q * 2^p, one fma gives q - off.
 float fld(uint w, uint m, float inv_scale, float off) {
@@ -163,6 +168,31 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     a = d * sbytes_fast(wu32[8 * b + i]);
     c = d * sbytes_fast(wu32[8 * b + 4 + i]);
 }
+// dequant_run (matmul_coop.comp): weights 16h .. 16h + 15 of unit u of a row as 4 vec4s, from one
+// aligned 16-byte load of the quants and the scale (dequant_part takes 8 weights from two words)
+#define HAS_DEQUANT_RUN 1
+void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
+    uint b = row * (cols / QK) + u;
+    float d = block_scale(b);
+    uvec4 q = wu4[2 * b + h];
+    [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = d * sbytes_fast(q[k]);
+}
+// dequant_run_f16 (matmul_coop.comp): the same run as packed f16 pairs in the order (0, 2), (1, 3) of
+// each 4 weights (the kernel multiplies x's 4 columns in that order too): a byte pair is one and-or
+// with f16 1024's exponent bits (1024 + byte exactly), so two weights take 3 packed f16 operations
+// and no conversion instructions. Exact: q is exact in f16 and d q is rounded once, as the f32 path
+// rounds its exact product to f16.
+#define HAS_RUN_F16 1
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    uint b = row * (cols / QK) + u;
+    f16vec2 d = f16vec2(wf16[QD_PLANE * q_chunk_blocks + b]);
+    uvec4 q = wu4[2 * b + h] ^ uvec4(0x80808080u);   // signed byte s as s + 128
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+        f16vec2 a = unpackFloat2x16((q[k] & 0x00FF00FFu) | 0x64006400u) - f16vec2(1152.0);
+        f16vec2 c = unpackFloat2x16(((q[k] >> 8) & 0x00FF00FFu) | 0x64006400u) - f16vec2(1152.0);
+        w[k] = uvec2(packFloat2x16(a * d), packFloat2x16(c * d));
+    }
+}
 
 #elif defined(QTYPE_Q4_0)
 #define QK 32
@@ -177,6 +207,24 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     a = d * nibbles_lo(q);
     c = d * nibbles_hi(q);
 }
+#define HAS_DEQUANT_RUN 1   // weights 16h .. 16h + 15: nibble h of the block's 16 bytes
+void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
+    uint b = row * (cols / QK) + u;
+    float d = block_scale(b);
+    uvec4 q = wu4[b];
+    [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = d * nibbles_lo(q[k] >> (4u * h));
+}
+#define HAS_RUN_F16 1   // as Q8_0's: nibble h of bytes (0, 2) and (1, 3) of each word
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    uint b = row * (cols / QK) + u;
+    f16vec2 d = f16vec2(wf16[QD_PLANE * q_chunk_blocks + b]);
+    uvec4 q = wu4[b] >> (4u * h);
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+        f16vec2 a = unpackFloat2x16((q[k] & 0x000F000Fu) | 0x64006400u) - f16vec2(1032.0);
+        f16vec2 c = unpackFloat2x16(((q[k] >> 8) & 0x000F000Fu) | 0x64006400u) - f16vec2(1032.0);
+        w[k] = uvec2(packFloat2x16(a * d), packFloat2x16(c * d));
+    }
+}
 
 #elif defined(QTYPE_Q4_1)
 #define QK 32
@@ -188,6 +236,13 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint q = wu32[4 * b + i];
     a = dm.x * bytes4(q & 0x0F0F0F0Fu) + dm.y;
     c = dm.x * bytes4((q >> 4) & 0x0F0F0F0Fu) + dm.y;
+}
+#define HAS_DEQUANT_RUN 1
+void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
+    uint b = row * (cols / QK) + u;
+    vec2 dm = unpackHalf2x16(wu32[4 * q_chunk_blocks + b]);
+    uvec4 q = wu4[b];
+    [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = dm.x * ubytes_fast((q[k] >> (4u * h)) & 0x0F0F0F0Fu) + dm.y;
 }
 
 #elif defined(QTYPE_Q5_0)
@@ -206,6 +261,16 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     a = d * (bytes4(lo) - 16.0);
     c = d * (bytes4(hi) - 16.0);
 }
+#define HAS_DEQUANT_RUN 1   // element 16h + 4k + j: nibble h of byte 4k + j, bit 4 = qh bit 16h + 4k + j
+void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
+    uint b = row * (cols / QK) + u;
+    uint hd = 8 * q_chunk_blocks + 3 * b;
+    float d = half_bits(wu16[hd]);
+    uint qh = u32_at16(hd + 1) >> (16u * h);
+    uvec4 q = wu4[b];
+    [[unroll]] for (uint k = 0; k < 4; ++k)
+        w[k] = d * (ubytes_fast(((q[k] >> (4u * h)) & 0x0F0F0F0Fu) | (spread4(qh >> (4 * k)) << 4)) - 16.0);
+}
 
 #elif defined(QTYPE_Q5_1)
 #define QK 32
@@ -221,6 +286,16 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
     a = dm.x * bytes4(lo) + dm.y;
     c = dm.x * bytes4(hi) + dm.y;
+}
+#define HAS_DEQUANT_RUN 1
+void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
+    uint b = row * (cols / QK) + u;
+    uint hd = 4 * q_chunk_blocks + 2 * b;
+    vec2 dm = unpackHalf2x16(wu32[hd]);
+    uint qh = wu32[hd + 1] >> (16u * h);
+    uvec4 q = wu4[b];
+    [[unroll]] for (uint k = 0; k < 4; ++k)
+        w[k] = dm.x * ubytes_fast(((q[k] >> (4u * h)) & 0x0F0F0F0Fu) | (spread4(qh >> (4 * k)) << 4)) + dm.y;
 }
 
 #elif defined(QTYPE_Q2_K)
@@ -298,6 +373,59 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
         if (k == 0) a = dl * bytes4(q) - ml; else c = dl * bytes4(q) - ml;
     }
 }
+// Weights 16h .. 16h + 15 of sub-block s = u % 8: the head (one uvec4: d, dmin, 12 scale bytes), the
+// 16 qs bytes of the run (nibble s % 2) and, Q5_K, the 16 qh bytes beside them (bit s): 2 or 3 aligned
+// 16-byte loads (dequant_part: 5-6 narrow ones per 8 weights, the packed scales decoded from bytes).
+// (Loading the head once per super-block in matmul_coop.comp instead: no faster on an H100.)
+#define HAS_DEQUANT_RUN 1
+void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
+    uint ib = row * (cols / QK) + u / 8, s = u % 8;
+#if defined(QTYPE_Q4_K)
+    uint b4 = 9 * ib;    // 144 bytes = 9 uvec4s: head, qs
+    uvec4 q = wu4[b4 + 1 + 2 * (s / 2) + h];
+#else
+    uint b4 = 11 * ib;   // 176 bytes = 11 uvec4s: head, qh (2), qs
+    uvec4 q = wu4[b4 + 3 + 2 * (s / 2) + h];
+    uvec4 qh = wu4[b4 + 1 + h];
+#endif
+    vec2 dl, ml;
+    q4k_quarter_scales(wu4[b4], s / 2, dl, ml);
+    float d = (s & 1u) != 0u ? dl.y : dl.x, m = (s & 1u) != 0u ? ml.y : ml.x;
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+        uint v = (q[k] >> (4u * (s & 1u))) & 0x0F0F0F0Fu;
+#if defined(QTYPE_Q5_K)
+        v |= ((qh[k] >> s) & 0x01010101u) << 4;
+#endif
+        w[k] = d * ubytes_fast(v) - m;
+    }
+}
+// The same run as packed f16 pairs (dequant_run_f16 at Q8_0): q exact, then one f16 fma with the
+// sub-block's scale and min rounded to f16 (so a weight may differ from the f32 path's in its last
+// bit: the kernel multiplies f16 weights either way).
+#define HAS_RUN_F16 1
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    uint ib = row * (cols / QK) + u / 8, s = u % 8;
+#if defined(QTYPE_Q4_K)
+    uint b4 = 9 * ib;
+    uvec4 q = wu4[b4 + 1 + 2 * (s / 2) + h];
+#else
+    uint b4 = 11 * ib;
+    uvec4 q = wu4[b4 + 3 + 2 * (s / 2) + h];
+    uvec4 qh = wu4[b4 + 1 + h];
+#endif
+    vec2 dl, ml;
+    q4k_quarter_scales(wu4[b4], s / 2, dl, ml);
+    f16vec2 d = f16vec2((s & 1u) != 0u ? dl.y : dl.x), m = f16vec2(-((s & 1u) != 0u ? ml.y : ml.x));
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+        uint v = (q[k] >> (4u * (s & 1u))) & 0x0F0F0F0Fu;
+#if defined(QTYPE_Q5_K)
+        v |= ((qh[k] >> s) & 0x01010101u) << 4;
+#endif
+        f16vec2 a = unpackFloat2x16((v & 0x00FF00FFu) | 0x64006400u) - f16vec2(1024.0);
+        f16vec2 c = unpackFloat2x16(((v >> 8) & 0x00FF00FFu) | 0x64006400u) - f16vec2(1024.0);
+        w[k] = uvec2(packFloat2x16(fma(a, d, m)), packFloat2x16(fma(c, d, m)));
+    }
+}
 
 #elif defined(QTYPE_Q6_K)
 #define QK 256
@@ -317,6 +445,32 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
         uint j = i + 4 * k;
         uint q = ((wu32[lb + j] >> lshift) & 0x0F0F0F0Fu) | (((wu32[hb + j] >> hshift) & 0x03030303u) << 4);
         if (k == 0) a = dl.x * (bytes4(q) - 32.0); else c = dl.y * (bytes4(q) - 32.0);
+    }
+}
+// Weights 16h .. 16h + 15 of sub-block s = 4H + j (elements 128H + 32j + l): 16 ql bytes (nibble j / 2),
+// 16 qh bytes (bits 2j), one int8 scale (group 2s + h) and d: 2 aligned 16-byte loads and 2 small ones
+#define HAS_DEQUANT_RUN 1
+void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
+    uint ib = row * (cols / QK) + u / 8, s = u % 8, H = s / 4, j = s % 4;
+    uvec4 ql = wu4[12 * ib + 4 * H + 2 * (j % 2) + h];
+    uvec4 qh = wu4[12 * ib + 8 + 2 * H + h];
+    float d = half_bits(wu16[104 * q_chunk_blocks + ib]) * float(int(int8_t(wu8[192 * q_chunk_blocks + 16 * ib + 2 * s + h])));
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+        uint v = ((ql[k] >> (4u * (j / 2))) & 0x0F0F0F0Fu) | (((qh[k] >> (2u * j)) & 0x03030303u) << 4);
+        w[k] = d * (ubytes_fast(v) - 32.0);
+    }
+}
+#define HAS_RUN_F16 1   // as Q4_K's: q - 32 exact, the scale d * scale rounded to f16
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    uint ib = row * (cols / QK) + u / 8, s = u % 8, H = s / 4, j = s % 4;
+    uvec4 ql = wu4[12 * ib + 4 * H + 2 * (j % 2) + h];
+    uvec4 qh = wu4[12 * ib + 8 + 2 * H + h];
+    f16vec2 d = f16vec2(half_bits(wu16[104 * q_chunk_blocks + ib]) * float(int(int8_t(wu8[192 * q_chunk_blocks + 16 * ib + 2 * s + h]))));
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+        uint v = ((ql[k] >> (4u * (j / 2))) & 0x0F0F0F0Fu) | (((qh[k] >> (2u * j)) & 0x03030303u) << 4);
+        f16vec2 a = unpackFloat2x16((v & 0x00FF00FFu) | 0x64006400u) - f16vec2(1056.0);
+        f16vec2 c = unpackFloat2x16(((v >> 8) & 0x00FF00FFu) | 0x64006400u) - f16vec2(1056.0);
+        w[k] = uvec2(packFloat2x16(a * d), packFloat2x16(c * d));
     }
 }
 
@@ -357,6 +511,13 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     a = d * kv_lookup4(Q_TABLE, q & 0x0F0F0F0Fu);
     c = d * kv_lookup4(Q_TABLE, (q >> 4) & 0x0F0F0F0Fu);
 }
+#define HAS_DEQUANT_RUN 1
+void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
+    uint b = row * (cols / QK) + u;
+    float d = q_block_scale(b);
+    uvec4 q = wu4[b];
+    [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = d * kv_lookup4(Q_TABLE, (q[k] >> (4u * h)) & 0x0F0F0F0Fu);
+}
 
 #else   // IQ4_XS
 #define QK 256
@@ -376,7 +537,15 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 #error "quants.glsl: define one QTYPE_*"
 #endif
 
-#ifndef QFLOAT
+#if defined(HAS_DEQUANT_RUN)
+// The 32 weights of unit u as its two runs (wide loads: get_rows, matmul, matmul_small, matvec_id)
+void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
+    vec4 a[4], c[4];
+    dequant_run(row, u, 0u, cols, a);
+    dequant_run(row, u, 1u, cols, c);
+    [[unroll]] for (uint k = 0; k < 4; ++k) { w[k] = a[k]; w[k + 4] = c[k]; }
+}
+#elif !defined(QFLOAT)
 void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
     [[unroll]] for (uint i = 0; i < 4; ++i) dequant_part(row, u, i, cols, w[i], w[i + 4]);
 }

@@ -29,9 +29,9 @@ COOPMAT_SHAPE = "16x8x16 f16->f32"
 
 def has_coopmat(kc) -> bool:
     """The device runs shaders/matmul_coop.comp: VK_KHR_cooperative_matrix enabled with its shape,
-    32-lane subgroups (the kernel's tile layout)."""
-    return (kc.device.features.get("coopmat", False) and COOPMAT_SHAPE in kc.info.coopmat
-            and kc.info.subgroup_size == 32)
+    32-lane subgroups (the kernel's tile layout), f16 arithmetic (its Q4_0 / Q8_0 runs)."""
+    return (kc.device.features.get("coopmat", False) and kc.device.features.get("fp16", False)
+            and COOPMAT_SHAPE in kc.info.coopmat and kc.info.subgroup_size == 32)
 
 
 def _coopmat_ok(kc, cols: int) -> bool:
