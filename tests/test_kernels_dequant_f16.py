@@ -115,8 +115,8 @@ def test_cm2d_slices():
 def test_cm2d_selection(monkeypatch):
     """mul_mm_cm2d only for the chosen types (none by default), on coopmat2 devices, from
     CM2_DEQUANT_MIN_TOKENS tokens; the knobs choose types and tokens; bad values are errors."""
-    cm2 = _FakeKC({"coopmat": True, "coopmat2": True})
-    khr = _FakeKC({"coopmat": True})
+    cm2 = _FakeKC({"coopmat": True, "coopmat2": True, "fp16": True})
+    khr = _FakeKC({"coopmat": True, "fp16": True})
     monkeypatch.delenv("LLAMAVK_CM2_DEQUANT", raising=False)
     monkeypatch.delenv("LLAMAVK_CM2_DEQUANT_MIN", raising=False)
     monkeypatch.setattr(selection, "CM2_DEQUANT_TYPES", ())

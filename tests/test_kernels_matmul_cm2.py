@@ -141,8 +141,8 @@ class _FakeKC:
 def test_cm2_selection(monkeypatch):
     """Devices with coopmat2 take it for its types; other types and devices keep the KHR kernels;
     LLAMAVK_CM2=0 and LLAMAVK_MATMUL=mul_mm switch it off."""
-    cm2 = _FakeKC({"coopmat": True, "coopmat2": True})
-    khr = _FakeKC({"coopmat": True})
+    cm2 = _FakeKC({"coopmat": True, "coopmat2": True, "fp16": True})
+    khr = _FakeKC({"coopmat": True, "fp16": True})
     # by default batches of 256 tokens and more dequantize to f16 first (mul_mm_cm2d), every type that can
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_cm2d"
     assert selection.product_kernel(cm2, 256, 14336, 4096, "q6_k") == "mul_mm_cm2d"
@@ -152,6 +152,8 @@ def test_cm2_selection(monkeypatch):
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_k") == "mul_mm_cm2d"
     assert selection.product_kernel(cm2, 128, 4096, 4096, "q4_0") == "mul_mm_cm2"
     assert selection.product_kernel(khr, 512, 4096, 4096, "q4_k") == "mul_mm_coop"
+    # the KHR kernel converts weights in packed f16 arithmetic: not without shaderFloat16
+    assert selection.product_kernel(_FakeKC({"coopmat": True}), 512, 4096, 4096, "q4_k") == "mul_mm"
     monkeypatch.setenv("LLAMAVK_CM2_DEQUANT", "0")   # the per-element decode rows below
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q8_0") == "mul_mm_cm2"
     assert selection.product_kernel(cm2, 512, 1024, 4096, "q8_0") == "mul_mm_cm2"
