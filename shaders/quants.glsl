@@ -399,9 +399,23 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
         w[k] = d * ubytes_fast(v) - m;
     }
 }
+// Sub-block s's (d sc, dmin mn) of head hd as f16: the 6-bit scale and min as an f16 pair (1024 + v,
+// exact), times the head's (d, dmin), itself an f16 pair: one packed product, rounded once as the f32
+// product (exact) is when it is rounded to f16, and no conversion instructions.
+f16vec2 q4k_sub_scale16(uvec4 hd, uint s) {
+    const uint j = 8u * (s & 3u);
+    uint scmn;   // sc in the low half, mn in the high
+    if (s < 4u) {
+        scmn = ((hd.y >> j) & 63u) | (((hd.z >> j) & 63u) << 16);
+    } else {
+        const uint md = hd.w >> j;
+        scmn = ((md & 15u) | (((hd.y >> (j + 6u)) & 3u) << 4)) | ((((md >> 4) & 15u) | (((hd.z >> (j + 6u)) & 3u) << 4)) << 16);
+    }
+    return unpackFloat2x16(hd.x) * (unpackFloat2x16(scmn | 0x64006400u) - f16vec2(1024.0));
+}
 // The same run as packed f16 pairs (dequant_run_f16 at Q8_0): q exact, then one f16 fma with the
-// sub-block's scale and min rounded to f16 (so a weight may differ from the f32 path's in its last
-// bit: the kernel multiplies f16 weights either way).
+// sub-block's scale and min, themselves rounded to f16 (q4k_sub_scale16), where the f32 path rounds
+// only the result: a weight may differ in its last bit (the kernel multiplies f16 weights either way).
 #define HAS_RUN_F16 1
 void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
@@ -413,16 +427,17 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     uvec4 q = wu4[b4 + 3 + 2 * (s / 2) + h];
     uvec4 qh = wu4[b4 + 1 + h];
 #endif
-    vec2 dl, ml;
-    q4k_quarter_scales(wu4[b4], s / 2, dl, ml);
-    f16vec2 d = f16vec2((s & 1u) != 0u ? dl.y : dl.x), m = f16vec2(-((s & 1u) != 0u ? ml.y : ml.x));
+    const f16vec2 dm = q4k_sub_scale16(wu4[b4], s);
+    f16vec2 d = f16vec2(dm.x), m = f16vec2(-dm.y);
+    q >>= 4u * (s & 1u);
     [[unroll]] for (uint k = 0; k < 4; ++k) {
-        uint v = (q[k] >> (4u * (s & 1u))) & 0x0F0F0F0Fu;
 #if defined(QTYPE_Q5_K)
-        v |= ((qh[k] >> s) & 0x01010101u) << 4;
+        const uint v = (q[k] & 0x0F0F0F0Fu) | (((qh[k] >> s) & 0x01010101u) << 4), pm = 0x001F001Fu;
+#else
+        const uint v = q[k], pm = 0x000F000Fu;   // the pairs' mask drops the other nibbles
 #endif
-        f16vec2 a = unpackFloat2x16((v & 0x00FF00FFu) | 0x64006400u) - f16vec2(1024.0);
-        f16vec2 c = unpackFloat2x16(((v >> 8) & 0x00FF00FFu) | 0x64006400u) - f16vec2(1024.0);
+        f16vec2 a = unpackFloat2x16((v & pm) | 0x64006400u) - f16vec2(1024.0);
+        f16vec2 c = unpackFloat2x16(((v >> 8) & pm) | 0x64006400u) - f16vec2(1024.0);
         w[k] = uvec2(packFloat2x16(fma(a, d, m)), packFloat2x16(fma(c, d, m)));
     }
 }
