@@ -546,6 +546,27 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     a = dl * kv_lookup4(KV_IQ4NL, q & 0x0F0F0F0Fu);
     c = dl * kv_lookup4(KV_IQ4NL, (q >> 4) & 0x0F0F0F0Fu);
 }
+// Runs (dequant_run above): a 136-byte block is 8-byte aligned, so the head (d | scales_h << 16,
+// scales_l) is one 8-byte load and sub-block s's 16 qs bytes (from byte 8 + 16 s) two more.
+layout(std430, binding = W_BINDING) readonly buffer WeightU2Iq { uvec2 wiq2[]; };
+#define HAS_DEQUANT_RUN 1
+float iq4xs_run_head(uint ib, uint s, out uvec2 q0, out uvec2 q1) {
+    const uint b2 = 17 * ib;   // 136 bytes = 17 uvec2s
+    const uvec2 hd = wiq2[b2];
+    q0 = wiq2[b2 + 1 + 2 * s];
+    q1 = wiq2[b2 + 2 + 2 * s];
+    const uint ls = ((hd.y >> (4 * s)) & 0xFu) | (((hd.x >> (16 + 2 * s)) & 3u) << 4);
+    return half_bits(hd.x) * float(int(ls) - 32);
+}
+void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
+    uvec2 q0, q1;
+    const float dl = iq4xs_run_head(row * (cols / QK) + u / 8, u % 8, q0, q1);
+    const uint sh = 4u * h;
+    w[0] = dl * kv_lookup4(KV_IQ4NL, (q0.x >> sh) & 0x0F0F0F0Fu);
+    w[1] = dl * kv_lookup4(KV_IQ4NL, (q0.y >> sh) & 0x0F0F0F0Fu);
+    w[2] = dl * kv_lookup4(KV_IQ4NL, (q1.x >> sh) & 0x0F0F0F0Fu);
+    w[3] = dl * kv_lookup4(KV_IQ4NL, (q1.y >> sh) & 0x0F0F0F0Fu);
+}
 #endif
 
 #else
