@@ -54,6 +54,7 @@ layout(local_size_x = NTHREADS) in;
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, TK, TN, gl_MatrixUseB>
 #define MAT_ACC coopmat<float, gl_ScopeSubgroup, TM, TN, gl_MatrixUseAccumulator>
 
+#define WANT_RUN_TABLE 1   // the table types' f16 runs (quants.glsl RUN_TABLE)
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
@@ -198,6 +199,10 @@ void main() {
         [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = MAT_ACC(0.0);
 
     const uint n_units = p.cols / 32;
+#ifdef RUN_TABLE
+    run_table_fill(tid, NTHREADS);
+    barrier();
+#endif
     Tile next = load_tile(0, tid, row0, tok0);
     store_tile(next, tid, 0);
     for (uint u = 0; u < n_units; ++u) {

@@ -504,6 +504,25 @@ const uvec4 KV_IQ4NL = uvec4(0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u)
 // MXFP4: the E2M1 values doubled, 0 1 2 3 4 6 8 12 and their negatives (index 8, -0, is 0)
 const uvec4 KV_MXFP4 = uvec4(0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
 
+#if defined(WANT_RUN_TABLE) && (defined(QTYPE_IQ4_NL) || defined(QTYPE_IQ4_XS))
+// dequant_run_f16 of the table types (matmul_coop.comp defines WANT_RUN_TABLE): a table in shared
+// memory from a byte of two indices (lo | hi << 4) to the f16 pair (KV[lo], KV[hi]), so two weights of
+// a run -- columns (0, 2) or (1, 3) of 4, at bits 0 and 16 or 8 and 24 of a quant word -- cost one
+// shared load and one packed multiply instead of a table select and a conversion each.
+// run_table_fill: every thread of the workgroup, then a barrier before the first run.
+#define RUN_TABLE 1
+shared uint run_table[256];
+void run_table_fill(uint tid, uint nthreads) {
+    for (uint i = tid; i < 256u; i += nthreads)
+        run_table[i] = packFloat2x16(f16vec2(float(kv_lookup(KV_IQ4NL, i & 15u)), float(kv_lookup(KV_IQ4NL, i >> 4))));
+}
+// the runs' pairs from quant word w (its wanted nibbles at bits 8j .. 8j + 3), times d
+uvec2 run_pairs(uint w, f16vec2 d) {
+    return uvec2(packFloat2x16(unpackFloat2x16(run_table[(w & 0xFu) | ((w >> 12) & 0xF0u)]) * d),
+                 packFloat2x16(unpackFloat2x16(run_table[((w >> 8) & 0xFu) | ((w >> 20) & 0xF0u)]) * d));
+}
+#endif
+
 #if defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
 #define QK 32
 // planar: qs plane 16 bytes per block (one uvec4), then the scale plane: IQ4_NL f16 (at f16 index
@@ -533,6 +552,15 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uvec4 q = wu4[b];
     [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = d * kv_lookup4(Q_TABLE, (q[k] >> (4u * h)) & 0x0F0F0F0Fu);
 }
+#if defined(RUN_TABLE)
+#define HAS_RUN_F16 1   // IQ4_NL (f16 d: d KV rounded once, as the f32 path)
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    uint b = row * (cols / QK) + u;
+    f16vec2 d = f16vec2(wf16[8 * q_chunk_blocks + b]);
+    uvec4 q = wu4[b] >> (4u * h);
+    [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = run_pairs(q[k], d);
+}
+#endif
 
 #else   // IQ4_XS
 #define QK 256
@@ -567,6 +595,18 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     w[2] = dl * kv_lookup4(KV_IQ4NL, (q1.x >> sh) & 0x0F0F0F0Fu);
     w[3] = dl * kv_lookup4(KV_IQ4NL, (q1.y >> sh) & 0x0F0F0F0Fu);
 }
+#if defined(RUN_TABLE)
+#define HAS_RUN_F16 1   // the sub-block's scale d (ls - 32) rounded to f16 first
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    uvec2 q0, q1;
+    const f16vec2 d = f16vec2(iq4xs_run_head(row * (cols / QK) + u / 8, u % 8, q0, q1));
+    const uint sh = 4u * h;
+    w[0] = run_pairs(q0.x >> sh, d);
+    w[1] = run_pairs(q0.y >> sh, d);
+    w[2] = run_pairs(q1.x >> sh, d);
+    w[3] = run_pairs(q1.y >> sh, d);
+}
+#endif
 #endif
 
 #else
