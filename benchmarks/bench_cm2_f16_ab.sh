@@ -3,8 +3,8 @@
 # mul_mm_cm2d) as a whole model, on one GPU with VK_NV_cooperative_matrix2 (H100), from the repository
 # root: its default (128-thread workgroups, selection.CM2_F16_WG) against 256 threads, for the types
 # that take it (Q4_K, Q6_K), and the types that keep their decode functions (Q4_0, Q8_0) with and
-# without it. The F16 form's 128-thread default was measured per kernel only (docs/PERFORMANCE.md,
-# Kernel-level measurements). Each `-m M,M` runs a model twice in one process: take the second pass.
+# without it (its results at e70419a: docs/PERFORMANCE.md, Kernel-level measurements). Each `-m M,M`
+# runs a model twice in one process: take the second pass.
 # Usage: sh benchmarks/bench_cm2_f16_ab.sh [TYPES]   (default "q4_k q6_k q4_0 q8_0")
 set -e
 PY=${PYTHON:-python3}
