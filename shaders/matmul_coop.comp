@@ -107,6 +107,20 @@ uvec2 pack4x(vec4 v) { return uvec2(packHalf2x16(v.xz), packHalf2x16(v.yw)); }
 #define XPIECES (BN * 8 / NTHREADS)
 struct Tile { uvec2 w[2 * WPIECES]; uvec2 x[XPIECES]; };
 
+#ifdef HAS_DEQUANT_RUN
+// Run h of unit u of a row as packed f16 pairs: the type's f16 conversion where it has one, else its
+// f32 run rounded to f16
+void run_halves(uint row, uint u, uint h, out uvec2 w[4]) {
+#ifdef HAS_RUN_F16
+    dequant_run_f16(row, u, h, p.cols, w);
+#else
+    vec4 f[4];
+    dequant_run(row, u, h, p.cols, f);
+    [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = pack4(f[k]);
+#endif
+}
+#endif
+
 Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
     Tile tl;
 #ifdef HAS_DEQUANT_RUN
@@ -116,17 +130,10 @@ Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
         const uint piece = tid + NTHREADS * s;
         const uint r = piece / 2, h = piece % 2;
         const uint row = min(row0 + r, p.n_rows - 1);
-#ifdef HAS_RUN_F16
-        uvec2 w16[4];
-        dequant_run_f16(WROW(row), u, h, p.cols, w16);
+        uvec2 w[4];
+        run_halves(WROW(row), u, h, w);
         const bool live = row0 + r < p.n_rows;
-        [[unroll]] for (uint k = 0; k < 4; ++k) tl.w[4 * s + k] = live ? w16[k] : uvec2(0);
-#else
-        vec4 w[4];
-        dequant_run(WROW(row), u, h, p.cols, w);
-        const bool live = row0 + r < p.n_rows;
-        [[unroll]] for (uint k = 0; k < 4; ++k) tl.w[4 * s + k] = live ? pack4(w[k]) : uvec2(0);
-#endif
+        [[unroll]] for (uint k = 0; k < 4; ++k) tl.w[4 * s + k] = live ? w[k] : uvec2(0);
     }
 #else
     [[unroll]] for (uint s = 0; s < WPIECES; ++s) {

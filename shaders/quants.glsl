@@ -83,6 +83,10 @@ vec4 ubytes_fast(uint q) {  // bytes 0..3 as unsigned values
                 uintBitsToFloat(MAGIC | ((q >> 16) & 0xFFu)), uintBitsToFloat(MAGIC | (q >> 24))) - 8388608.0;
 }
 
+// Two small unsigned fields at bits 0 and 16 of `bits` (each < 1024) as an f16 pair minus off: with
+// f16 1024's exponent bits OR-ed in, each half reads 1024 + field exactly (dequant_run_f16)
+f16vec2 f16_pair(uint bits, float off) { return unpackFloat2x16(bits | 0x64006400u) - f16vec2(off); }
+
 // Positional magic (matvec_wide.comp DQ 1, matvec_stream.comp): the field of w selected by mask m (at
 // bit p, p + width <= 23) minus off: (w & m) | 2^23 as float is 2^23 + q * 2^p, one fma gives q - off.
 float fld(uint w, uint m, float inv_scale, float off) {
@@ -188,8 +192,8 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     f16vec2 d = f16vec2(wf16[QD_PLANE * q_chunk_blocks + b]);
     uvec4 q = wu4[2 * b + h] ^ uvec4(0x80808080u);   // signed byte s as s + 128
     [[unroll]] for (uint k = 0; k < 4; ++k) {
-        f16vec2 a = unpackFloat2x16((q[k] & 0x00FF00FFu) | 0x64006400u) - f16vec2(1152.0);
-        f16vec2 c = unpackFloat2x16(((q[k] >> 8) & 0x00FF00FFu) | 0x64006400u) - f16vec2(1152.0);
+        f16vec2 a = f16_pair(q[k] & 0x00FF00FFu, 1152.0);
+        f16vec2 c = f16_pair((q[k] >> 8) & 0x00FF00FFu, 1152.0);
         w[k] = uvec2(packFloat2x16(a * d), packFloat2x16(c * d));
     }
 }
@@ -220,8 +224,8 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     f16vec2 d = f16vec2(wf16[QD_PLANE * q_chunk_blocks + b]);
     uvec4 q = wu4[b] >> (4u * h);
     [[unroll]] for (uint k = 0; k < 4; ++k) {
-        f16vec2 a = unpackFloat2x16((q[k] & 0x000F000Fu) | 0x64006400u) - f16vec2(1032.0);
-        f16vec2 c = unpackFloat2x16(((q[k] >> 8) & 0x000F000Fu) | 0x64006400u) - f16vec2(1032.0);
+        f16vec2 a = f16_pair(q[k] & 0x000F000Fu, 1032.0);
+        f16vec2 c = f16_pair((q[k] >> 8) & 0x000F000Fu, 1032.0);
         w[k] = uvec2(packFloat2x16(a * d), packFloat2x16(c * d));
     }
 }
@@ -415,7 +419,7 @@ f16vec2 q4k_sub_scale16(uvec4 hd, uint s) {
         const uint md = hd.w >> j;
         scmn = ((md & 15u) | (((hd.y >> (j + 6u)) & 3u) << 4)) | ((((md >> 4) & 15u) | (((hd.z >> (j + 6u)) & 3u) << 4)) << 16);
     }
-    return unpackFloat2x16(hd.x) * (unpackFloat2x16(scmn | 0x64006400u) - f16vec2(1024.0));
+    return unpackFloat2x16(hd.x) * f16_pair(scmn, 1024.0);
 }
 // The same run as packed f16 pairs (dequant_run_f16 at Q8_0): q exact, then one f16 fma with the
 // sub-block's scale and min, themselves rounded to f16 (q4k_sub_scale16), where the f32 path rounds
@@ -440,8 +444,8 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
 #else
         const uint v = q[k], pm = 0x000F000Fu;   // the pairs' mask drops the other nibbles
 #endif
-        f16vec2 a = unpackFloat2x16((v & pm) | 0x64006400u) - f16vec2(1024.0);
-        f16vec2 c = unpackFloat2x16(((v >> 8) & pm) | 0x64006400u) - f16vec2(1024.0);
+        f16vec2 a = f16_pair(v & pm, 1024.0);
+        f16vec2 c = f16_pair((v >> 8) & pm, 1024.0);
         w[k] = uvec2(packFloat2x16(fma(a, d, m)), packFloat2x16(fma(c, d, m)));
     }
 }
@@ -487,8 +491,8 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     f16vec2 d = f16vec2(half_bits(wu16[104 * q_chunk_blocks + ib]) * float(int(int8_t(wu8[192 * q_chunk_blocks + 16 * ib + 2 * s + h]))));
     [[unroll]] for (uint k = 0; k < 4; ++k) {
         uint v = ((ql[k] >> (4u * (j / 2))) & 0x0F0F0F0Fu) | (((qh[k] >> (2u * j)) & 0x03030303u) << 4);
-        f16vec2 a = unpackFloat2x16((v & 0x00FF00FFu) | 0x64006400u) - f16vec2(1056.0);
-        f16vec2 c = unpackFloat2x16(((v >> 8) & 0x00FF00FFu) | 0x64006400u) - f16vec2(1056.0);
+        f16vec2 a = f16_pair(v & 0x00FF00FFu, 1056.0);
+        f16vec2 c = f16_pair((v >> 8) & 0x00FF00FFu, 1056.0);
         w[k] = uvec2(packFloat2x16(a * d), packFloat2x16(c * d));
     }
 }
