@@ -528,12 +528,15 @@ class DeviceRuntime:
                 x, z, w = op.inputs
                 deltanet.gated_norm(seq, kc, act(x), act(z), vec(w), act(op.out), rows_out, op.attrs["n_heads"],
                                     w.width, op.attrs["eps"])
-            elif k == "swiglu":
+            elif k in ("swiglu", "geglu"):
                 gate, up = op.inputs
-                elementwise.swiglu(seq, kc, act(gate), act(up), act(op.out), rows_out * gate.width)
-            elif k == "geglu":
-                gate, up = op.inputs
-                elementwise.geglu(seq, kc, act(gate), act(up), act(op.out), rows_out * gate.width)
+                glu, size = (elementwise.swiglu if k == "swiglu" else elementwise.geglu), rows_out * gate.width
+                if self._feeds_f16_product(ops, i, rows_out, graph.ops):
+                    # written as the f16 x of the down product after it (matmul.record_f16_x), never as f32
+                    matmul.record_f16_x(seq, kc, act(op.out), size,
+                                        lambda xh: glu(seq, kc, act(gate), act(up), xh, size, out_f16=True))
+                else:
+                    glu(seq, kc, act(gate), act(up), act(op.out), size)
             elif k == "scale":
                 x = op.inputs[0]
                 elementwise.scale(seq, kc, act(x), act(op.out), rows_out * x.width, op.attrs["scale"])
@@ -574,6 +577,18 @@ class DeviceRuntime:
     def _moe_groups(self, n_expert: int, n_tokens: int) -> View:
         """The scratch buffer of per-expert token lists, sized for this device's largest batch."""
         return moe.group_scratch(self.kc, n_expert, max(n_tokens, self.n_ubatch))
+
+    def _feeds_f16_product(self, ops, i: int, n_tokens: int, all_ops) -> bool:
+        """Whether ops[i]'s output is read by the next op alone (of all_ops, the graph's), a product
+        reading its x as f16 (matmul.reads_x_f16): then ops[i] may write that f16 x itself."""
+        op, nxt = ops[i], ops[i + 1] if i + 1 < len(ops) else None
+        if (nxt is None or nxt.kind != "matmul" or "route" in nxt.attrs or len(nxt.inputs) < 2
+                or nxt.inputs[1] is not op.out or os.environ.get("LLAMAVK_CM2_X_SHARE", "1") == "0"):
+            return False
+        if any(op.out in o.inputs for o in all_ops if o is not nxt) or any(
+                nxt.attrs.get(a) is not None for a in ("norm", "residual", "glu", "pair")):
+            return False
+        return matmul.reads_x_f16(self.kc, self.weights[nxt.inputs[0].name], n_tokens)
 
     def _consumes(self, op, producer, edges: str) -> bool:
         """Whether product `op` can wait in its shader for `producer` (recorded just before it, or

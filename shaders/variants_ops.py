@@ -42,6 +42,8 @@ VARIANTS = {
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),
     "swiglu_f32": ("elementwise.comp", {"OP_SWIGLU": "1"}),
     "geglu_f32": ("elementwise.comp", {"OP_GEGLU": "1"}),
+    "swiglu_f32_to_f16": ("elementwise.comp", {"OP_SWIGLU": "1", "OUT_F16": "1"}),
+    "geglu_f32_to_f16": ("elementwise.comp", {"OP_GEGLU": "1", "OUT_F16": "1"}),
     "scale_f32": ("unary.comp", {"OP_SCALE": "1"}),
     "softcap_f32": ("unary.comp", {"OP_SOFTCAP": "1"}),
     "add_bias_f32": ("elementwise_bias.comp", {}),

@@ -311,3 +311,35 @@ def test_product_kernel_edges(dev, kc):
                     (batched_max, "mul_mv_batched"), (batched_max + 1, "mul_mm_coop" if coop else "mul_mm")):
         assert selection.product_kernel(kc, n, 296, 96) == want, n
         run_matmul(dev, kc, T.Q4_0, 296, 96, n, seed=20 + n, coopmat=want.startswith("mul_mm_coop"))
+
+
+def test_f16_x_conversion_shared_until_x_changes(dev, kc, monkeypatch):
+    """Products reading the same x one after another share its f16 conversion (matmul._f16_copy):
+    the second asks for it without recording a dispatch; once a command writes x the next asks
+    convert again, and the scratch then holds the new values. LLAMAVK_CM2_X_SHARE=0 converts every
+    time."""
+    n = 1024
+    x0 = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    x = View(Buffer(dev, 4 * n), 0, 4 * n)
+    x.buffer.write(x0)
+    other = Buffer(dev, 4 * n)
+    other.write(-x0)
+    seq = CommandSequence(dev).begin()
+    xh = matmul_module._f16_copy(seq, kc, x, n)
+    assert seq.n_dispatches == 1
+    assert matmul_module._f16_copy(seq, kc, x, n) == xh and seq.n_dispatches == 1     # shared
+    seq.copy(other, x.buffer, 4 * n)                                               # x rewritten
+    xh2 = matmul_module._f16_copy(seq, kc, x, n)
+    assert seq.n_dispatches == 2
+    seq.end()
+    seq.run()
+    got = np.frombuffer(xh2.buffer.read(2 * n, xh2.offset), np.float16)
+    np.testing.assert_array_equal(got, (-x0).astype(np.float16))
+    seq.close()
+    monkeypatch.setenv("LLAMAVK_CM2_X_SHARE", "0")
+    seq = CommandSequence(dev).begin()
+    matmul_module._f16_copy(seq, kc, x, n)
+    matmul_module._f16_copy(seq, kc, x, n)
+    assert seq.n_dispatches == 2
+    seq.end()
+    seq.close()

@@ -119,6 +119,28 @@ def test_add_and_swiglu(dev, kc, n):
     np.testing.assert_array_equal(a_mem, a + b)
 
 
+@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+def test_glu_f16_out_is_the_f32_result_converted(dev, kc, op):
+    """SwiGLU / GeGLU writing f16 (the x of a prompt's down product, runtime._feeds_f16_product):
+    bit for bit the f32 kernel's result converted as collective.convert converts it."""
+    from llamavk.kernels import elementwise
+    from llamavk.kernels.collective import convert
+    n = 70 * 1536 + 3
+    rng = np.random.default_rng(11)
+    a = (rng.standard_normal(n) * 5).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    a[:4] = [-1000.0, -100.0, 100.0, 0.0]
+    av, bv = upload(dev, a), upload(dev, b)
+    f32, _ = poisoned(dev, n)
+    conv, conv_mem = poisoned(dev, n, np.float16)
+    direct, direct_mem = poisoned(dev, n, np.float16)
+    fn = getattr(elementwise, op)
+    run(dev, lambda s: (fn(s, kc, av, bv, f32, n), convert(s, kc, f32, conv, "f16", n),
+                        fn(s, kc, av, bv, direct, n, out_f16=True)))
+    assert np.all(np.isfinite(conv_mem))
+    np.testing.assert_array_equal(direct_mem.view(np.uint16), conv_mem.view(np.uint16))
+
+
 def test_add_in_place(dev, kc):
     rng = np.random.default_rng(3)
     x, y = rng.standard_normal((17, 576)).astype(np.float32), rng.standard_normal((17, 576)).astype(np.float32)

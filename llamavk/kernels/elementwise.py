@@ -23,19 +23,22 @@ def add(seq, kc, a, b, out, n: int) -> None:
     seq.dispatch(kernel, [_range(a), _range(b), _range(out)], _groups(n), struct.pack("<I", n))
 
 
-def swiglu(seq, kc, gate, up, out, n: int) -> None:
-    """out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), for i < n; out may alias an input."""
-    if n <= 0:
-        return
-    kernel = kc.get("swiglu_f32", "rrw", push_size=4, spec=(WG,))
-    seq.dispatch(kernel, [_range(gate), _range(up), _range(out)], _groups(n), struct.pack("<I", n))
+def swiglu(seq, kc, gate, up, out, n: int, out_f16: bool = False) -> None:
+    """out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), for i < n; out may alias an input.
+    out_f16: out holds f16 values (rounded as collective.convert rounds)."""
+    _glu(seq, kc, "swiglu", gate, up, out, n, out_f16)
 
 
-def geglu(seq, kc, gate, up, out, n: int) -> None:
-    """out[i] = gelu(gate[i]) * up[i] for i < n, GELU's tanh approximation; out may alias an input."""
+def geglu(seq, kc, gate, up, out, n: int, out_f16: bool = False) -> None:
+    """out[i] = gelu(gate[i]) * up[i] for i < n, GELU's tanh approximation; out may alias an input
+    (out_f16: as swiglu's)."""
+    _glu(seq, kc, "geglu", gate, up, out, n, out_f16)
+
+
+def _glu(seq, kc, op: str, gate, up, out, n: int, out_f16: bool) -> None:
     if n <= 0:
         return
-    kernel = kc.get("geglu_f32", "rrw", push_size=4, spec=(WG,))
+    kernel = kc.get(f"{op}_f32_to_f16" if out_f16 else f"{op}_f32", "rrw", push_size=4, spec=(WG,))
     seq.dispatch(kernel, [_range(gate), _range(up), _range(out)], _groups(n), struct.pack("<I", n))
 
 

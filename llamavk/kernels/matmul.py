@@ -767,15 +767,38 @@ def _dispatch_column_parts(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View
 def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
     """x's first n floats converted to f16, in a scratch shared by every product of this size class
     (a power of two of at least 4 KiB, so a recording never replaces one its dispatches still use;
-    the recorder's barriers order a conversion after the last product that read the scratch)."""
+    the recorder's barriers order a conversion after the last product that read the scratch).
+    Products reading the same x one after another (a layer's Q, K and V; gate and up) share one
+    conversion: the last one is reused while nothing recorded since wrote x or the scratch (H100,
+    7.2B pp512: each conversion a dispatch of ~9 us behind a barrier, 6 per layer before)."""
+    last = seq.memo.get("f16 x") if os.environ.get("LLAMAVK_CM2_X_SHARE", "1") != "0" else None
+    if last is not None:
+        key, xh, mark = last
+        if key == (x.buffer, x.offset, n) and not seq.written_since(mark, x.range, xh.range):
+            return xh
+    return record_f16_x(seq, kc, x, n, lambda xh: convert(seq, kc, x, xh, "f16", n))
+
+
+def record_f16_x(seq, kc: KernelCache, x: View, n: int, write) -> View:
+    """The f16 form of x's first n floats, written into its scratch by write(view) (a conversion, or
+    the producer of x writing f16 itself: the runtime's SwiGLU before a down product), and noted so
+    that the products reading x next take it (_f16_copy)."""
     size = 1 << max(12, (2 * n - 1).bit_length())
     ahead = kc.dequant_ahead
     parity = 0
     if ahead is not None:   # alternate: converting the next product's x need not wait for this one
         parity, ahead.x_parity = ahead.x_parity, ahead.x_parity ^ 1
     xh = View(kc.shared("cm2 f16 x", (size, parity), lambda: Buffer(kc.device, size)), 0, 2 * n)
-    convert(seq, kc, x, xh, "f16", n)
+    write(xh)
+    seq.memo["f16 x"] = ((x.buffer, x.offset, n), xh, seq.write_mark())
     return xh
+
+
+def reads_x_f16(kc: KernelCache, w: QWeight, n_tokens: int) -> bool:
+    """Whether the product of n_tokens tokens through w reads its x as f16 (_f16_copy): the
+    dequantize-then-f16 products, and the coopmat2 ones with LLAMAVK_CM2_X=f16 (the default)."""
+    family = product_kernel(kc, n_tokens, w.rows, w.cols, type_suffix(w.qtype))
+    return family == "mul_mm_cm2d" or (family == "mul_mm_cm2" and cm2_x_f16())
 
 
 # Matrix-vector kernels with a form that takes its token slice from the grid's z (TOKEN_SLICES in

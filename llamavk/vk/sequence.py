@@ -64,6 +64,8 @@ class CommandSequence:
         self._written: list = []
         self._read: list = []
         self._src_stages = 0          # stages of the commands recorded since the last barrier
+        self._writes: list = []       # every range written in this recording, in order (written_since)
+        self.memo: dict = {}          # recorders' notes about this recording (reset by begin)
         self.n_dispatches = 0
         self.n_copies = 0
         self.n_barriers = 0
@@ -82,6 +84,7 @@ class CommandSequence:
         check(lib.vkBeginCommandBuffer(self.cmd, info), "vkBeginCommandBuffer")
         self._written, self._read = [], []
         self._src_stages = 0
+        self._writes, self.memo = [], {}
         self.n_dispatches = self.n_copies = self.n_barriers = 0
         self.recording = True
         if self.profiler:
@@ -94,7 +97,17 @@ class CommandSequence:
             self.barrier()
         self._read.extend(reads)
         self._written.extend(writes)
+        self._writes.extend(writes)
         self._src_stages |= stage
+
+    def write_mark(self) -> int:
+        """A point in this recording, for written_since."""
+        return len(self._writes)
+
+    def written_since(self, mark: int, *ranges) -> bool:
+        """Whether a command recorded after `mark` (write_mark) writes any of these (buffer, offset,
+        size) ranges."""
+        return any(_overlaps(self._writes[mark:], r) for r in ranges)
 
     def barrier(self, dst_stages: int = COMPUTE | TRANSFER) -> None:
         """Make the writes of the commands since the last barrier visible to later compute and transfer
