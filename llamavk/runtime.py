@@ -421,7 +421,12 @@ class DeviceRuntime:
             elif k == "rms_norm":
                 x = op.inputs[0]
                 weight = vec(op.inputs[1]) if len(op.inputs) > 1 else None
-                norm.rms_norm(seq, kc, act(x), act(op.out), rows_out, x.width, op.attrs["eps"], weight)
+                if self._feeds_f16_products(ops, i, rows_out, graph.ops):
+                    # written as the f16 x of the products after it (matmul.record_f16_x), never as f32
+                    matmul.record_f16_x(seq, kc, act(op.out), rows_out * x.width, lambda xh: norm.rms_norm(
+                        seq, kc, act(x), xh, rows_out, x.width, op.attrs["eps"], weight, out_f16=True), f16_only=True)
+                else:
+                    norm.rms_norm(seq, kc, act(x), act(op.out), rows_out, x.width, op.attrs["eps"], weight)
             elif k == "head_norm" and op.attrs.get("stride"):   # the Q half of qwen35's [q | gate]
                 x, w = op.inputs
                 deltanet.head_norm_strided(seq, kc, act(x), vec(w), act(op.out), n_tokens, op.attrs["n_heads"],
@@ -471,10 +476,19 @@ class DeviceRuntime:
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width, self.kv_types.k)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width, self.kv_types.v)
-                n = attn_k.attention(seq, kc, act(q), View.whole(kcache), View.whole(vcache), act(op.out), step,
-                                     n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, signal=signal,
-                                     scale=op.attrs.get("scale", 0.0), window=op.attrs.get("window", 0),
-                                     kv_types=self.kv_types)
+                window = op.attrs.get("window", 0)
+                record = lambda out, f16=False: attn_k.attention(  # noqa: E731
+                    seq, kc, act(q), View.whole(kcache), View.whole(vcache), out, step, n_tokens, n_head, n_head_kv,
+                    cfg.head_dim, self.n_ctx, signal=signal, scale=op.attrs.get("scale", 0.0), window=window,
+                    kv_types=self.kv_types, out_f16=f16)
+                if (rows_out == n_tokens and self._feeds_f16_products(ops, i, rows_out, graph.ops)
+                        and attn_k.writes_f16_ok(kc, n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, window,
+                                                 self.kv_types)):
+                    # written as the f16 x of the output projection after it (matmul.record_f16_x)
+                    matmul.record_f16_x(seq, kc, act(op.out), n_tokens * op.out.width,
+                                        lambda xh: record(xh, True), f16_only=True)
+                else:
+                    n = record(act(op.out))
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs
@@ -531,10 +545,11 @@ class DeviceRuntime:
             elif k in ("swiglu", "geglu"):
                 gate, up = op.inputs
                 glu, size = (elementwise.swiglu if k == "swiglu" else elementwise.geglu), rows_out * gate.width
-                if self._feeds_f16_product(ops, i, rows_out, graph.ops):
+                if self._feeds_f16_products(ops, i, rows_out, graph.ops):
                     # written as the f16 x of the down product after it (matmul.record_f16_x), never as f32
                     matmul.record_f16_x(seq, kc, act(op.out), size,
-                                        lambda xh: glu(seq, kc, act(gate), act(up), xh, size, out_f16=True))
+                                        lambda xh: glu(seq, kc, act(gate), act(up), xh, size, out_f16=True),
+                                        f16_only=True)
                 else:
                     glu(seq, kc, act(gate), act(up), act(op.out), size)
             elif k == "scale":
@@ -578,17 +593,21 @@ class DeviceRuntime:
         """The scratch buffer of per-expert token lists, sized for this device's largest batch."""
         return moe.group_scratch(self.kc, n_expert, max(n_tokens, self.n_ubatch))
 
-    def _feeds_f16_product(self, ops, i: int, n_tokens: int, all_ops) -> bool:
-        """Whether ops[i]'s output is read by the next op alone (of all_ops, the graph's), a product
-        reading its x as f16 (matmul.reads_x_f16): then ops[i] may write that f16 x itself."""
-        op, nxt = ops[i], ops[i + 1] if i + 1 < len(ops) else None
-        if (nxt is None or nxt.kind != "matmul" or "route" in nxt.attrs or len(nxt.inputs) < 2
-                or nxt.inputs[1] is not op.out or os.environ.get("LLAMAVK_CM2_X_SHARE", "1") == "0"):
+    def _feeds_f16_products(self, ops, i: int, n_tokens: int, all_ops) -> bool:
+        """Whether ops[i]'s output is read only by products reading their x as f16
+        (matmul.reads_x_f16; of all_ops, the graph's) that come right after it (a layer's Q, K and V
+        after its norm; gate and up; down after SwiGLU): then ops[i] may write that f16 x itself, and
+        the products share it (matmul._f16_copy). LLAMAVK_CM2_X_SHARE=0: never (A/B)."""
+        if n_tokens <= matmul.MATVEC_MAX_TOKENS or os.environ.get("LLAMAVK_CM2_X_SHARE", "1") == "0":
             return False
-        if any(op.out in o.inputs for o in all_ops if o is not nxt) or any(
-                nxt.attrs.get(a) is not None for a in ("norm", "residual", "glu", "pair")):
+        out = ops[i].out
+        readers = [o for o in all_ops if out in o.inputs]
+        following = ops[i + 1:i + 1 + len(readers)]
+        if not readers or len(following) < len(readers) or any(a is not b for a, b in zip(readers, following)):
             return False
-        return matmul.reads_x_f16(self.kc, self.weights[nxt.inputs[0].name], n_tokens)
+        return all(o.kind == "matmul" and "route" not in o.attrs and o.inputs[1] is out and not any(
+            o.attrs.get(a) is not None for a in ("norm", "residual", "glu", "pair", "router"))
+            and matmul.reads_x_f16(self.kc, self.weights[o.inputs[0].name], n_tokens) for o in readers)
 
     def _consumes(self, op, producer, edges: str) -> bool:
         """Whether product `op` can wait in its shader for `producer` (recorded just before it, or

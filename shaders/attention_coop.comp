@@ -40,7 +40,15 @@ layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
 layout(std430, binding = 1) readonly buffer K { uvec4 kc[]; };   // 8 halves per uvec4
 layout(std430, binding = 2) readonly buffer V { uvec4 vc[]; };
 layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
+// OUT_F16 (variants *_to_f16): out in f16 (rounded as convert.comp rounds), for a prompt's output
+// projection reading its x as f16 (kernels/matmul.py record_f16_x)
+#ifdef OUT_F16
+layout(std430, binding = 4) writeonly buffer Out { float16_t o[]; };
+#define STORE(v) float16_t(v)
+#else
 layout(std430, binding = 4) writeonly buffer Out { float o[]; };
+#define STORE(v) (v)
+#endif
 layout(push_constant) uniform Push {
     uint n_tokens; uint n_head; uint n_head_kv; uint n_splits; uint min_chunk; float scale;
     uint window;       // sliding window: positions a row sees, its own included (0: all)
@@ -192,7 +200,7 @@ void main() {
         if (live) {
             [[unroll]] for (uint i = 0; i < 16; ++i) {
                 const uint d = j0 * 8 + col0 + i;
-                if (d < HD) o[orow * HD + d] = ss[sbase + (lane / 2) * BC + col0 + i] * inv_l;
+                if (d < HD) o[orow * HD + d] = STORE(ss[sbase + (lane / 2) * BC + col0 + i] * inv_l);
             }
         }
         subgroupBarrier();

@@ -6,11 +6,18 @@
 // Rows: rows of [n_tokens][n_embd], or per-head rows (n_tokens*n_heads of head_dim) for Q/K norm.
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
+// OUT_F16: out in f16 (rounded as convert.comp rounds), for prompt products that read their x as
+// f16 (kernels/matmul.py record_f16_x): no f32 copy written and converted again.
+#ifdef OUT_F16
+#define OUT_T float16_t
+#else
+#define OUT_T float
+#endif
 #ifdef HAS_WEIGHT
 layout(std430, binding = 1) readonly buffer Wt { float w[]; };
-layout(std430, binding = 2) writeonly buffer Out { float o[]; };
+layout(std430, binding = 2) writeonly buffer Out { OUT_T o[]; };
 #else
-layout(std430, binding = 1) writeonly buffer Out { float o[]; };
+layout(std430, binding = 1) writeonly buffer Out { OUT_T o[]; };
 #endif
 layout(push_constant) uniform Push { uint n_rows; uint n_cols; float eps; } p;
 
@@ -34,9 +41,9 @@ void main() {
     const float scale = inversesqrt(total / float(p.n_cols) + p.eps);
     for (uint c = tid; c < p.n_cols; c += gl_WorkGroupSize.x) {
 #ifdef HAS_WEIGHT
-        o[base + c] = x[base + c] * scale * w[c];
+        o[base + c] = OUT_T(x[base + c] * scale * w[c]);
 #else
-        o[base + c] = x[base + c] * scale;
+        o[base + c] = OUT_T(x[base + c] * scale);
 #endif
     }
 }

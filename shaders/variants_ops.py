@@ -2,6 +2,8 @@
 VARIANTS = {
     "rms_norm_f32": ("rms_norm.comp", {}),
     "rms_norm_mul_f32": ("rms_norm.comp", {"HAS_WEIGHT": "1"}),
+    "rms_norm_f32_to_f16": ("rms_norm.comp", {"OUT_F16": "1"}),
+    "rms_norm_mul_f32_to_f16": ("rms_norm.comp", {"HAS_WEIGHT": "1", "OUT_F16": "1"}),
     "rope_f32": ("rope.comp", {}),
     "rope_freqs_f32": ("rope.comp", {"HAS_FREQS": "1"}),
     "rope_kv_f32": ("rope_kv.comp", {}),
@@ -39,6 +41,8 @@ VARIANTS = {
     # prompts on cooperative matrices (devices with 16x8x16 f16 tiles), per head_dim
     "attention_coop_f16_hd64": ("attention_coop.comp", {"HD": "64"}),
     "attention_coop_f16_hd128": ("attention_coop.comp", {"HD": "128"}),
+    "attention_coop_f16_hd64_to_f16": ("attention_coop.comp", {"HD": "64", "OUT_F16": "1"}),
+    "attention_coop_f16_hd128_to_f16": ("attention_coop.comp", {"HD": "128", "OUT_F16": "1"}),
     "ew_add_f32": ("elementwise.comp", {"OP_ADD": "1"}),
     "swiglu_f32": ("elementwise.comp", {"OP_SWIGLU": "1"}),
     "geglu_f32": ("elementwise.comp", {"OP_GEGLU": "1"}),

@@ -343,3 +343,25 @@ def test_f16_x_conversion_shared_until_x_changes(dev, kc, monkeypatch):
     assert seq.n_dispatches == 2
     seq.end()
     seq.close()
+
+
+def test_f16_only_x_is_never_converted_from_missing_f32(dev, kc):
+    """An x its producer wrote only as f16 (matmul.record_f16_x f16_only: the runtime's norms and
+    SwiGLU before the products reading them): asking for it after its scratch was replaced is an
+    error, not a conversion of f32 values that were never written; once x is written, it converts."""
+    from llamavk.errors import LlamavkError
+    n = 1024
+    x = View(Buffer(dev, 4 * n), 0, 4 * n)
+    y = View(Buffer(dev, 4 * n), 0, 4 * n)
+    seq = CommandSequence(dev).begin()
+    xh = matmul_module.record_f16_x(seq, kc, x, n, lambda v: seq.fill(v.buffer, 0, v.nbytes, v.offset), f16_only=True)
+    assert matmul_module._f16_copy(seq, kc, x, n) == xh           # its readers share it
+    matmul_module._f16_copy(seq, kc, y, n)                         # another x's conversion replaces it
+    with pytest.raises(LlamavkError, match="only as f16"):
+        matmul_module._f16_copy(seq, kc, x, n)
+    seq.copy(y.buffer, x.buffer, 4 * n)                            # x written as f32: converted again
+    n0 = seq.n_dispatches
+    matmul_module._f16_copy(seq, kc, x, n)
+    assert seq.n_dispatches == n0 + 1
+    seq.end()
+    seq.close()

@@ -141,6 +141,25 @@ def test_glu_f16_out_is_the_f32_result_converted(dev, kc, op):
     np.testing.assert_array_equal(direct_mem.view(np.uint16), conv_mem.view(np.uint16))
 
 
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_rms_norm_f16_out_is_the_f32_result_converted(dev, kc, with_weight):
+    """RMS norm writing f16 (the x of a prompt's Q/K/V or gate/up products,
+    runtime._feeds_f16_products): bit for bit the f32 kernel's result converted."""
+    from llamavk.kernels.collective import convert
+    rows, cols = 37, 4096
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32) if with_weight else None
+    xv, wv = upload(dev, x), (upload(dev, w) if with_weight else None)
+    f32, _ = poisoned(dev, x.shape)
+    conv, conv_mem = poisoned(dev, x.shape, np.float16)
+    direct, direct_mem = poisoned(dev, x.shape, np.float16)
+    run(dev, lambda s: (rms_norm(s, kc, xv, f32, rows, cols, 1e-6, weight=wv), convert(s, kc, f32, conv, "f16", x.size),
+                        rms_norm(s, kc, xv, direct, rows, cols, 1e-6, weight=wv, out_f16=True)))
+    np.testing.assert_allclose(conv_mem.astype(np.float32), ref_rms_norm(x, w, 1e-6), rtol=2e-3, atol=2e-3)
+    np.testing.assert_array_equal(direct_mem.view(np.uint16), conv_mem.view(np.uint16))
+
+
 def test_add_in_place(dev, kc):
     rng = np.random.default_rng(3)
     x, y = rng.standard_normal((17, 576)).astype(np.float32), rng.standard_normal((17, 576)).astype(np.float32)
@@ -446,10 +465,15 @@ def test_attention_coop(dev, kc, n_tokens, n_past, seq_len, n_head, n_head_kv, h
     out, mem = poisoned(dev, q.shape)
     step, smem = step_buffer(dev)
     set_step(smem, n_past, n_tokens, seq_len)
-    run(dev, lambda s: attention(s, kc, upload(dev, q), upload(dev, k_cache), upload(dev, v_cache), out, step,
-                                 n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits=1))
+    out16, mem16 = poisoned(dev, q.shape, np.float16)
+    args = (upload(dev, q), upload(dev, k_cache), upload(dev, v_cache))
+    run(dev, lambda s: (attention(s, kc, *args, out, step, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits=1),
+                        attention(s, kc, *args, out16, step, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits=1,
+                                  out_f16=True)))
     ref = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd, seq_len)
     np.testing.assert_allclose(mem, ref, rtol=4e-3, atol=4e-3)
+    # out_f16 (an output projection reading its x as f16): the same values rounded to f16
+    np.testing.assert_array_equal(mem16.view(np.uint16), mem.astype(np.float16).view(np.uint16))
 
 
 @pytest.mark.parametrize("n_splits", [None, 1, 5])

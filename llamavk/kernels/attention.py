@@ -171,9 +171,19 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
                          (n_rb, n_head_kv, n_splits), n_splits, min_chunk, spec)
 
 
+def writes_f16_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int, window: int = 0,
+                  kv_types: KVTypes = KVTypes()) -> bool:
+    """Whether `attention` with these arguments can write its output as f16 (out_f16): the
+    cooperative-matrix prompt kernel can."""
+    span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
+    return plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, window=window,
+                kv_types=kv_types).kernel.startswith("attention_coop")
+
+
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
               head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None,
-              signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes()) -> int:
+              signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes(),
+              out_f16: bool = False) -> int:
     """out = softmax(scale q k^T, causal) v, per query head h over KV head h // (n_head/n_head_kv);
     scale 0: 1/sqrt(head_dim).
 
@@ -187,6 +197,7 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     minimum KV positions per active split (rounded up to the kernel's block); with `n_splits` given
     and no `min_chunk`, every split is used (chunks of ceil(n_kv / n_splits) rounded to the kernel's
     block: ATTN_WG positions, DEC_BLOCK for the decode kernel).
+    `out_f16`: out holds f16 values (the cooperative-matrix kernel only: writes_f16_ok).
     `signal` (a chain.Signal): where the decode kernel runs, every workgroup counts itself done there
     (attention_decode.comp CHAIN) for a next dispatch that waits in its shader. Returns how many
     workgroups count (0: none, so the next dispatch must not wait).
@@ -205,6 +216,10 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     if chained:
         push += struct.pack("<I", signal.slot)
     name = pl.kernel
+    if out_f16:
+        if not pl.kernel.startswith("attention_coop"):
+            raise ValueError(f"attention: {pl.kernel} writes f32 only")
+        name += "_to_f16"
     if chained:
         name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
     bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained else "")

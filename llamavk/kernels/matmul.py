@@ -771,18 +771,24 @@ def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
     Products reading the same x one after another (a layer's Q, K and V; gate and up) share one
     conversion: the last one is reused while nothing recorded since wrote x or the scratch (H100,
     7.2B pp512: each conversion a dispatch of ~9 us behind a barrier, 6 per layer before)."""
+    key = (x.buffer, x.offset, n)
     last = seq.memo.get("f16 x") if os.environ.get("LLAMAVK_CM2_X_SHARE", "1") != "0" else None
     if last is not None:
-        key, xh, mark = last
-        if key == (x.buffer, x.offset, n) and not seq.written_since(mark, x.range, xh.range):
+        last_key, xh, mark = last
+        if last_key == key and not seq.written_since(mark, x.range, xh.range):
             return xh
+    only = seq.memo.get("f16 only", {})
+    if key in only and not seq.written_since(only[key], x.range):   # x holds no f32 values
+        raise LlamavkError("internal error: a product reads an x that was written only as f16, after its "
+                           "f16 scratch was replaced (runtime._feeds_f16_products)")
     return record_f16_x(seq, kc, x, n, lambda xh: convert(seq, kc, x, xh, "f16", n))
 
 
-def record_f16_x(seq, kc: KernelCache, x: View, n: int, write) -> View:
+def record_f16_x(seq, kc: KernelCache, x: View, n: int, write, f16_only: bool = False) -> View:
     """The f16 form of x's first n floats, written into its scratch by write(view) (a conversion, or
-    the producer of x writing f16 itself: the runtime's SwiGLU before a down product), and noted so
-    that the products reading x next take it (_f16_copy)."""
+    the producer of x writing f16 itself: the runtime's norms and SwiGLU before the products reading
+    their output, which then never exists as f32: f16_only), and noted so that the products reading
+    x next take it (_f16_copy)."""
     size = 1 << max(12, (2 * n - 1).bit_length())
     ahead = kc.dequant_ahead
     parity = 0
@@ -791,6 +797,8 @@ def record_f16_x(seq, kc: KernelCache, x: View, n: int, write) -> View:
     xh = View(kc.shared("cm2 f16 x", (size, parity), lambda: Buffer(kc.device, size)), 0, 2 * n)
     write(xh)
     seq.memo["f16 x"] = ((x.buffer, x.offset, n), xh, seq.write_mark())
+    if f16_only:
+        seq.memo.setdefault("f16 only", {})[(x.buffer, x.offset, n)] = seq.write_mark()
     return xh
 
 

@@ -20,23 +20,25 @@ def _pow2_ceil(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def rms_norm(seq, kc, x, out, n_rows: int, n_cols: int, eps: float, weight=None) -> None:
+def rms_norm(seq, kc, x, out, n_rows: int, n_cols: int, eps: float, weight=None, out_f16: bool = False) -> None:
     """out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) (* weight), r < n_rows; out may be x.
 
     One workgroup per row, sized to the row (at least one subgroup, at most 512 threads, about
     4 columns per thread): per-head Q/K norm (rows = n_tokens * n_heads, cols = head_dim) gets
     one or two subgroups per head, [n_tokens][n_embd] rows get 512 threads.
-    `weight`: float32 vector of n_cols (View or Buffer) or None.
+    `weight`: float32 vector of n_cols (View or Buffer) or None. out_f16: out holds f16 values
+    (rounded as collective.convert rounds; not in place).
     """
     if n_rows <= 0:
         return
     sg = max(1, kc.info.subgroup_size or 32)
     wg = min(512, max(sg, _pow2_ceil((n_cols + 3) // 4)))
     push = struct.pack("<IIf", n_rows, n_cols, float(eps))
+    to = "_to_f16" if out_f16 else ""
     if weight is None:
-        kernel = kc.get("rms_norm_f32", "rw", push_size=12, spec=(wg,))
+        kernel = kc.get(f"rms_norm_f32{to}", "rw", push_size=12, spec=(wg,))
         buffers = [_range(x), _range(out)]
     else:
-        kernel = kc.get("rms_norm_mul_f32", "rrw", push_size=12, spec=(wg,))
+        kernel = kc.get(f"rms_norm_mul_f32{to}", "rrw", push_size=12, spec=(wg,))
         buffers = [_range(x), _range(weight), _range(out)]
     seq.dispatch(kernel, buffers, groups_2d(n_rows), push)
