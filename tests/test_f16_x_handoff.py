@@ -1,0 +1,48 @@
+"""Which prompt-step ops write the f16 x of the products after them (runtime._feeds_f16_products):
+on devices whose prompt products read x as f16 (NV coopmat2) a norm, SwiGLU or attention whose every
+reader is such a product, right after it, writes f16 and no f32 copy exists. llvmpipe has no such
+products, so the rule is checked here with matmul.reads_x_f16 forced on (the kernels' f16 outputs:
+test_kernels_ops.py; the whole path on a GPU: perplexity unchanged, docs/PERFORMANCE.md)."""
+
+import pytest
+
+import llamavk
+from llamavk.kernels import matmul
+
+
+def flagged(m, key, monkeypatch, reads_f16=True):
+    rt = m.runtime
+    monkeypatch.setattr(matmul, "reads_x_f16", lambda kc, w, n: reads_f16)
+    ops = rt.batch_graphs[key].ops
+    return [op for i, op in enumerate(ops) if rt._feeds_f16_products(ops, i, 64, ops)]
+
+
+def test_dense_layer_norms_swiglu_and_attention_hand_over_f16(synthetic_model, monkeypatch):
+    with llamavk.load(str(synthetic_model("llama", "q4_0")), n_ctx=128) as m:
+        n_layer = m.config.n_layer
+        ops = flagged(m, "all", monkeypatch)
+        kinds = [op.kind for op in ops]
+        # per layer: the attention norm (Q/K/V), attention (O), the FFN norm (gate/up), SwiGLU (down);
+        # then the output norm before the logits' product
+        assert kinds.count("rms_norm") == 2 * n_layer + 1
+        assert kinds.count("swiglu") == n_layer and kinds.count("attention") == n_layer
+        assert all(op.kind in ("rms_norm", "swiglu", "attention") for op in ops)
+        assert flagged(m, "all", monkeypatch, reads_f16=False) == []
+        monkeypatch.setenv("LLAMAVK_CM2_X_SHARE", "0")
+        assert flagged(m, "all", monkeypatch) == []
+
+
+def test_a_norm_feeding_a_router_keeps_f32(synthetic_model, monkeypatch):
+    """The MoE FFN norm is read by the router and the expert products too (not products reading f16
+    x right after it): it stays f32; the attention norm still hands over."""
+    with llamavk.load(str(synthetic_model("qwen3moe", "q4_0")), n_ctx=128) as m:
+        ops = flagged(m, "all", monkeypatch)
+        rt = m.runtime
+        graph_ops = rt.batch_graphs["all"].ops
+        for op in ops:
+            readers = [o for o in graph_ops if op.out in o.inputs]
+            assert readers and all(o.kind == "matmul" for o in readers)
+        norms = [op for op in graph_ops if op.kind == "rms_norm" and op.layer is not None]
+        ffn_norms = [op for op in norms if any(o.kind != "matmul" for o in graph_ops if op.out in o.inputs)]
+        assert ffn_norms and not any(op in ops for op in ffn_norms)
+        assert sum(op.kind == "rms_norm" for op in ops) >= m.config.n_layer
