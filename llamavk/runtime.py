@@ -395,7 +395,10 @@ class DeviceRuntime:
         # prompt steps: each dequantize-then-f16 product's rows dequantized while the one before is
         # multiplied (matmul.DequantAhead; a stale plan after an error costs time, never a result)
         kc.dequant_ahead = self._dequant_ahead(ops, n_tokens)
+        done = set()    # ops recorded with the one before them (a residual add and the norm after it)
         for i, op in enumerate(ops):
+            if i in done:
+                continue
             n = 0    # the workgroups a signalling producer counts (set by the recorders that can signal)
             if pending is not None and not self._consumes(op, pending[0], edges):
                 pending = None
@@ -559,6 +562,19 @@ class DeviceRuntime:
                 x = op.inputs[0]
                 view = logits_view if x is graph.logits else act(x)
                 elementwise.softcap(seq, kc, view, view, rows_out * x.width, op.attrs["cap"])
+            elif k == "add" and self._norm_follows(ops, i):
+                # the residual add and the norm of its sum in one dispatch (norm.add_rms_norm)
+                a, b = op.inputs
+                nrm = ops[i + 1]
+                done.add(i + 1)
+                record = lambda out, f16=False: norm.add_rms_norm(  # noqa: E731
+                    seq, kc, act(a), act(b), act(op.out), out, rows_out, a.width, nrm.attrs["eps"],
+                    vec(nrm.inputs[1]), out_f16=f16)
+                if self._feeds_f16_products(ops, i + 1, rows_out, graph.ops):
+                    matmul.record_f16_x(seq, kc, act(nrm.out), rows_out * a.width, lambda xh: record(xh, True),
+                                        f16_only=True)
+                else:
+                    record(act(nrm.out))
             elif k == "add":
                 a, b = op.inputs
                 elementwise.add(seq, kc, act(a), act(b), act(op.out), rows_out * a.width)
@@ -592,6 +608,15 @@ class DeviceRuntime:
     def _moe_groups(self, n_expert: int, n_tokens: int) -> View:
         """The scratch buffer of per-expert token lists, sized for this device's largest batch."""
         return moe.group_scratch(self.kc, n_expert, max(n_tokens, self.n_ubatch))
+
+    @staticmethod
+    def _norm_follows(ops, i: int) -> bool:
+        """Whether ops[i], an add, is followed by an RMS norm (with a weight) of its sum, which can be
+        recorded with it (norm.add_rms_norm). LLAMAVK_ADD_NORM_FUSE=0: never (A/B)."""
+        nxt = ops[i + 1] if i + 1 < len(ops) else None
+        return (nxt is not None and nxt.kind == "rms_norm" and len(nxt.inputs) == 2 and nxt.inputs[0] is ops[i].out
+                and nxt.inputs[0].width == ops[i].inputs[0].width
+                and os.environ.get("LLAMAVK_ADD_NORM_FUSE", "1") != "0")
 
     def _feeds_f16_products(self, ops, i: int, n_tokens: int, all_ops) -> bool:
         """Whether ops[i]'s output is read only by products reading their x as f16

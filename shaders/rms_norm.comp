@@ -13,7 +13,15 @@ layout(std430, binding = 0) readonly buffer X { float x[]; };
 #else
 #define OUT_T float
 #endif
-#ifdef HAS_WEIGHT
+// ADD_IN (with HAS_WEIGHT): x = a + b first (a residual add, its sum written to h: in place on a or
+// b too, each thread reading its own elements before writing them), then the norm of x: a prompt's
+// residual add and the norm after it in one dispatch (runtime; same bits as add then norm).
+#if defined(ADD_IN)
+layout(std430, binding = 1) readonly buffer XB { float xb[]; };
+layout(std430, binding = 2) readonly buffer Wt { float w[]; };
+layout(std430, binding = 3) writeonly buffer Out { OUT_T o[]; };
+layout(std430, binding = 4) buffer H { float h[]; };
+#elif defined(HAS_WEIGHT)
 layout(std430, binding = 1) readonly buffer Wt { float w[]; };
 layout(std430, binding = 2) writeonly buffer Out { OUT_T o[]; };
 #else
@@ -30,7 +38,12 @@ void main() {
     const uint tid = gl_LocalInvocationID.x;
     float acc = 0.0;
     for (uint c = tid; c < p.n_cols; c += gl_WorkGroupSize.x) {
+#ifdef ADD_IN
+        const float v = x[base + c] + xb[base + c];
+        h[base + c] = v;
+#else
         const float v = x[base + c];
+#endif
         acc += v * v;
     }
     acc = subgroupAdd(acc);
@@ -40,7 +53,9 @@ void main() {
     for (uint s = 0; s < gl_NumSubgroups; ++s) total += partial[s];
     const float scale = inversesqrt(total / float(p.n_cols) + p.eps);
     for (uint c = tid; c < p.n_cols; c += gl_WorkGroupSize.x) {
-#ifdef HAS_WEIGHT
+#if defined(ADD_IN)
+        o[base + c] = OUT_T(h[base + c] * scale * w[c]);
+#elif defined(HAS_WEIGHT)
         o[base + c] = OUT_T(x[base + c] * scale * w[c]);
 #else
         o[base + c] = OUT_T(x[base + c] * scale);

@@ -4,6 +4,8 @@ VARIANTS = {
     "rms_norm_mul_f32": ("rms_norm.comp", {"HAS_WEIGHT": "1"}),
     "rms_norm_f32_to_f16": ("rms_norm.comp", {"OUT_F16": "1"}),
     "rms_norm_mul_f32_to_f16": ("rms_norm.comp", {"HAS_WEIGHT": "1", "OUT_F16": "1"}),
+    "add_rms_norm_mul_f32": ("rms_norm.comp", {"HAS_WEIGHT": "1", "ADD_IN": "1"}),
+    "add_rms_norm_mul_f32_to_f16": ("rms_norm.comp", {"HAS_WEIGHT": "1", "ADD_IN": "1", "OUT_F16": "1"}),
     "rope_f32": ("rope.comp", {}),
     "rope_freqs_f32": ("rope.comp", {"HAS_FREQS": "1"}),
     "rope_kv_f32": ("rope_kv.comp", {}),

@@ -1,4 +1,6 @@
-"""Which prompt-step ops write the f16 x of the products after them (runtime._feeds_f16_products):
+"""Prompt steps' hand-overs between ops. A residual add and the norm after it are one dispatch
+(runtime._norm_follows, norm.add_rms_norm): the same logits to the bit on a whole model.
+Which prompt-step ops write the f16 x of the products after them (runtime._feeds_f16_products):
 on devices whose prompt products read x as f16 (NV coopmat2) a norm, SwiGLU or attention whose every
 reader is such a product, right after it, writes f16 and no f32 copy exists. llvmpipe has no such
 products, so the rule is checked here with matmul.reads_x_f16 forced on (the kernels' f16 outputs:
@@ -46,3 +48,19 @@ def test_a_norm_feeding_a_router_keeps_f32(synthetic_model, monkeypatch):
         ffn_norms = [op for op in norms if any(o.kind != "matmul" for o in graph_ops if op.out in o.inputs)]
         assert ffn_norms and not any(op in ops for op in ffn_norms)
         assert sum(op.kind == "rms_norm" for op in ops) >= m.config.n_layer
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen35moe"])
+def test_add_and_norm_in_one_dispatch_change_no_logit(synthetic_model, monkeypatch, arch):
+    """A 40-token prompt (the batch graph) with the residual adds and the norms after them recorded
+    as one dispatch each, against the two dispatches (LLAMAVK_ADD_NORM_FUSE=0): every logit equal."""
+    import numpy as np
+    path = str(synthetic_model(arch, "q8_0"))
+    tokens = [int(t) for t in np.random.default_rng(4).integers(3, 400, 40)]
+    got = {}
+    for fuse in ("1", "0"):
+        monkeypatch.setenv("LLAMAVK_ADD_NORM_FUSE", fuse)
+        with llamavk.load(path, n_ctx=128) as m:
+            got[fuse] = m.logits(tokens, all=True).copy()
+    assert np.isfinite(got["1"]).all()
+    np.testing.assert_array_equal(got["1"], got["0"])

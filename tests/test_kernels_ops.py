@@ -160,6 +160,35 @@ def test_rms_norm_f16_out_is_the_f32_result_converted(dev, kc, with_weight):
     np.testing.assert_array_equal(direct_mem.view(np.uint16), conv_mem.view(np.uint16))
 
 
+@pytest.mark.parametrize("in_place,out_f16", [(False, False), (True, False), (True, True)])
+def test_add_rms_norm_is_add_then_norm(dev, kc, in_place, out_f16):
+    """norm.add_rms_norm (a prompt's residual add and the norm after it, one dispatch): the sum bit
+    for bit elementwise.add's, in place on a too, and the norm bit for bit rms_norm's of that sum
+    (f16: converted as collective.convert converts)."""
+    from llamavk.kernels.collective import convert
+    from llamavk.kernels.norm import add_rms_norm
+    rows, cols = 37, 4096
+    rng = np.random.default_rng(9)
+    a = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    b = rng.standard_normal((rows, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    av, a_mem = host(dev, a)
+    bv, wv = upload(dev, b), upload(dev, w)
+    h, h_mem = (av, a_mem) if in_place else poisoned(dev, a.shape)
+    ref_h, ref_h_mem = poisoned(dev, a.shape)
+    ref_n, ref_n_mem = poisoned(dev, a.shape)
+    ref16, ref16_mem = poisoned(dev, a.shape, np.float16)
+    out, out_mem = poisoned(dev, a.shape, np.float16 if out_f16 else np.float32)
+    run(dev, lambda s: (add(s, kc, av, bv, ref_h, a.size), rms_norm(s, kc, ref_h, ref_n, rows, cols, 1e-6, weight=wv),
+                        convert(s, kc, ref_n, ref16, "f16", a.size),
+                        add_rms_norm(s, kc, av, bv, h, out, rows, cols, 1e-6, wv, out_f16=out_f16)))
+    np.testing.assert_array_equal(h_mem, a + b if not in_place else ref_h_mem)
+    np.testing.assert_array_equal(h_mem, ref_h_mem)
+    want = ref16_mem if out_f16 else ref_n_mem
+    np.testing.assert_array_equal(out_mem.view(np.uint16 if out_f16 else np.uint32), want.view(np.uint16 if out_f16 else np.uint32))
+    np.testing.assert_allclose(ref_n_mem, ref_rms_norm(a + b, w, 1e-6), rtol=2e-5, atol=2e-5)
+
+
 def test_add_in_place(dev, kc):
     rng = np.random.default_rng(3)
     x, y = rng.standard_normal((17, 576)).astype(np.float32), rng.standard_normal((17, 576)).astype(np.float32)

@@ -42,3 +42,17 @@ def rms_norm(seq, kc, x, out, n_rows: int, n_cols: int, eps: float, weight=None,
         kernel = kc.get(f"rms_norm_mul_f32{to}", "rrw", push_size=12, spec=(wg,))
         buffers = [_range(x), _range(weight), _range(out)]
     seq.dispatch(kernel, buffers, groups_2d(n_rows), push)
+
+
+def add_rms_norm(seq, kc, a, b, h, out, n_rows: int, n_cols: int, eps: float, weight, out_f16: bool = False) -> None:
+    """h = a + b (h may be a or b), then out = rms_norm(h) * weight as rms_norm: a residual add and
+    the norm after it in one dispatch, the same bits as `elementwise.add` then `rms_norm`. out_f16:
+    out holds f16 values."""
+    if n_rows <= 0:
+        return
+    sg = max(1, kc.info.subgroup_size or 32)
+    wg = min(512, max(sg, _pow2_ceil((n_cols + 3) // 4)))
+    kernel = kc.get("add_rms_norm_mul_f32_to_f16" if out_f16 else "add_rms_norm_mul_f32", "rrrww", push_size=12,
+                    spec=(wg,))
+    seq.dispatch(kernel, [_range(a), _range(b), _range(weight), _range(out), _range(h)], groups_2d(n_rows),
+                 struct.pack("<IIf", n_rows, n_cols, float(eps)))
