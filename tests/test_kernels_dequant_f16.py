@@ -228,8 +228,12 @@ class _BarrierRecorder:
     CommandSequence's own rule (vk/sequence.py _depend): calls holds (kernel name, reads, writes)
     and "barrier" markers."""
 
+    write_mark = CommandSequence.write_mark
+    written_since = CommandSequence.written_since
+
     def __init__(self):
         self.calls, self._written, self._read, self._src_stages = [], [], [], 0
+        self._writes, self.memo = [], {}
 
     def barrier(self, *a):
         self.calls.append("barrier")
