@@ -446,13 +446,6 @@ class DeviceRuntime:
                 moe.router(seq, kc, self.weights[w.name], act(x), act(op.out), rows_out, r["n_used"], r["gating"],
                            r["norm"], r["scale"], norm_w=vec(norm_w) if norm_w is not None else None,
                            eps=op.attrs.get("eps", 0.0), wait=wait, shexp=vec(shexp) if shexp is not None else None)
-            elif k == "matmul" and self._swiglu_follows(ops, i, rows_out, graph.ops):
-                # the up product writes silu(gate) * up as the down product's f16 x (matmul.swiglu_up)
-                w, x = op.inputs
-                glu_op = ops[i + 1]
-                done.add(i + 1)
-                matmul.record_f16_x(seq, kc, act(glu_op.out), rows_out * glu_op.out.width, lambda xh: matmul.swiglu_up(
-                    seq, kc, self.weights[w.name], act(x), act(glu_op.inputs[0]), xh, rows_out), f16_only=True)
             elif k == "matmul":
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
@@ -615,23 +608,6 @@ class DeviceRuntime:
     def _moe_groups(self, n_expert: int, n_tokens: int) -> View:
         """The scratch buffer of per-expert token lists, sized for this device's largest batch."""
         return moe.group_scratch(self.kc, n_expert, max(n_tokens, self.n_ubatch))
-
-    def _swiglu_follows(self, ops, i: int, n_tokens: int, all_ops) -> bool:
-        """Whether ops[i] is a SwiGLU FFN's up product whose only reader is the SwiGLU right after it
-        (the gate product before), itself handing its f16 output to the down product
-        (_feeds_f16_products): then the up product can write that output itself (matmul.swiglu_up).
-        LLAMAVK_SWIGLU_FUSE=0: never (A/B)."""
-        op, nxt = ops[i], ops[i + 1] if i + 1 < len(ops) else None
-        if (nxt is None or nxt.kind != "swiglu" or nxt.inputs[1] is not op.out or len(op.inputs) != 2
-                or "route" in op.attrs or any(op.attrs.get(a) is not None for a in
-                                              ("norm", "residual", "glu", "pair", "router", "rope"))
-                or os.environ.get("LLAMAVK_SWIGLU_FUSE", "1") == "0"):
-            return False
-        readers = [o for o in all_ops if any(t is op.out for t in o.inputs)]
-        if len(readers) != 1 or readers[0] is not nxt or not any(o.out is nxt.inputs[0] for o in ops[:i]):
-            return False
-        return (self._feeds_f16_products(ops, i + 1, n_tokens, all_ops)
-                and matmul.swiglu_up_ok(self.kc, self.weights[op.inputs[0].name], n_tokens))
 
     @staticmethod
     def _norm_follows(ops, i: int) -> bool:

@@ -62,17 +62,8 @@ layout(std430, binding = 1) readonly buffer XH { float16_t xh[]; };
 #else
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 #endif
-#ifdef SWIGLU_F16
-// The up product of a SwiGLU FFN (variant mul_mm_cm2h_f16_swiglu; kernels/matmul.py swiglu_ok):
-// y16[t][r] = f16(silu(gate[t][r]) * (W x)[t][r]), the f16 x of the down product after it, in place
-// of the up product's f32 output and the SwiGLU dispatch (the same expression and rounding as
-// elementwise.comp's swiglu to f16). The bias binding holds gate, laid out as y.
-layout(std430, binding = 2) readonly buffer Gate { float gate[]; };
-layout(std430, binding = 3) writeonly buffer Y16 { float16_t y16[]; };
-#else
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
-#endif
 layout(push_constant) uniform Push {
     uint n_rows;    // rows of this chunk
     uint cols;      // a multiple of 32 (K-quants: of 256)
@@ -216,18 +207,9 @@ float16_t decode_x(const in XRef bl, const in uint bc[2], const in uint ci[2]) {
 }
 #endif
 
-#ifdef SWIGLU_F16
-// element (r, c) of the BM x BN tile at rows row0_, tokens tok0_: silu(gate) times the product
-float swiglu_el(const in uint r, const in uint c, const in float v, const in uint row0_, const in uint tok0_) {
-    if (row0_ + r >= p.n_rows || tok0_ + c >= p.n_tokens) return 0.0;
-    const float g = gate[(tok0_ + c) * p.y_stride + p.y_off + row0_ + r];
-    return g / (1.0 + exp(min(-g, 80.0))) * v;
-}
-#else
 float add_bias(const in uint r, const in uint c, const in float v, const in uint row0_) {
     return row0_ + r < p.n_rows ? v + bias[p.y_off + row0_ + r] : v;
 }
-#endif
 
 // One step of BK columns from k0: the tiles of W and x loaded through tensor layouts lw, lx, and
 // multiplied into acc.
@@ -358,18 +340,12 @@ void main() {
         PRODUCT_STEPS(gl_CooperativeMatrixClampModeConstantNV)
 #endif
     }
+    if (p.has_bias != 0)
+        coopMatPerElementNV(acc, acc, add_bias, row0);
+
     // y[t][y_off + r]: rows past the chunk and tokens past the batch are not stored
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> ly = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     ly = setTensorLayoutDimensionNV(ly, p.n_tokens, p.y_off + p.n_rows);
     ly = setTensorLayoutStrideNV(ly, p.y_stride, 1);
-#ifdef SWIGLU_F16
-    coopMatPerElementNV(acc, acc, swiglu_el, row0, tok0);
-    coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc16 =
-        coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
-    coopMatStoreTensorNV(acc16, y16, 0, sliceTensorLayoutNV(ly, tok0, BN, p.y_off + row0, BM), transposed);
-#else
-    if (p.has_bias != 0)
-        coopMatPerElementNV(acc, acc, add_bias, row0);
     coopMatStoreTensorNV(acc, y, gl_WorkGroupID.z * p.part_stride, sliceTensorLayoutNV(ly, tok0, BN, p.y_off + row0, BM), transposed);
-#endif
 }

@@ -79,8 +79,5 @@ for _t in ["q4_0", "q8_0", "q4_k", "q6_k", "f16"]:
     COMPILERS[f"mul_mm_cm2_{_t}"] = "glslc-trixie"
     VARIANTS[f"mul_mm_cm2h_{_t}"] = ("matmul_cm2.comp", {f"QTYPE_{_t.upper()}": "1", "X_F16": "1"})
     COMPILERS[f"mul_mm_cm2h_{_t}"] = "glslc-trixie"
-# the up product of a SwiGLU FFN writing silu(gate) * (W x) as the down product's f16 x (SWIGLU_F16)
-VARIANTS["mul_mm_cm2h_f16_swiglu"] = ("matmul_cm2.comp", {"QTYPE_F16": "1", "X_F16": "1", "SWIGLU_F16": "1"})
-COMPILERS["mul_mm_cm2h_f16_swiglu"] = "glslc-trixie"
 # Every matmul_coop.comp variant: GL_KHR_cooperative_matrix, which shaderc 2023.2 does not know.
 COMPILERS.update({_n: "glslc-trixie-vulkan1.2" for _n, (_src, _) in VARIANTS.items() if _src == "matmul_coop.comp"})

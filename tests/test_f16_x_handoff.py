@@ -64,17 +64,3 @@ def test_add_and_norm_in_one_dispatch_change_no_logit(synthetic_model, monkeypat
             got[fuse] = m.logits(tokens, all=True).copy()
     assert np.isfinite(got["1"]).all()
     np.testing.assert_array_equal(got["1"], got["0"])
-
-
-def test_up_product_takes_over_swiglu(synthetic_model, monkeypatch):
-    """runtime._swiglu_follows: each layer's up product (gate before it, SwiGLU right after it,
-    down after that) writes the SwiGLU itself where its kernel can (forced here)."""
-    with llamavk.load(str(synthetic_model("llama", "q4_0")), n_ctx=128) as m:
-        rt = m.runtime
-        monkeypatch.setattr(matmul, "reads_x_f16", lambda kc, w, n: True)
-        monkeypatch.setattr(matmul, "swiglu_up_ok", lambda kc, w, n: True)
-        ops = rt.batch_graphs["all"].ops
-        ups = [op for i, op in enumerate(ops) if op.kind == "matmul" and rt._swiglu_follows(ops, i, 64, ops)]
-        assert len(ups) == m.config.n_layer and all(op.inputs[0].role == "up" for op in ups)
-        monkeypatch.setenv("LLAMAVK_SWIGLU_FUSE", "0")
-        assert not any(rt._swiglu_follows(ops, i, 64, ops) for i in range(len(ops)))

@@ -357,39 +357,3 @@ def test_matmul_cm2d_ahead(dev, kc, monkeypatch):
         out = Y.array(np.float32, n_tokens * rows).reshape(n_tokens, rows)
         err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
         assert err < tol(qtype, coopmat=True), f"{qtype.name} {rows} rows: relative error {err:.2e}"
-
-
-@pytest.mark.parametrize("qtype,rows", [(T.Q4_0, 300), (T.Q4_K, 200)])
-def test_swiglu_up_is_the_up_product_then_swiglu(dev, kc, monkeypatch, qtype, rows):
-    """Where coopmat2 exists: the up product writing silu(gate) * (W x) as f16 itself
-    (matmul.swiglu_up, matmul_cm2.comp SWIGLU_F16) against the up product then SwiGLU to f16
-    (elementwise.swiglu out_f16): the same f16 bits (same accumulator, same expression), and numpy
-    within the product's tolerance."""
-    from llamavk.kernels import elementwise
-    needs_cm2(kc, monkeypatch)
-    monkeypatch.setattr(matmul_module, "product_kernel", lambda *a: "mul_mm_cm2d")
-    monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "1")   # few tiles: no split K (the fused form takes none)
-    cols, n_tokens = 512, 70
-    rng = np.random.default_rng(12)
-    x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
-    g = (rng.standard_normal((n_tokens, rows)) * 3).astype(np.float32)
-    raw, wref = make_weight(qtype, rows, cols, 13)
-    w = upload_qweight(dev, raw, qtype, rows, cols)
-    assert matmul_module.swiglu_up_ok(kc, w, n_tokens)
-    X, G = Buffer(dev, x.nbytes), Buffer(dev, g.nbytes)
-    X.write(x)
-    G.write(g)
-    U = Buffer(dev, 4 * n_tokens * rows)
-    ref16 = Buffer(dev, 2 * n_tokens * rows, host_visible=True)
-    got16 = Buffer(dev, 2 * n_tokens * rows, host_visible=True)
-    seq = CommandSequence(dev).begin()
-    matmul_module.matmul(seq, kc, w, View.whole(X), View.whole(U), n_tokens)
-    elementwise.swiglu(seq, kc, View.whole(G), View.whole(U), View.whole(ref16), n_tokens * rows, out_f16=True)
-    matmul_module.swiglu_up(seq, kc, w, View.whole(X), View.whole(G), View.whole(got16), n_tokens)
-    seq.end().run()
-    got = got16.array(np.uint16, n_tokens * rows)
-    np.testing.assert_array_equal(got, ref16.array(np.uint16, n_tokens * rows))
-    up = x.astype(np.float64) @ wref.T
-    want = g / (1 + np.exp(-g.astype(np.float64))) * up
-    err = np.linalg.norm(got.view(np.float16).reshape(n_tokens, rows) - want) / np.linalg.norm(want)
-    assert err < tol(qtype, coopmat=True) + 1e-3, err

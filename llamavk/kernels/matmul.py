@@ -572,45 +572,20 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
         _cm2_chunk(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, spec)
 
 
-def _cm2_parts(n_rows: int, cols: int, n_tokens: int, spec: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """(grid x, grid y, parts, spans per part) of one chunk's matmul_cm2.comp product: the columns'
-    spans of 256 split over the grid's z where the tiles are few for the workgroups the GPU runs at once
-    (selection.cm2_parts, cm2_fill)."""
-    tile_rows, tile_tokens = spec[:2]
-    n_spans = cols // 256 if cols % 256 == 0 else 0   # the kernel splits only whole spans
-    gx = (n_rows + tile_rows - 1) // tile_rows
-    gy = (n_tokens + tile_tokens - 1) // tile_tokens
-    parts = cm2_parts(gx * gy, n_spans, cm2_fill(spec[3] if len(spec) > 3 else 256))
-    spp = -(-n_spans // parts) if n_spans else 0
-    parts = -(-n_spans // spp) if n_spans else 1   # no empty part
-    return gx, gy, parts, spp
-
-
-def swiglu_up_ok(kc: KernelCache, w: QWeight, n_tokens: int) -> bool:
-    """Whether the up product through w can write silu(gate) * (W x) as f16 itself (swiglu_up): a
-    dequantize-then-f16 product whose every slice is one part (no split K)."""
-    if product_kernel(kc, n_tokens, w.rows, w.cols, type_suffix(w.qtype)) != "mul_mm_cm2d":
-        return False
-    spec = cm2_f16_form(n_tokens, w.rows)
-    return all(_cm2_parts(n, w.cols, n_tokens, spec)[2] == 1 for _, _, n in cm2d_jobs(w, n_tokens))
-
-
-def swiglu_up(seq, kc: KernelCache, w: QWeight, x: View, gate: View, y16: View, n_tokens: int) -> None:
-    """y16 = f16(silu(gate) * (W x)) ([n_tokens][w.rows]; gate f32 laid out the same): a SwiGLU FFN's
-    up product and its SwiGLU in one (matmul_cm2.comp SWIGLU_F16), where swiglu_up_ok."""
-    if not swiglu_up_ok(kc, w, n_tokens):
-        raise LlamavkError("swiglu_up: this product cannot write its SwiGLU itself")
-    _check_view(y16, 2 * n_tokens * w.rows, "swiglu_up y16")
-    _matmul_cm2d(seq, kc, w, x, y16, n_tokens, None, swiglu_gate=gate)
-
-
 def _cm2_chunk(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias, has_bias: int,
                n_tokens: int, spec: tuple[int, ...], then=None) -> None:
     """One chunk's matmul_cm2.comp product with specialization constants spec (tile rows, tokens, BK,
-    and for the F16 form its threads, ...), in column parts by _cm2_parts."""
-    gx, gy, parts, spp = _cm2_parts(ch.n_rows, w.cols, n_tokens, spec)
+    and for the F16 form its threads, ...): the columns' spans of 256 split over the grid's z where the
+    tiles are few for the workgroups the GPU runs at once (selection.cm2_parts, cm2_fill)."""
+    tile_rows, tile_tokens = spec[:2]
+    n_spans = w.cols // 256 if w.cols % 256 == 0 else 0   # the kernel splits only whole spans
+    gx = (ch.n_rows + tile_rows - 1) // tile_rows
+    gy = (n_tokens + tile_tokens - 1) // tile_tokens
     if gx > 65535 or gy > 65535:
         raise LlamavkError(f"matmul: grid {gx} x {gy} is too large")
+    parts = cm2_parts(gx * gy, n_spans, cm2_fill(spec[3] if len(spec) > 3 else 256))
+    spp = -(-n_spans // parts) if n_spans else 0
+    parts = -(-n_spans // spp) if n_spans else 1   # no empty part
     _dispatch_column_parts(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (gx, gy), parts,
                            max(spp, 1), then=then)
 
@@ -737,24 +712,19 @@ def cm2d_jobs(w: QWeight, n_tokens: int) -> list[tuple[int, int, int]]:
     return [(ci, r0, n) for ci, ch in enumerate(w.chunks) for r0, n in cm2d_slices(ch.n_rows, w.cols, tile_rows)]
 
 
-def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None,
-                 swiglu_gate: View | None = None) -> None:
+def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> None:
     """Record the dequantize-then-f16 product (family mul_mm_cm2d) per weight chunk and row slice:
     dequant_f16 into the scratch, then mul_mm_cm2h_f16 over it (tiles by selection.cm2_tile for
     "f16", split K, bias and outputs as _matmul_cm2), x converted to f16 once. With a DequantAhead
-    (prompt steps), each slice's rows are dequantized while the slice before it is multiplied.
-    swiglu_gate: y is f16 silu(gate) * (W x) instead (swiglu_up)."""
+    (prompt steps), each slice's rows are dequantized while the slice before it is multiplied."""
     spec = cm2_f16_form(n_tokens, w.rows)
-    kernel = kc.get(f"{CM2_F16_X}_f16" + ("_swiglu" if swiglu_gate is not None else ""), "rrrw", push_size=32,
-                    spec=spec)
+    kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=32, spec=spec)
     ahead = kc.dequant_ahead
     if ahead is not None:
         ahead.begin(w)
     xh = _f16_copy(seq, kc, x, n_tokens * w.cols)
     has_bias = int(bias is not None)
     b = bias if bias is not None else xh   # an unused binding still needs a buffer
-    if swiglu_gate is not None:
-        b = swiglu_gate
     for job, (ci, r0, n) in enumerate(cm2d_jobs(w, n_tokens)):
         ch = w.chunks[ci]
         rows_view = ahead.take(seq, w, ci, r0) if ahead is not None else None
