@@ -91,6 +91,22 @@ def _coalesce(free):
     return merged
 
 
+def _one_pass_safe(inputs, outputs) -> bool:
+    """Whether one dispatch that reads `inputs` and writes `outputs` (views of [rows][width] f32, a
+    workgroup per row, each row read before it is written) may run where the ops it replaces ran one
+    after another: the activation arena may put an output over an input (or another output) once that
+    one is dead, and at another offset a workgroup would overwrite rows that others have yet to read.
+    In place (the same offset) is safe."""
+    views = list(inputs) + list(outputs)
+    for j, u in enumerate(outputs):
+        for v in views:
+            if v is u or u.buffer is not v.buffer or u.offset == v.offset:
+                continue
+            if u.offset < v.offset + v.nbytes and v.offset < u.offset + u.nbytes:
+                return False
+    return True
+
+
 class DeviceRuntime:
     """One model on one device."""
 
@@ -562,7 +578,7 @@ class DeviceRuntime:
                 x = op.inputs[0]
                 view = logits_view if x is graph.logits else act(x)
                 elementwise.softcap(seq, kc, view, view, rows_out * x.width, op.attrs["cap"])
-            elif k == "add" and self._norm_follows(ops, i):
+            elif k == "add" and (f16_norm := self._add_then_norm(ops, i, rows_out, graph.ops, act)) is not None:
                 # the residual add and the norm of its sum in one dispatch (norm.add_rms_norm)
                 a, b = op.inputs
                 nrm = ops[i + 1]
@@ -570,7 +586,7 @@ class DeviceRuntime:
                 record = lambda out, f16=False: norm.add_rms_norm(  # noqa: E731
                     seq, kc, act(a), act(b), act(op.out), out, rows_out, a.width, nrm.attrs["eps"],
                     vec(nrm.inputs[1]), out_f16=f16)
-                if self._feeds_f16_products(ops, i + 1, rows_out, graph.ops):
+                if f16_norm:
                     matmul.record_f16_x(seq, kc, act(nrm.out), rows_out * a.width, lambda xh: record(xh, True),
                                         f16_only=True)
                 else:
@@ -609,14 +625,18 @@ class DeviceRuntime:
         """The scratch buffer of per-expert token lists, sized for this device's largest batch."""
         return moe.group_scratch(self.kc, n_expert, max(n_tokens, self.n_ubatch))
 
-    @staticmethod
-    def _norm_follows(ops, i: int) -> bool:
-        """Whether ops[i], an add, is followed by an RMS norm (with a weight) of its sum, which can be
-        recorded with it (norm.add_rms_norm). LLAMAVK_ADD_NORM_FUSE=0: never (A/B)."""
-        nxt = ops[i + 1] if i + 1 < len(ops) else None
-        return (nxt is not None and nxt.kind == "rms_norm" and len(nxt.inputs) == 2 and nxt.inputs[0] is ops[i].out
-                and nxt.inputs[0].width == ops[i].inputs[0].width
-                and os.environ.get("LLAMAVK_ADD_NORM_FUSE", "1") != "0")
+    def _add_then_norm(self, ops, i: int, n_tokens: int, all_ops, act) -> bool | None:
+        """Whether ops[i], an add, and the RMS norm (with a weight) of its sum right after it are
+        recorded as one dispatch (norm.add_rms_norm): None if not, else whether the norm writes f16
+        (_feeds_f16_products). Not where the arena overlaps their views (_one_pass_safe).
+        LLAMAVK_ADD_NORM_FUSE=0: never (A/B)."""
+        op, nxt = ops[i], ops[i + 1] if i + 1 < len(ops) else None
+        if (nxt is None or nxt.kind != "rms_norm" or len(nxt.inputs) != 2 or nxt.inputs[0] is not op.out
+                or nxt.inputs[0].width != op.inputs[0].width or os.environ.get("LLAMAVK_ADD_NORM_FUSE", "1") == "0"):
+            return None
+        f16_norm = self._feeds_f16_products(ops, i + 1, n_tokens, all_ops)
+        outs = [act(op.out)] + ([] if f16_norm else [act(nxt.out)])
+        return f16_norm if _one_pass_safe([act(t) for t in op.inputs], outs) else None
 
     def _feeds_f16_products(self, ops, i: int, n_tokens: int, all_ops) -> bool:
         """Whether ops[i]'s output is read only by products reading their x as f16

@@ -1,5 +1,5 @@
 """Prompt steps' hand-overs between ops. A residual add and the norm after it are one dispatch
-(runtime._norm_follows, norm.add_rms_norm): the same logits to the bit on a whole model.
+(runtime._add_then_norm, norm.add_rms_norm): the same logits to the bit on a whole model.
 Which prompt-step ops write the f16 x of the products after them (runtime._feeds_f16_products):
 on devices whose prompt products read x as f16 (NV coopmat2) a norm, SwiGLU or attention whose every
 reader is such a product, right after it, writes f16 and no f32 copy exists. llvmpipe has no such
@@ -64,3 +64,20 @@ def test_add_and_norm_in_one_dispatch_change_no_logit(synthetic_model, monkeypat
             got[fuse] = m.logits(tokens, all=True).copy()
     assert np.isfinite(got["1"]).all()
     np.testing.assert_array_equal(got["1"], got["0"])
+
+
+def test_one_pass_only_where_the_arena_keeps_views_apart(dev):
+    """runtime._one_pass_safe: an output may sit exactly on an input (in place: each row read before
+    it is written) or apart from it, not over it at another offset (the arena reuses dead tensors'
+    memory: -sm row's graphs put a norm's output over the add's input, and one dispatch for both gave
+    wrong logits)."""
+    from llamavk.kernels import View
+    from llamavk.runtime import _one_pass_safe
+    from llamavk.vk import Buffer
+    buf, other = Buffer(dev, 4096), Buffer(dev, 4096)
+    a, b = View(buf, 0, 1024), View(buf, 1024, 1024)
+    assert _one_pass_safe([a, b], [View(buf, 2048, 1024)])              # apart
+    assert _one_pass_safe([a, b], [View(buf, 0, 1024)])                 # in place on a
+    assert _one_pass_safe([a, b], [View(other, 512, 1024)])             # another buffer
+    assert not _one_pass_safe([a, b], [View(buf, 512, 1024)])           # over a and b, shifted
+    assert not _one_pass_safe([a], [View(buf, 2048, 1024), View(buf, 2560, 1024)])   # outputs overlap
