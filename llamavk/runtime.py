@@ -440,7 +440,7 @@ class DeviceRuntime:
             elif k == "rms_norm":
                 x = op.inputs[0]
                 weight = vec(op.inputs[1]) if len(op.inputs) > 1 else None
-                if self._feeds_f16_products(ops, i, rows_out, graph.ops):
+                if self._feeds_f16_products(ops, i, rows_out, graph.ops, rows_out * x.width):
                     # written as the f16 x of the products after it (matmul.record_f16_x), never as f32
                     matmul.record_f16_x(seq, kc, act(op.out), rows_out * x.width, lambda xh: norm.rms_norm(
                         seq, kc, act(x), xh, rows_out, x.width, op.attrs["eps"], weight, out_f16=True), f16_only=True)
@@ -500,11 +500,13 @@ class DeviceRuntime:
                     seq, kc, act(q), View.whole(kcache), View.whole(vcache), out, step, n_tokens, n_head, n_head_kv,
                     cfg.head_dim, self.n_ctx, signal=signal, scale=op.attrs.get("scale", 0.0), window=window,
                     kv_types=self.kv_types, out_f16=f16)
-                if (rows_out == n_tokens and self._feeds_f16_products(ops, i, rows_out, graph.ops)
+                if (rows_out == n_tokens and self._feeds_f16_products(ops, i, rows_out, graph.ops,
+                                                                        n_tokens * n_head * cfg.head_dim)
                         and attn_k.writes_f16_ok(kc, n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, window,
                                                  self.kv_types)):
                     # written as the f16 x of the output projection after it (matmul.record_f16_x)
-                    matmul.record_f16_x(seq, kc, act(op.out), n_tokens * op.out.width,
+                    # this device's heads (a tensor split gives it some: op.out is the whole width)
+                    matmul.record_f16_x(seq, kc, act(op.out), n_tokens * n_head * cfg.head_dim,
                                         lambda xh: record(xh, True), f16_only=True)
                 else:
                     n = record(act(op.out))
@@ -564,7 +566,7 @@ class DeviceRuntime:
             elif k in ("swiglu", "geglu"):
                 gate, up = op.inputs
                 glu, size = (elementwise.swiglu if k == "swiglu" else elementwise.geglu), rows_out * gate.width
-                if self._feeds_f16_products(ops, i, rows_out, graph.ops):
+                if self._feeds_f16_products(ops, i, rows_out, graph.ops, size):
                     # written as the f16 x of the down product after it (matmul.record_f16_x), never as f32
                     matmul.record_f16_x(seq, kc, act(op.out), size,
                                         lambda xh: glu(seq, kc, act(gate), act(up), xh, size, out_f16=True),
@@ -634,15 +636,17 @@ class DeviceRuntime:
         if (nxt is None or nxt.kind != "rms_norm" or len(nxt.inputs) != 2 or nxt.inputs[0] is not op.out
                 or nxt.inputs[0].width != op.inputs[0].width or os.environ.get("LLAMAVK_ADD_NORM_FUSE", "1") == "0"):
             return None
-        f16_norm = self._feeds_f16_products(ops, i + 1, n_tokens, all_ops)
+        f16_norm = self._feeds_f16_products(ops, i + 1, n_tokens, all_ops, n_tokens * op.inputs[0].width)
         outs = [act(op.out)] + ([] if f16_norm else [act(nxt.out)])
         return f16_norm if _one_pass_safe([act(t) for t in op.inputs], outs) else None
 
-    def _feeds_f16_products(self, ops, i: int, n_tokens: int, all_ops) -> bool:
-        """Whether ops[i]'s output is read only by products reading their x as f16
-        (matmul.reads_x_f16; of all_ops, the graph's) that come right after it (a layer's Q, K and V
-        after its norm; gate and up; down after SwiGLU): then ops[i] may write that f16 x itself, and
-        the products share it (matmul._f16_copy). LLAMAVK_CM2_X_SHARE=0: never (A/B)."""
+    def _feeds_f16_products(self, ops, i: int, n_tokens: int, all_ops, size: int) -> bool:
+        """Whether ops[i]'s output, `size` values written, is read only by products reading their x
+        as f16 (matmul.reads_x_f16; of all_ops, the graph's), all of that size (n_tokens x their
+        columns: a tensor split's heads or FFN slice are less than the tensor's width), that come right
+        after it (a layer's Q, K and V after its norm; gate and up; down after SwiGLU): then ops[i] may
+        write that f16 x itself, and the products share it (matmul._f16_copy). LLAMAVK_CM2_X_SHARE=0:
+        never (A/B)."""
         if n_tokens <= matmul.MATVEC_MAX_TOKENS or os.environ.get("LLAMAVK_CM2_X_SHARE", "1") == "0":
             return False
         out = ops[i].out
@@ -652,6 +656,7 @@ class DeviceRuntime:
             return False
         return all(o.kind == "matmul" and "route" not in o.attrs and o.inputs[1] is out and not any(
             o.attrs.get(a) is not None for a in ("norm", "residual", "glu", "pair", "router"))
+            and n_tokens * self.weights[o.inputs[0].name].cols == size
             and matmul.reads_x_f16(self.kc, self.weights[o.inputs[0].name], n_tokens) for o in readers)
 
     def _consumes(self, op, producer, edges: str) -> bool:

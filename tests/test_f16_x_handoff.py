@@ -12,11 +12,18 @@ import llamavk
 from llamavk.kernels import matmul
 
 
-def flagged(m, key, monkeypatch, reads_f16=True):
-    rt = m.runtime
+def written(rt, op, n=64) -> int:
+    """The values ops of these kinds write for n tokens (the runtime's sizes)."""
+    if op.kind == "attention":
+        return n * op.attrs.get("n_head", rt.cfg.n_head) * rt.cfg.head_dim
+    return n * op.inputs[0].width if op.inputs else 0
+
+
+def flagged(m, key, monkeypatch, reads_f16=True, rt=None):
+    rt = rt or m.runtime
     monkeypatch.setattr(matmul, "reads_x_f16", lambda kc, w, n: reads_f16)
     ops = rt.batch_graphs[key].ops
-    return [op for i, op in enumerate(ops) if rt._feeds_f16_products(ops, i, 64, ops)]
+    return [op for i, op in enumerate(ops) if rt._feeds_f16_products(ops, i, 64, ops, written(rt, op))]
 
 
 def test_dense_layer_norms_swiglu_and_attention_hand_over_f16(synthetic_model, monkeypatch):
@@ -81,3 +88,19 @@ def test_one_pass_only_where_the_arena_keeps_views_apart(dev):
     assert _one_pass_safe([a, b], [View(other, 512, 1024)])             # another buffer
     assert not _one_pass_safe([a, b], [View(buf, 512, 1024)])           # over a and b, shifted
     assert not _one_pass_safe([a], [View(buf, 2048, 1024), View(buf, 2560, 1024)])   # outputs overlap
+
+
+def test_a_head_split_hands_over_its_own_heads(synthetic_model, monkeypatch):
+    """-sm tensor gives each device some heads: its attention writes n_tokens x its heads' width,
+    less than the attention tensor's width, and the output projection reads that many. The hand-over
+    holds only where the sizes agree (with the tensor's width, a reader would have asked for an x
+    that was never written: wrong logits on a GPU before the sizes were checked)."""
+    with llamavk.load(str(synthetic_model("llama", "q4_0")), n_ctx=128, devices="Vulkan0,Vulkan0",
+                      split_mode="tensor", n_ubatch=64) as m:
+        sub = m.runtime.runtimes[0]
+        ops = sub.batch_graphs["all"].ops
+        attn = [i for i, op in enumerate(ops) if op.kind == "attention"]
+        assert attn and all(written(sub, ops[i]) < 64 * ops[i].out.width for i in attn)   # a share of the heads
+        assert len(flagged(m, "all", monkeypatch, rt=sub)) > 0
+        assert all(sub._feeds_f16_products(ops, i, 64, ops, written(sub, ops[i])) for i in attn)
+        assert not any(sub._feeds_f16_products(ops, i, 64, ops, 64 * ops[i].out.width) for i in attn)

@@ -359,6 +359,9 @@ def test_f16_only_x_is_never_converted_from_missing_f32(dev, kc):
     matmul_module._f16_copy(seq, kc, y, n)                         # another x's conversion replaces it
     with pytest.raises(LlamavkError, match="only as f16"):
         matmul_module._f16_copy(seq, kc, x, n)
+    xh = matmul_module.record_f16_x(seq, kc, x, n, lambda v: seq.fill(v.buffer, 0, v.nbytes, v.offset), f16_only=True)
+    with pytest.raises(LlamavkError, match="only as f16"):       # a reader of another size (a head split's)
+        matmul_module._f16_copy(seq, kc, x, n // 2)
     seq.copy(y.buffer, x.buffer, 4 * n)                            # x written as f32: converted again
     n0 = seq.n_dispatches
     matmul_module._f16_copy(seq, kc, x, n)

@@ -780,10 +780,10 @@ def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
         last_key, xh, mark = last
         if last_key == key and not seq.written_since(mark, x.range, xh.range):
             return xh
-    only = memo.get("f16 only", {})
-    if key in only and not seq.written_since(only[key], x.range):   # x holds no f32 values
-        raise LlamavkError("internal error: a product reads an x that was written only as f16, after its "
-                           "f16 scratch was replaced (runtime._feeds_f16_products)")
+    only = memo.get("f16 only", {}).get((x.buffer, x.offset))
+    if only is not None and not seq.written_since(only[1], x.range):   # x holds no f32 values
+        raise LlamavkError(f"internal error: a product reads {n} values of an x written only as f16 ({only[0]} "
+                           "values), whose f16 scratch is gone or of another size (runtime._feeds_f16_products)")
     return record_f16_x(seq, kc, x, n, lambda xh: convert(seq, kc, x, xh, "f16", n))
 
 
@@ -802,8 +802,8 @@ def record_f16_x(seq, kc: KernelCache, x: View, n: int, write, f16_only: bool = 
     memo = getattr(seq, "memo", None)
     if memo is not None:
         memo["f16 x"] = ((x.buffer, x.offset, n), xh, seq.write_mark())
-        if f16_only:
-            memo.setdefault("f16 only", {})[(x.buffer, x.offset, n)] = seq.write_mark()
+        if f16_only:   # by place, not size: a reader asking for another size is an error, not a conversion
+            memo.setdefault("f16 only", {})[(x.buffer, x.offset)] = (n, seq.write_mark())
     return xh
 
 
