@@ -500,8 +500,10 @@ class DeviceRuntime:
                     seq, kc, act(q), View.whole(kcache), View.whole(vcache), out, step, n_tokens, n_head, n_head_kv,
                     cfg.head_dim, self.n_ctx, signal=signal, scale=op.attrs.get("scale", 0.0), window=window,
                     kv_types=self.kv_types, out_f16=f16)
-                if (rows_out == n_tokens and self._feeds_f16_products(ops, i, rows_out, graph.ops,
-                                                                        n_tokens * n_head * cfg.head_dim)
+                # not where a tensor split gives this device some of the heads: that hand-over (its size
+                # fixed in 50e5886) has not run on a GPU since
+                if (rows_out == n_tokens and "n_head" not in op.attrs
+                        and self._feeds_f16_products(ops, i, rows_out, graph.ops, n_tokens * n_head * cfg.head_dim)
                         and attn_k.writes_f16_ok(kc, n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, window,
                                                  self.kv_types)):
                     # written as the f16 x of the output projection after it (matmul.record_f16_x)
