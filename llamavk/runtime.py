@@ -98,7 +98,7 @@ def _one_pass_safe(inputs, outputs) -> bool:
     one is dead, and at another offset a workgroup would overwrite rows that others have yet to read.
     In place (the same offset) is safe."""
     views = list(inputs) + list(outputs)
-    for j, u in enumerate(outputs):
+    for u in outputs:
         for v in views:
             if v is u or u.buffer is not v.buffer or u.offset == v.offset:
                 continue
