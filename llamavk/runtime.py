@@ -107,6 +107,17 @@ def _one_pass_safe(inputs, outputs) -> bool:
     return True
 
 
+def _write_out(seq, kc, view, size: int, f16: bool, record):
+    """Record an op through record(out, f16): with f16, as the f16 x of the products after it (into
+    their scratch: matmul.record_f16_x; its f32 output never exists), else into its own view.
+    Returns what record returns."""
+    if not f16:
+        return record(view, False)
+    result = []
+    matmul.record_f16_x(seq, kc, view, size, lambda xh: result.append(record(xh, True)), f16_only=True)
+    return result[0]
+
+
 class DeviceRuntime:
     """One model on one device."""
 
@@ -440,12 +451,10 @@ class DeviceRuntime:
             elif k == "rms_norm":
                 x = op.inputs[0]
                 weight = vec(op.inputs[1]) if len(op.inputs) > 1 else None
-                if self._feeds_f16_products(ops, i, rows_out, graph.ops, rows_out * x.width):
-                    # written as the f16 x of the products after it (matmul.record_f16_x), never as f32
-                    matmul.record_f16_x(seq, kc, act(op.out), rows_out * x.width, lambda xh: norm.rms_norm(
-                        seq, kc, act(x), xh, rows_out, x.width, op.attrs["eps"], weight, out_f16=True), f16_only=True)
-                else:
-                    norm.rms_norm(seq, kc, act(x), act(op.out), rows_out, x.width, op.attrs["eps"], weight)
+                size = rows_out * x.width
+                _write_out(seq, kc, act(op.out), size, self._feeds_f16_products(ops, i, rows_out, graph.ops, size),
+                           lambda out, f16: norm.rms_norm(seq, kc, act(x), out, rows_out, x.width, op.attrs["eps"],
+                                                          weight, out_f16=f16))
             elif k == "head_norm" and op.attrs.get("stride"):   # the Q half of qwen35's [q | gate]
                 x, w = op.inputs
                 deltanet.head_norm_strided(seq, kc, act(x), vec(w), act(op.out), n_tokens, op.attrs["n_heads"],
@@ -496,22 +505,17 @@ class DeviceRuntime:
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width, self.kv_types.k)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width, self.kv_types.v)
                 window = op.attrs.get("window", 0)
-                record = lambda out, f16=False: attn_k.attention(  # noqa: E731
+                # this device's heads (a tensor split gives it some: op.out is the whole width); the f16
+                # hand-over not where heads are split: its size fix (50e5886) has not run on a GPU since
+                size = n_tokens * n_head * cfg.head_dim
+                f16 = (rows_out == n_tokens and "n_head" not in op.attrs
+                       and self._feeds_f16_products(ops, i, rows_out, graph.ops, size)
+                       and attn_k.writes_f16_ok(kc, n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, window,
+                                                self.kv_types))
+                n = _write_out(seq, kc, act(op.out), size, f16, lambda out, f16: attn_k.attention(
                     seq, kc, act(q), View.whole(kcache), View.whole(vcache), out, step, n_tokens, n_head, n_head_kv,
                     cfg.head_dim, self.n_ctx, signal=signal, scale=op.attrs.get("scale", 0.0), window=window,
-                    kv_types=self.kv_types, out_f16=f16)
-                # not where a tensor split gives this device some of the heads: that hand-over (its size
-                # fixed in 50e5886) has not run on a GPU since
-                if (rows_out == n_tokens and "n_head" not in op.attrs
-                        and self._feeds_f16_products(ops, i, rows_out, graph.ops, n_tokens * n_head * cfg.head_dim)
-                        and attn_k.writes_f16_ok(kc, n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, window,
-                                                 self.kv_types)):
-                    # written as the f16 x of the output projection after it (matmul.record_f16_x)
-                    # this device's heads (a tensor split gives it some: op.out is the whole width)
-                    matmul.record_f16_x(seq, kc, act(op.out), n_tokens * n_head * cfg.head_dim,
-                                        lambda xh: record(xh, True), f16_only=True)
-                else:
-                    n = record(act(op.out))
+                    kv_types=self.kv_types, out_f16=f16)) or 0
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs
@@ -568,13 +572,8 @@ class DeviceRuntime:
             elif k in ("swiglu", "geglu"):
                 gate, up = op.inputs
                 glu, size = (elementwise.swiglu if k == "swiglu" else elementwise.geglu), rows_out * gate.width
-                if self._feeds_f16_products(ops, i, rows_out, graph.ops, size):
-                    # written as the f16 x of the down product after it (matmul.record_f16_x), never as f32
-                    matmul.record_f16_x(seq, kc, act(op.out), size,
-                                        lambda xh: glu(seq, kc, act(gate), act(up), xh, size, out_f16=True),
-                                        f16_only=True)
-                else:
-                    glu(seq, kc, act(gate), act(up), act(op.out), size)
+                _write_out(seq, kc, act(op.out), size, self._feeds_f16_products(ops, i, rows_out, graph.ops, size),
+                           lambda out, f16: glu(seq, kc, act(gate), act(up), out, size, out_f16=f16))
             elif k == "scale":
                 x = op.inputs[0]
                 elementwise.scale(seq, kc, act(x), act(op.out), rows_out * x.width, op.attrs["scale"])
@@ -587,14 +586,9 @@ class DeviceRuntime:
                 a, b = op.inputs
                 nrm = ops[i + 1]
                 done.add(i + 1)
-                record = lambda out, f16=False: norm.add_rms_norm(  # noqa: E731
-                    seq, kc, act(a), act(b), act(op.out), out, rows_out, a.width, nrm.attrs["eps"],
-                    vec(nrm.inputs[1]), out_f16=f16)
-                if f16_norm:
-                    matmul.record_f16_x(seq, kc, act(nrm.out), rows_out * a.width, lambda xh: record(xh, True),
-                                        f16_only=True)
-                else:
-                    record(act(nrm.out))
+                _write_out(seq, kc, act(nrm.out), rows_out * a.width, f16_norm, lambda out, f16: norm.add_rms_norm(
+                    seq, kc, act(a), act(b), act(op.out), out, rows_out, a.width, nrm.attrs["eps"], vec(nrm.inputs[1]),
+                    out_f16=f16))
             elif k == "add":
                 a, b = op.inputs
                 elementwise.add(seq, kc, act(a), act(b), act(op.out), rows_out * a.width)

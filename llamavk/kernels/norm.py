@@ -20,6 +20,11 @@ def _pow2_ceil(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+def _row_wg(kc, n_cols: int) -> int:
+    """Threads of a one-row workgroup: at least one subgroup, at most 512, about 4 columns each."""
+    return min(512, max(max(1, kc.info.subgroup_size or 32), _pow2_ceil((n_cols + 3) // 4)))
+
+
 def rms_norm(seq, kc, x, out, n_rows: int, n_cols: int, eps: float, weight=None, out_f16: bool = False) -> None:
     """out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) (* weight), r < n_rows; out may be x.
 
@@ -31,8 +36,7 @@ def rms_norm(seq, kc, x, out, n_rows: int, n_cols: int, eps: float, weight=None,
     """
     if n_rows <= 0:
         return
-    sg = max(1, kc.info.subgroup_size or 32)
-    wg = min(512, max(sg, _pow2_ceil((n_cols + 3) // 4)))
+    wg = _row_wg(kc, n_cols)
     push = struct.pack("<IIf", n_rows, n_cols, float(eps))
     to = "_to_f16" if out_f16 else ""
     if weight is None:
@@ -50,9 +54,7 @@ def add_rms_norm(seq, kc, a, b, h, out, n_rows: int, n_cols: int, eps: float, we
     out holds f16 values."""
     if n_rows <= 0:
         return
-    sg = max(1, kc.info.subgroup_size or 32)
-    wg = min(512, max(sg, _pow2_ceil((n_cols + 3) // 4)))
     kernel = kc.get("add_rms_norm_mul_f32_to_f16" if out_f16 else "add_rms_norm_mul_f32", "rrrww", push_size=12,
-                    spec=(wg,))
+                    spec=(_row_wg(kc, n_cols),))
     seq.dispatch(kernel, [_range(a), _range(b), _range(weight), _range(out), _range(h)], groups_2d(n_rows),
                  struct.pack("<IIf", n_rows, n_cols, float(eps)))
