@@ -505,11 +505,9 @@ class DeviceRuntime:
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width, self.kv_types.k)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width, self.kv_types.v)
                 window = op.attrs.get("window", 0)
-                # this device's heads (a tensor split gives it some: op.out is the whole width); the f16
-                # hand-over not where heads are split: its size fix (50e5886) has not run on a GPU since
+                # this device's heads (a tensor split gives it some: op.out is the whole width)
                 size = n_tokens * n_head * cfg.head_dim
-                f16 = (rows_out == n_tokens and "n_head" not in op.attrs
-                       and self._feeds_f16_products(ops, i, rows_out, graph.ops, size)
+                f16 = (rows_out == n_tokens and self._feeds_f16_products(ops, i, rows_out, graph.ops, size)
                        and attn_k.writes_f16_ok(kc, n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, window,
                                                 self.kv_types))
                 n = _write_out(seq, kc, act(op.out), size, f16, lambda out, f16: attn_k.attention(
