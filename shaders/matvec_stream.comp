@@ -103,13 +103,14 @@
 // itself done last on binding 19 (count and continue: no workgroup waits) adds the workgroups' partials
 // in a fixed order (the route does not depend on timing; RLOADS loads in flight per thread), picks the
 // experts in moe_router.comp's order and writes the route row to binding 20, and puts the count back
-// to 0. RTAIL 1 (default) picks with every thread at once: each expert's rank among the 32 of its
+// to 0. RTAIL 1 (LLAMAVK_ROUTER_TAIL=rank) picks with every thread at once: each expert's rank among the 32 of its
 // group, the RNU best of each group candidates, each candidate's rank among them (its rank among all
 // experts), the softmax over the chosen only (renormalized: exp(l - top) / their sum, the same
 // weights as the softmax over all then renormalized, but for rounding; ranked by logits, not by
-// their exp: rounding can tie two exps the logits do not). Why: RTAIL 0, moe_router.comp's pick by
-// one subgroup (a softmax over every expert, then RNU dependent rounds of two subgroup reductions
-// each), is the last workgroup's serial tail that every later stage waits for.
+// their exp: rounding can tie two exps the logits do not). Meant to shorten the last workgroup's
+// serial tail that every later stage waits for; the host asks for RTAIL 0 (kernels/moe.py), the pick
+// of moe_router.comp by one subgroup (a softmax over every expert, then RNU dependent rounds of two
+// subgroup reductions each), because RTAIL 1 measured slower on an H100 (docs/PERFORMANCE.md, Tried).
 // RSH: qwen35moe's shared-expert gate sigmoid(w_shexp . x') (binding 21) as slot RNU (moe_router.comp
 // SHEXP). Bindings 16 Wr (f32, [RNE][rows of the whole matrix]), 17 nw. A thread's router weights of a
 // row block (RK x RROWS registers) are loaded ahead: REARLY, the first block's with its matrix loads
