@@ -408,7 +408,9 @@ class DeviceRuntime:
         # stages chained without a barrier (kernels/chain.py): the producer recorded last whose
         # consumers may still follow, and what they wait for
         edges = chain_edges(kc) if n_tokens == 1 else ""
-        counters = ChainCounters(kc, len(graph.ops)) if edges else None
+        # a slot per op, and one more per attention (its rope_kv -> attention edge k)
+        counters = ChainCounters(kc, len(graph.ops) + sum(op.kind == "attention" for op in graph.ops)) \
+            if edges else None
         if counters is not None:
             counters.begin(segments[0])
         pending = None
@@ -494,13 +496,17 @@ class DeviceRuntime:
                 width = kt.width
                 # a split mode may give this device some of the heads (tensor parallelism)
                 n_head, n_head_kv = op.attrs.get("n_head", cfg.n_head), op.attrs.get("n_head_kv", cfg.n_head_kv)
+                attn_wait = None   # edge k: the attention waits in its shader for rope_kv (kernels/chain.py)
                 if op.attrs.get("rope"):
                     qn, kn = op.attrs.get("q_norm"), op.attrs.get("k_norm")
-                    rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache), step,
-                                 n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope_of(op.layer), self.n_ctx,
-                                 q_norm=vec(qn) if qn is not None else None,
-                                 k_norm=vec(kn) if kn is not None else None, eps=op.attrs.get("eps", 0.0),
-                                 kv_types=self.kv_types)
+                    rope_signal = counters.signal() if "k" in edges and attn_k.waits_ok(
+                        kc, n_tokens, n_head, n_head_kv, cfg.head_dim, self.kv_types) else None
+                    n_rope = rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache),
+                                          step, n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope_of(op.layer),
+                                          self.n_ctx, q_norm=vec(qn) if qn is not None else None,
+                                          k_norm=vec(kn) if kn is not None else None, eps=op.attrs.get("eps", 0.0),
+                                          kv_types=self.kv_types, signal=rope_signal)
+                    attn_wait = ChainCounters.wait(rope_signal, n_rope) if rope_signal is not None else None
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width, self.kv_types.k)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width, self.kv_types.v)
@@ -513,7 +519,7 @@ class DeviceRuntime:
                 n = _write_out(seq, kc, act(op.out), size, f16, lambda out, f16: attn_k.attention(
                     seq, kc, act(q), View.whole(kcache), View.whole(vcache), out, step, n_tokens, n_head, n_head_kv,
                     cfg.head_dim, self.n_ctx, signal=signal, scale=op.attrs.get("scale", 0.0), window=window,
-                    kv_types=self.kv_types, out_f16=f16)) or 0
+                    kv_types=self.kv_types, out_f16=f16, wait=attn_wait)) or 0
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs

@@ -38,9 +38,17 @@ const uint VPT = (BP + VG - 1) / VG;    // V rows per thread per block (<= VMAX)
 const uint VMAX = 16;
 const float NEG = -1.0e30;
 
-layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
-layout(std430, binding = 1) readonly buffer K { uvec4 k8[]; };   // 8 halves per element
-layout(std430, binding = 2) readonly buffer V { uvec4 v8[]; };
+#ifdef WAIT
+// WAIT (one-token steps, kernels/chain.py): recorded right after rope_kv.comp without a barrier; q and
+// row n_past of the caches are rope_kv's stores, read after its count is seen: through coherent
+// declarations (a read-only binding may be served by caches that never see another dispatch's writes).
+#define FROM_ROPE coherent readonly
+#else
+#define FROM_ROPE readonly
+#endif
+layout(std430, binding = 0) FROM_ROPE buffer Q { vec4 q[]; };
+layout(std430, binding = 1) FROM_ROPE buffer K { uvec4 k8[]; };   // 8 halves per element
+layout(std430, binding = 2) FROM_ROPE buffer V { uvec4 v8[]; };
 layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
 layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
 #ifdef KV_QUANT
@@ -67,10 +75,12 @@ layout(std430, binding = 6) coherent buffer ML { vec2 ml[]; };         // [n_spl
 layout(std430, binding = 7) coherent buffer Count { uint counter[]; }; // [n_row_blocks][n_head_kv], 0 between runs
 shared bool is_last;
 #endif
-#ifdef CHAIN
+#if defined(CHAIN) || defined(WAIT)
 // CHAIN: every workgroup counts itself done on chain[p.chain_slot] once its stores are visible, so
 // that the next dispatch (the output projection, recorded without a barrier) can wait for the whole
 // grid in its shader (matvec_stream.comp WAIT) instead of behind a pipeline barrier.
+// WAIT: one lane polls chain[p.wait_slot] until rope_kv's p.wait_n workgroups have counted; the first
+// block's K/V loads go before the wait where that block holds no row rope_kv writes (row n_past).
 #ifdef SPLIT
 layout(std430, binding = 8) volatile coherent buffer Chain { uint chain[]; };
 #else
@@ -85,6 +95,9 @@ layout(push_constant) uniform Push {
 #ifdef CHAIN
     uint chain_slot;
 #endif
+#ifdef WAIT
+    uint wait_slot; uint wait_n;
+#endif
 } p;
 
 shared vec4 qs[BR * HD4];          // scaled queries; at the end, the merged O
@@ -93,6 +106,37 @@ shared vec4 po[8 * WG];            // the row groups' outputs [vg][r][HD4] (VG *
 shared vec2 gml[BR * WG];          // the row groups' (m, l) [vg][r]
 
 #include "attention_split.glsl"
+
+#ifdef WAIT
+void wait_for_rope() {
+    if (gl_LocalInvocationIndex == 0) {
+        // the poll count is stored where it could be observed (never): a loop with no effect but its
+        // own end may be deleted by the compiler (matvec_stream.comp's wait_for_producer)
+        uint polls = 0u;
+        while (chain[p.wait_slot] < p.wait_n) ++polls;
+        if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
+    }
+    barrier();
+}
+#endif
+
+// The first block's K and V loads (positions from `start`, rows past `last` clamped to it).
+void first_loads(const uint start, const uint last, const uint krow, const uint kq, const uint vg, const uint d8,
+                 const uint stride8, const uint head8, inout uvec4 kr[KMAX], inout uvec4 vr[VMAX]) {
+    const uint kb = min(start + krow, last) * stride8 + head8 + kq;
+    [[unroll]] for (uint i = 0; i < KMAX; ++i)
+        if (i < KP) kr[i] = K8(kb + i * 4);
+    [[unroll]] for (uint i = 0; i < VMAX; ++i)
+        if (i < VPT) vr[i] = V8(min(start + vg + i * VG, last) * stride8 + head8 + d8);
+}
+
+// The scaled queries of this workgroup's rows into qs.
+void load_queries(const uint rows_here, const uint orow[BR]) {
+    for (uint idx = gl_LocalInvocationID.x; idx < BR * HD4; idx += WG) {
+        const uint r = idx / HD4;
+        qs[idx] = r < rows_here ? q[orow[r] * HD4 + idx - r * HD4] * p.scale : vec4(0.0);
+    }
+}
 
 void attend() {
     const uint tid = gl_LocalInvocationID.x;
@@ -116,10 +160,9 @@ void attend() {
         const uint t = row / n_gqa;
         orow[r] = t * p.n_head + kvh * n_gqa + (row - t * n_gqa);
     }
-    for (uint idx = tid; idx < BR * HD4; idx += WG) {
-        const uint r = idx / HD4;
-        qs[idx] = r < rows_here ? q[orow[r] * HD4 + idx - r * HD4] * p.scale : vec4(0.0);
-    }
+#ifndef WAIT
+    load_queries(rows_here, orow);
+#endif
 
     // score lanes: 4 neighbouring lanes of a subgroup share a K row (the butterfly stays among them)
     const uint lin = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
@@ -141,13 +184,15 @@ void attend() {
 
     const uint start = max(kv_begin, kv_first);
     uvec4 kr[KMAX], vr[VMAX];
-    if (start < kv_end) {
-        const uint kb = min(start + krow, last) * stride8 + head8 + kq;
-        [[unroll]] for (uint i = 0; i < KMAX; ++i)
-            if (i < KP) kr[i] = K8(kb + i * 4);
-        [[unroll]] for (uint i = 0; i < VMAX; ++i)
-            if (i < VPT) vr[i] = V8(min(start + vg + i * VG, last) * stride8 + head8 + d8);
-    }
+#ifdef WAIT
+    const bool early = start + BP <= n_past;      // the first block ends before rope_kv's row
+    if (early && start < kv_end) first_loads(start, last, krow, kq, vg, d8, stride8, head8, kr, vr);
+    wait_for_rope();
+    if (!early && start < kv_end) first_loads(start, last, krow, kq, vg, d8, stride8, head8, kr, vr);
+    load_queries(rows_here, orow);
+#else
+    if (start < kv_end) first_loads(start, last, krow, kq, vg, d8, stride8, head8, kr, vr);
+#endif
     barrier();                                     // qs
 
     uint buf = 0;

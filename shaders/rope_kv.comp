@@ -42,6 +42,15 @@ layout(std430, binding = B0 + 4) writeonly buffer VCQ { uint16_t vcache16[]; };
 #ifdef QK_NORM
 layout(std430, binding = B0 + 5) readonly buffer QN { float qn[]; };
 layout(std430, binding = B0 + 6) readonly buffer KN { float kn[]; };
+#define B_CHAIN (B0 + 7)
+#else
+#define B_CHAIN (B0 + 5)
+#endif
+#ifdef CHAIN
+// CHAIN (one-token steps, kernels/chain.py): every workgroup, padding and early exits included, counts
+// itself done on chain[p.chain_slot] once its stores are visible, so that the decode attention after
+// it (attention_decode.comp WAIT, recorded without a barrier) waits in its shader instead.
+layout(std430, binding = B_CHAIN) volatile coherent buffer Chain { uint chain[]; };
 #endif
 layout(push_constant) uniform Push {
     uint n_tokens; uint n_heads; uint head_dim; uint rope_dim; uint neox;
@@ -49,6 +58,9 @@ layout(push_constant) uniform Push {
     uint n_heads_kv; uint n_ctx;
 #ifdef QK_NORM
     float eps;
+#endif
+#ifdef CHAIN
+    uint chain_slot;
 #endif
 } p;
 #include "rope_common.glsl"
@@ -76,7 +88,7 @@ void store_v_block(const uint t, const uint pos, const uint b, const uint kv_wid
 shared float red[64];
 shared float krot[512];            // a k head's rotated values (head_dim <= 512: rope.py checks)
 
-void main() {
+void rope_kv_main() {
     const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, i = gl_LocalInvocationID.x;
     const uint pos = step[0] + t;
     if (t >= p.n_tokens || pos >= p.n_ctx) return;   // uniform per workgroup
@@ -143,7 +155,7 @@ void main() {
 #elif defined(QK_NORM)
 shared float red[64];
 
-void main() {
+void rope_kv_main() {
     const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, i = gl_LocalInvocationID.x;
     const uint pos = step[0] + t;
     if (t >= p.n_tokens || pos >= p.n_ctx) return;   // uniform per workgroup
@@ -199,7 +211,7 @@ float k_rotated(const uint base, const uint dim, const float rpos) {
     return first ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
 }
 
-void main() {
+void rope_kv_main() {
     uint j = gl_GlobalInvocationID.x;
     const uint t = gl_WorkGroupID.y;
     const uint pos = step[0] + t;
@@ -254,7 +266,7 @@ void main() {
 }
 #else
 
-void main() {
+void rope_kv_main() {
     uint j = gl_GlobalInvocationID.x;
     const uint t = gl_WorkGroupID.y;
     const uint pos = step[0] + t;
@@ -292,3 +304,12 @@ void main() {
     if (j < kv_width) vcache[pos * kv_width + j] = float16_t(v[t * kv_width + j]);
 }
 #endif
+
+void main() {
+    rope_kv_main();
+#ifdef CHAIN
+    memoryBarrierBuffer();
+    barrier();
+    if (gl_LocalInvocationIndex == 0) atomicAdd(chain[p.chain_slot], 1u);
+#endif
+}

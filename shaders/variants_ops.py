@@ -12,6 +12,11 @@ VARIANTS = {
     "rope_kv_freqs_f32": ("rope_kv.comp", {"HAS_FREQS": "1"}),
     "rope_kv_norm_f32": ("rope_kv.comp", {"QK_NORM": "1"}),
     "rope_kv_norm_freqs_f32": ("rope_kv.comp", {"QK_NORM": "1", "HAS_FREQS": "1"}),
+    # one-token steps: counting themselves done for the decode attention waiting in its shader (CHAIN)
+    "rope_kv_chain_f32": ("rope_kv.comp", {"CHAIN": "1"}),
+    "rope_kv_freqs_chain_f32": ("rope_kv.comp", {"HAS_FREQS": "1", "CHAIN": "1"}),
+    "rope_kv_norm_chain_f32": ("rope_kv.comp", {"QK_NORM": "1", "CHAIN": "1"}),
+    "rope_kv_norm_freqs_chain_f32": ("rope_kv.comp", {"QK_NORM": "1", "HAS_FREQS": "1", "CHAIN": "1"}),
     # either cache quantized (q8_0 / q4_0; the K and V types: specialization constants 1 and 2)
     "rope_kv_kvq": ("rope_kv.comp", {"KV_QUANT": "1"}),
     "rope_kv_freqs_kvq": ("rope_kv.comp", {"HAS_FREQS": "1", "KV_QUANT": "1"}),
@@ -30,6 +35,10 @@ VARIANTS = {
     # the same, counting themselves done for a next dispatch that waits in its shader (CHAIN)
     "attention_dec_chain_f16": ("attention_decode.comp", {"CHAIN": "1"}),
     "attention_dec_split_chain_f16": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1"}),
+    # ... and waiting in the shader for the rope_kv dispatch before it (WAIT), recorded without a barrier
+    **{f"attention_dec{split}{chain}_wait_f16": ("attention_decode.comp", {
+        **({"SPLIT": "1"} if split else {}), **({"CHAIN": "1"} if chain else {}), "WAIT": "1"})
+       for split in ("", "_split") for chain in ("", "_chain")},
     # either cache quantized (q8_0 / q4_0; the K and V types: specialization constants 2 and 3):
     # every kernel above (not the cooperative-matrix one below: attention.plan keeps quantized caches off it)
     "attention_kvq_br4": ("attention.comp", {"BR": "4", "KV_QUANT": "1"}),

@@ -349,3 +349,23 @@ def test_matmul_id_prompt_coopmat(dev, kc, qtype):
     assert selection.moe_product_kernel(kc, cols, qtype.name.lower()) == "mul_mm_coop_id"
     run_matmul_id(dev, kc, qtype, 150, n_expert=4, rows=140, n_used=2, seed=12)
     run_matmul_id(dev, kc, qtype, 40, n_expert=9, rows=37, n_used=3, xslot=True, chunk_experts=5, seed=13)
+
+
+def test_decode_attention_waiting_for_rope_kv_equals_unchained(synthetic_model, monkeypatch):
+    """Edge k (kernels/chain.py): qwen3's rope_kv (Q/K norms, RoPE, KV store) counts its workgroups and
+    the decode attention, recorded without a barrier after it, waits in its shader. On a software
+    device the wait is met at once: the same logits bits as with the barrier, one barrier fewer per
+    layer (and one more per step, before the counters are zeroed)."""
+    path = synthetic_model("qwen3moe", "q4_0", seed=3)
+    prompt = [int(t) for t in np.random.default_rng(5).integers(3, 500, 8)]
+    got, barriers = {}, {}
+    for chain in ("0", "k"):
+        monkeypatch.setenv("LLAMAVK_CHAIN", chain)
+        with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
+            rt = m.runtime
+            got[chain] = one_token_rows(rt, prompt)
+            barriers[chain] = sum(seq.n_barriers for seq in rt.recordings[("last", 1, 0)])
+            waiting = [name for name, _ in rt.kc._kernels if name.startswith("attention_dec") and "_wait" in name]
+            assert bool(waiting) == (chain == "k")
+    assert barriers["k"] == barriers["0"] - rt.cfg.n_layer + 1   # + 1: the step's counters zeroed first
+    assert np.array_equal(got["0"], got["k"])

@@ -171,6 +171,13 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
                          (n_rb, n_head_kv, n_splits), n_splits, min_chunk, spec)
 
 
+def waits_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, kv_types: KVTypes = KVTypes()) -> bool:
+    """Whether `attention` with these arguments can wait in its shader for the rope_kv before it
+    (the decode kernel over f16 caches, one token)."""
+    return n_tokens == 1 and not kv_types.quantized and \
+        _use_decode_kernel(kc, n_tokens, n_head // max(1, n_head_kv), head_dim)
+
+
 def writes_f16_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int, window: int = 0,
                   kv_types: KVTypes = KVTypes()) -> bool:
     """Whether `attention` with these arguments can write its output as f16 (out_f16): the
@@ -183,7 +190,7 @@ def writes_f16_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int,
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
               head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None,
               signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes(),
-              out_f16: bool = False) -> int:
+              out_f16: bool = False, wait=None) -> int:
     """out = softmax(scale q k^T, causal) v, per query head h over KV head h // (n_head/n_head_kv);
     scale 0: 1/sqrt(head_dim).
 
@@ -201,6 +208,8 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     `signal` (a chain.Signal): where the decode kernel runs, every workgroup counts itself done there
     (attention_decode.comp CHAIN) for a next dispatch that waits in its shader. Returns how many
     workgroups count (0: none, so the next dispatch must not wait).
+    `wait` (a chain.Wait; where waits_ok): recorded without a barrier after the rope_kv that signals
+    it, the decode kernel waits for that count in its shader (attention_decode.comp WAIT).
     """
     if n_tokens <= 0:
         return 0
@@ -211,10 +220,14 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
     pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk, window, kv_types)
     chained = signal is not None and pl.kernel.startswith("attention_dec")
+    if wait is not None and not (pl.kernel.startswith("attention_dec") and n_tokens == 1 and not kv_types.quantized):
+        raise ValueError("attention: a wait in the shader takes the decode kernel, one token, f16 caches")
     push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
                        scale or 1.0 / math.sqrt(head_dim), window)
     if chained:
         push += struct.pack("<I", signal.slot)
+    if wait is not None:
+        push += struct.pack("<2I", wait.slot, wait.n)
     name = pl.kernel
     if out_f16:
         if not pl.kernel.startswith("attention_coop"):
@@ -222,12 +235,14 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         name += "_to_f16"
     if chained:
         name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
-    bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained else "")
+    if wait is not None:
+        name = name.replace("_f16", "_wait_f16")
+    bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained or wait is not None else "")
     kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
     bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
     if pl.n_splits > 1:
         bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
-    if chained:
-        bufs.append(signal.counters)
-    seq.dispatch(kernel, bufs, pl.grid, push)
+    if chained or wait is not None:
+        bufs.append((signal or wait).counters)
+    seq.dispatch(kernel, bufs, pl.grid, push, chained=wait is not None)
     return pl.grid[0] * pl.grid[1] * pl.grid[2] if chained else 0

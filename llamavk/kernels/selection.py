@@ -587,7 +587,8 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    (-> down), d down (-> the next layer's Q/K/V), e the experts' gate/up pair (-> their down product,
 #    matvec_id.comp), r the output projection (-> the MoE router, moe_router.comp), x the product writing
 #    a split's partial into shared host memory (-> its exchange point, exchange_reduce.comp; -sm graph,
-#    which also chains the exchange point to the next product). Needs workgroups to start in submission order
+#    which also chains the exchange point to the next product), k rope_kv (-> the decode attention,
+#    attention_decode.comp WAIT: its first block's K/V loads before the wait). Needs workgroups to start in submission order
 #    across dispatches: measured on these vendors' drivers (PCI vendor ids). Software devices run
 #    dispatches one after another (the wait is met at once): nothing to gain. LLAMAVK_CHAIN=0 / 1 (all) /
 #    letters overrides (A/B; tests on software devices).
@@ -601,8 +602,12 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    loads in flight than they lose to waiting workgroups holding the SMs. Since the down product
 #    stages its slots' x in shared memory (moe.matvec_id_staged; e181a0d, one call, tg128): e pays,
 #    30B-A3B 305.9 / 306.7 -> 329.8 / 325.5, 35B-A3B 325.8 / 327.0 -> 338.3 / 338.7.
-CHAIN_VENDORS = {0x10DE: "aogex"}
-CHAIN_ALL = "aogderx"
+#    k (qwen3moe / qwen3 / gemma3 / the hybrids' attention layers: rope_kv with the Q/K norms before
+#    the decode attention), H100, tg128, `aogexk` against `aogex` in alternation, two calls: 30B-A3B
+#    352.4 / 333.9, 340.4 / 341.9, 335.0 / 329.5, 348.7 / 331.0, 353.0 / 337.5; at d1024 302.3 / 294.7,
+#    291.8 / 289.9; 35B-A3B 359.0 / 342.3, 357.3 / 348.5, 353.6 / 349.1.
+CHAIN_VENDORS = {0x10DE: "aogexk"}
+CHAIN_ALL = "aogderxk"
 # Edge x where the all-reduced vector has at most this many values (LLAMAVK_CHAIN_X_COLS: A/Bs).
 # 2x H200, tg128 -sm graph with / without x (one call each): 30B-A3B (2048) 356.5 / 341.0, 35B-A3B
 # (2048) 349.4 / 340.1, 7.2B (4096) 420-427 / 411-420; the 31.5B (5120) 113.7 / 139.3.
