@@ -408,8 +408,8 @@ class DeviceRuntime:
         # stages chained without a barrier (kernels/chain.py): the producer recorded last whose
         # consumers may still follow, and what they wait for
         edges = chain_edges(kc) if n_tokens == 1 else ""
-        # a slot per op, and one more per attention (its rope_kv -> attention edge k)
-        counters = ChainCounters(kc, len(graph.ops) + sum(op.kind == "attention" for op in graph.ops)) \
+        # a slot per op, and two more per attention (edges q and k around its rope_kv)
+        counters = ChainCounters(kc, len(graph.ops) + 2 * sum(op.kind == "attention" for op in graph.ops)) \
             if edges else None
         if counters is not None:
             counters.begin(segments[0])
@@ -424,6 +424,9 @@ class DeviceRuntime:
         # prompt steps: each dequantize-then-f16 product's rows dequantized while the one before is
         # multiplied (matmul.DequantAhead; a stale plan after an error costs time, never a result)
         kc.dequant_ahead = self._dequant_ahead(ops, n_tokens)
+        # edge q: Q/K/V products -> the rope_kv of the attention after them, on one shared counter
+        qkv_signals = self._qkv_signals(ops, counters) if "q" in edges else {}
+        rope_waits = {}   # id(attention op) -> [its Q/K/V products' signal, their workgroups]
         done = set()    # ops recorded with the one before them (a residual add and the norm after it)
         for i, op in enumerate(ops):
             if i in done:
@@ -479,6 +482,9 @@ class DeviceRuntime:
                 out = logits_view if op.out is graph.logits else act(op.out)
                 norm_w, resid, glu = op.attrs.get("norm"), op.attrs.get("residual"), op.attrs.get("glu")
                 pair = op.attrs.get("pair")
+                shared = qkv_signals.get(id(op))   # (signal, the attention whose rope_kv waits), edge q
+                if shared is not None:
+                    signal = shared[0]
                 n = matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
                               norm=vec(norm_w) if norm_w is not None else None, eps=op.attrs.get("eps", 0.0),
                               residual=act(resid) if resid is not None else None,
@@ -486,6 +492,9 @@ class DeviceRuntime:
                               pair=self.weights[pair.name] if pair is not None else None,
                               rope=self._rope_out(op, step), wait=wait, signal=signal,
                               router=self._folded_router(op, act, vec), clock=stamped.get(x))
+                if shared is not None:   # counted with the other two; no consumer right after it
+                    rope_waits.setdefault(shared[1], [shared[0], 0])[1] += n
+                    signal = None
             elif k == "rope":
                 x = op.inputs[0]
                 n_heads = op.attrs["n_heads"]
@@ -505,7 +514,8 @@ class DeviceRuntime:
                                           step, n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope_of(op.layer),
                                           self.n_ctx, q_norm=vec(qn) if qn is not None else None,
                                           k_norm=vec(kn) if kn is not None else None, eps=op.attrs.get("eps", 0.0),
-                                          kv_types=self.kv_types, signal=rope_signal)
+                                          kv_types=self.kv_types, signal=rope_signal,
+                                          wait=ChainCounters.wait(*rope_waits[id(op)]) if id(op) in rope_waits else None)
                     attn_wait = ChainCounters.wait(rope_signal, n_rope) if rope_signal is not None else None
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width, self.kv_types.k)
@@ -609,6 +619,25 @@ class DeviceRuntime:
                 chained.append((op, pending[1]))
         kc.dequant_ahead = None
         return [seq.end() for seq in segments]
+
+    def _qkv_signals(self, ops, counters) -> dict:
+        """Edge q (kernels/chain.py): for each one-token attention whose rope_kv (f16 caches) comes right
+        after the plain stream products writing its q, k and v, those products' ids -> (one shared
+        signal, id(attention)); rope_kv then waits in its shader for all three."""
+        out = {}
+        if self.kv_types.quantized:
+            return out
+        for i, op in enumerate(ops):
+            if op.kind != "attention" or not op.attrs.get("rope") or i < 3:
+                continue
+            prods = ops[i - 3:i]
+            if {p.out for p in prods} != set(op.inputs) or not all(
+                    p.kind == "matmul" and not ({"rope", "route", "router", "residual", "pair"} & set(p.attrs))
+                    and matmul.matvec_chain_ok(self.kc, self.weights[p.inputs[0].name]) for p in prods):
+                continue
+            signal = counters.signal()
+            out.update({id(p): (signal, id(op)) for p in prods})
+        return out
 
     def _dequant_ahead(self, ops, n_tokens: int):
         """A prompt step's matmul.DequantAhead: its weight products in recording order, with the

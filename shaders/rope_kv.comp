@@ -26,9 +26,17 @@ layout(std430, binding = 1) readonly buffer Freqs { float freqs[]; };
 #else
 #define B0 1
 #endif
-layout(std430, binding = B0) buffer Q { float q[]; };
-layout(std430, binding = B0 + 1) readonly buffer K { float k[]; };
-layout(std430, binding = B0 + 2) readonly buffer V { float v[]; };
+#ifdef WAIT
+// WAIT (one-token steps, kernels/chain.py edge q): recorded right after the Q/K/V products without a
+// barrier; q, k and v are read once their count is seen, through coherent declarations (a read-only
+// binding may be served by caches that never see another dispatch's writes).
+#define FROM_PRODUCTS coherent
+#else
+#define FROM_PRODUCTS
+#endif
+layout(std430, binding = B0) FROM_PRODUCTS buffer Q { float q[]; };
+layout(std430, binding = B0 + 1) FROM_PRODUCTS readonly buffer K { float k[]; };
+layout(std430, binding = B0 + 2) FROM_PRODUCTS readonly buffer V { float v[]; };
 layout(std430, binding = B0 + 3) writeonly buffer KC { float16_t kcache[]; };
 layout(std430, binding = B0 + 4) writeonly buffer VC { float16_t vcache[]; };
 #ifdef KV_QUANT
@@ -46,10 +54,11 @@ layout(std430, binding = B0 + 6) readonly buffer KN { float kn[]; };
 #else
 #define B_CHAIN (B0 + 5)
 #endif
-#ifdef CHAIN
-// CHAIN (one-token steps, kernels/chain.py): every workgroup, padding and early exits included, counts
-// itself done on chain[p.chain_slot] once its stores are visible, so that the decode attention after
-// it (attention_decode.comp WAIT, recorded without a barrier) waits in its shader instead.
+#if defined(CHAIN) || defined(WAIT)
+// CHAIN (one-token steps, kernels/chain.py edge k): every workgroup, padding and early exits included,
+// counts itself done on chain[p.chain_slot] once its stores are visible, so that the decode attention
+// after it (attention_decode.comp WAIT, recorded without a barrier) waits in its shader instead.
+// WAIT: one lane polls chain[p.wait_slot] until the Q/K/V products' p.wait_n workgroups have counted.
 layout(std430, binding = B_CHAIN) volatile coherent buffer Chain { uint chain[]; };
 #endif
 layout(push_constant) uniform Push {
@@ -61,6 +70,9 @@ layout(push_constant) uniform Push {
 #endif
 #ifdef CHAIN
     uint chain_slot;
+#endif
+#ifdef WAIT
+    uint wait_slot; uint wait_n;
 #endif
 } p;
 #include "rope_common.glsl"
@@ -306,6 +318,16 @@ void rope_kv_main() {
 #endif
 
 void main() {
+#ifdef WAIT
+    if (gl_LocalInvocationIndex == 0) {
+        // the poll count is stored where it could be observed (never): a loop with no effect but its
+        // own end may be deleted by the compiler (matvec_stream.comp's wait_for_producer)
+        uint polls = 0u;
+        while (chain[p.wait_slot] < p.wait_n) ++polls;
+        if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
+    }
+    barrier();
+#endif
     rope_kv_main();
 #ifdef CHAIN
     memoryBarrierBuffer();

@@ -12,11 +12,13 @@ VARIANTS = {
     "rope_kv_freqs_f32": ("rope_kv.comp", {"HAS_FREQS": "1"}),
     "rope_kv_norm_f32": ("rope_kv.comp", {"QK_NORM": "1"}),
     "rope_kv_norm_freqs_f32": ("rope_kv.comp", {"QK_NORM": "1", "HAS_FREQS": "1"}),
-    # one-token steps: counting themselves done for the decode attention waiting in its shader (CHAIN)
-    "rope_kv_chain_f32": ("rope_kv.comp", {"CHAIN": "1"}),
-    "rope_kv_freqs_chain_f32": ("rope_kv.comp", {"HAS_FREQS": "1", "CHAIN": "1"}),
-    "rope_kv_norm_chain_f32": ("rope_kv.comp", {"QK_NORM": "1", "CHAIN": "1"}),
-    "rope_kv_norm_freqs_chain_f32": ("rope_kv.comp", {"QK_NORM": "1", "HAS_FREQS": "1", "CHAIN": "1"}),
+    # one-token steps: waiting in the shader for the Q/K/V products (WAIT) and / or counting themselves
+    # done for the decode attention waiting in its shader (CHAIN)
+    **{f"rope_kv{norm}{freqs}{wait}{chain}_f32": ("rope_kv.comp", {
+        **({"QK_NORM": "1"} if norm else {}), **({"HAS_FREQS": "1"} if freqs else {}),
+        **({"WAIT": "1"} if wait else {}), **({"CHAIN": "1"} if chain else {})})
+       for norm in ("", "_norm") for freqs in ("", "_freqs") for wait, chain in (("", "_chain"), ("_wait", ""),
+                                                                                  ("_wait", "_chain"))},
     # either cache quantized (q8_0 / q4_0; the K and V types: specialization constants 1 and 2)
     "rope_kv_kvq": ("rope_kv.comp", {"KV_QUANT": "1"}),
     "rope_kv_freqs_kvq": ("rope_kv.comp", {"HAS_FREQS": "1", "KV_QUANT": "1"}),

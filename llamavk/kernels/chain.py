@@ -47,6 +47,9 @@ class ChainCounters:
     def __init__(self, kc, n_slots: int):
         size = 4 * SLOT_WORDS * max(1, n_slots)
         buf = kc.shared("chain counters", size, lambda: filled_buffer(kc.device, np.zeros(size // 4, np.uint32)))
+        # only atomics and polls touch them between the zeroing fills (begin): no dispatch waits for
+        # another's counts behind a barrier (CommandSequence.dispatch leaves them out of its hazards)
+        buf.shader_ordered = True
         self.range = (buf, 0, size)
         self.n_slots = n_slots
         self.used = 0

@@ -112,7 +112,7 @@ def rope(seq, kc, x, step, n_tokens: int, n_heads: int, head_dim: int, rope: Rop
 
 def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: int, n_heads_kv: int,
             head_dim: int, rope: RopeParams, n_ctx: int, q_norm=None, k_norm=None, eps: float = 0.0,
-            kv_types: KVTypes = KVTypes(), signal=None) -> int:
+            kv_types: KVTypes = KVTypes(), signal=None, wait=None) -> int:
     """One dispatch: rotate q in place, write rotate(k) and v into the caches at row n_past + t
     (shaders/rope_kv.comp; the angle of row p is that of position p % L with a step seq_len L > 0),
     as f16 or, per kv_types, q8_0 / q4_0 blocks (kv_cache.py).
@@ -120,11 +120,12 @@ def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: in
     rope.dim == head_dim): each head of q and k RMS-normed with these weights first (qwen3).
     signal (a chain.Signal; f16 caches): every workgroup counts itself done there, for the decode
     attention waiting in its shader (attention_decode.comp WAIT). Returns how many workgroups count
-    (0 without a signal)."""
+    (0 without a signal). wait (a chain.Wait; f16 caches): recorded without a barrier after the
+    Q/K/V products that count there, it waits for them in its shader (rope_kv.comp WAIT)."""
     if n_tokens <= 0:
         return 0
-    if signal is not None and kv_types.quantized:
-        raise ValueError("rope_kv: a signalling rope_kv writes f16 caches only")
+    if (signal is not None or wait is not None) and kv_types.quantized:
+        raise ValueError("rope_kv: a chained rope_kv writes f16 caches only")
     if rope.dim % 2 or not 0 < rope.dim <= head_dim:
         raise ValueError(f"rope dim {rope.dim} must be even and at most head_dim {head_dim}")
     half = rope.dim // 2
@@ -147,21 +148,25 @@ def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: in
         groups = (n_heads + n_heads_kv + (v_items + wg - 1) // wg, n_tokens, 1)
         return _dispatch(seq, kc, "rope_kv_norm" + suffix, "r" * (1 + len(freqs)) + "wrrwwrr", (wg,) + types,
                          [_range(step)] + freqs + tensors + [_range(q_norm), _range(k_norm)], groups,
-                         push + struct.pack("<f", eps), signal)
+                         push + struct.pack("<f", eps), signal, wait)
     k_items = kv_width // 32 if kv_types.k != "f16" else n_heads_kv * half + n_heads_kv * (head_dim - rope.dim)
     v_items = kv_width // 32 if kv_types.v != "f16" else kv_width
     items = n_heads * half + k_items + v_items
     return _dispatch(seq, kc, "rope_kv" + suffix, "r" * (1 + len(freqs)) + "wrrww", (WG,) + types,
-                     [_range(step)] + freqs + tensors, ((items + WG - 1) // WG, n_tokens, 1), push, signal)
+                     [_range(step)] + freqs + tensors, ((items + WG - 1) // WG, n_tokens, 1), push, signal, wait)
 
 
-def _dispatch(seq, kc, name: str, bindings: str, spec: tuple, bufs: list, groups: tuple, push: bytes, signal) -> int:
-    """Record rope_kv.comp's variant `name`; with a signal its CHAIN form (the counters bound last,
-    the slot pushed last). Returns the workgroups that count (0: none)."""
-    if signal is not None:
-        name = name.replace("_f32", "_chain_f32")
+def _dispatch(seq, kc, name: str, bindings: str, spec: tuple, bufs: list, groups: tuple, push: bytes, signal,
+              wait) -> int:
+    """Record rope_kv.comp's variant `name`; with a signal its CHAIN form, with a wait its WAIT form
+    (the counters bound last; the signal's slot, then the wait's slot and count pushed last). Returns
+    the workgroups that count (0: none)."""
+    if signal is not None or wait is not None:
+        name = name.replace("_f32", ("_wait" if wait is not None else "") + ("_chain" if signal is not None else "")
+                            + "_f32")
         bindings += "w"
-        bufs = bufs + [signal.counters]
-        push += struct.pack("<I", signal.slot)
-    seq.dispatch(kc.get(name, bindings, push_size=len(push), spec=spec), bufs, groups, push)
+        bufs = bufs + [(signal or wait).counters]
+        push += (struct.pack("<I", signal.slot) if signal is not None else b"") + \
+            (struct.pack("<2I", wait.slot, wait.n) if wait is not None else b"")
+    seq.dispatch(kc.get(name, bindings, push_size=len(push), spec=spec), bufs, groups, push, chained=wait is not None)
     return groups[0] * groups[1] * groups[2] if signal is not None else 0

@@ -588,7 +588,8 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    matvec_id.comp), r the output projection (-> the MoE router, moe_router.comp), x the product writing
 #    a split's partial into shared host memory (-> its exchange point, exchange_reduce.comp; -sm graph,
 #    which also chains the exchange point to the next product), k rope_kv (-> the decode attention,
-#    attention_decode.comp WAIT: its first block's K/V loads before the wait). Needs workgroups to start in submission order
+#    attention_decode.comp WAIT: its first block's K/V loads before the wait), q the Q/K/V products
+#    (-> the rope_kv after them, rope_kv.comp WAIT, all three on one counter). Needs workgroups to start in submission order
 #    across dispatches: measured on these vendors' drivers (PCI vendor ids). Software devices run
 #    dispatches one after another (the wait is met at once): nothing to gain. LLAMAVK_CHAIN=0 / 1 (all) /
 #    letters overrides (A/B; tests on software devices).
@@ -605,9 +606,12 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    k (qwen3moe / qwen3 / gemma3 / the hybrids' attention layers: rope_kv with the Q/K norms before
 #    the decode attention), H100, tg128, `aogexk` against `aogex` in alternation, two calls: 30B-A3B
 #    352.4 / 333.9, 340.4 / 341.9, 335.0 / 329.5, 348.7 / 331.0, 353.0 / 337.5; at d1024 302.3 / 294.7,
-#    291.8 / 289.9; 35B-A3B 359.0 / 342.3, 357.3 / 348.5, 353.6 / 349.1.
-CHAIN_VENDORS = {0x10DE: "aogexk"}
-CHAIN_ALL = "aogderxk"
+#    291.8 / 289.9; 35B-A3B 359.0 / 342.3, 357.3 / 348.5, 353.6 / 349.1. q (the same models' Q/K/V
+#    products -> that rope_kv), `aogexkq` against `aogexk`, one call: 30B-A3B 368.1 / 341.3, 362.0 /
+#    345.0, 379.1 / 352.6, at d1024 313.5 / 297.1; 35B-A3B (10 attention layers of 40) 352.3 / 361.1,
+#    359.5 / 360.3.
+CHAIN_VENDORS = {0x10DE: "aogexkq"}
+CHAIN_ALL = "aogderxkq"
 # Edge x where the all-reduced vector has at most this many values (LLAMAVK_CHAIN_X_COLS: A/Bs).
 # 2x H200, tg128 -sm graph with / without x (one call each): 30B-A3B (2048) 356.5 / 341.0, 35B-A3B
 # (2048) 349.4 / 340.1, 7.2B (4096) 420-427 / 411-420; the 31.5B (5120) 113.7 / 139.3.

@@ -132,8 +132,11 @@ class CommandSequence:
         its shader waits for them itself (matvec_stream.comp WAIT); later commands are ordered after
         both as usual."""
         ranges = [as_range(b) for b in buffers]
-        reads = [r for r, a in zip(ranges, kernel.bindings) if a == "r"]
-        writes = [r for r, a in zip(ranges, kernel.bindings) if a == "w"]
+        # buffers whose accesses the shaders order themselves (kernels/chain.py's counters: atomic
+        # counts and polls) need no barrier between dispatches
+        tracked = [(r, a) for r, a in zip(ranges, kernel.bindings) if not getattr(r[0], "shader_ordered", False)]
+        reads = [r for r, a in tracked if a == "r"]
+        writes = [r for r, a in tracked if a == "w"]
         if indirect is not None:
             # The group counts may have been written by any earlier command: make everything visible
             # to the indirect-command read (all earlier stages, to every stage).
