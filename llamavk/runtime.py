@@ -693,7 +693,7 @@ class DeviceRuntime:
         before products that also wait for it), whose output is its input x: the edge is enabled
         (selection.chain_edges: a attention, o output projection, g gate/up, d down product, e the
         experts' gate/up pair -> their down product, r output projection -> the MoE router, x a split's
-        partial -> its exchange point) and both
+        partial -> its exchange point, m the experts' summing down product -> the next products) and both
         kernels can be chained (kernels/chain.py)."""
         if op is not None and op.kind == "sync_reduce":   # -sm graph: the exchange point waits in its shader
             return "x" in edges and op.attrs.get("overlap", False) and chain_x_ok(op.attrs["n_cols"]) \
@@ -709,6 +709,9 @@ class DeviceRuntime:
                     and matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name]))
         if producer.kind == "attention":
             kind = "a"
+        elif producer.kind == "matmul_id":   # a mixture of experts' summing down product: edge m
+            kind = "m" if "sum" in producer.attrs and moe.matvec_id_chain_ok(self.weights[producer.inputs[0].name]) \
+                else ""
         elif producer.kind == "sync_reduce":   # -sm graph: the next product's loads overlap the exchange
             return bool(edges) and producer.attrs.get("overlap", False) \
                 and matmul.matvec_chain_ok(self.kc, self.weights[op.inputs[0].name])
