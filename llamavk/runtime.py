@@ -551,7 +551,8 @@ class DeviceRuntime:
                               norm=vec(a["norm"]) if "norm" in a else None, eps=a.get("eps", 0.0),
                               glu=act(a["glu"]) if "glu" in a else None, sum_slots=a.get("sum", False),
                               residual=act(a["residual"]) if "residual" in a else None,
-                              pair=self.weights[a["pair"].name] if "pair" in a else None, wait=wait, signal=signal)
+                              pair=self.weights[a["pair"].name] if "pair" in a else None, wait=wait, signal=signal,
+                              route_wait=wait is not None and pending[0].kind == "matmul")   # edge p
             elif k == "moe_sum":
                 y, route = op.inputs
                 moe.moe_sum(seq, kc, act(y), act(route), act(op.out), rows_out, route.width // 2, op.out.width)
@@ -693,7 +694,8 @@ class DeviceRuntime:
         before products that also wait for it), whose output is its input x: the edge is enabled
         (selection.chain_edges: a attention, o output projection, g gate/up, d down product, e the
         experts' gate/up pair -> their down product, r output projection -> the MoE router, x a split's
-        partial -> its exchange point, m the experts' summing down product -> the next products) and both
+        partial -> its exchange point, m the experts' summing down product -> the next products, p the
+        output projection picking the experts -> their gate/up pair) and both
         kernels can be chained (kernels/chain.py)."""
         if op is not None and op.kind == "sync_reduce":   # -sm graph: the exchange point waits in its shader
             return "x" in edges and op.attrs.get("overlap", False) and chain_x_ok(op.attrs["n_cols"]) \
@@ -701,6 +703,12 @@ class DeviceRuntime:
         if op is not None and op.kind == "matmul_id" and producer.kind == "matmul_id":
             return ("e" in edges and op.inputs[1] is producer.out and "pair" in producer.attrs
                     and moe.matvec_id_chain_ok(self.weights[producer.inputs[0].name])
+                    and moe.matvec_id_chain_ok(self.weights[op.inputs[0].name]))
+        if op is not None and op.kind == "matmul_id" and producer.kind == "matmul":
+            # edge p: the experts' gate/up pair after the output projection that picks the experts
+            return ("p" in edges and "router" in producer.attrs and op.inputs[1] is producer.out
+                    and op.inputs[2] is producer.attrs["route_out"] and "pair" in op.attrs
+                    and matmul.matvec_chain_ok(self.kc, self.weights[producer.inputs[0].name])
                     and moe.matvec_id_chain_ok(self.weights[op.inputs[0].name]))
         if op is None or op.kind != "matmul" or op.inputs[1] is not producer.out:
             return False

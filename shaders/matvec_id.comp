@@ -45,8 +45,11 @@
 // sigmoid(w_shexp . x'). Per token, outputs (non-SUM) and XSLOT inputs are the routed slots' rows
 // (rows / cols each) followed by the shared slot's (sh_rows / sh_cols). Why a slot: the shared
 // expert's gate/up, down product and sigmoid gate then cost no dependent stage of their own.
+// RWAIT (with WAIT; the experts' gate/up pair after the output projection that picks the experts,
+// matvec_stream.comp ROUTER, kernels/chain.py edge p): the route is the producer's too, so the wait
+// comes first and the route is read after it through a coherent alias; then the weight loads.
 // Specialization: 0 workgroup size, 1 TPR, 2 C, 3 RJ, 4 NORM, 5 GLU, 6 SUM, 7 XSLOT, 8 RESID, 9 PAIR,
-// 10 WAIT, 11 SIGNAL, 12 XS, 13 RED, 14 SHEXP.
+// 10 WAIT, 11 SIGNAL, 12 XS, 13 RED, 14 SHEXP, 15 RWAIT.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TPR = 32;
 layout(constant_id = 2) const uint C = 1;
@@ -62,12 +65,14 @@ layout(constant_id = 11) const bool SIGNAL = false;
 layout(constant_id = 12) const uint XS = 0;
 layout(constant_id = 13) const uint RED = 1;   // SUM: n_used x rows_per_wg (the host checks <= 2048)
 layout(constant_id = 14) const bool SHEXP = false;
+layout(constant_id = 15) const bool RWAIT = false;
 const uint NM = PAIR ? 2 : 1;   // matrices per product
 const bool SLOT_ROWS = SUM && XSLOT;   // XS: the token's n_used slot rows are staged
 
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) readonly buffer Route { float route[]; };
+layout(std430, binding = 2) volatile coherent buffer RouteC { float routec[]; };   // RWAIT (header)
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(std430, binding = 4) readonly buffer NormW4 { vec4 nw4[]; };
 layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
@@ -171,6 +176,7 @@ float lanes_sum(float v) {
 #endif
 
 void main() {
+    if (RWAIT) wait_for_producer();   // the route is the producer's (header)
     q_chunk_blocks = p.n_exp * p.rows * (p.cols / QK);
     uint S = gl_SubgroupSize, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
     uint G = S / TPR, g = lane / TPR, c = lane % TPR;
@@ -185,7 +191,7 @@ void main() {
         r0 = gl_WorkGroupID.x * p.rows_per_wg + sg * G * RJ;
     }
     uint rbase = t * 2 * p.n_used;
-    uint e = floatBitsToUint(route[rbase + s]);
+    uint e = floatBitsToUint(RWAIT ? routec[rbase + s] : route[rbase + s]);
 #if defined(QPLANAR)
     bool sh = SHEXP && s == p.n_used - 1;   // the shared expert's slot (uniform per subgroup)
 #else
@@ -235,7 +241,7 @@ void main() {
         }
     }
 #endif
-    if (WAIT) wait_for_producer();
+    if (WAIT && !RWAIT) wait_for_producer();
     float ss_all = 0.0;
     if (XS > 0) ss_all = stage_x(SLOT_ROWS ? t * tok_in / 4 : xoff4, (SLOT_ROWS ? tok_in : p.cols) / 4);
     uint xs4 = SLOT_ROWS ? s * p.cols / 4 : 0;
@@ -296,7 +302,7 @@ void main() {
     if (SUM) {
         // each slot's rows to shared memory (0 where this chunk lacks its expert), then per row the
         // weighted slots in order and the residual
-        float wt = s < p.n_used ? route[rbase + p.n_used + s] : 0.0;
+        float wt = s < p.n_used ? (RWAIT ? routec[rbase + p.n_used + s] : route[rbase + p.n_used + s]) : 0.0;
         if (c == 0) {
             [[unroll]] for (uint j = 0; j < RJ; ++j) red[s * p.rows_per_wg + g + G * j] = mine ? acc[0][j] * wt : 0.0;
         }

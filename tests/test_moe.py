@@ -352,17 +352,18 @@ def test_matmul_id_prompt_coopmat(dev, kc, qtype):
 
 
 def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(synthetic_model, monkeypatch):
-    """Edges k, q and m (kernels/chain.py): qwen3's rope_kv (Q/K norms, RoPE, KV store) counts its
+    """Edges k, q, m and p (kernels/chain.py): qwen3's rope_kv (Q/K norms, RoPE, KV store) counts its
     workgroups and the decode attention, recorded without a barrier after it, waits in its shader (k);
     the Q/K/V products count on one shared counter and rope_kv waits for all three (q); the experts'
-    summing down product counts and the next layer's Q/K/V products wait for it (m). On a software device the waits are met at once: the same logits bits as
+    summing down product counts and the next layer's Q/K/V products wait for it (m); the experts'
+    gate/up pair waits for the output projection that picks the experts, before it reads the route (p). On a software device the waits are met at once: the same logits bits as
     with the barriers, one barrier fewer per layer and edge (and one more per step, before the counters
     are zeroed)."""
     chainable_stream_kernel(monkeypatch)
     path = synthetic_model("qwen3moe", "q4_0", seed=3)
     prompt = [int(t) for t in np.random.default_rng(5).integers(3, 500, 8)]
     got, barriers = {}, {}
-    for chain in ("0", "k", "kq", "kqm"):
+    for chain in ("0", "k", "kq", "kqm", "kqmp"):
         monkeypatch.setenv("LLAMAVK_CHAIN", chain)
         with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
             rt = m.runtime
@@ -374,4 +375,5 @@ def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(s
     n_layer = rt.cfg.n_layer
     assert barriers["k"] == barriers["0"] - n_layer + 1 and barriers["kq"] == barriers["0"] - 2 * n_layer + 1
     assert barriers["kqm"] == barriers["kq"] - (n_layer - 1)   # the last down is followed by the output row's copy
-    assert all(np.array_equal(got["0"], got[c]) for c in ("k", "kq", "kqm"))
+    assert barriers["kqmp"] == barriers["kqm"] - n_layer
+    assert all(np.array_equal(got["0"], got[c]) for c in ("k", "kq", "kqm", "kqmp"))

@@ -311,7 +311,7 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
               n_used: int, xslot: bool, groups: View | None = None, norm: View | None = None, eps: float = 0.0,
               glu: View | None = None, sum_slots: bool = False, residual: View | None = None,
               pair: QWeight | None = None, wait=None, signal=None,
-              shexp: tuple[QWeight, QWeight | None] | None = None) -> int:
+              shexp: tuple[QWeight, QWeight | None] | None = None, route_wait: bool = False) -> int:
     """y[t, s] = W[id(t, s)] x'[t(, s)] for t < n_tokens, s < n_used (y: [n_tokens][n_used][R]);
     with sum_slots, y[t] = residual[t] + sum_s weight(t, s) W[id(t, s)] x'[t, s] (y: [n_tokens][R]);
     with pair (a second stack of experts P, where matvec_id_pairs allows), y[t, s] =
@@ -322,7 +322,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
     and pair are the decode forms (n_tokens <= MATVEC_MAX_TOKENS); larger batches need `groups` (group()).
     wait / signal (chain.Wait / chain.Signal; one token, matvec_id_chain_ok): recorded without a barrier
     after the producer it waits for / counting its workgroups done. Returns the workgroups of a
-    signalling product (0 otherwise).
+    signalling product (0 otherwise). route_wait (with wait): the producer writes the route too (the
+    output projection picking the experts), so the wait comes before the route is read (RWAIT).
 
     shexp = (S, SP) (decode, shexp_slot_ok): slot n_used - 1 is a shared expert, S (its gate with the
     pair SP = its up, or its down with sum_slots) in place of the chosen expert's matrices; its route
@@ -371,7 +372,7 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
                                   norm is not None or glu is not None)
         spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
                 pair is not None, wait is not None, signal is not None, staged,
-                n_used * rows_per_wg if sum_slots else 1) + ((True,) if sh is not None else ())
+                n_used * rows_per_wg if sum_slots else 1, sh is not None, wait is not None and route_wait)
         kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrrwrr", push_size=48, spec=spec)
         rows_max = R if sum_slots else max(R, sh_rows)
         grid = ((rows_max + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)

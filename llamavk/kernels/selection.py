@@ -590,7 +590,8 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    which also chains the exchange point to the next product), k rope_kv (-> the decode attention,
 #    attention_decode.comp WAIT: its first block's K/V loads before the wait), q the Q/K/V products
 #    (-> the rope_kv after them, rope_kv.comp WAIT, all three on one counter), m the experts' summing
-#    down product (-> the next layer's Q/K/V products, or the output product: matvec_id.comp SIGNAL). Needs workgroups to start in submission order
+#    down product (-> the next layer's Q/K/V products: matvec_id.comp SIGNAL), p the output projection
+#    picking the experts (ROUTER) -> their gate/up pair (matvec_id.comp RWAIT: waits before the route). Needs workgroups to start in submission order
 #    across dispatches: measured on these vendors' drivers (PCI vendor ids). Software devices run
 #    dispatches one after another (the wait is met at once): nothing to gain. LLAMAVK_CHAIN=0 / 1 (all) /
 #    letters overrides (A/B; tests on software devices).
@@ -611,9 +612,12 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    products -> that rope_kv), `aogexkq` against `aogexk`, one call: 30B-A3B 368.1 / 341.3, 362.0 /
 #    345.0, 379.1 / 352.6, at d1024 313.5 / 297.1; 35B-A3B (10 attention layers of 40) 352.3 / 361.1,
 #    359.5 / 360.3. m, `aogexkqm` against `aogexkq`, one call: 30B-A3B 372.4 / 367.7, 371.8 / 368.2,
-#    381.6 / 369.8, at d1024 329.1 / 307.0; 35B-A3B 365.3 / 356.3, 358.2 / 357.8.
+#    381.6 / 369.8, at d1024 329.1 / 307.0; 35B-A3B 365.3 / 356.3, 358.2 / 357.8. p (off: its pair
+#    cannot load weights before the route is known), `aogexkqmp` against `aogexkqm`, one call: 30B-A3B
+#    365.4 / 376.6, 372.6 / 372.6, 374.5 / 374.8, at d1024 322.7 / 333.0; 35B-A3B 367.1 / 363.0,
+#    368.4 / 359.9.
 CHAIN_VENDORS = {0x10DE: "aogexkqm"}
-CHAIN_ALL = "aogderxkqm"
+CHAIN_ALL = "aogderxkqmp"
 # Edge x where the all-reduced vector has at most this many values (LLAMAVK_CHAIN_X_COLS: A/Bs).
 # 2x H200, tg128 -sm graph with / without x (one call each): 30B-A3B (2048) 356.5 / 341.0, 35B-A3B
 # (2048) 349.4 / 340.1, 7.2B (4096) 420-427 / 411-420; the 31.5B (5120) 113.7 / 139.3.
