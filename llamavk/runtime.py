@@ -517,6 +517,8 @@ class DeviceRuntime:
                                           kv_types=self.kv_types, signal=rope_signal,
                                           wait=ChainCounters.wait(*rope_waits[id(op)]) if id(op) in rope_waits else None)
                     attn_wait = ChainCounters.wait(rope_signal, n_rope) if rope_signal is not None else None
+                elif id(op) in rope_waits:   # edge q: RoPE and the KV store in the products, which count
+                    attn_wait = ChainCounters.wait(*rope_waits[id(op)])
                 elif not op.attrs.get("kv_stored"):   # kv_stored: the Q/K/V products did it (fusion.py)
                     attn_k.kv_store(seq, kc, act(kt), View.whole(kcache), step, n_tokens, width, self.kv_types.k)
                     attn_k.kv_store(seq, kc, act(vt), View.whole(vcache), step, n_tokens, width, self.kv_types.v)
@@ -622,18 +624,24 @@ class DeviceRuntime:
         return [seq.end() for seq in segments]
 
     def _qkv_signals(self, ops, counters) -> dict:
-        """Edge q (kernels/chain.py): for each one-token attention whose rope_kv (f16 caches) comes right
-        after the plain stream products writing its q, k and v, those products' ids -> (one shared
-        signal, id(attention)); rope_kv then waits in its shader for all three."""
+        """Edge q (kernels/chain.py): for each one-token attention right after the stream products
+        writing its q, k and v, those products' ids -> (one shared signal, id(attention)). Its rope_kv
+        (f16 caches) then waits in its shader for all three; where the products rotate and store K and
+        V themselves (kv_stored), the decode attention does."""
         out = {}
         if self.kv_types.quantized:
             return out
+        cfg = self.cfg
         for i, op in enumerate(ops):
-            if op.kind != "attention" or not op.attrs.get("rope") or i < 3:
+            stored = op.kind == "attention" and op.attrs.get("kv_stored") and attn_k.waits_ok(
+                self.kc, 1, op.attrs.get("n_head", cfg.n_head), op.attrs.get("n_head_kv", cfg.n_head_kv), cfg.head_dim,
+                self.kv_types)
+            if op.kind != "attention" or not (op.attrs.get("rope") or stored) or i < 3:
                 continue
             prods = ops[i - 3:i]
             if {p.out for p in prods} != set(op.inputs) or not all(
-                    p.kind == "matmul" and not ({"rope", "route", "router", "residual", "pair"} & set(p.attrs))
+                    p.kind == "matmul" and not ({"route", "router", "residual", "pair"} & set(p.attrs))
+                    and ("rope" in p.attrs) == bool(stored)
                     and matmul.matvec_chain_ok(self.kc, self.weights[p.inputs[0].name]) for p in prods):
                 continue
             signal = counters.signal()

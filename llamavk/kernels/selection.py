@@ -611,7 +611,9 @@ def attention_coop_ok(kc, head_dim: int, rows: int) -> bool:
 #    291.8 / 289.9; 35B-A3B 359.0 / 342.3, 357.3 / 348.5, 353.6 / 349.1. q (the same models' Q/K/V
 #    products -> that rope_kv), `aogexkq` against `aogexk`, one call: 30B-A3B 368.1 / 341.3, 362.0 /
 #    345.0, 379.1 / 352.6, at d1024 313.5 / 297.1; 35B-A3B (10 attention layers of 40) 352.3 / 361.1,
-#    359.5 / 360.3. m, `aogexkqm` against `aogexkq`, one call: 30B-A3B 372.4 / 367.7, 371.8 / 368.2,
+#    359.5 / 360.3. q where the products do RoPE and the KV store (llama: -> the decode attention), one
+#    call, `aogexkqm` against `aogexkm`: 7.2B Q4_0 436.7 / 424.4, 424.1 / 422.5, d4096 360.3 / 357.7;
+#    Q4_K 413.8 / 406.2, 410.9 / 416.5; Q8_0 267.6 / 263.8, 269.0 / 263.8; 1.1B 1,583.9 / 1,528.0. m, `aogexkqm` against `aogexkq`, one call: 30B-A3B 372.4 / 367.7, 371.8 / 368.2,
 #    381.6 / 369.8, at d1024 329.1 / 307.0; 35B-A3B 365.3 / 356.3, 358.2 / 357.8. p (off: its pair
 #    cannot load weights before the route is known), `aogexkqmp` against `aogexkqm`, one call: 30B-A3B
 #    365.4 / 376.6, 372.6 / 372.6, 374.5 / 374.8, at d1024 322.7 / 333.0; 35B-A3B 367.1 / 363.0,
