@@ -108,16 +108,7 @@ shared vec2 gml[BR * WG];          // the row groups' (m, l) [vg][r]
 #include "attention_split.glsl"
 
 #ifdef WAIT
-void wait_for_rope() {
-    if (gl_LocalInvocationIndex == 0) {
-        // the poll count is stored where it could be observed (never): a loop with no effect but its
-        // own end may be deleted by the compiler (matvec_stream.comp's wait_for_producer)
-        uint polls = 0u;
-        while (chain[p.wait_slot] < p.wait_n) ++polls;
-        if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
-    }
-    barrier();
-}
+#include "chain_wait.glsl"
 #endif
 
 // The first block's K and V loads (positions from `start`, rows past `last` clamped to it).
@@ -187,7 +178,7 @@ void attend() {
 #ifdef WAIT
     const bool early = start + BP <= n_past;      // the first block ends before rope_kv's row
     if (early && start < kv_end) first_loads(start, last, krow, kq, vg, d8, stride8, head8, kr, vr);
-    wait_for_rope();
+    wait_for_producer();
     if (!early && start < kv_end) first_loads(start, last, krow, kq, vg, d8, stride8, head8, kr, vr);
     load_queries(rows_here, orow);
 #else

@@ -152,16 +152,7 @@ void xunit(uint xoff4, uint xs4, uint u, inout float ss, out vec4 xv[8]) {
     }
 }
 
-// WAIT: one lane polls until the producer's workgroups are all done; every lane calls this (the
-// poll count is stored where it is never read: a loop with no effect but its end may be deleted)
-void wait_for_producer() {
-    if (gl_LocalInvocationIndex == 0) {
-        uint polls = 0u;
-        while (chain[p.wait_slot] < p.wait_n) ++polls;
-        if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
-    }
-    barrier();
-}
+#include "chain_wait.glsl"
 
 // the sum over this row group's TPR lanes (an xor butterfly within the subgroup)
 float lanes_sum(float v) {

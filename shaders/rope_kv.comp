@@ -317,16 +317,13 @@ void rope_kv_main() {
 }
 #endif
 
+#ifdef WAIT
+#include "chain_wait.glsl"
+#endif
+
 void main() {
 #ifdef WAIT
-    if (gl_LocalInvocationIndex == 0) {
-        // the poll count is stored where it could be observed (never): a loop with no effect but its
-        // own end may be deleted by the compiler (matvec_stream.comp's wait_for_producer)
-        uint polls = 0u;
-        while (chain[p.wait_slot] < p.wait_n) ++polls;
-        if (polls == 0xFFFFFFFFu) chain[p.wait_slot + 1] = polls;
-    }
-    barrier();
+    wait_for_producer();
 #endif
     rope_kv_main();
 #ifdef CHAIN
