@@ -424,9 +424,9 @@ class DeviceRuntime:
         # prompt steps: each dequantize-then-f16 product's rows dequantized while the one before is
         # multiplied (matmul.DequantAhead; a stale plan after an error costs time, never a result)
         kc.dequant_ahead = self._dequant_ahead(ops, n_tokens)
-        # edge q: Q/K/V products -> the rope_kv of the attention after them, on one shared counter
+        # edge q: Q/K/V products -> the rope_kv (or, RoPE in the products, the attention) after them
         qkv_signals = self._qkv_signals(ops, counters) if "q" in edges else {}
-        rope_waits = {}   # id(attention op) -> [its Q/K/V products' signal, their workgroups]
+        rope_waits = {}   # id(attention op) -> [its Q/K/V products' signal, their workgroups] (edge q)
         done = set()    # ops recorded with the one before them (a residual add and the norm after it)
         for i, op in enumerate(ops):
             if i in done:
@@ -482,7 +482,7 @@ class DeviceRuntime:
                 out = logits_view if op.out is graph.logits else act(op.out)
                 norm_w, resid, glu = op.attrs.get("norm"), op.attrs.get("residual"), op.attrs.get("glu")
                 pair = op.attrs.get("pair")
-                shared = qkv_signals.get(id(op))   # (signal, the attention whose rope_kv waits), edge q
+                shared = qkv_signals.get(id(op))   # edge q: (the three's signal, id of their attention)
                 if shared is not None:
                     signal = shared[0]
                 n = matmul.matmul(seq, kc, self.weights[w.name], act(x), out, rows_out, bias=bias,
