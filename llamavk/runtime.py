@@ -505,7 +505,7 @@ class DeviceRuntime:
                 width = kt.width
                 # a split mode may give this device some of the heads (tensor parallelism)
                 n_head, n_head_kv = op.attrs.get("n_head", cfg.n_head), op.attrs.get("n_head_kv", cfg.n_head_kv)
-                attn_wait = None   # edge k: the attention waits in its shader for rope_kv (kernels/chain.py)
+                attn_wait = None   # edges k / q: the attention waits in its shader for rope_kv / the products
                 if op.attrs.get("rope"):
                     qn, kn = op.attrs.get("q_norm"), op.attrs.get("k_norm")
                     rope_signal = counters.signal() if "k" in edges and attn_k.waits_ok(

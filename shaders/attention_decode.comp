@@ -39,16 +39,17 @@ const uint VMAX = 16;
 const float NEG = -1.0e30;
 
 #ifdef WAIT
-// WAIT (one-token steps, kernels/chain.py): recorded right after rope_kv.comp without a barrier; q and
-// row n_past of the caches are rope_kv's stores, read after its count is seen: through coherent
-// declarations (a read-only binding may be served by caches that never see another dispatch's writes).
-#define FROM_ROPE coherent readonly
+// WAIT (one-token steps, kernels/chain.py): recorded right after its producer without a barrier
+// (rope_kv.comp, or the Q/K/V products that rotate and store K and V themselves); q and row n_past of
+// the caches are its stores, read after its count is seen: through coherent declarations (a read-only
+// binding may be served by caches that never see another dispatch's writes).
+#define FROM_PRODUCER coherent readonly
 #else
-#define FROM_ROPE readonly
+#define FROM_PRODUCER readonly
 #endif
-layout(std430, binding = 0) FROM_ROPE buffer Q { vec4 q[]; };
-layout(std430, binding = 1) FROM_ROPE buffer K { uvec4 k8[]; };   // 8 halves per element
-layout(std430, binding = 2) FROM_ROPE buffer V { uvec4 v8[]; };
+layout(std430, binding = 0) FROM_PRODUCER buffer Q { vec4 q[]; };
+layout(std430, binding = 1) FROM_PRODUCER buffer K { uvec4 k8[]; };   // 8 halves per element
+layout(std430, binding = 2) FROM_PRODUCER buffer V { uvec4 v8[]; };
 layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
 layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
 #ifdef KV_QUANT
@@ -79,8 +80,8 @@ shared bool is_last;
 // CHAIN: every workgroup counts itself done on chain[p.chain_slot] once its stores are visible, so
 // that the next dispatch (the output projection, recorded without a barrier) can wait for the whole
 // grid in its shader (matvec_stream.comp WAIT) instead of behind a pipeline barrier.
-// WAIT: one lane polls chain[p.wait_slot] until rope_kv's p.wait_n workgroups have counted; the first
-// block's K/V loads go before the wait where that block holds no row rope_kv writes (row n_past).
+// WAIT: one lane polls chain[p.wait_slot] until the producer's p.wait_n workgroups have counted; the
+// first block's K/V loads go before the wait where that block holds no row it writes (row n_past).
 #ifdef SPLIT
 layout(std430, binding = 8) volatile coherent buffer Chain { uint chain[]; };
 #else
@@ -176,7 +177,7 @@ void attend() {
     const uint start = max(kv_begin, kv_first);
     uvec4 kr[KMAX], vr[VMAX];
 #ifdef WAIT
-    const bool early = start + BP <= n_past;      // the first block ends before rope_kv's row
+    const bool early = start + BP <= n_past;      // the first block ends before the producer's row
     if (early && start < kv_end) first_loads(start, last, krow, kq, vg, d8, stride8, head8, kr, vr);
     wait_for_producer();
     if (!early && start < kv_end) first_loads(start, last, krow, kq, vg, d8, stride8, head8, kr, vr);

@@ -172,8 +172,9 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
 
 
 def waits_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, kv_types: KVTypes = KVTypes()) -> bool:
-    """Whether `attention` with these arguments can wait in its shader for the rope_kv before it
-    (the decode kernel over f16 caches, one token)."""
+    """Whether `attention` with these arguments can wait in its shader for its producer (the rope_kv
+    before it, or the Q/K/V products that rotate and store K and V themselves): the decode kernel
+    over f16 caches, one token."""
     return n_tokens == 1 and not kv_types.quantized and \
         _use_decode_kernel(kc, n_tokens, n_head // max(1, n_head_kv), head_dim)
 
@@ -208,8 +209,9 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     `signal` (a chain.Signal): where the decode kernel runs, every workgroup counts itself done there
     (attention_decode.comp CHAIN) for a next dispatch that waits in its shader. Returns how many
     workgroups count (0: none, so the next dispatch must not wait).
-    `wait` (a chain.Wait; where waits_ok): recorded without a barrier after the rope_kv that signals
-    it, the decode kernel waits for that count in its shader (attention_decode.comp WAIT).
+    `wait` (a chain.Wait; where waits_ok): recorded without a barrier after the producer that counts
+    there (rope_kv, or the Q/K/V products), the decode kernel waits for that count in its shader
+    (attention_decode.comp WAIT).
     """
     if n_tokens <= 0:
         return 0
