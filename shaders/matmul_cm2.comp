@@ -47,6 +47,9 @@
 layout(local_size_x_id = 3) in;
 layout(constant_id = 4) const uint UNROLL = 4;   // steps of BK per iteration of the whole-tile loop
 layout(constant_id = 5) const uint PIPE = 0;     // 1: step k + 1's tiles loaded before step k's products
+// 1: the grid's workgroups in token-tile order (consecutive workgroups share a row block: the tiles of
+// one W block run together and read it from memory once, where the weight is larger than L2)
+layout(constant_id = 6) const uint TOKENS_FAST = 0;
 #else
 layout(local_size_x = 256) in;
 #endif
@@ -313,8 +316,15 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
 void main() {
     q_chunk_blocks = p.n_rows * (p.cols / QK);
     blocks_per_row = p.cols / QK;
+#if defined(QTYPE_F16)
+    // TOKENS_FAST: the same grid (row tiles x token tiles), its linear index read tokens first
+    const uint lin = gl_WorkGroupID.x + gl_NumWorkGroups.x * gl_WorkGroupID.y;
+    row0 = (TOKENS_FAST != 0u ? lin / gl_NumWorkGroups.y : gl_WorkGroupID.x) * BM;
+    const uint tok0 = (TOKENS_FAST != 0u ? lin % gl_NumWorkGroups.y : gl_WorkGroupID.y) * BN;
+#else
     row0 = gl_WorkGroupID.x * BM;
     const uint tok0 = gl_WorkGroupID.y * BN;
+#endif
     // x's row stride, in its blocks: cols is a multiple of 32, which the driver learns from the mask
     // (aligned, vectorized loads of x)
     const uint x_stride = (p.cols & ~31u) / X_BLOCK;

@@ -84,6 +84,7 @@ def test_matmul_cm2_tiles(dev, kc, qtype, tile, monkeypatch):
 # order (pairs of steps); columns of 5 spans, whole and edge tiles, with and without split K (parts
 # of 3 and 2 spans).
 @pytest.mark.parametrize("form", ["128x128x64/WG=128", "128x128x32/PIPE=1", "128x256x64/UNROLL=8",
+                                  "128x128x64/WG=128/ORDER=1", "64x128x64/ORDER=1",
                                   "64x128x128/WG=128/PIPE=1", "64x64x64/WG=64/UNROLL=3",
                                   "256x128x64/WG=512", "128x128x64/WG=128/UNROLL=3/PIPE=1"])
 def test_matmul_cm2_f16_forms(dev, kc, form, monkeypatch):
@@ -201,13 +202,15 @@ def test_cm2_f16_form_rule(monkeypatch):
     variable checked."""
     bm, bn, bk = selection.cm2_tile(512, 4096, "f16")
     assert selection.cm2_f16_form(512, 4096) == (bm, bn, bk, selection.CM2_F16_WG, selection.CM2_F16_UNROLL,
-                                                 selection.CM2_F16_PIPE)
+                                                 selection.CM2_F16_PIPE, selection.CM2_F16_TOKENS_FAST)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x128x32")
     monkeypatch.setenv("LLAMAVK_CM2_WG", "128")
     monkeypatch.setenv("LLAMAVK_CM2_UNROLL", "8")
     monkeypatch.setenv("LLAMAVK_CM2_PIPE", "1")
-    assert selection.cm2_f16_form(512, 4096) == (64, 128, 32, 128, 8, 1)
-    for name, bad in [("LLAMAVK_CM2_WG", "96"), ("LLAMAVK_CM2_UNROLL", "0"), ("LLAMAVK_CM2_PIPE", "yes")]:
+    monkeypatch.setenv("LLAMAVK_CM2_ORDER", "1")
+    assert selection.cm2_f16_form(512, 4096) == (64, 128, 32, 128, 8, 1, 1)
+    for name, bad in [("LLAMAVK_CM2_WG", "96"), ("LLAMAVK_CM2_UNROLL", "0"), ("LLAMAVK_CM2_PIPE", "yes"),
+                      ("LLAMAVK_CM2_ORDER", "2")]:
         monkeypatch.setenv(name, bad)
         with pytest.raises(LlamavkError, match=name):
             selection.cm2_f16_form(512, 4096)

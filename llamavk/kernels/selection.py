@@ -215,6 +215,13 @@ def cm2_tile(n_tokens: int, rows: int, type_name: str | None = None) -> tuple[in
 CM2_F16_WG = 128
 CM2_F16_UNROLL = 4
 CM2_F16_PIPE = 0
+# Workgroups in token-tile order (constant 6): consecutive workgroups take the token tiles of one row
+# block, so those tiles run together and read its weights from memory once. H100 7.2B Q4_K pp512, one
+# call: 13,950 (every product so) against 13,501 (row order) and 13,807 / 13,797 (token order only where
+# the grid is more than one wave, cm2_fill); two earlier A/Bs 13,520 / 13,515 -> 13,784 / 13,810. Alone
+# (--product-only) 14336x4096 274.4 -> 279.6 but 4096x14336 323.2 -> 302.0: beside the dequantization
+# of the next slice (DequantAhead), the whole step gains. LLAMAVK_CM2_ORDER=0 for row order.
+CM2_F16_TOKENS_FAST = 1
 CM2_F16_WG_SIZES = (64, 128, 256, 512)
 
 
@@ -231,14 +238,15 @@ def _env_choice(name: str, default: int, allowed) -> int:
     return value
 
 
-def cm2_f16_form(n_tokens: int, rows: int) -> tuple[int, int, int, int, int, int]:
+def cm2_f16_form(n_tokens: int, rows: int) -> tuple[int, int, int, int, int, int, int]:
     """The F16 form's specialization constants: (BM, BN, BK) by cm2_tile for "f16", then threads,
-    unrolled steps, pipelined (0 / 1)."""
+    unrolled steps, pipelined (0 / 1), workgroups in token-tile order (0 / 1)."""
     bm, bn, bk = cm2_tile(n_tokens, rows, "f16")
     wg = _env_choice("LLAMAVK_CM2_WG", CM2_F16_WG, CM2_F16_WG_SIZES)
     unroll = _env_choice("LLAMAVK_CM2_UNROLL", CM2_F16_UNROLL, range(1, 17))
     pipe = _env_choice("LLAMAVK_CM2_PIPE", CM2_F16_PIPE, (0, 1))
-    return bm, bn, bk, wg, unroll, pipe
+    order = _env_choice("LLAMAVK_CM2_ORDER", CM2_F16_TOKENS_FAST, (0, 1))
+    return bm, bn, bk, wg, unroll, pipe, order
 
 
 def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
