@@ -12,12 +12,14 @@
 // A workgroup of 4 subgroups takes 64 query rows of one KV head (t-major: 16 tokens x 4 GQA heads
 // share every K/V row); subgroup w owns rows 16 w .. 16 w + 15 and keeps its q (scaled, f16) as HD/16
 // A tiles in registers. KV positions go in blocks of BC = 32, K and V rows staged in shared memory
-// as f16 (the cache's own values). Two passes over the causal range, so that the output accumulators
-// never need rescaling (the tiles' element layout is opaque, a per-row factor cannot be applied):
-//   1. S = q K^T per block into shared memory (per subgroup 16 x 32 f32), each row's maximum m;
-//   2. S again, P = exp(S - m) as f16 into shared memory (l += row sums), O += P V on the tiles.
-// At the end O / l goes out through the S area, 32 columns at a time. Recomputing S costs a third
-// more multiplications, against a shared-memory round trip of O per block in one pass.
+// as f16 (the cache's own values); the next block's rows are loaded into registers while this block
+// is multiplied, so no block waits for memory. One pass over the causal range (online softmax): per
+// block S = q K^T into shared memory (per subgroup 16 x 32 f32), each row's running maximum m and
+// sum l, P = exp(S - m) as f16 into shared memory, the output accumulators scaled by exp(m_old - m)
+// per row, O += P V on the tiles. Which row an accumulator element holds is the implementation's
+// choice (the layout is opaque): it is learned once, by loading a tile whose every element is its row
+// index, and the same element of every tile of that type lies in the same row.
+// At the end O / l goes out through the S area, 32 columns at a time.
 // Lane l of a subgroup handles row l / 2, columns (l % 2) * 16 .. + 15 of the subgroup's S tile.
 #ifndef HD
 #define HD 128               // head_dim: a multiple of 16, <= 128 (variants per value)
@@ -58,6 +60,7 @@ shared uvec2 ks[BR * LDK];      // first the workgroup's q rows (f16, scaled), t
 shared uvec2 vs[BC * LDK];      // V rows of the block
 shared float ss[NW * 16 * BC];  // per subgroup: S (16 x BC, row-major), at the end O 32 columns at a time
 shared uvec2 ps[NW * 16 * LDP]; // per subgroup: P (16 x BC f16, row-major)
+shared float alpha[NW * 16];    // per subgroup: each row's factor exp(m_old - m) for this block
 
 uvec2 pack4(vec4 v) { return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }
 
@@ -68,20 +71,32 @@ uint first_visible(const uint pos, const uint seq_len) {
     return p.window > 0 && pos + 1 > p.window ? max(lo, pos + 1 - p.window) : lo;
 }
 
-// Stage K (and V) rows pos0 .. pos0 + BC - 1 of KV head kvh; positions from `last` on repeat row
-// `last` (finite values; their probabilities are 0).
-void stage_kv(uint pos0, uint last, uint kvh, bool with_v) {
+// K and V rows pos0 .. pos0 + BC - 1 of KV head kvh, this thread's pieces (positions from `last` on
+// repeat row `last`: finite values, their probabilities are 0), loaded into registers, then stored to
+// shared memory.
+#define KV_PIECES ((BC * HD / 8 + 32 * NW - 1) / (32 * NW))
+struct KVRows { uvec4 k[KV_PIECES]; uvec4 v[KV_PIECES]; };
+KVRows load_kv(uint pos0, uint last, uint kvh) {
+    KVRows r;
     const uint row8 = HD / 8, stride8 = p.n_head_kv * row8;
-    for (uint idx = gl_LocalInvocationID.x; idx < BC * row8; idx += 32 * NW) {
-        const uint c = idx / row8, e = idx % row8;
-        const uint src = min(pos0 + c, last) * stride8 + kvh * row8 + e;
-        const uvec4 kw = kc[src];
-        ks[c * LDK + 2 * e] = kw.xy;
-        ks[c * LDK + 2 * e + 1] = kw.zw;
-        if (with_v) {
-            const uvec4 vw = vc[src];
-            vs[c * LDK + 2 * e] = vw.xy;
-            vs[c * LDK + 2 * e + 1] = vw.zw;
+    [[unroll]] for (uint s = 0; s < KV_PIECES; ++s) {
+        const uint idx = min(gl_LocalInvocationID.x + 32 * NW * s, BC * row8 - 1);
+        const uint src = min(pos0 + idx / row8, last) * stride8 + kvh * row8 + idx % row8;
+        r.k[s] = kc[src];
+        r.v[s] = vc[src];
+    }
+    return r;
+}
+void store_kv(const in KVRows r) {
+    const uint row8 = HD / 8;
+    [[unroll]] for (uint s = 0; s < KV_PIECES; ++s) {
+        const uint idx = gl_LocalInvocationID.x + 32 * NW * s;
+        if (idx < BC * row8) {
+            const uint c = idx / row8, e = idx % row8;
+            ks[c * LDK + 2 * e] = r.k[s].xy;
+            ks[c * LDK + 2 * e + 1] = r.k[s].zw;
+            vs[c * LDK + 2 * e] = r.v[s].xy;
+            vs[c * LDK + 2 * e + 1] = r.v[s].zw;
         }
     }
 }
@@ -124,67 +139,75 @@ void main() {
     barrier();   // ks is K's from here on
 
     const uint sbase = w * 16 * BC;   // this subgroup's S tile
+    // the accumulator's element -> row map: a tile of row indices loaded from the S area
+    for (uint e = lane; e < 16 * 8; e += 32) ss[sbase + (e / 8) * BC + e % 8] = float(e / 8);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    MAT_ACC rowmap;
+    coopMatLoad(rowmap, ss, sbase, BC, gl_CooperativeMatrixLayoutRowMajor);
+    subgroupBarrier();
     float m = NEG, l = 0.0;
     MAT_ACC oacc[OT];
     [[unroll]] for (uint j = 0; j < OT; ++j) oacc[j] = MAT_ACC(0.0);
 
-    [[unroll]] for (uint pass = 0; pass < 2; ++pass) {
-        for (uint c0 = kv_begin; c0 < kv_end; c0 += BC) {
-            stage_kv(c0, kv_end - 1, kvh, pass == 1);
-            barrier();
-            // S = q K^T: BC / 8 tiles of 16 x 8, KT steps each
-            [[unroll]] for (uint j = 0; j < BC / 8; ++j) {
-                MAT_ACC sacc = MAT_ACC(0.0);
-                [[unroll]] for (uint k = 0; k < KT; ++k) {
-                    MAT_B kb;
-                    coopMatLoad(kb, ks, (j * 8) * LDK + k * 4, LDK, gl_CooperativeMatrixLayoutColumnMajor);   // B[d][c] = K[c][d]
-                    sacc = coopMatMulAdd(qa[k], kb, sacc);
-                }
-                coopMatStore(sacc, ss, sbase + j * 8, BC, gl_CooperativeMatrixLayoutRowMajor);
+    KVRows next = load_kv(kv_begin, kv_end - 1, kvh);
+    for (uint c0 = kv_begin; c0 < kv_end; c0 += BC) {
+        store_kv(next);
+        barrier();
+        if (c0 + BC < kv_end) next = load_kv(c0 + BC, kv_end - 1, kvh);   // in flight during this block
+        // S = q K^T: BC / 8 tiles of 16 x 8, KT steps each
+        [[unroll]] for (uint j = 0; j < BC / 8; ++j) {
+            MAT_ACC sacc = MAT_ACC(0.0);
+            [[unroll]] for (uint k = 0; k < KT; ++k) {
+                MAT_B kb;
+                coopMatLoad(kb, ks, (j * 8) * LDK + k * 4, LDK, gl_CooperativeMatrixLayoutColumnMajor);   // B[d][c] = K[c][d]
+                sacc = coopMatMulAdd(qa[k], kb, sacc);
             }
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
-            float s[16];
-            float bmax = NEG;
-            [[unroll]] for (uint i = 0; i < 16; ++i) {
-                const uint pos = c0 + col0 + i;
-                s[i] = (pos >= lo && pos <= lim) ? ss[sbase + (lane / 2) * BC + col0 + i] : NEG;
-                bmax = max(bmax, s[i]);
-            }
-            bmax = max(bmax, subgroupShuffleXor(bmax, 1u));
-            if (pass == 0) {
-                m = max(m, bmax);
-            } else {
-                // P = exp(S - m) (masked: 0) as f16, this lane's 16 values of its row
-                float psum = 0.0;
-                uvec2 packed[4];
-                [[unroll]] for (uint i = 0; i < 16; i += 4) {
-                    vec4 pv;
-                    [[unroll]] for (uint e = 0; e < 4; ++e) {
-                        const float pe = s[i + e] > 0.5 * NEG ? exp(s[i + e] - m) : 0.0;
-                        pv[e] = pe;
-                    }
-                    psum += (pv.x + pv.y) + (pv.z + pv.w);
-                    packed[i / 4] = pack4(pv);
-                }
-                l += psum;
-                const uint pb = (w * 16 + lane / 2) * LDP + col0 / 4;
-                [[unroll]] for (uint i = 0; i < 4; ++i) ps[pb + i] = packed[i];
-                subgroupMemoryBarrierShared();
-                subgroupBarrier();
-                // O += P V: BC / 16 K steps, OT output tiles
-                [[unroll]] for (uint k = 0; k < BC / 16; ++k) {
-                    MAT_A pa;
-                    coopMatLoad(pa, ps, (w * 16) * LDP + k * 4, LDP, gl_CooperativeMatrixLayoutRowMajor);
-                    [[unroll]] for (uint j = 0; j < OT; ++j) {
-                        MAT_B vb;
-                        coopMatLoad(vb, vs, (k * 16) * LDK + j * 2, LDK, gl_CooperativeMatrixLayoutRowMajor);   // B[c][d] = V[c][d]
-                        oacc[j] = coopMatMulAdd(pa, vb, oacc[j]);
-                    }
-                }
-            }
-            barrier();   // every subgroup is done with this block's K / V (and S, P)
+            coopMatStore(sacc, ss, sbase + j * 8, BC, gl_CooperativeMatrixLayoutRowMajor);
         }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        float s[16];
+        float bmax = NEG;
+        [[unroll]] for (uint i = 0; i < 16; ++i) {
+            const uint pos = c0 + col0 + i;
+            s[i] = (pos >= lo && pos <= lim) ? ss[sbase + (lane / 2) * BC + col0 + i] : NEG;
+            bmax = max(bmax, s[i]);
+        }
+        bmax = max(bmax, subgroupShuffleXor(bmax, 1u));
+        const float m_new = max(m, bmax);
+        const float a = exp(m - m_new);   // 0 for the first visible block, 1 while nothing is visible
+        m = m_new;
+        // P = exp(S - m) (masked: 0) as f16, this lane's 16 values of its row
+        float psum = 0.0;
+        uvec2 packed[4];
+        [[unroll]] for (uint i = 0; i < 16; i += 4) {
+            vec4 pv;
+            [[unroll]] for (uint e = 0; e < 4; ++e) pv[e] = s[i + e] > 0.5 * NEG ? exp(s[i + e] - m) : 0.0;
+            psum += (pv.x + pv.y) + (pv.z + pv.w);
+            packed[i / 4] = pack4(pv);
+        }
+        l = l * a + psum;
+        const uint pb = (w * 16 + lane / 2) * LDP + col0 / 4;
+        [[unroll]] for (uint i = 0; i < 4; ++i) ps[pb + i] = packed[i];
+        if (lane % 2 == 0) alpha[w * 16 + lane / 2] = a;
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        // O = O * a (per row) + P V: BC / 16 K steps, OT output tiles
+        [[unroll]] for (uint i = 0; i < rowmap.length(); ++i) {
+            const float f = alpha[w * 16 + uint(rowmap[i])];
+            [[unroll]] for (uint j = 0; j < OT; ++j) oacc[j][i] *= f;
+        }
+        [[unroll]] for (uint k = 0; k < BC / 16; ++k) {
+            MAT_A pa;
+            coopMatLoad(pa, ps, (w * 16) * LDP + k * 4, LDP, gl_CooperativeMatrixLayoutRowMajor);
+            [[unroll]] for (uint j = 0; j < OT; ++j) {
+                MAT_B vb;
+                coopMatLoad(vb, vs, (k * 16) * LDK + j * 2, LDK, gl_CooperativeMatrixLayoutRowMajor);   // B[c][d] = V[c][d]
+                oacc[j] = coopMatMulAdd(pa, vb, oacc[j]);
+            }
+        }
+        barrier();   // every subgroup is done with this block's K / V (and S, P)
     }
 
     // out = O / l, through this subgroup's S area: 4 tiles (32 columns) at a time.
