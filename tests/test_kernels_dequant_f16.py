@@ -99,7 +99,7 @@ def test_kernel_types_match_the_shaders():
     assert set(scope["VARIANTS"]) == {f"dequant_f16_{t}" for t in selection.CM2_DEQUANT_KERNEL_TYPES}
 
 
-def test_cm2d_slices():
+def test_cm2d_slices(monkeypatch):
     assert matmul_module.cm2d_slices(14336, 4096, 128) == [(0, 14336)]   # 117 MB: one slice
     big = matmul_module.cm2d_slices(128256, 4096, 128)
     assert sum(n for _, n in big) == 128256 and len(big) == 8
@@ -110,6 +110,15 @@ def test_cm2d_slices():
     assert matmul_module.cm2d_slices(300, 256, 64, max_bytes=2 * 256 * 10) == \
         [(r0, min(64, 300 - r0)) for r0 in range(0, 300, 64)]   # one tile of rows at least
     assert matmul_module.cm2d_slices(37, 256, 128) == [(0, 37)]
+    # with the grid (4 token tiles, 264 workgroups at once): the slice count the wave model puts
+    # fastest, from the fewest the bytes allow -- 27648 x 5120 in 4 slices of one wave each, not 3 of
+    # two waves; 14336 x 4096 stays one slice
+    grid = (4, 264)
+    assert matmul_module.cm2d_slices(27648, 5120, 128, grid=grid) == [(r, 6912) for r in range(0, 27648, 6912)]
+    assert len(matmul_module.cm2d_slices(27648, 5120, 128)) == 3
+    assert matmul_module.cm2d_slices(14336, 4096, 128, grid=grid) == [(0, 14336)]
+    monkeypatch.setenv("LLAMAVK_CM2_WAVES", "0")
+    assert len(matmul_module.cm2d_slices(27648, 5120, 128, grid=grid)) == 3
 
 
 def test_cm2d_selection(monkeypatch):

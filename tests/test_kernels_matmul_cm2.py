@@ -125,6 +125,16 @@ def test_cm2_parts_rule(monkeypatch):
     assert selection.cm2_parts(128, 16, selection.cm2_fill(128)) == 2   # 128-thread workgroups: two per SM
     assert selection.cm2_parts(448, 16, selection.cm2_fill(128)) == 1
     assert selection.cm2_fill(256) == selection.cm2_fill(512) == selection.CM2_FILL_WORKGROUPS
+    # the wave model: 160 tiles (a 5120-row weight at 512 tokens) on 264 workgroups run in 3 parts of 7
+    # spans in two full waves, not in one part and 61% of a wave; 256 tiles stay whole
+    fill = selection.cm2_fill(128)
+    assert selection.cm2_parts(160, 20, fill) == 3
+    assert selection.cm2_cost(160, 20, fill, 3) < selection.cm2_cost(160, 20, fill, 1)
+    assert selection.cm2_parts(256, 32, fill) == 1
+    monkeypatch.setenv("LLAMAVK_CM2_WAVES", "0")   # the rule before it
+    assert selection.cm2_parts(160, 20, fill) == 1
+    assert selection.cm2_parts(128, 16, fill) == 2
+    monkeypatch.delenv("LLAMAVK_CM2_WAVES")
     monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "3")
     assert selection.cm2_parts(128, 16) == 3
     monkeypatch.setenv("LLAMAVK_CM2_SPLIT", "x")

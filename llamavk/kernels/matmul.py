@@ -34,7 +34,7 @@ from ..vk import Buffer
 from . import KernelCache, QWeight, View, WeightChunk, filled_buffer, groups_2d
 from .collective import convert, reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
-                        cm2_f16_form, cm2_fill, cm2_parts, cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
+                        cm2_f16_form, cm2_fill, cm2_grid_cost, cm2_parts, cm2_waves_on, CM2_SLICE_COST, cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
                         SMALL_GEMM_WORKGROUPS, SmallGemmConfig, small_gemm_config)
 
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
@@ -601,15 +601,31 @@ DEQUANT_F16_WG = 256          # dequant_f16.comp's workgroup
 DEQUANT_F16_PER_THREAD = 4    # its units (8 weights, one 16-byte store) per thread (NPT)
 
 
-def cm2d_slices(n_rows: int, cols: int, tile_rows: int, max_bytes: int | None = None) -> list[tuple[int, int]]:
+def _even_slices(n_rows: int, tile_rows: int, n: int) -> list[tuple[int, int]]:
+    per = -(-(-(-n_rows // n)) // tile_rows) * tile_rows   # n slices of whole tiles, as equal as can be
+    return [(r0, min(per, n_rows - r0)) for r0 in range(0, n_rows, per)]
+
+
+def cm2d_slices(n_rows: int, cols: int, tile_rows: int, max_bytes: int | None = None,
+                grid: tuple[int, int] | None = None) -> list[tuple[int, int]]:
     """(first row, rows) of the slices a chunk of n_rows rows of `cols` weights is dequantized in:
     as many whole tiles of rows as fit max_bytes (default CM2D_SLICE_BYTES) of f16 (one tile at
-    least), equal where they can be."""
+    least), equal where they can be. grid (token tiles, workgroups the GPU runs at once): of that
+    fewest number of slices and the three next, the one the wave model puts fastest
+    (selection.cm2_grid_cost: 27648 rows of 5120 in 4 slices of 216 tiles, one wave each, rather than
+    3 of 288, two waves each)."""
     max_bytes = max_bytes or CM2D_SLICE_BYTES
     per = max(tile_rows, (max_bytes // (2 * cols)) // tile_rows * tile_rows)
     n = -(-n_rows // per)
-    per = -(-(-(-n_rows // n)) // tile_rows) * tile_rows   # the same slices, spread evenly
-    return [(r0, min(per, n_rows - r0)) for r0 in range(0, n_rows, per)]
+    if grid is None or not cm2_waves_on():
+        return _even_slices(n_rows, tile_rows, n)
+    token_tiles, fill = grid
+    n_spans = cols // 256 if cols % 256 == 0 else 0
+
+    def cost(slices):
+        return sum(cm2_grid_cost(-(-rows // tile_rows) * token_tiles, n_spans, fill) + CM2_SLICE_COST
+                   for _, rows in slices)
+    return min((_even_slices(n_rows, tile_rows, k) for k in range(n, n + 4)), key=cost)
 
 
 def dequant_f16(seq, kc: KernelCache, w: QWeight, ch, r0: int, n: int, out: View) -> None:
@@ -708,8 +724,9 @@ class DequantAhead:
 
 def cm2d_jobs(w: QWeight, n_tokens: int) -> list[tuple[int, int, int]]:
     """(chunk index, first row, rows) of mul_mm_cm2d's row slices of w, in recording order."""
-    tile_rows = cm2_f16_form(n_tokens, w.rows)[0]
-    return [(ci, r0, n) for ci, ch in enumerate(w.chunks) for r0, n in cm2d_slices(ch.n_rows, w.cols, tile_rows)]
+    spec = cm2_f16_form(n_tokens, w.rows)
+    grid = (-(-n_tokens // spec[1]), cm2_fill(spec[3]))
+    return [(ci, r0, n) for ci, ch in enumerate(w.chunks) for r0, n in cm2d_slices(ch.n_rows, w.cols, spec[0], grid=grid)]
 
 
 def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bias: View | None) -> None:

@@ -150,12 +150,39 @@ def cm2_x_f16() -> bool:
     return os.environ.get("LLAMAVK_CM2_X", "f16") == "f16"
 
 
-# Split K of matmul_cm2.comp: a grid of fewer tiles than CM2_FILL_WORKGROUPS / 2 leaves SMs idle (H100:
-# 132; a 4096-row weight at 512 tokens in 128 x 256 tiles is 64), so its columns' spans of 256 are
-# split over parts (at most CM2_MAX_PARTS, two spans each at least) that reduce_sum.comp adds.
-# LLAMAVK_CM2_SPLIT=N forces N parts (1: none).
+# Split K of matmul_cm2.comp: a grid of few tiles leaves SMs idle, and one of a little more than the
+# workgroups the GPU runs at once (cm2_fill) runs a second, nearly empty wave; so a grid's columns'
+# spans of 256 may be split over parts (at most CM2_MAX_PARTS, two spans each at least) that
+# reduce_sum.comp adds. The parts are chosen by a wave model (cm2_cost): ceil(workgroups / fill) waves,
+# each as long as one workgroup's share of the columns, plus the sum of the parts (its traffic against
+# a tile's multiply-adds: CM2_REDUCE_COST * tiles / cols). LLAMAVK_CM2_SPLIT=N forces N parts (1:
+# none); LLAMAVK_CM2_WAVES=0 takes the rule before the model (parts only for grids of at most half a
+# wave) and the fewest row slices (A/B).
 CM2_FILL_WORKGROUPS = 132
 CM2_MAX_PARTS = 8
+CM2_REDUCE_COST = 0.8     # H100: ~270 TFLOP/s over 264 workgroups against ~2.5 TB/s for the sum
+CM2_SLICE_COST = 0.05     # a row slice's own dispatches and barriers, in the same units (and a margin)
+
+
+def cm2_waves_on() -> bool:
+    return os.environ.get("LLAMAVK_CM2_WAVES", "1") != "0"
+
+
+def cm2_cost(tiles: int, n_spans: int, fill: int, parts: int) -> float:
+    """The wave model's time of a grid of `tiles` tiles whose n_spans spans go in `parts` parts, in
+    units of one workgroup's time over every column (parts as the recorder makes them: spans per part
+    rounded up, no empty part)."""
+    if n_spans == 0 or parts <= 1:
+        return float(-(-tiles // fill))
+    spp = -(-n_spans // parts)
+    real = -(-n_spans // spp)
+    t = -(-tiles * real // fill) * spp / n_spans
+    return t + (real + 1) * CM2_REDUCE_COST * tiles / (256 * n_spans)
+
+
+def _cm2_best_parts(tiles: int, n_spans: int, fill: int) -> int:
+    choices = range(1, max(1, min(CM2_MAX_PARTS, n_spans // 2)) + 1)
+    return min(choices, key=lambda p: (cm2_cost(tiles, n_spans, fill, p), p))
 
 
 def cm2_parts(tiles: int, n_spans: int, fill: int = CM2_FILL_WORKGROUPS) -> int:
@@ -170,9 +197,16 @@ def cm2_parts(tiles: int, n_spans: int, fill: int = CM2_FILL_WORKGROUPS) -> int:
             raise LlamavkError(f"LLAMAVK_CM2_SPLIT={env!r}: a number of parts") from None
         if parts < 1:
             raise LlamavkError(f"LLAMAVK_CM2_SPLIT={env!r}: a number of parts") from None
-    else:
+    elif not cm2_waves_on():
         parts = fill // tiles if 2 * tiles <= fill else 1
+    else:
+        return _cm2_best_parts(tiles, n_spans, fill)
     return max(1, min(parts, CM2_MAX_PARTS, n_spans // 2))
+
+
+def cm2_grid_cost(tiles: int, n_spans: int, fill: int) -> float:
+    """The wave model's time of a grid with the parts cm2_parts gives it."""
+    return cm2_cost(tiles, n_spans, fill, cm2_parts(tiles, n_spans, fill))
 
 
 def cm2_fill(threads: int = 256) -> int:
