@@ -96,8 +96,9 @@ def llamacpp_perplexity_run(model: Path, text_file: Path, n_ctx: int, chunks: in
                             *extra) -> tuple[float, float, list[float]]:
     """llama-perplexity on the CPU: (PPL, uncertainty, running PPL after each chunk)."""
     # llama.cpp logs from a thread of its own: a busy machine has been seen to lose the last lines
-    # at exit (once in several hundred runs), so a run without them is repeated.
-    for _ in range(3):
+    # at exit (once in several hundred runs; CI once lost all but the first lines of three runs of
+    # another tool in a row), so a run without them is repeated.
+    for _ in range(5):
         out = run_tool("llama-perplexity", "-m", model, "-f", text_file, "-c", n_ctx, "--chunks", chunks,
                        "-ngl", 0, "-t", 2, *extra)
         m = FINAL.search(out)

@@ -4,14 +4,14 @@ the ids against llama.cpp's CPU build (SPM: the synthetic 32k vocabulary through
 BPE: SmolLM2's vocabulary) on a small text with a BOM, CR LF, a lone CR and a final CR LF."""
 
 import os
-import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from llamavk.gguf_file import GGUFFile
-from llamavk.kld import KLDBase
+from llamavk.kld import HEADER, MAGIC, KLDBase
 from llamavk.perplexity import read_text
 from llamavk.synthetic import synthetic_vocab
 from llamavk.tokenizer import Tokenizer
@@ -74,20 +74,21 @@ def test_spm_tokenizes_bom_and_cr_as_bytes():
 
 # -- against llama.cpp ---------------------------------------------------------------------------------
 
-def llamacpp_token_count(model, text_file, n_ctx: int) -> int:
-    """The number of tokens llama-perplexity makes of a file: a context longer than half the text
-    makes it stop with "the data file you provided tokenizes to only N tokens". n_ctx: such a
-    context, as small as will do (our own count, not 100,000 tokens of KV cache)."""
+def llamacpp_all_tokens(model, text_file, tmp_path) -> list[int]:
+    """Every id llama-perplexity makes of a file, read from a KL-divergence base file written with a
+    one-token context: one chunk per token, so the header's chunk count is the token count. (Its
+    log's "tokenizes to only N tokens" line is not used: the log is written by a thread and has come
+    out empty, exit status 0, on loaded machines.)"""
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="")
-    n_ctx = -(-n_ctx // 256) * 256          # whole sequences for llama.cpp's batch (no rounding down)
-    for _ in range(3):   # the tool has ended without a word on a loaded machine (twice in ~20 runs)
-        r = subprocess.run([str(llamacpp_tool("llama-perplexity")), "-m", str(model), "-f", str(text_file),
-                            "-c", str(n_ctx), "-ngl", "0", "-t", "2"], capture_output=True, text=True, env=env,
-                           timeout=300)
-        found = re.search(r"tokenizes to only (\d+) tokens", r.stdout + r.stderr)
-        if found:
-            return int(found.group(1))
-    raise AssertionError(f"llama-perplexity (exit {r.returncode}) gave no token count: {(r.stdout + r.stderr)[-3000:]}")
+    base = tmp_path / "llamacpp-all.kld"
+    r = subprocess.run([str(llamacpp_tool("llama-perplexity")), "-m", str(model), "-f", str(text_file),
+                        "-c", "1", "-b", "1", "--chunks", str(1 << 24), "-ngl", "0", "-t", "2",
+                        "--kl-divergence-base", str(base)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and base.is_file(), (r.stdout + r.stderr)[-3000:]
+    data = base.read_bytes()
+    magic, n_ctx, _, n_chunks = HEADER.unpack_from(data)
+    assert magic == MAGIC and n_ctx == 1 and len(data) >= HEADER.size + 4 * n_chunks
+    return np.frombuffer(data, "<i4", n_chunks, HEADER.size).tolist()
 
 
 def llamacpp_base_tokens(model, text_file, n_ctx, base) -> list[int]:
@@ -103,14 +104,14 @@ def llamacpp_base_tokens(model, text_file, n_ctx, base) -> list[int]:
 
 def test_spm_ids_equal_llamacpp_on_raw_text(synthetic_model, tmp_path):
     """`llamavk perplexity` and llama-perplexity on the same raw file, the synthetic 32,000-token SPM
-    vocabulary: the same token count, and the same ids in the base files both write (two chunks
+    vocabulary: the same ids, all of them, and the same ids in the base files both write (two chunks
     that cover the text up to its last token, or all but it)."""
     model = synthetic_model("llama", "q8_0", n_vocab=32000)
     text = tmp_path / "raw.txt"
     text.write_bytes(raw_text())
     ours = Tokenizer.from_metadata(GGUFFile(model).metadata).encode(read_text(text), parse_special=False)
-    n = llamacpp_token_count(model, text, len(ours))
-    assert n == len(ours)
+    assert llamacpp_all_tokens(model, text, tmp_path) == ours
+    n = len(ours)
     assert ours.count(3 + 0x0D) == raw_text().count(b"\r")       # every CR is a token of its own
     n_ctx = n // 2
     theirs = llamacpp_base_tokens(model, text, n_ctx, tmp_path / "llamacpp.kld")
@@ -127,7 +128,6 @@ def test_bpe_ids_equal_llamacpp_on_raw_text(smollm2_path, tmp_path):
     text = tmp_path / "raw.txt"
     text.write_bytes(raw_text())
     ours = Tokenizer.from_metadata(GGUFFile(smollm2_path).metadata).encode(read_text(text), parse_special=False)
-    n = llamacpp_token_count(smollm2_path, text, len(ours))
-    assert n == len(ours)
-    theirs = llamacpp_base_tokens(smollm2_path, text, n // 2, tmp_path / "llamacpp.kld")
+    assert llamacpp_all_tokens(smollm2_path, text, tmp_path) == ours
+    theirs = llamacpp_base_tokens(smollm2_path, text, len(ours) // 2, tmp_path / "llamacpp.kld")
     assert theirs == ours[:len(theirs)]
