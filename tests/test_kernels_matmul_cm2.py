@@ -64,6 +64,10 @@ def test_matmul_cm2(dev, kc, qtype, x_type, monkeypatch):
     assert len(w.chunks) > 1
     if bs == 32:   # whole tiles of rows and tokens, columns not a multiple of the step (64)
         check(dev, kc, qtype, 256, 25 * bs, 256, seed=6)
+    # below 256 tokens, whole tiles of 64 or 32 tokens (CM2_TILES), with and without edge rows
+    for seed, (rows, n_tokens) in enumerate([(256, 32), (300, 64), (256, 96), (130, 192)], start=10):
+        assert qtype == T.F16 or selection.cm2_tile(n_tokens, rows, qtype.name.lower())[1] in (32, 64)
+        check(dev, kc, qtype, rows, cols, n_tokens, seed=seed, with_bias=seed % 2 == 1)
 
 
 # The other tile shapes (specialization constants): the large-weight rule's 128 x 256 and others
@@ -197,6 +201,12 @@ def test_cm2_tiles_rule(monkeypatch):
     assert selection.cm2_tile(512, 4096, "q4_k") == (128, 128, 64)
     assert selection.cm2_tile(512, 1024, "q4_k") == (64, 128, 64)
     assert selection.cm2_tile(512, 4096) == (128, 128, 64)
+    # below 256 tokens, whole tiles of 64 or 32 tokens where they cover the batch (no clamped loads)
+    assert selection.cm2_tile(64, 4096, "q4_0") == selection.cm2_tile(192, 1024, "q4_k") == (128, 64, 64)
+    assert selection.cm2_tile(32, 4096, "q4_0") == selection.cm2_tile(96, 14336, "q6_k") == (128, 32, 64)
+    assert selection.cm2_tile(48, 4096, "q4_0") == (128, 128, 64)       # no whole tiles: as before
+    assert selection.cm2_tile(64, 4096, "f16") == (128, 128, 64)        # f16 weights: not measured
+    assert selection.cm2_tile(256, 4096, "q4_k") == (128, 128, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32")
     assert selection.cm2_tile(512, 4096) == (64, 32, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32x128")

@@ -133,7 +133,16 @@ def _cm2_ok(kc, cols: int) -> bool:
 # Tiles of matmul_cm2.comp (specialization constants), rows x tokens x columns per step, workgroups of
 # 256 threads: the first rule that applies (type name, tokens, rows). LLAMAVK_CM2_TILE=BMxBN[xBK]
 # overrides (sweeps). Few tiles split the columns (cm2_parts below). H100, 512 tokens: above.
+#
+# A tile whose tokens run past the batch's takes the kernel's clamped loads (matmul_cm2.comp: W's
+# decode function and x bounds-checked element by element), ~4x slower: so below 256 tokens a batch
+# that whole tiles of 64 or 32 tokens cover takes those (the decode-function form; f16 weights keep
+# theirs, not measured). H100, llamavk bench second passes, one call (LLAMAVK_CM2_TILE forced,
+# greedy tokens the same): 7.2B Q4_0 pp32 548 -> 2,682 (128 x 32), pp64 1,102 -> 4,710 (128 x 64;
+# 64 x 64: 4,549; 128 x 32: 2,839); 1.1B pp32 3,243 -> 9,134, pp64 6,414 -> 18,199 (64 x 64: 20,347).
 CM2_TILES = (
+    (lambda t, n, rows: t != "f16" and n < 256 and n % 128 and n % 64 == 0, (128, 64, 64)),
+    (lambda t, n, rows: t != "f16" and n < 256 and n % 128 and n % 32 == 0, (128, 32, 64)),
     (lambda t, n, rows: t in CM2_WIDE_TYPES and n >= 256, (128, 256, 64)),
     (lambda t, n, rows: rows <= 2048, (64, 128, 64)),
     (lambda t, n, rows: True, (128, 128, 64)),
@@ -289,9 +298,9 @@ def _batched_matvec_ok(kc, n: int, rows: int, cols: int) -> bool:
 
 
 # Batches a little larger than MATVEC_MAX_TOKENS (short prompts): the matrix-vector kernel once per
-# MATVEC_MAX_TOKENS tokens, up to this many tokens, per kind of device. Below a full 128-token tile
-# the cooperative-matrix kernel takes as long as for 128 tokens (4096 rows are 32 workgroups: most
-# of an H100 idles). H100, prompt t/s, coopmat -> batched: 7.2B Q4_0 pp16 439 -> 920, pp32 866 ->
+# MATVEC_MAX_TOKENS tokens, up to this many tokens, per kind of device. A batch that fills no whole
+# token tile sends the cooperative-matrix kernel through its clamped loads (CM2_TILES). H100, prompt
+# t/s, coopmat -> batched (aafa74f): 7.2B Q4_0 pp16 439 -> 920, pp32 866 ->
 # 1016, pp64 1705 -> 1068; 1.1B Q4_0 pp16 1668 -> 4234, pp32 3379 -> 5117; 7.2B Q4_K pp16 387 -> 398,
 # pp32 764 -> 418 (its 8-token kernel is slower). So 16. Software devices: not measured, the same.
 MATVEC_BATCHED_MAX = {"gpu": 16, "cpu": 16}
