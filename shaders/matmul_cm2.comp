@@ -243,12 +243,12 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
     LOAD_W(LW); \
     LOAD_X(LX); \
     acc = coopMatMulAdd(a, b, acc); }
-#define LAYOUTS(CLAMP) \
-    tensorLayoutNV<2, CLAMP> lw = createTensorLayoutNV(2, CLAMP); \
+#define LAYOUTS(CLAMP_W, CLAMP_X) \
+    tensorLayoutNV<2, CLAMP_W> lw = createTensorLayoutNV(2, CLAMP_W); \
     lw = setTensorLayoutBlockSizeNV(lw, 1, QK); \
     lw = setTensorLayoutDimensionNV(lw, p.n_rows, p.cols); \
     lw = setTensorLayoutStrideNV(lw, W_STRIDE, 1); \
-    tensorLayoutNV<2, CLAMP> lx = createTensorLayoutNV(2, CLAMP); \
+    tensorLayoutNV<2, CLAMP_X> lx = createTensorLayoutNV(2, CLAMP_X); \
     lx = setTensorLayoutBlockSizeNV(lx, 1, X_BLOCK); \
     lx = setTensorLayoutDimensionNV(lx, p.n_tokens, p.cols); \
     lx = setTensorLayoutStrideNV(lx, x_stride, 1);
@@ -265,8 +265,8 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
 #endif
 // cols a multiple of SPAN: spans of 256 / BK unrolled steps (the K-quants' tables per span), this
 // workgroup's part of them (split K)
-#define PRODUCT_SPANS(CLAMP) { \
-    LAYOUTS(CLAMP) \
+#define PRODUCT_SPANS(CLAMP_W, CLAMP_X) { \
+    LAYOUTS(CLAMP_W, CLAMP_X) \
     const uint sp0 = gl_WorkGroupID.z * p.spans_per_part; \
     const uint sp_end = min(p.cols / SPAN, sp0 + p.spans_per_part); \
     TBL_FIRST(sp0) \
@@ -283,8 +283,8 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
 // The F16 form's whole tiles: this part's columns [k_begin, k_end) (whole spans, so whole steps) in
 // iterations of UNROLL steps, then single steps. PIPE: two tiles of each matrix in flight, the next
 // step's loads issued before this step's product (the steps come in pairs: a span has 256 / BK).
-#define PRODUCT_F16(CLAMP) { \
-    LAYOUTS(CLAMP) \
+#define PRODUCT_F16(CLAMP_W, CLAMP_X) { \
+    LAYOUTS(CLAMP_W, CLAMP_X) \
     const uint k_begin = gl_WorkGroupID.z * p.spans_per_part * SPAN; \
     const uint k_end = min(p.cols, k_begin + p.spans_per_part * SPAN); \
     if (PIPE != 0u && (SPAN / BK) % 2u == 0u) { \
@@ -310,7 +310,7 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
 #endif
 // any cols (a multiple of 32; Q4_0 / Q8_0 only: the K-quants' cols are multiples of 256)
 #define PRODUCT_STEPS(CLAMP) { \
-    LAYOUTS(CLAMP) \
+    LAYOUTS(CLAMP, CLAMP) \
     for (uint k0 = 0; k0 < p.cols; k0 += BK) STEP(lw, lx) }
 
 void main() {
@@ -332,19 +332,22 @@ void main() {
 
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
-    // whole tiles (uniform per workgroup) load without bounds checks; the edges clamp
+    // whole tiles (uniform per workgroup) load without bounds checks; the edges clamp, W only where
+    // the tile's rows run past the chunk's: a token tile past the batch's (any batch that is not a
+    // multiple of BN) checks x alone, not every element W's decode function makes
     if (p.cols % SPAN == 0u) {
 #ifdef PLAIN_W
-        if (row0 + BM <= p.n_rows && tok0 + BN <= p.n_tokens)
-            PRODUCT_F16(gl_CooperativeMatrixClampModeUndefinedNV)
-        else
-            PRODUCT_F16(gl_CooperativeMatrixClampModeConstantNV)
+#define PRODUCT_TILE PRODUCT_F16
 #else
-        if (row0 + BM <= p.n_rows && tok0 + BN <= p.n_tokens)
-            PRODUCT_SPANS(gl_CooperativeMatrixClampModeUndefinedNV)
-        else
-            PRODUCT_SPANS(gl_CooperativeMatrixClampModeConstantNV)
+#define PRODUCT_TILE PRODUCT_SPANS
 #endif
+        const bool rows_whole = row0 + BM <= p.n_rows;
+        if (rows_whole && tok0 + BN <= p.n_tokens)
+            PRODUCT_TILE(gl_CooperativeMatrixClampModeUndefinedNV, gl_CooperativeMatrixClampModeUndefinedNV)
+        else if (rows_whole)
+            PRODUCT_TILE(gl_CooperativeMatrixClampModeUndefinedNV, gl_CooperativeMatrixClampModeConstantNV)
+        else
+            PRODUCT_TILE(gl_CooperativeMatrixClampModeConstantNV, gl_CooperativeMatrixClampModeConstantNV)
     } else {
 #ifndef SCALE_TABLE
         PRODUCT_STEPS(gl_CooperativeMatrixClampModeConstantNV)
