@@ -64,7 +64,7 @@ def run_tool(name: str, *args, timeout: float = 600) -> str:
     """Run a llama.cpp tool on the CPU (every layer on the CPU backend); returns stdout + stderr."""
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="")    # no Vulkan device: the CPU backend only
     r = subprocess.run([str(llamacpp_tool(name)), *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, env=env)
+                       timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     out = r.stdout + r.stderr
     if r.returncode != 0:
         raise AssertionError(f"{name} failed ({r.returncode}):\n{out[-3000:]}")
@@ -80,6 +80,18 @@ def run_tool_until(name: str, marker: str, *args, tries: int = 5, timeout: float
         if marker in out:
             return out
     raise AssertionError(f"no {marker!r} in {name}'s output after {tries} runs:\n{out[-3000:]}")
+
+
+def llamacpp_prompt_tokens(model, *args) -> list[int]:
+    """The prompt tokens llama-completion prints with --verbose-prompt (CPU build, one token made):
+    the lines after "number of tokens in prompt", complete once the sampler line after them is out."""
+    out = run_tool_until("llama-completion", "sampler seed", "-m", model, "-n", 1, "--temp", 0, "-ngl", 0,
+                         "-t", 2, "--verbose-prompt", *args, timeout=300)
+    count = int(re.search(r"number of tokens in prompt = (\d+)", out).group(1))
+    tail = out[out.index("number of tokens in prompt"):]
+    ids = [int(t) for t in re.findall(r"^\S+ I\s+(\d+) -> '", tail, re.M)]
+    assert len(ids) >= count, out[-3000:]
+    return ids[:count]
 
 
 FINAL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")

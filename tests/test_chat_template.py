@@ -5,16 +5,13 @@ a default system turn when the first message is not a system one, then `<|im_sta
 <|im_end|>\\n` per message, then `<|im_start|>assistant\\n`), and the tokens are checked against the
 prompt llama-completion evaluates for the same messages (`-cnv -st --jinja -sys ... -p ...`)."""
 
-import os
-import re
-import subprocess
 
 import pytest
 from typer.testing import CliRunner
 
 from llamavk.chat_template import CHATML, TemplateError, chat_messages, render_chat
 
-from .llamacpp_ref import llamacpp_tool
+from .llamacpp_ref import llamacpp_prompt_tokens
 
 SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
@@ -45,16 +42,8 @@ def test_without_generation_prompt(smollm2_file):
 
 
 def _llamacpp_chat_tokens(model, user: str, system: str | None) -> list[int]:
-    exe = llamacpp_tool("llama-completion")
-    args = [str(exe), "-m", str(model), "-p", user, "--jinja", "-cnv", "-st", "-n", "1", "--temp", "0",
-            "-ngl", "0", "-t", "2", "--verbose-prompt"] + (["-sys", system] if system is not None else [])
-    r = subprocess.run(args, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-                       env=dict(os.environ, GGML_VK_VISIBLE_DEVICES=""))
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-3000:]
-    count = int(re.search(r"number of tokens in prompt = (\d+)", out).group(1))
-    tail = out[out.index("number of tokens in prompt"):]
-    return [int(t) for t in re.findall(r"^\S+ I\s+(\d+) -> '", tail, re.M)][:count]
+    return llamacpp_prompt_tokens(model, "-p", user, "--jinja", "-cnv", "-st",
+                                  *(["-sys", system] if system is not None else []))
 
 
 @pytest.mark.parametrize("system", [None, "You are terse."])

@@ -3,9 +3,6 @@
 Escapes are checked against llama-completion itself (the tokens of the prompt it evaluates), the rest
 against what the spec and llama.cpp's --help say each flag means."""
 
-import os
-import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -15,7 +12,7 @@ from llamavk.errors import UsageError
 from llamavk.llamacpp_compat import (check_cache_type, check_flash_attn, check_gpu_layers, no_effect_notes,
                                      parse_gpu_layers, process_escapes)
 
-from .llamacpp_ref import llamacpp_tool
+from .llamacpp_ref import llamacpp_prompt_tokens
 
 
 # -- -ngl ---------------------------------------------------------------------------------------
@@ -86,27 +83,12 @@ def test_escape_to_bytes_that_are_not_text_is_a_usage_error():
         process_escapes(r"\xff")
 
 
-def _llamacpp_prompt_tokens(model, *args) -> list[int]:
-    """The prompt tokens llama-completion prints with --verbose-prompt (CPU build, one token made)."""
-    exe = llamacpp_tool("llama-completion")
-    r = subprocess.run([str(exe), "-m", str(model), "-n", "1", "--temp", "0", "-ngl", "0", "-t", "2",
-                        "--verbose-prompt", *args], capture_output=True, text=True, timeout=300,
-                       stdin=subprocess.DEVNULL, env=dict(os.environ, GGML_VK_VISIBLE_DEVICES=""))
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-3000:]
-    count = int(re.search(r"number of tokens in prompt = (\d+)", out).group(1))
-    tail = out[out.index("number of tokens in prompt"):]
-    ids = [int(t) for t in re.findall(r"^\S+ I\s+(\d+) -> '", tail, re.M)]
-    assert len(ids) >= count
-    return ids[:count]
-
-
 def test_escapes_give_llama_completions_prompt_tokens(smollm2_path):
     from llamavk.models import load_model_file
     from llamavk.tokenizer import Tokenizer
 
     prompt = r"Line one\nLine\ttwo \x41\x42 \q end\\"
-    expected = _llamacpp_prompt_tokens(smollm2_path, "-no-cnv", "-p", prompt)
+    expected = llamacpp_prompt_tokens(smollm2_path, "-no-cnv", "-p", prompt)
     tok = Tokenizer.from_metadata(load_model_file(smollm2_path).metadata)
     assert tok.encode(process_escapes(prompt)) == expected
     assert tok.encode(prompt) != expected          # the escapes did change the prompt
