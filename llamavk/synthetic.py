@@ -508,15 +508,20 @@ class _Pools:
 # ----------------------------------------------------------------------------------------------
 
 def write_synthetic_model(path: str | Path, preset: str = "tiny", qtype: str = "q4_0",
-                          arch: str | None = None, seed: int = 0, **overrides) -> Path:
-    """Write a random-weight GGUF and return its path. Overrides: any Preset field."""
+                          arch: str | None = None, seed: int = 0, metadata: dict | None = None,
+                          **overrides) -> Path:
+    """Write a random-weight GGUF and return its path. Overrides: any Preset field; metadata: keys
+    written instead of the plan's (another vocabulary, say; None drops a key)."""
     plan = synthetic_plan(preset, qtype, arch, **overrides)
     path = Path(path)
     rng = np.random.default_rng(seed)
 
     writer = gguf.GGUFWriter(path, plan.config.arch)
-    for key, value in plan.metadata.items():
-        if isinstance(value, bool):
+    meta = {**plan.metadata, **(metadata or {})}
+    for key, value in meta.items():
+        if value is None:
+            continue
+        elif isinstance(value, bool):
             writer.add_bool(key, value)
         elif isinstance(value, int):
             writer.add_uint32(key, value)

@@ -64,7 +64,8 @@ def run_tool(name: str, *args, timeout: float = 600) -> str:
     """Run a llama.cpp tool on the CPU (every layer on the CPU backend); returns stdout + stderr."""
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="")    # no Vulkan device: the CPU backend only
     r = subprocess.run([str(llamacpp_tool(name)), *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+                       timeout=timeout, env=env, stdin=subprocess.DEVNULL,
+                       errors="replace")     # tokens' pieces may be parts of a character
     out = r.stdout + r.stderr
     if r.returncode != 0:
         raise AssertionError(f"{name} failed ({r.returncode}):\n{out[-3000:]}")

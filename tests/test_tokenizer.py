@@ -388,3 +388,41 @@ def test_qwen35_pretokenizer_keeps_marks_in_words(smollm2_meta):
     qwen2, qwen35 = PreTokenizer("qwen2"), PreTokenizer("qwen35")
     assert qwen35.split("cafe\u0301 x") == ["cafe\u0301", " x"]
     assert all(qwen2.split(t) != qwen35.split(t) for t in MARKS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tekken (Mistral Nemo / Small 3) against llama.cpp itself: its ids follow llama.cpp's rewrite of
+# tokenizer.json's case classes, so no HF reference; SmolLM2's vocabulary in a tiny model whose
+# tokenizer says pre "tekken" and nothing about BOS (Tekken's default: add it).
+
+TEKKEN_TEXTS = [t for t in TRICKY if t.strip() and "<|" not in t] + [
+    "HelloWorld XMLHttpRequest fooBAR getHTTPResponseCode",
+    "ÉcoleNormale straße ΩμέγαΑλφα ǅungla İstanbul",
+    "path/to/file/\nnext/ line //comment\r\n",
+    "CamelCase2024Version x86_64 A1b2C3",
+]
+
+
+def test_tekken_ids_equal_llamacpp(smollm2_meta, tmp_path):
+    from llamavk.synthetic import write_synthetic_model
+
+    from .llamacpp_ref import llamacpp_prompt_tokens
+
+    vocab = {k: v for k, v in smollm2_meta.items() if k.startswith("tokenizer.ggml.")}
+    # no merge makes " Hello" (a token of its own): only ignore_merges' whole-word lookup finds it
+    merges = [m for m in vocab["tokenizer.ggml.merges"] if m.replace(" ", "") != "ĠHello"]
+    assert len(merges) == len(vocab["tokenizer.ggml.merges"]) - 1
+    vocab.update({"tokenizer.ggml.pre": "tekken", "tokenizer.ggml.add_bos_token": None,
+                  "tokenizer.ggml.add_space_prefix": None, "tokenizer.ggml.scores": None,
+                  "tokenizer.ggml.merges": merges})
+    model = write_synthetic_model(tmp_path / "tekken.gguf", "tiny", "q8_0", "llama", metadata=vocab,
+                                  n_vocab=len(vocab["tokenizer.ggml.tokens"]))
+    tok = Tokenizer.from_metadata({k: v for k, v in dict(smollm2_meta, **vocab).items() if v is not None})
+    assert tok.add_bos and tok.bos_id == 1
+    text = " | ".join(TEKKEN_TEXTS)
+    ours = tok.encode(text, add_special=True, parse_special=True)
+    assert vocab["tokenizer.ggml.tokens"].index("ĠHello") in ours
+    assert llamacpp_prompt_tokens(model, "-no-cnv", "-p", text) == ours
+    split = PreTokenizer("tekken").split
+    assert split("getHTTPResponse ΩμέγαΑλφα") == ["get", "HTTPResponse", " ΩμέγαΑλφα"]
+    assert split("a/b/\nc") == ["a", "/b", "/\n", "c"]

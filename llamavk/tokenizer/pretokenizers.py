@@ -52,14 +52,24 @@ _BAILINGMOE = (
 
 _BLOOM = r" ?[^(\s|.,!?…。，、।۔،)]+"
 
+# Mistral's Tekken (Mistral Nemo, Mistral Small 3): tokenizer.json splits letter runs at case changes
+# with \p{Lu}\p{Lt}... classes; llama.cpp runs a rewrite in which "upper" is a letter other than a-z and
+# "lower" a letter other than A-Z (so every non-ASCII letter is both), and that is what its ids follow.
+_TEKKEN = (
+    r"[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])*(?:(?=\p{L})[^A-Z])+"
+    r"|[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])+(?:(?=\p{L})[^A-Z])*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
 # Where every family's split of a text is the splits of its two sides: before a space between two
 # letters. Why, for each pattern above: (1) no match can hold a letter followed by a space (letter
 # runs, digit runs and punctuation runs exclude \s; a space is only ever an optional first character,
 # or part of a whitespace run), so no match crosses the cut; (2) at the space, a match starts: " " +
 # letters is ` ?\p{L}+`, `[^\r\n\p{L}\p{N}]?\p{L}+` (Qwen3.5: with marks), Bloom's ` ?[^...]+`
-# -- only the first regexes of multi-regex sequences (punctuation, digits) match nothing there, and
-# leave the text around the cut to the next regex as one unmatched piece; (3) none of the patterns
-# looks behind, so the matches after the cut are found alike in the whole text and in its tail; (4)
+# (Tekken: its case-split letter runs) -- only the first regexes of multi-regex sequences
+# (punctuation, digits) match nothing there, and leave the text around the cut to the next regex as
+# one unmatched piece; (3) none of the patterns looks behind (Tekken's look-aheads read only the
+# character they are about to take), so the matches after the cut are found alike in the whole text and in its tail; (4)
 # the one look-ahead, `\s+(?!\S)`, could end a match at the end of the head differently than in the
 # whole text only if the head ended with whitespace, and it ends with a letter.
 CUT = r"(?<=\p{L}) (?=\p{L})"
@@ -78,6 +88,7 @@ REGEX_SEQUENCES: dict[str, tuple[str, ...]] = {
     "viking": (_BLOOM, r"\p{N}"),
     "seed-coder": (_SEED_CODER,),
     "bailingmoe": (_BAILINGMOE,),
+    "tekken": (_TEKKEN,),
 }
 
 # `tokenizer.ggml.pre` value -> (regex family, clean_spaces, ignore_merges, add_bos default).
@@ -112,6 +123,7 @@ _reg(("bloom", "gpt3-finnish"), "bloom")
 _reg(("viking",), "viking", clean=False)
 _reg(("seed-coder",), "seed-coder", clean=False)
 _reg(("bailingmoe", "bailingmoe2", "llada-moe"), "bailingmoe", clean=False)
+_reg(("tekken",), "tekken", clean=False, ignore_merges=True, add_bos=True)
 # Not in llama.cpp's list of names, but the spec calls the GPT-2 family "gpt2".
 _reg(("gpt2",), "gpt2")
 
