@@ -88,6 +88,8 @@ ORACLE_CASES = [
     ("llama", "q2_k", {}),
     ("qwen2", "q3_k", {}),
     ("qwen3", "q5_k", {}),
+    # Mistral Nemo's shape: heads wider than n_embd / n_head (llama.attention.key_length)
+    ("llama", "f16", {"head_dim": 32}),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8
@@ -149,7 +151,8 @@ def score_both(path, text_file, n_ctx: int = N_CTX, n_chunks: int = N_CHUNKS):
 
 
 @pytest.mark.parametrize("arch,qtype,overrides", ORACLE_CASES,
-                         ids=[f"{a}-{q}" for a, q, _ in ORACLE_CASES])
+                         ids=[f"{a}-{q}" + "".join(f"-{k}{v}" for k, v in o.items() if k == "head_dim")
+                              for a, q, o in ORACLE_CASES])
 def test_perplexity_matches_llamacpp(synthetic_model, tmp_path, arch, qtype, overrides):
     llamacpp_tool("llama-perplexity")      # skips, with the reason, where the build is not at hand
     path = synthetic_model(arch, qtype, **{**PEAKED, **overrides})
