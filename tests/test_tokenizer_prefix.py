@@ -12,6 +12,7 @@ import pytest
 
 from llamavk.tokenizer import Tokenizer
 from llamavk.tokenizer import prefix as prefix_mod
+from llamavk.tokenizer.pretokenizers import REGEX_SEQUENCES, PreTokenizer
 
 from .conftest import missing
 from .test_tokenizer import CHARS, llamacpp_vocab, spm_meta
@@ -82,7 +83,7 @@ def test_botchan_heads_are_the_whole_texts_first_ids(vocab, botchan_file_text, r
     assert not complete and len(ids) < len(whole) // 4      # a head, not the whole book
 
 
-LETTERS = list("abcxyzéЖж中") + ["e\u0301"]
+LETTERS = list("abcxyzéЖж中א") + ["e\u0301", "HelloWorld"]
 OTHERS = list("0123456789.,!?'-\"()") + ["'s", "'ll", "...", "—"]
 SPACES = [" ", " ", " ", "  ", "\n", "\n\n", " \n", "\t", "\r\n", "   "]
 
@@ -101,7 +102,7 @@ def random_text(rng, n_words):
 
 
 @pytest.mark.parametrize("pre", ["default", "gpt2", "llama-bpe", "qwen2", "qwen35", "smollm", "falcon", "bloom",
-                                 "viking", "seed-coder", "bailingmoe", "tekken"])
+                                 "viking", "seed-coder", "bailingmoe", "tekken", "deepseek-llm", "deepseek-coder"])
 def test_bpe_heads_on_random_text_every_pretokenizer(pre, smollm2_path, small_steps):
     """SmolLM2's byte-level BPE vocabulary under every pre-tokenizer family: random text cut at
     many places (short steps) gives the whole text's first ids."""
@@ -114,6 +115,20 @@ def test_bpe_heads_on_random_text_every_pretokenizer(pre, smollm2_path, small_st
         text = random_text(rng, 300)
         whole = tok.encode(text, parse_special=False)
         check_heads(tok, text, [1, 5, 17, 60, 200, len(whole) // 2, len(whole) - 1, len(whole)], whole)
+
+
+@pytest.mark.parametrize("family", sorted(REGEX_SEQUENCES))
+def test_every_cut_splits_as_the_whole_text(family):
+    """The pre-tokenizer's cuts (pretokenizers.CUT, CUTS) on random text with letters of several
+    scripts (cased, CJK, Hebrew, marks): the pieces on either side of each cut are the whole text's."""
+    pre = PreTokenizer(family)
+    rng = np.random.default_rng([ord(c) for c in family])
+    for text in ["ab cd \u05d0 \u05d1 \u4e2d \u4e2d e\u0301 f HelloWorld x \u0416 \u0436"] + \
+            [random_text(rng, 60) for _ in range(20)]:
+        whole, c = pre.split(text), pre.next_cut(text, 1)
+        while c != -1:
+            assert pre.split(text[:c]) + pre.split(text[c:]) == whole, (family, text, c)
+            c = pre.next_cut(text, c + 1)
 
 
 def test_spm_heads_with_glue_tokens_on_random_text(small_steps, monkeypatch):

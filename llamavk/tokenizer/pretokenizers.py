@@ -61,6 +61,30 @@ _TEKKEN = (
     r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+# DeepSeek LLM / Coder (llama architecture): newlines alone first, then letter runs with one
+# whitespace before them, ... -- regexes of explicit ranges, run by llama.cpp on the text as it is.
+# `\Z` where llama.cpp writes `$`: the end of the piece only (Python's `$` also matches before a
+# final newline).
+_CJK = r"[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# DeepSeek LLM's letters: the cased letters (Lu, Ll, Lt) of the Unicode version its tokenizer.json was
+# made with, as ranges (so a newer `regex` package's tables cannot move them)
+_DEEPSEEK_CASED = (
+    r"[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
+    r"\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
+    r"\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba"
+    r"\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45"
+    r"\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
+    r"\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc"
+    r"\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+    r"\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
+    r"\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06"
+    r"\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+    r"\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
+    r"\U0001e900-\U0001e943]"
+)
+_DEEPSEEK_LETTERS = r"\s?" + _DEEPSEEK_CASED + "+"
+_DEEPSEEK_PUNCT = r"\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+"
+
 # Where every family's split of a text is the splits of its two sides: before a space between two
 # letters. Why, for each pattern above: (1) no match can hold a letter followed by a space (letter
 # runs, digit runs and punctuation runs exclude \s; a space is only ever an optional first character,
@@ -73,6 +97,9 @@ _TEKKEN = (
 # the one look-ahead, `\s+(?!\S)`, could end a match at the end of the head differently than in the
 # whole text only if the head ended with whitespace, and it ends with a letter.
 CUT = r"(?<=\p{L}) (?=\p{L})"
+# DeepSeek LLM's letter runs are its cased letters only (other letters stay in unmatched text, spaces
+# and all): its cuts lie between two of those, where the same four steps hold.
+CUTS = {"deepseek-llm": f"(?<={_DEEPSEEK_CASED}) (?={_DEEPSEEK_CASED})"}
 
 # Regex sequences per llama.cpp pre-tokenizer type (the order matters: applied left to right).
 REGEX_SEQUENCES: dict[str, tuple[str, ...]] = {
@@ -89,6 +116,8 @@ REGEX_SEQUENCES: dict[str, tuple[str, ...]] = {
     "seed-coder": (_SEED_CODER,),
     "bailingmoe": (_BAILINGMOE,),
     "tekken": (_TEKKEN,),
+    "deepseek-llm": (r"[\r\n]", _DEEPSEEK_LETTERS, _DEEPSEEK_PUNCT, r"\s+\Z", _CJK, r"\p{N}+"),
+    "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"),
 }
 
 # `tokenizer.ggml.pre` value -> (regex family, clean_spaces, ignore_merges, add_bos default).
@@ -124,6 +153,8 @@ _reg(("viking",), "viking", clean=False)
 _reg(("seed-coder",), "seed-coder", clean=False)
 _reg(("bailingmoe", "bailingmoe2", "llada-moe"), "bailingmoe", clean=False)
 _reg(("tekken",), "tekken", clean=False, ignore_merges=True, add_bos=True)
+_reg(("deepseek-llm",), "deepseek-llm", clean=False)
+_reg(("deepseek-coder",), "deepseek-coder", clean=False)
 # Not in llama.cpp's list of names, but the spec calls the GPT-2 family "gpt2".
 _reg(("gpt2",), "gpt2")
 
@@ -152,7 +183,7 @@ class PreTokenizer:
 
         self.family = family
         self.patterns = [regex.compile(p) for p in REGEX_SEQUENCES[family]]
-        self._cut = regex.compile(CUT)
+        self._cut = regex.compile(CUTS.get(family, CUT))
 
     def next_cut(self, text: str, start: int) -> int:
         """The first position >= start where `text` can be cut (see CUT; -1: none): split(text) is
