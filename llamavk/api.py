@@ -21,7 +21,7 @@ from . import phases
 from .chat_template import CHATML, render_chat
 from .default_model import default_model_path
 from .devices import open_devices, select
-from .errors import UsageError
+from .errors import LlamavkError, UsageError
 from .llamacpp_compat import check_gpu_layers, kv_types_of
 from .memory_fit import check_fit, estimate_device_need, free_memory, weight_progress
 from .models import build_graph, load_model_file
@@ -92,6 +92,10 @@ class Model:
         phases.mark("device")
         if n_ctx is None or n_ctx <= 0:
             n_ctx = cfg.n_ctx_train if n_ctx == 0 else min(cfg.n_ctx_train, 4096)
+        if cfg.attn_temp_floor and n_ctx > cfg.attn_temp_floor:
+            raise LlamavkError(f"{cfg.arch}: a context of {n_ctx} tokens needs the attention temperature "
+                               f"scaling llamavk does not implement past position {cfg.attn_temp_floor}; "
+                               f"use -c {cfg.attn_temp_floor} or less")
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.split_mode = opts.mode if len(chosen) > 1 else "none"

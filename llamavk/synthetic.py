@@ -70,6 +70,13 @@ class Preset:
     # scores grow by qk_gain^2; output_gain multiplies the output matrix, so logits grow by it.
     qk_gain: float = 1.0
     output_gain: float = 1.0
+    # RoPE scaling written into the file ("": none; "yarn", "linear"), mistral3's YaRN multiplier and
+    # attention temperature (0: not in the file)
+    rope_scaling: str = ""
+    rope_factor: float = 1.0
+    rope_orig_ctx: int = 0
+    yarn_log_mul: float = 0.0
+    attn_temp_scale: float = 0.0
 
 
 PRESETS: dict[str, Preset] = {
@@ -249,6 +256,14 @@ def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dic
         f"{arch}.rope.freq_base": p.rope_base,
         f"{arch}.rope.dimension_count": p.rope_dim or head_dim,
     }
+    if p.rope_scaling:
+        meta.update({f"{arch}.rope.scaling.type": p.rope_scaling, f"{arch}.rope.scaling.factor": p.rope_factor})
+        if p.rope_orig_ctx:
+            meta[f"{arch}.rope.scaling.original_context_length"] = p.rope_orig_ctx
+    if p.yarn_log_mul:
+        meta[f"{arch}.rope.scaling.yarn_log_multiplier"] = p.yarn_log_mul
+    if p.attn_temp_scale:
+        meta[f"{arch}.attention.temperature_scale"] = p.attn_temp_scale
     if p.n_ff == 0:            # a mixture of experts without a dense FFN width
         del meta[f"{arch}.feed_forward_length"]
     if p.n_expert:

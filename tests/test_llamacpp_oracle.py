@@ -64,6 +64,7 @@ from .llamacpp_ref import llamacpp_perplexity_run, llamacpp_tool
 # overrides, if any, in the dict; MoE and hybrid architectures take their tiny presets). Types:
 # f32 and f16 (no 8-bit activations in llama.cpp: tight), and quantized types whose decoding differs
 # (Q4_K's 6-bit packed scales, Q6_K's split bits), and Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K once each.
+MISTRAL3 = dict(rope_scaling="yarn", rope_factor=4.0, rope_orig_ctx=512, yarn_log_mul=1.0, attn_temp_scale=0.1)
 ORACLE_CASES = [
     ("llama", "f32", {}),
     ("llama", "q4_0", {}),
@@ -90,6 +91,10 @@ ORACLE_CASES = [
     ("qwen3", "q5_k", {}),
     # Mistral Nemo's shape: heads wider than n_embd / n_head (llama.attention.key_length)
     ("llama", "f16", {"head_dim": 32}),
+    # Ministral 3: YaRN with its log multiplier (cos / sin left at magnitude 1) and an attention
+    # temperature that is 1 inside the original context (the only contexts llamavk runs it with)
+    ("mistral3", "f16", MISTRAL3),
+    ("mistral3", "q4_k", MISTRAL3),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8

@@ -101,6 +101,9 @@ class ModelConfig:
     rope_base_swa: float = 10000.0
     attn_scale: float = 0.0           # scale of q.k (0: 1/sqrt(head_dim))
     final_logit_softcap: float = 0.0  # logits = c * tanh(logits / c) (0: none)
+    # mistral3's attention temperature scales q from this position on (0: never): the largest
+    # context llamavk runs such a model with (models/mistral3.py)
+    attn_temp_floor: int = 0
 
     def is_swa(self, layer: int | None) -> bool:
         """Whether `layer` is a sliding-window layer."""
