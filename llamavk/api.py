@@ -59,7 +59,7 @@ class Model:
         evaluating those tokens takes are recorded while the weights upload, so that the prompt's
         evaluation (generate(those tokens)) waits for the GPU only. Its result is
         `self.prepared_tokens`. type_k, type_v: the KV cache's types, llama.cpp's -ctk / -ctv
-        (f16, q8_0, q4_0). prerecord: the steps recorded during the load (one device), "generate"
+        (kv_cache.KV_CACHE_TYPES). prerecord: the steps recorded during the load (one device), "generate"
         (the one-token step, and the prepared prompt's batches) or "score" (perplexity's all-logits
         micro-batches; prepare_prompt's tokens are then only kept, e.g. the text tokenized while
         the weights upload). while_uploading(model), if given, is called when the load has nothing

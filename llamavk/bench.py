@@ -20,7 +20,7 @@ Beyond llama-bench: -m also takes synthetic:PRESET-TYPE[-ARCH] (random weights, 
 attention is always a flash-attention kernel, so -fa is 1 (the default here) and -fa 0 is refused.
 llama-bench command lines may also carry -ngl (only values meaning every layer on the GPUs, checked
 against each model's layer count before anything runs) and -t (no effect). -ctk/-ctv (KV cache types
-f16, q8_0, q4_0; lists like the other load settings) fill llama-bench's type_k / type_v fields.
+f16, q8_0, q4_0, q4_1, q5_0, q5_1; lists like the other load settings) fill llama-bench's type_k / type_v fields.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""KV cache types (-ctk / -ctv, API type_k= / type_v=): f16 (the default), q8_0 and q4_0.
+"""KV cache types (-ctk / -ctv, API type_k= / type_v=): f16 (the default), q8_0, q4_0, q4_1, q5_0 and
+q5_1.
 
 A cache of width W (KV heads x head_dim) holds n_ctx rows; a quantized one is a flat array of ggml
 blocks of 32 values, a row being W / 32 blocks (shaders/kv_quant.glsl has the layouts): q8_0 34
-bytes a block (f16 scale + 32 int8), q4_0 18 bytes (f16 scale + 16 bytes of nibbles). K and V
+bytes a block (f16 scale + 32 int8), q4_0 18 bytes (f16 scale + 16 bytes of nibbles), q4_1 20
+(scale, offset, nibbles), q5_0 22 (scale, 32 fifth bits, nibbles), q5_1 24. K and V
 types are chosen separately, as in llama.cpp. Every head_dim must then be a multiple of 32, so
 that a block never spans two heads (true of every supported model; checked at load).
 """
@@ -13,8 +15,9 @@ from dataclasses import dataclass
 
 from .errors import LlamavkError
 
-# name -> (shader type code: kv_quant.glsl's KV_F16 / KV_Q8_0 / KV_Q4_0, values per block, bytes per block)
-_TYPES = {"f16": (0, 1, 2), "q8_0": (1, 32, 34), "q4_0": (2, 32, 18)}
+# name -> (shader type code: kv_quant.glsl's KV_F16 / KV_Q8_0 / ..., values per block, bytes per block)
+_TYPES = {"f16": (0, 1, 2), "q8_0": (1, 32, 34), "q4_0": (2, 32, 18), "q4_1": (3, 32, 20), "q5_0": (4, 32, 22),
+          "q5_1": (5, 32, 24)}
 KV_CACHE_TYPES = tuple(_TYPES)
 
 
@@ -56,7 +59,7 @@ class KVTypes:
         """A quantized cache needs whole blocks per head: one line otherwise."""
         if self.quantized and head_dim % 32:
             raise LlamavkError(f"KV cache types {self.k}/{self.v}: head_dim {head_dim} is not a multiple of 32 "
-                               "(q8_0 / q4_0 blocks hold 32 values of one head); use -ctk f16 -ctv f16")
+                               "(quantized blocks hold 32 values of one head); use -ctk f16 -ctv f16")
 
     def layer_bytes(self, n_ctx: int, width: int) -> int:
         """K and V cache bytes of one attention layer of `width` values a row."""

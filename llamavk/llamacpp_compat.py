@@ -6,7 +6,7 @@ where llamavk can honour them, and stop with a one-line usage error where it can
 - `-ngl N`: llamavk keeps every layer on the GPUs, so only values meaning "all of them" are
   accepted: -1, `all`, `auto` or N >= the model's layer count (99 is the usual spelling).
 - `-fa on|auto|1`: llamavk's attention is always a flash-attention kernel; `off`/`0` is an error.
-- `-ctk/-ctv TYPE`: the KV cache's K and V types, f16 (default), q8_0 or q4_0 (llamavk/kv_cache.py);
+- `-ctk/-ctv TYPE`: the KV cache's K and V types, f16 (default), q8_0, q4_0, q4_1, q5_0 or q5_1 (llamavk/kv_cache.py);
   the other types llama.cpp knows are a usage error saying which llamavk has; any other name is a
   usage error listing llama.cpp's names.
 - `-t N`, `--no-warmup`, `-no-cnv`, `--jinja`: accepted, no effect (said under -v).
@@ -62,7 +62,7 @@ def check_flash_attn(text: str | None) -> None:
 
 
 def check_cache_type(flag: str, text: str) -> str:
-    """-ctk/-ctv: the type's name (f16, q8_0, q4_0); llama.cpp's other names are usage errors that
+    """-ctk/-ctv: the type's name (kv_cache.KV_CACHE_TYPES); llama.cpp's other names are usage errors that
     say which types llamavk has; other names list llama.cpp's."""
     name = str(text).strip().lower()
     if name in CACHE_TYPES:

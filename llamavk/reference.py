@@ -104,7 +104,8 @@ def rope_cos_sin(cfg: ModelConfig, positions: np.ndarray, freq_factors: np.ndarr
 
 def kv_round_trip(x: np.ndarray, cache_type: str) -> np.ndarray:
     """x (tokens, heads, head_dim) as a KV cache of `cache_type` gives it back: f32 unchanged, f16
-    rounded, q8_0 / q4_0 quantized by gguf.quants in blocks of 32 along head_dim and dequantized."""
+    rounded, q8_0 / q4_0 / q4_1 / q5_0 / q5_1 quantized by gguf.quants in blocks of 32 along head_dim
+    and dequantized."""
     if cache_type == "f32":
         return x
     if cache_type == "f16":
@@ -112,7 +113,7 @@ def kv_round_trip(x: np.ndarray, cache_type: str) -> np.ndarray:
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
 
-    qtype = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0}[cache_type]
+    qtype = GGMLQuantizationType[cache_type.upper()]
     flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
     return dequantize(quantize(flat, qtype), qtype).reshape(x.shape).astype(np.float32)
 

@@ -1,4 +1,4 @@
-"""Quantized KV cache (q8_0 / q4_0, llamavk/kv_cache.py): what the store kernels write against
+"""Quantized KV cache (q8_0, q4_0, q4_1, q5_0, q5_1: llamavk/kv_cache.py): what the store kernels write against
 gguf.quants' quantization, and attention over a quantized cache against numpy attention over the
 dequantized cache. The model-level checks (logits, split modes, perplexity) are in
 tests/test_kv_quant_model.py."""
@@ -18,7 +18,7 @@ from llamavk.kv_cache import KVTypes
 
 from .test_kernels_ops import host, poisoned, ref_attention, run, set_step, step_buffer, upload
 
-QTYPES = {"q8_0": T.Q8_0, "q4_0": T.Q4_0}
+QTYPES = {"q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1}
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +62,10 @@ def special_rows(width: int, rng) -> np.ndarray:
     return rows
 
 
-@pytest.mark.parametrize("name", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("name", list(QTYPES))
 @pytest.mark.parametrize("n_tokens,n_past", [(1, 0), (4, 5), (17, 40)])
 def test_kv_store_quantized_is_gguf_quantize(dev, kc, name, n_tokens, n_past):
-    """kv_store into a q8_0 / q4_0 cache writes exactly gguf.quants' blocks (bit for bit), at rows
+    """kv_store into a quantized cache writes exactly gguf.quants' blocks (bit for bit), at rows
     n_past.., and nothing else."""
     n_ctx, width = 64, 3 * 64
     rng = np.random.default_rng(n_tokens + n_past)
@@ -83,12 +83,20 @@ def test_kv_store_quantized_is_gguf_quantize(dev, kc, name, n_tokens, n_past):
 
 def quant_bound(ref: np.ndarray, name: str) -> np.ndarray:
     """Per value: how far a quantization of `ref` (f16 rounded already) may be from it: half a step
-    of its block for q8_0 (amax/127); a whole step for q4_0 (amax/8: its levels -8..7 leave the
-    value opposite the block's largest one a step short); 1.01 of it for the f16 scale, plus f16
-    rounding."""
-    blocks = np.abs(ref.reshape(-1, 32)).max(axis=1, keepdims=True)
-    step = blocks / 127.0 * 0.5 if name == "q8_0" else blocks / 8.0
-    return (np.broadcast_to(step, (blocks.shape[0], 32)).reshape(ref.shape) * 1.01
+    of its block for q8_0 (amax/127); a whole step for q4_0 / q5_0 (amax/8, amax/16: their levels
+    -8..7 / -16..15 leave the value opposite the block's largest one a step short); half a step of
+    (max - min) / 15 or 31 for q4_1 / q5_1, plus f16 rounding of their offset and steps; 1.01 of it
+    for the f16 scale, plus f16 rounding."""
+    blocks = ref.reshape(-1, 32)
+    amax = np.abs(blocks).max(axis=1, keepdims=True)
+    extra = 0.0
+    if name in ("q4_1", "q5_1"):
+        lo, hi = blocks.min(axis=1, keepdims=True), blocks.max(axis=1, keepdims=True)
+        step = (hi - lo) / (15.0 if name == "q4_1" else 31.0) * 0.5
+        extra = np.broadcast_to((np.abs(lo) + (hi - lo)) * 2.0 ** -10, blocks.shape).reshape(ref.shape)
+    else:
+        step = {"f16": 0.0 * amax, "q8_0": amax / 127.0 * 0.5, "q4_0": amax / 8.0, "q5_0": amax / 16.0}[name]
+    return (np.broadcast_to(step, blocks.shape).reshape(ref.shape) * 1.01 + extra
             + np.abs(ref) * 2.0 ** -10 + 1e-7)
 
 
@@ -98,7 +106,8 @@ ROPE_VARIANTS = [(False, 64, False, False), (True, 64, False, False), (True, 48,
 
 @pytest.mark.parametrize("types,neox,rope_dim,freqs,norm",
                          [(t,) + v for t in (("q8_0", "q8_0"), ("q4_0", "q4_0")) for v in ROPE_VARIANTS]
-                         + [(t,) + v for t in (("q8_0", "f16"), ("f16", "q4_0")) for v in ROPE_VARIANTS[::4]])
+                         + [(t,) + v for t in (("q8_0", "f16"), ("f16", "q4_0"), ("q4_1", "q5_1"), ("q5_0", "q4_1"))
+                            for v in ROPE_VARIANTS[::4]])
 def test_rope_kv_quantized(dev, kc, types, neox, rope_dim, freqs, norm):
     """rope_kv with quantized caches (K and V types chosen separately; the qwen3 norm variant too)
     rotates q as the f16 path does and writes caches whose dequantized rows lie within half a
@@ -157,14 +166,14 @@ ATTN_CASES = [
 
 # Every case with q8_0 K and V; every type mix on a decode, a split decode and a prompt case (each
 # mix is a pipeline of its own: on llvmpipe compiling them costs more than running them).
-TYPE_MIXES = [("q4_0", "q4_0"), ("q8_0", "f16"), ("f16", "q4_0")]
+TYPE_MIXES = [("q4_0", "q4_0"), ("q8_0", "f16"), ("f16", "q4_0"), ("q5_0", "q5_1"), ("q4_1", "q5_0")]
 ATTN_PARAMS = [(("q8_0", "q8_0"),) + c for c in ATTN_CASES] + \
     [(t,) + ATTN_CASES[i] for t in TYPE_MIXES for i in (1, 2, 6)]
 
 
 @pytest.mark.parametrize("types,n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,n_splits", ATTN_PARAMS)
 def test_attention_quantized_cache(dev, kc, types, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
-    """Attention reading q8_0 / q4_0 caches directly equals numpy attention over the dequantized
+    """Attention reading quantized caches directly equals numpy attention over the dequantized
     caches (the decode kernel holds dequantized values as f16, so its reference rounds them so)."""
     kvt = KVTypes(*types)
     n_kv = n_past + n_tokens
@@ -206,3 +215,5 @@ def test_cache_bytes():
     assert kv_cache.cache_bytes("q8_0", 100, 256) == 100 * 8 * 34
     assert kv_cache.cache_bytes("q4_0", 3, 32) == 64     # 54 bytes, rounded up
     assert KVTypes("q8_0", "q4_0").layer_bytes(10, 64) == 688 + 368   # 680 and 360, rounded up
+    # q4_1 20, q5_0 22, q5_1 24 bytes a block
+    assert [kv_cache.row_bytes(t, 64) for t in ("q4_1", "q5_0", "q5_1")] == [40, 44, 48]

@@ -1,4 +1,4 @@
-"""Models with a quantized KV cache (-ctk/-ctv q8_0 / q4_0): logits and greedy tokens against the
+"""Models with a quantized KV cache (-ctk/-ctv q8_0, q4_0, q4_1, q5_0, q5_1): logits and greedy tokens against the
 numpy reference fed the same quantized cache (reference.kv_round_trip), every split mode against -sm
 none, SmolLM2's perplexity on botchan against f16 (issue 25: within 0.5%), and the flags.
 
@@ -35,8 +35,8 @@ def model32(synthetic_model, arch, qtype):
     return synthetic_model(arch, qtype, head_dim=32)
 
 
-@pytest.mark.parametrize("arch,qtype", ARCHS)
-@pytest.mark.parametrize("types", [("q8_0", "q8_0"), ("q4_0", "q8_0")])
+@pytest.mark.parametrize("arch,qtype,types", [(a, q, t) for a, q in ARCHS for t in (("q8_0", "q8_0"), ("q4_0", "q8_0"))]
+                         + [("llama", "q8_0", ("q5_1", "q4_1")), ("qwen3", "q4_0", ("q4_1", "q5_0"))])
 def test_logits_match_reference_with_quantized_cache(synthetic_model, arch, qtype, types):
     """All-token logits of a 40-token prompt in micro-batches of 16 (the cache read back across
     batches) and 6 greedy tokens (the decode kernel) equal the reference's with the same cache types."""
@@ -97,8 +97,8 @@ def test_head_dim_not_a_multiple_of_32_is_one_line(synthetic_model):
 
 def test_api_rejects_unknown_cache_types(synthetic_model):
     path = model32(synthetic_model, "llama", "q8_0")
-    with pytest.raises(UsageError, match="llamavk's KV cache types are f16, q8_0, q4_0"):
-        quiet(path, n_ctx=64, type_v="q5_1")
+    with pytest.raises(UsageError, match="llamavk's KV cache types are f16, q8_0, q4_0, q4_1, q5_0, q5_1"):
+        quiet(path, n_ctx=64, type_v="iq4_nl")
     with pytest.raises(UsageError, match="unknown KV cache type"):
         quiet(path, n_ctx=64, type_k="q9")
 

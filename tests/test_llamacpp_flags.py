@@ -114,7 +114,7 @@ def one_line_error(r, code):
     (("-ngl", "many"), 2, "-ngl"),
     (("-fa", "off"), 2, "flash-attention"),
     (("-ctk", "q8_0"), 1, "head_dim 16 is not a multiple of 32"),   # the tiny llama's heads
-    (("-ctv", "q5_1"), 2, "KV cache types are f16, q8_0, q4_0"),
+    (("-ctv", "iq4_nl"), 2, "KV cache types are f16, q8_0, q4_0, q4_1, q5_0, q5_1"),
     (("-ctk", "fp8"), 2, "llama.cpp's types"),
 ])
 def test_refused_flags_are_one_line_errors(command, flags, code, words, synthetic_model, tmp_path):

@@ -140,15 +140,18 @@ def sampled_text(model_file, n_ctx: int, n_chunks: int, seed: int) -> str:
     return " ".join(out[1:])    # the text's first slot is the tokenizer's BOS
 
 
-def score_both(path, text_file, n_ctx: int = N_CTX, n_chunks: int = N_CHUNKS):
+def score_both(path, text_file, n_ctx: int = N_CTX, n_chunks: int = N_CHUNKS, cache: tuple[str, str] = ("f16", "f16")):
     """On one text file: llamavk's PerplexityResult, llama.cpp's (PPL, uncertainty, running PPLs),
     and the KL divergence of llamavk's token distributions from llama.cpp's (its base file, written
-    by the same llama-perplexity run, read as llamavk --kl-divergence reads it)."""
+    by the same llama-perplexity run, read as llamavk --kl-divergence reads it). cache: the K and V
+    cache types of both."""
     text = text_file.read_text()
     base = text_file.with_suffix(".llamacpp.kld")
-    theirs = llamacpp_perplexity_run(path, text_file, n_ctx, n_chunks, "--kl-divergence-base", base)
+    theirs = llamacpp_perplexity_run(path, text_file, n_ctx, n_chunks, "--kl-divergence-base", base,
+                                     "-ctk", cache[0], "-ctv", cache[1], "-fa", "on")
     stats = KLDStats()
-    with KLDBase(base) as b, llamavk.load(path, n_ctx=n_ctx, warn=lambda m: None) as m:
+    with KLDBase(base) as b, llamavk.load(path, n_ctx=n_ctx, warn=lambda m: None, type_k=cache[0],
+                                          type_v=cache[1]) as m:
         assert len(m.tokenize(text)) == n_ctx * n_chunks, "the text must be one token per word"
         ours = m.perplexity(text, n_ctx=n_ctx, chunks=n_chunks,
                             on_scored=lambda logits, targets: stats.add(logits, targets, b.read_rows(len(logits))))
@@ -183,6 +186,27 @@ def test_perplexity_matches_llamacpp(synthetic_model, tmp_path, arch, qtype, ove
     # log-probabilities to 16 bits: ~1e-6 even between identical distributions)
     assert kld.count == N_CHUNKS * (N_CTX - 1 - N_CTX // 2)
     assert kld.kld_mean <= kld_tol, f"mean KLD from llama.cpp {kld.kld_mean:.2e}, tolerance {kld_tol}"
+
+
+@pytest.mark.parametrize("cache", [("f16", "q4_1"), ("f16", "q5_0"), ("f16", "q5_1"),
+                                   ("q4_1", "f16"), ("q5_0", "f16"), ("q5_1", "f16")])
+def test_quantized_cache_matches_llamacpp(synthetic_model, tmp_path, cache):
+    """The KV cache in ggml's q4_1 / q5_0 / q5_1 blocks against llama-perplexity's CPU build with the
+    same -ctk / -ctv, on f32 weights (no 8-bit activations on its side). A quantized V: the same
+    distributions to rounding (f16 cache: KLD 9e-7; these 6e-5 to 8e-5). A quantized K: llama.cpp's
+    CPU flash attention rounds q to 8 bits for its dot with K's blocks, llamavk keeps q in f32, so
+    the bound is what llamavk's own q8_0 / q4_0 caches reach beside it (KLD 3.5e-3 / 2.5e-2 on this
+    model); a misread block layout gives garbage attention, far beyond it."""
+    llamacpp_tool("llama-perplexity")
+    path = synthetic_model("llama", "f32", head_dim=32, **PEAKED)
+    text_file = tmp_path / "sampled.txt"
+    text_file.write_text(sampled_text(load_model_file(path), N_CTX, N_CHUNKS, seed=6))
+    ours, (ppl, unc, running), kld = score_both(path, text_file, cache=cache)
+    d = math.log(ours.ppl / ppl)
+    print(f"cache {cache}: llamavk {ours.ppl:.4f}, llama.cpp {ppl:.4f}, ln ratio {d:+.5f}; KLD mean {kld.kld_mean:.2e} "
+          f"max {kld.kld_max:.2e}, same top {100 * kld.same_top:.1f}%")
+    tol, kld_tol = (5e-3, 2e-4) if cache[0] == "f16" else (0.05, 0.04)
+    assert abs(d) <= tol and kld.kld_mean <= kld_tol
 
 
 def measure(seeds: list[int]) -> None:

@@ -10,8 +10,8 @@ GPU_LAYERS = typer.Option(None, "--gpu-layers", "--n-gpu-layers", "-ngl",
                                "auto or at least the model's layer count (e.g. 99).")
 FLASH_ATTN = typer.Option(None, "--flash-attn", "-fa",
                           help="on, auto or 1: llamavk's attention is always a flash-attention kernel.")
-CACHE_TYPE_K = typer.Option("f16", "--cache-type-k", "-ctk", help="KV cache type for K: f16, q8_0 or q4_0.")
-CACHE_TYPE_V = typer.Option("f16", "--cache-type-v", "-ctv", help="KV cache type for V: f16, q8_0 or q4_0.")
+CACHE_TYPE_K = typer.Option("f16", "--cache-type-k", "-ctk", help="KV cache type for K: f16, q8_0, q4_0, q4_1, q5_0 or q5_1.")
+CACHE_TYPE_V = typer.Option("f16", "--cache-type-v", "-ctv", help="KV cache type for V: f16, q8_0, q4_0, q4_1, q5_0 or q5_1.")
 THREADS = typer.Option(None, "--threads", "-t", help="Accepted for llama.cpp command lines; no effect "
                                                       "(the GPUs compute, the CPU only orchestrates).")
 NO_WARMUP = typer.Option(False, "--no-warmup", help="Accepted for llama.cpp command lines; no effect.")
