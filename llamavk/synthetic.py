@@ -29,7 +29,7 @@ from .quant import quant_info, qtype_from_name, tensor_nbytes
 
 SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
                    "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
-MOE_ARCHS = ("qwen3moe", "qwen35moe")
+MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe")
 HYBRID_ARCHS = ("qwen35", "qwen35moe")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
 
@@ -186,6 +186,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
                                 **({"ssm_d_state": 64, "head_dim": 128, "rope_dim": 32} if p.ssm_d_state else {}))
     if preset in TINY_PRESETS and arch in ("qwen3", "qwen3moe", "gemma3"):
         p = dataclasses.replace(p, head_dim=2 * p.n_embd // p.n_head)
+    if arch == "qwen2moe" and not p.n_ff_shexp:      # its shared expert is not optional
+        p = dataclasses.replace(p, n_ff_shexp=p.n_ff_exp)
     if preset in TINY_PRESETS and arch == "gemma3":
         p = dataclasses.replace(p, **TINY_GEMMA3)
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Preset)}

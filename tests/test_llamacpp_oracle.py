@@ -95,6 +95,9 @@ ORACLE_CASES = [
     # temperature that is 1 inside the original context (the only contexts llamavk runs it with)
     ("mistral3", "f16", MISTRAL3),
     ("mistral3", "q4_k", MISTRAL3),
+    # qwen2's attention, experts without renormalized weights, a sigmoid-gated shared expert
+    ("qwen2moe", "f16", {}),
+    ("qwen2moe", "q4_0", {}),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8

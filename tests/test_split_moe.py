@@ -23,8 +23,10 @@ from llamavk.split import mode_module
 from llamavk.split.base import SplitOptions
 
 # (arch, type, seed): seeds whose routers have no near-tie that f16 partials could flip (test_qwen35.py)
-CASES = [("qwen3moe", "q8_0", 1), ("qwen3moe", "q4_k", 1), ("qwen35moe", "q4_0", 1), ("qwen35moe", "q4_k", 3)]
-TOL = {"qwen3moe": {"tensor": 2e-4, "graph": 1.5e-3}, "qwen35moe": {"tensor": 1e-4, "graph": 4e-3}}
+CASES = [("qwen3moe", "q8_0", 1), ("qwen3moe", "q4_k", 1), ("qwen35moe", "q4_0", 1), ("qwen35moe", "q4_k", 3),
+         ("qwen2moe", "q8_0", 1)]
+TOL = {"qwen3moe": {"tensor": 2e-4, "graph": 1.5e-3}, "qwen35moe": {"tensor": 1e-4, "graph": 4e-3},
+       "qwen2moe": {"tensor": 2e-4, "graph": 1.5e-3}}
 STEP_TOL = 1e-4            # one-token steps: f32 partials in every mode
 COOP_TOL = 8e-3            # GPUs with cooperative matrices (tests/test_split.py's REL_TOL_COOP)
 N_STEPS = 5
