@@ -1,6 +1,6 @@
-"""llama.cpp as the oracle (issue 29): synthetic models of every architecture (llama, qwen2, qwen3,
-qwen3moe, qwen35, qwen35moe, gemma3) and several weight types, scored by llama-perplexity's CPU build
-(../shared/ref-llamacpp, `-ngl 0`) and by llamavk.
+"""llama.cpp as the oracle (issue 29): synthetic models of every architecture (llama, mistral3, qwen2,
+qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma3) and several weight types, and the quantized KV
+cache types, scored by llama-perplexity's CPU build (../shared/ref-llamacpp, `-ngl 0`) and by llamavk.
 
 llama.cpp shares no code with llamavk, its numpy reference or its ModelConfig, so a wrong RoPE
 layout, a missing bias, a misplaced norm, a weight decoded wrongly or a perplexity window cut
