@@ -426,10 +426,12 @@ def test_tekken_ids_equal_llamacpp(smollm2_meta, tmp_path):
                                   n_vocab=len(vocab["tokenizer.ggml.tokens"]))
     tok = Tokenizer.from_metadata({k: v for k, v in dict(smollm2_meta, **vocab).items() if v is not None})
     assert tok.add_bos and tok.bos_id == 1
-    text = " | ".join(TEKKEN_TEXTS)
+    rng = np.random.default_rng(7)     # and random text of cased and uncased scripts, digits, slashes
+    pool = list("abcXYZéÉßΩωЖжἈ中אǅ0123456789 .,/;:!?'-()\n\t") + ["  ", "HelloWorld", "getHTTP", "x86_64", "İs"]
+    text = " | ".join(TEKKEN_TEXTS + ["".join(rng.choice(pool, 120)) for _ in range(4)])
     ours = tok.encode(text, add_special=True, parse_special=True)
     assert vocab["tokenizer.ggml.tokens"].index("ĠHello") in ours
-    assert llamacpp_prompt_tokens(model, "-no-cnv", "-p", text) == ours
+    assert llamacpp_prompt_tokens(model, "-no-cnv", "-c", "2048", "-p", text) == ours
     split = PreTokenizer("tekken").split
     assert split("getHTTPResponse ΩμέγαΑλφα") == ["get", "HTTPResponse", " ΩμέγαΑλφα"]
     assert split("a/b/\nc") == ["a", "/b", "/\n", "c"]
