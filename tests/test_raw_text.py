@@ -3,7 +3,6 @@ the text and are tokenized like any other character, one final LF is dropped. Th
 the ids against llama.cpp's CPU build (SPM: the synthetic 32k vocabulary through `llamavk perplexity`;
 BPE: SmolLM2's vocabulary) on a small text with a BOM, CR LF, a lone CR and a final CR LF."""
 
-import os
 import subprocess
 import sys
 
@@ -17,7 +16,7 @@ from llamavk.synthetic import synthetic_vocab
 from llamavk.tokenizer import Tokenizer
 from llamavk.tokenizer.vocab import load_vocab
 
-from .llamacpp_ref import llamacpp_tool
+from .llamacpp_ref import run_tool
 
 BOM = "\ufeff"
 
@@ -79,12 +78,9 @@ def llamacpp_all_tokens(model, text_file, tmp_path) -> list[int]:
     one-token context: one chunk per token, so the header's chunk count is the token count. (Its
     log's "tokenizes to only N tokens" line is not used: the log is written by a thread and has come
     out empty, exit status 0, on loaded machines.)"""
-    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="")
     base = tmp_path / "llamacpp-all.kld"
-    r = subprocess.run([str(llamacpp_tool("llama-perplexity")), "-m", str(model), "-f", str(text_file),
-                        "-c", "1", "-b", "1", "--chunks", str(1 << 24), "-ngl", "0", "-t", "2",
-                        "--kl-divergence-base", str(base)], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0 and base.is_file(), (r.stdout + r.stderr)[-3000:]
+    run_tool("llama-perplexity", "-m", model, "-f", text_file, "-c", 1, "-b", 1, "--chunks", 1 << 24, "-ngl", 0,
+             "-t", 2, "--kl-divergence-base", base, timeout=300)
     data = base.read_bytes()
     magic, n_ctx, _, n_chunks = HEADER.unpack_from(data)
     assert magic == MAGIC and n_ctx == 1 and len(data) >= HEADER.size + 4 * n_chunks
@@ -93,11 +89,8 @@ def llamacpp_all_tokens(model, text_file, tmp_path) -> list[int]:
 
 def llamacpp_base_tokens(model, text_file, n_ctx, base) -> list[int]:
     """The ids of the first 2 * n_ctx tokens, from llama-perplexity's KL-divergence base file."""
-    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="")
-    r = subprocess.run([str(llamacpp_tool("llama-perplexity")), "-m", str(model), "-f", str(text_file),
-                        "-c", str(n_ctx), "--chunks", "2", "-ngl", "0", "-t", "2", "--kl-divergence-base",
-                        str(base)], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    run_tool("llama-perplexity", "-m", model, "-f", text_file, "-c", n_ctx, "--chunks", 2, "-ngl", 0, "-t", 2,
+             "--kl-divergence-base", base, timeout=300)
     with KLDBase(base) as b:
         return b.tokens
 
