@@ -133,7 +133,8 @@ def test_cm2d_selection(monkeypatch):
     monkeypatch.setattr(selection, "CM2_DEQUANT_TYPES", ("q4_k",))
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_cm2d"
     assert selection.product_kernel(cm2, 256, 14336, 4096, "q4_k") == "mul_mm_cm2d"
-    assert selection.product_kernel(cm2, 255, 4096, 4096, "q4_k") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 129, 14336, 4096, "q4_k") == "mul_mm_cm2d"
+    assert selection.product_kernel(cm2, 128, 4096, 4096, "q4_k") == "mul_mm_cm2"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q6_k") == "mul_mm_coop"
     assert selection.product_kernel(khr, 512, 4096, 4096, "q4_k") == "mul_mm_coop"
     assert selection.product_kernel(cm2, 512, 4096, 4096) == "mul_mm_coop"

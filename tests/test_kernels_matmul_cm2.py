@@ -64,9 +64,11 @@ def test_matmul_cm2(dev, kc, qtype, x_type, monkeypatch):
     assert len(w.chunks) > 1
     if bs == 32:   # whole tiles of rows and tokens, columns not a multiple of the step (64)
         check(dev, kc, qtype, 256, 25 * bs, 256, seed=6)
-    # below 256 tokens, whole tiles of 64 or 32 tokens (CM2_TILES), with and without edge rows
-    for seed, (rows, n_tokens) in enumerate([(256, 32), (300, 64), (256, 96), (130, 192)], start=10):
-        assert qtype == T.F16 or selection.cm2_tile(n_tokens, rows, qtype.name.lower())[1] in (32, 64)
+    # below 65 tokens one tile of 32 or 64 tokens (CM2_TILES), whole or past the batch, then 128-token
+    # tiles, with and without edge rows
+    for seed, (rows, n_tokens, width) in enumerate([(256, 32, 32), (300, 64, 64), (256, 24, 32), (130, 48, 64),
+                                                    (256, 96, 128), (130, 192, 128)], start=10):
+        assert qtype == T.F16 or selection.cm2_tile(n_tokens, rows, qtype.name.lower())[1] == width
         check(dev, kc, qtype, rows, cols, n_tokens, seed=seed, with_bias=seed % 2 == 1)
 
 
@@ -158,10 +160,12 @@ def test_cm2_selection(monkeypatch):
     LLAMAVK_CM2=0 and LLAMAVK_MATMUL=mul_mm switch it off."""
     cm2 = _FakeKC({"coopmat": True, "coopmat2": True, "fp16": True})
     khr = _FakeKC({"coopmat": True, "fp16": True})
-    # by default batches of 256 tokens and more dequantize to f16 first (mul_mm_cm2d), every type that can
+    # by default batches of more than 128 tokens (one token tile) dequantize to f16 first (mul_mm_cm2d),
+    # every type that can
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_k") == "mul_mm_cm2d"
     assert selection.product_kernel(cm2, 256, 14336, 4096, "q6_k") == "mul_mm_cm2d"
     assert selection.product_kernel(cm2, 128, 4096, 4096, "q4_k") == "mul_mm_cm2"
+    assert selection.product_kernel(cm2, 129, 4096, 4096, "q4_k") == "mul_mm_cm2d"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q4_0") == "mul_mm_cm2d"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "iq4_xs") == "mul_mm_cm2d"
     assert selection.product_kernel(cm2, 512, 4096, 4096, "q5_k") == "mul_mm_cm2d"
@@ -201,10 +205,12 @@ def test_cm2_tiles_rule(monkeypatch):
     assert selection.cm2_tile(512, 4096, "q4_k") == (128, 128, 64)
     assert selection.cm2_tile(512, 1024, "q4_k") == (64, 128, 64)
     assert selection.cm2_tile(512, 4096) == (128, 128, 64)
-    # below 256 tokens, whole tiles of 64 or 32 tokens where they cover the batch (no clamped loads)
-    assert selection.cm2_tile(64, 4096, "q4_0") == selection.cm2_tile(192, 1024, "q4_k") == (128, 64, 64)
-    assert selection.cm2_tile(32, 4096, "q4_0") == selection.cm2_tile(96, 14336, "q6_k") == (128, 32, 64)
-    assert selection.cm2_tile(48, 4096, "q4_0") == (128, 128, 64)       # no whole tiles: as before
+    # below 65 tokens one tile as narrow as covers the batch (whole or not), then 128-token tiles
+    assert selection.cm2_tile(64, 4096, "q4_0") == selection.cm2_tile(33, 1024, "q4_k") == (128, 64, 64)
+    assert selection.cm2_tile(32, 4096, "q4_0") == selection.cm2_tile(17, 14336, "q6_k") == (128, 32, 64)
+    assert selection.cm2_tile(48, 4096, "q4_0") == (128, 64, 64)
+    assert selection.cm2_tile(96, 4096, "q4_0") == selection.cm2_tile(65, 4096, "q4_k") == (128, 128, 64)
+    assert selection.cm2_tile(192, 1024, "q4_k") == (64, 128, 64)
     assert selection.cm2_tile(64, 4096, "f16") == (128, 128, 64)        # f16 weights: not measured
     assert selection.cm2_tile(256, 4096, "q4_k") == (128, 128, 64)
     monkeypatch.setenv("LLAMAVK_CM2_TILE", "64x32")

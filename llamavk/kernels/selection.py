@@ -91,7 +91,7 @@ def cm2_chosen_types() -> tuple[str, ...]:
 CM2_DEQUANT_KERNEL_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q5_k",
                             "iq4_nl", "iq4_xs", "mxfp4")
 CM2_DEQUANT_TYPES: tuple[str, ...] = CM2_DEQUANT_KERNEL_TYPES
-CM2_DEQUANT_MIN_TOKENS = 256
+CM2_DEQUANT_MIN_TOKENS = 129     # more than one 128-token tile (CM2_TILES)
 
 
 def cm2_dequant_types() -> tuple[str, ...]:
@@ -134,15 +134,19 @@ def _cm2_ok(kc, cols: int) -> bool:
 # 256 threads: the first rule that applies (type name, tokens, rows). LLAMAVK_CM2_TILE=BMxBN[xBK]
 # overrides (sweeps). Few tiles split the columns (cm2_parts below). H100, 512 tokens: above.
 #
-# A tile whose tokens run past the batch's takes the kernel's clamped loads (matmul_cm2.comp: W's
-# decode function and x bounds-checked element by element), ~4x slower: so below 256 tokens a batch
-# that whole tiles of 64 or 32 tokens cover takes those (the decode-function form; f16 weights keep
-# theirs, not measured). H100, llamavk bench second passes, one call (LLAMAVK_CM2_TILE forced,
-# greedy tokens the same): 7.2B Q4_0 pp32 548 -> 2,682 (128 x 32), pp64 1,102 -> 4,710 (128 x 64;
-# 64 x 64: 4,549; 128 x 32: 2,839); 1.1B pp32 3,243 -> 9,134, pp64 6,414 -> 18,199 (64 x 64: 20,347).
+# Below 256 tokens (not f16 weights): one token tile as narrow as covers the batch. A tile whose
+# tokens run past the batch's bounds-checks x only (matmul_cm2.comp: W's loads stay whole), ~10% over
+# a whole tile, while every further token tile decodes the weights again; batches of more than 128
+# tokens take the dequantized path (CM2_DEQUANT_MIN_TOKENS). H100, llamavk bench second passes, one
+# call (d9fb893, whole tiles forced, greedy tokens the same): 7.2B Q4_0 pp32 548 -> 2,682 (128 x 32),
+# pp64 1,102 -> 4,710 (128 x 64; 64 x 64: 4,549; 128 x 32: 2,839); 1.1B pp32 3,243 -> 9,134, pp64
+# 6,414 -> 18,199 (64 x 64: 20,347). H200, 7.2B Q4_0 (9a69282, one call, llama.cpp -cm2 beside):
+# a 128-token tile runs 17, 48, 100 and 128 tokens in 17.0, 17.4, 18.3 and 16.3 ms, whole 32- and
+# 64-token tiles 32 and 64 in 12.0 and 14.2; 200 tokens in two 128-token tiles 30.6 ms (0.85x
+# llama.cpp), more than 256 dequantized first (20.9).
 CM2_TILES = (
-    (lambda t, n, rows: t != "f16" and n < 256 and n % 128 and n % 64 == 0, (128, 64, 64)),
-    (lambda t, n, rows: t != "f16" and n < 256 and n % 128 and n % 32 == 0, (128, 32, 64)),
+    (lambda t, n, rows: t != "f16" and n <= 32, (128, 32, 64)),
+    (lambda t, n, rows: t != "f16" and n <= 64, (128, 64, 64)),
     (lambda t, n, rows: t in CM2_WIDE_TYPES and n >= 256, (128, 256, 64)),
     (lambda t, n, rows: rows <= 2048, (64, 128, 64)),
     (lambda t, n, rows: True, (128, 128, 64)),
