@@ -107,14 +107,15 @@ def _one_pass_safe(inputs, outputs) -> bool:
     return True
 
 
-def _write_out(seq, kc, view, size: int, f16: bool, record):
+def _write_out(seq, kc, view, size: int, f16: bool, record, *, rows: int):
     """Record an op through record(out, f16): with f16, as the f16 x of the products after it (into
-    their scratch: matmul.record_f16_x; its f32 output never exists), else into its own view.
-    Returns what record returns."""
+    their scratch: matmul.record_f16_x, with room for whole token tiles of its `rows` tokens; its f32
+    output never exists), else into its own view. Returns what record returns."""
     if not f16:
         return record(view, False)
     result = []
-    matmul.record_f16_x(seq, kc, view, size, lambda xh: result.append(record(xh, True)), f16_only=True)
+    matmul.record_f16_x(seq, kc, view, size, lambda xh: result.append(record(xh, True)), f16_only=True,
+                        room=matmul.f16_x_room(rows, size // rows))
     return result[0]
 
 
@@ -459,7 +460,7 @@ class DeviceRuntime:
                 size = rows_out * x.width
                 _write_out(seq, kc, act(op.out), size, self._feeds_f16_products(ops, i, rows_out, graph.ops, size),
                            lambda out, f16: norm.rms_norm(seq, kc, act(x), out, rows_out, x.width, op.attrs["eps"],
-                                                          weight, out_f16=f16))
+                                                          weight, out_f16=f16), rows=rows_out)
             elif k == "head_norm" and op.attrs.get("stride"):   # the Q half of qwen35's [q | gate]
                 x, w = op.inputs
                 deltanet.head_norm_strided(seq, kc, act(x), vec(w), act(op.out), n_tokens, op.attrs["n_heads"],
@@ -531,7 +532,7 @@ class DeviceRuntime:
                 n = _write_out(seq, kc, act(op.out), size, f16, lambda out, f16: attn_k.attention(
                     seq, kc, act(q), View.whole(kcache), View.whole(vcache), out, step, n_tokens, n_head, n_head_kv,
                     cfg.head_dim, self.n_ctx, signal=signal, scale=op.attrs.get("scale", 0.0), window=window,
-                    kv_types=self.kv_types, out_f16=f16, wait=attn_wait)) or 0
+                    kv_types=self.kv_types, out_f16=f16, wait=attn_wait), rows=rows_out) or 0
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs
@@ -590,7 +591,7 @@ class DeviceRuntime:
                 gate, up = op.inputs
                 glu, size = (elementwise.swiglu if k == "swiglu" else elementwise.geglu), rows_out * gate.width
                 _write_out(seq, kc, act(op.out), size, self._feeds_f16_products(ops, i, rows_out, graph.ops, size),
-                           lambda out, f16: glu(seq, kc, act(gate), act(up), out, size, out_f16=f16))
+                           lambda out, f16: glu(seq, kc, act(gate), act(up), out, size, out_f16=f16), rows=rows_out)
             elif k == "scale":
                 x = op.inputs[0]
                 elementwise.scale(seq, kc, act(x), act(op.out), rows_out * x.width, op.attrs["scale"])
@@ -605,7 +606,7 @@ class DeviceRuntime:
                 done.add(i + 1)
                 _write_out(seq, kc, act(nrm.out), rows_out * a.width, f16_norm, lambda out, f16: norm.add_rms_norm(
                     seq, kc, act(a), act(b), act(op.out), out, rows_out, a.width, nrm.attrs["eps"], vec(nrm.inputs[1]),
-                    out_f16=f16))
+                    out_f16=f16), rows=rows_out)
             elif k == "add":
                 a, b = op.inputs
                 elementwise.add(seq, kc, act(a), act(b), act(op.out), rows_out * a.width)

@@ -20,13 +20,13 @@
 //   B (BK x BN, f16), viewed transposed: x is f32 [tokens][cols], a layout of 1 x 4 blocks (one vec4
 //     each) that decode_x converts to f16; or, with X_F16, x converted to f16 [tokens][cols] first
 //     and loaded plainly (a row stride the driver can see is a multiple of 8 halves: 16-byte loads);
-// whole tiles load without bounds checks; at the edges rows past the chunk and tokens past the batch
-// read as 0 (clamp mode constant). Where cols is a multiple of 256 the steps go in spans of 256
-// columns, 256 / BK steps unrolled (the driver overlaps one step's loads with another's products),
-// and the spans may be split over the grid's z (split K: few tiles would leave SMs idle), each part
-// storing its sums at part_stride * z for kernels/matmul.py to add (reduce_sum.comp).
-// The epilogue adds the bias per element and stores through a layout clamped to the chunk's rows and
-// the batch's tokens.
+// whole tiles load without bounds checks; at the edges rows past the chunk and tokens past x's
+// readable ones (x_tokens) read as 0 (clamp mode constant). Where cols is a multiple of 256 the
+// steps go in spans of 256 columns, 256 / BK steps unrolled (the driver overlaps one step's loads
+// with another's products), and the spans may be split over the grid's z (split K: few tiles would
+// leave SMs idle), each part storing its sums at part_stride * z for kernels/matmul.py to add
+// (reduce_sum.comp). The epilogue adds the bias per element and stores through a layout clamped to
+// the chunk's rows and the batch's tokens.
 //
 // K-quants: a span is one super-block per row. Its sub-block scales (Q4_K: d * scale and dmin * min
 // of 8 sub-blocks from 6-bit packed fields; Q6_K: d * scale of 16 groups) are decoded once per span
@@ -76,6 +76,9 @@ layout(push_constant) uniform Push {
     uint n_tokens;
     uint spans_per_part;   // split K: workgroup z sums spans [z, z + 1) * spans_per_part (cols % 256 == 0)
     uint part_stride;      // floats between two parts' outputs in y (parts > 1: a scratch)
+    uint x_tokens;         // tokens of x that may be read (>= n_tokens): x's rows past the batch, where
+                           // its buffer has them (kernels/matmul.py pads its f16 scratch to whole token
+                           // tiles), are read as they are; their sums land in tokens that are not stored
 } p;
 
 uint blocks_per_row;   // cols / QK, for the planar types' scale index and the K-quants' tables
@@ -250,7 +253,7 @@ float add_bias(const in uint r, const in uint c, const in float v, const in uint
     lw = setTensorLayoutStrideNV(lw, W_STRIDE, 1); \
     tensorLayoutNV<2, CLAMP_X> lx = createTensorLayoutNV(2, CLAMP_X); \
     lx = setTensorLayoutBlockSizeNV(lx, 1, X_BLOCK); \
-    lx = setTensorLayoutDimensionNV(lx, p.n_tokens, p.cols); \
+    lx = setTensorLayoutDimensionNV(lx, p.x_tokens, p.cols); \
     lx = setTensorLayoutStrideNV(lx, x_stride, 1);
 #ifdef SCALE_TABLE
 #define TBL_FIRST(SPAN_I) { tbl_fetch(SPAN_I); tbl_store(((SPAN_I) & 1u) * TBL_HALF); barrier(); }
@@ -333,8 +336,9 @@ void main() {
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
     // whole tiles (uniform per workgroup) load without bounds checks; the edges clamp, W only where
-    // the tile's rows run past the chunk's: a token tile past the batch's (any batch that is not a
-    // multiple of BN) checks x alone, not every element W's decode function makes
+    // the tile's rows run past the chunk's: a token tile past x's readable tokens checks x alone, not
+    // every element W's decode function makes. A token tile past the batch but within x_tokens is
+    // whole: a column of the product depends on its own token's x alone, and is not stored
     if (p.cols % SPAN == 0u) {
 #ifdef PLAIN_W
 #define PRODUCT_TILE PRODUCT_F16
@@ -342,7 +346,7 @@ void main() {
 #define PRODUCT_TILE PRODUCT_SPANS
 #endif
         const bool rows_whole = row0 + BM <= p.n_rows;
-        if (rows_whole && tok0 + BN <= p.n_tokens)
+        if (rows_whole && tok0 + BN <= p.x_tokens)
             PRODUCT_TILE(gl_CooperativeMatrixClampModeUndefinedNV, gl_CooperativeMatrixClampModeUndefinedNV)
         else if (rows_whole)
             PRODUCT_TILE(gl_CooperativeMatrixClampModeUndefinedNV, gl_CooperativeMatrixClampModeConstantNV)

@@ -166,7 +166,7 @@ def test_cm2d_recording(dev, kc, monkeypatch):
     """What mul_mm_cm2d records, on any device (a recorder that keeps the dispatches instead of
     running them): x to f16 once; per chunk and row slice the rows dequantized into the f16 scratch,
     then the f16 product over that scratch writing those rows of y (push constants: rows, cols, y
-    stride, first row in y, bias, tokens, spans per part)."""
+    stride, first row in y, bias, tokens, spans per part, part stride, x's readable tokens)."""
     calls = []
 
     class Kernel:
@@ -197,9 +197,10 @@ def test_cm2d_recording(dev, kc, monkeypatch):
         assert deq[1][0] is ch.buffer and scratch[1:] == (0, 2 * n * cols)
         assert deq[3] == (ch.n_rows, r0, n * cols // 8)   # blocks of the chunk, first block, units
         assert deq[2][0] * 1024 >= n * cols // 8 > (deq[2][0] - 1) * 1024
-        assert prod[1][0] is scratch[0] and prod[1][1] == xh and prod[1][2] == (B, 0, B.size)
+        # x read as one whole token tile of 128 (its scratch has room: matmul._padded_x)
+        assert prod[1][0] is scratch[0] and prod[1][1] == (xh[0], 0, 2 * 128 * cols) and prod[1][2] == (B, 0, B.size)
         assert prod[1][3] == (Y, 0, Y.size)
-        assert prod[3] == (n, cols, rows, start + r0, 1, n_tokens, 1, 0)
+        assert prod[3] == (n, cols, rows, start + r0, 1, n_tokens, 1, 0, 128)
         assert prod[2] == (-(-n // 64), -(-n_tokens // 128), 1)
 
 

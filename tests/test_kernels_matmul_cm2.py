@@ -72,6 +72,35 @@ def test_matmul_cm2(dev, kc, qtype, x_type, monkeypatch):
         check(dev, kc, qtype, rows, cols, n_tokens, seed=seed, with_bias=seed % 2 == 1)
 
 
+# A batch that is not a multiple of the token tile reads x's f16 scratch past the batch (whole tiles,
+# no clamped loads; matmul._padded_x): rows there hold NaN here, and the batch's outputs are exact.
+@pytest.mark.parametrize("qtype,n_tokens", [(T.Q4_0, 200), (T.Q4_K, 40), (T.F16, 136)], ids=lambda v: str(v))
+def test_matmul_cm2_reads_x_past_the_batch(dev, kc, qtype, n_tokens, monkeypatch):
+    needs_cm2(kc, monkeypatch)
+    from llamavk.vk.buffer import Buffer
+    cols = 512
+    size = 1 << (2 * matmul_module.f16_x_room(n_tokens, cols) - 1).bit_length()
+    scratch = kc.shared("cm2 f16 x", (size, 0), lambda: Buffer(dev, size))
+    scratch.write(np.full(size // 2, np.nan, np.float16))
+    check(dev, kc, qtype, 256, cols, n_tokens, seed=30, with_bias=True)
+
+
+def test_padded_x():
+    """How far a product reads x's f16 scratch: whole token tiles where its buffer holds them."""
+    from llamavk.kernels import View
+    buf = type("B", (), {"size": 2 * 256 * 512})()
+    x, n = matmul_module._padded_x(View(buf, 0, 2 * 200 * 512), 200, 512, 128)
+    assert n == 256 and x.nbytes == 2 * 256 * 512
+    x, n = matmul_module._padded_x(View(buf, 0, 2 * 40 * 512), 40, 512, 64)
+    assert n == 64 and x.nbytes == 2 * 64 * 512
+    x, n = matmul_module._padded_x(View(buf, 2 * 100 * 512, 2 * 130 * 512), 130, 512, 128)
+    assert n == 156 and x.nbytes == 2 * 156 * 512            # as far as the buffer goes
+    x, n = matmul_module._padded_x(View(buf, 0, 2 * 256 * 512), 256, 512, 128)
+    assert n == 256
+    assert matmul_module.f16_x_room(200, 512) == matmul_module.f16_x_room(256, 512) == 256 * 512
+    assert matmul_module.f16_x_room(257, 512) == 512 * 512
+
+
 # The other tile shapes (specialization constants): the large-weight rule's 128 x 256 and others
 # (every BM fills the K-quants' scale tables with its own number of threads per row; BK 32 and 256
 # unroll 8 and 1 steps per span), columns in several spans of 256.

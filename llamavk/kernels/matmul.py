@@ -563,21 +563,22 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
         family = CM2_F16_X
     spec = cm2_f16_form(n_tokens, w.rows) if name == "f16" else cm2_tile(n_tokens, w.rows, name)
     tile_rows, tile_tokens = spec[:2]
-    kernel = kc.get(f"{family}_{name}", "rrrw", push_size=32, spec=spec)
+    kernel = kc.get(f"{family}_{name}", "rrrw", push_size=36, spec=spec)
     if family == CM2_F16_X:   # it reads x as f16: converted first, into a scratch per size
-        x = _f16_copy(seq, kc, x, n_tokens * w.cols)
+        x = _f16_copy(seq, kc, x, n_tokens * w.cols, room=f16_x_room(n_tokens, w.cols))
     has_bias = int(bias is not None)
     b = bias if bias is not None else x   # an unused binding still needs a buffer
     for ch in w.chunks:
-        _cm2_chunk(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, spec)
+        _cm2_chunk(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, spec, x_f16=family == CM2_F16_X)
 
 
 def _cm2_chunk(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias, has_bias: int,
-               n_tokens: int, spec: tuple[int, ...], then=None) -> None:
+               n_tokens: int, spec: tuple[int, ...], then=None, x_f16: bool = True) -> None:
     """One chunk's matmul_cm2.comp product with specialization constants spec (tile rows, tokens, BK,
     and for the F16 form its threads, ...): the columns' spans of 256 split over the grid's z where the
     tiles are few for the workgroups the GPU runs at once (selection.cm2_parts, cm2_fill)."""
     tile_rows, tile_tokens = spec[:2]
+    x, x_tokens = _padded_x(x, n_tokens, w.cols, tile_tokens) if x_f16 else (x, n_tokens)
     n_spans = w.cols // 256 if w.cols % 256 == 0 else 0   # the kernel splits only whole spans
     gx = (ch.n_rows + tile_rows - 1) // tile_rows
     gy = (n_tokens + tile_tokens - 1) // tile_tokens
@@ -587,7 +588,28 @@ def _cm2_chunk(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y
     spp = -(-n_spans // parts) if n_spans else 0
     parts = -(-n_spans // spp) if n_spans else 1   # no empty part
     _dispatch_column_parts(seq, kc, kernel, ch, w, x, b, y, bias, has_bias, n_tokens, (gx, gy), parts,
-                           max(spp, 1), then=then)
+                           max(spp, 1), then=then, tail=struct.pack("<I", x_tokens))
+
+
+def f16_x_room(n_tokens: int, cols: int) -> int:
+    """Values an f16 x scratch holds for a product of n_tokens tokens: whole tiles of up to 256 tokens
+    (_padded_x), so that no token tile of matmul_cm2.comp takes its clamped loads."""
+    return -(-n_tokens // 256) * 256 * cols
+
+
+def _padded_x(x: View, n_tokens: int, cols: int, tile_tokens: int) -> tuple[View, int]:
+    """x's binding for matmul_cm2.comp and the tokens it may read: an f16 x (a scratch of _f16_copy)
+    as far as its buffer holds whole token tiles, so that a batch that is not a
+    multiple of the tile reads the rows past it (whatever they hold: a column of the product depends on
+    its own token alone, and the store stops at the batch) instead of clamping every load of its last
+    token tile. H100, 7.2B Q4_0, 136 / 200 / 240 tokens dequantized first: 25.7 / 27.8 / 29.9 ms, 256
+    tokens 22.9 (9a69282 + the tile rule, one call). An f32 x (LLAMAVK_CM2_X=f32) keeps the clamp, as
+    does every x with LLAMAVK_CM2_PAD=0 (A/B)."""
+    if os.environ.get("LLAMAVK_CM2_PAD", "1") == "0":
+        return x, n_tokens
+    readable = (x.buffer.size - x.offset) // (2 * cols)
+    x_tokens = max(n_tokens, min(-(-n_tokens // tile_tokens) * tile_tokens, readable))
+    return View(x.buffer, x.offset, 2 * x_tokens * cols), x_tokens
 
 
 # The dequantize-then-f16 prompt product (family mul_mm_cm2d, selection.CM2_DEQUANT_TYPES): a weight
@@ -735,11 +757,11 @@ def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: i
     "f16", split K, bias and outputs as _matmul_cm2), x converted to f16 once. With a DequantAhead
     (prompt steps), each slice's rows are dequantized while the slice before it is multiplied."""
     spec = cm2_f16_form(n_tokens, w.rows)
-    kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=32, spec=spec)
+    kernel = kc.get(f"{CM2_F16_X}_f16", "rrrw", push_size=36, spec=spec)
     ahead = kc.dequant_ahead
     if ahead is not None:
         ahead.begin(w)
-    xh = _f16_copy(seq, kc, x, n_tokens * w.cols)
+    xh = _f16_copy(seq, kc, x, n_tokens * w.cols, room=f16_x_room(n_tokens, w.cols))
     has_bias = int(bias is not None)
     b = bias if bias is not None else xh   # an unused binding still needs a buffer
     for job, (ci, r0, n) in enumerate(cm2d_jobs(w, n_tokens)):
@@ -758,22 +780,23 @@ def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: i
 
 def _dispatch_column_parts(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias,
                            has_bias: int, n_tokens: int, grid: tuple[int, int], parts: int, per_part: int,
-                           then=None) -> None:
+                           then=None, tail: bytes = b"") -> None:
     """One chunk's product by a tile kernel whose columns are cut into `parts` (matmul_small.comp,
     matmul_cm2.comp: push constants rows, cols, y stride, y row offset, bias?, tokens, column units or
     spans per part, scratch stride): one part writes y (bias and all) itself; several write their sums
     to a scratch and reduce_sum adds them in a fixed order, with the bias. then(): recorded right
-    after the product's dispatch (DequantAhead's next dequantization)."""
+    after the product's dispatch (DequantAhead's next dequantization). tail: more push constants
+    (matmul_cm2.comp's x_tokens)."""
     gx, gy = grid
     if parts == 1:
-        push = struct.pack("<8I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens, per_part, 0)
+        push = struct.pack("<8I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens, per_part, 0) + tail
         seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
         if then is not None:
             then()
         return
     stride = n_tokens * ch.n_rows
     scratch = View(_small_gemm_scratch(kc, 4 * parts * stride), 0, 4 * parts * stride)
-    push = struct.pack("<8I", ch.n_rows, w.cols, ch.n_rows, 0, 0, n_tokens, per_part, stride)
+    push = struct.pack("<8I", ch.n_rows, w.cols, ch.n_rows, 0, 0, n_tokens, per_part, stride) + tail
     seq.dispatch(kernel, [ch.buffer, x.range, x.range, scratch.range], (gx, gy, parts), push)
     if then is not None:     # recorded between the product and the sum of its parts (see callers)
         then()
@@ -781,7 +804,7 @@ def _dispatch_column_parts(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View
                base=bias, base_stride=0, base_c0=ch.row_start, out_stride=w.rows, out_c0=ch.row_start)
 
 
-def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
+def _f16_copy(seq, kc: KernelCache, x: View, n: int, room: int = 0) -> View:
     """x's first n floats converted to f16, in a scratch shared by every product of this size class
     (a power of two of at least 4 KiB, so a recording never replaces one its dispatches still use;
     the recorder's barriers order a conversion after the last product that read the scratch).
@@ -791,7 +814,7 @@ def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
     key = (x.buffer, x.offset, n)
     memo = getattr(seq, "memo", None)   # a recorder without one (tests' fakes): no sharing
     if memo is None:
-        return record_f16_x(seq, kc, x, n, lambda xh: convert(seq, kc, x, xh, "f16", n))
+        return record_f16_x(seq, kc, x, n, lambda xh: convert(seq, kc, x, xh, "f16", n), room=room)
     last = memo.get("f16 x") if os.environ.get("LLAMAVK_CM2_X_SHARE", "1") != "0" else None
     if last is not None:
         last_key, xh, mark = last
@@ -801,15 +824,15 @@ def _f16_copy(seq, kc: KernelCache, x: View, n: int) -> View:
     if only is not None and not seq.written_since(only[1], x.range):   # x holds no f32 values
         raise LlamavkError(f"internal error: a product reads {n} values of an x written only as f16 ({only[0]} "
                            "values), whose f16 scratch is gone or of another size (runtime._feeds_f16_products)")
-    return record_f16_x(seq, kc, x, n, lambda xh: convert(seq, kc, x, xh, "f16", n))
+    return record_f16_x(seq, kc, x, n, lambda xh: convert(seq, kc, x, xh, "f16", n), room=room)
 
 
-def record_f16_x(seq, kc: KernelCache, x: View, n: int, write, f16_only: bool = False) -> View:
+def record_f16_x(seq, kc: KernelCache, x: View, n: int, write, f16_only: bool = False, room: int = 0) -> View:
     """The f16 form of x's first n floats, written into its scratch by write(view) (a conversion, or
     the producer of x writing f16 itself: the runtime's norms and SwiGLU before the products reading
     their output, which then never exists as f32: f16_only), and noted so that the products reading
-    x next take it (_f16_copy)."""
-    size = 1 << max(12, (2 * n - 1).bit_length())
+    x next take it (_f16_copy). room: the values its buffer holds at least (f16_x_room)."""
+    size = 1 << max(12, (2 * max(n, room) - 1).bit_length())
     ahead = kc.dequant_ahead
     parity = 0
     if ahead is not None:   # alternate: converting the next product's x need not wait for this one
