@@ -143,7 +143,10 @@ def _cm2_ok(kc, cols: int) -> bool:
 # 6,414 -> 18,199 (64 x 64: 20,347). H200, 7.2B Q4_0 (9a69282, one call, llama.cpp -cm2 beside):
 # a 128-token tile runs 17, 48, 100 and 128 tokens in 17.0, 17.4, 18.3 and 16.3 ms, whole 32- and
 # 64-token tiles 32 and 64 in 12.0 and 14.2; 200 tokens in two 128-token tiles 30.6 ms (0.85x
-# llama.cpp), more than 256 dequantized first (20.9).
+# llama.cpp), 256 dequantized first 20.9. H100, same model (d829d85, one call; before -> this rule):
+# pp17 / pp24 / pp48 1,071 / 1,530 / 3,042 -> 1,408 / 1,952 / 3,515, pp96 (three 32-token tiles)
+# 3,816 -> 5,341, pp136 / pp200 / pp240 4,672 / 6,606 / 7,654 -> 5,298 / 7,186 / 8,037 (and 6,539 /
+# 9,061 / 10,497 once the last token tile read x past the batch: kernels/matmul.py _padded_x).
 CM2_TILES = (
     (lambda t, n, rows: t != "f16" and n <= 32, (128, 32, 64)),
     (lambda t, n, rows: t != "f16" and n <= 64, (128, 64, 64)),
