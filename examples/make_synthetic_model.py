@@ -6,7 +6,7 @@
 
 Presets tiny/1b/8b/32b/70b (1b..70b: the exact shapes of llama.cpp's reference runs in SPEC §10),
 tiny-moe/30b-a3b (qwen3moe), tiny-qwen35/0.8b (qwen35), tiny-qwen35moe/35b-a3b (qwen35moe: Qwen3.6-35B-A3B's
-shape); types f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4
+shape; or qwen3next), tiny-qwen3next (qwen3next); types f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4
 (every 2-D weight of that type, but a mixture of experts' router and a DeltaNet's convolution taps:
 f32); architectures llama, mistral3, qwen2, qwen3, gemma3 for the llama presets, qwen2moe for the
 qwen3moe ones.

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .errors import LlamavkError
+
 
 @dataclass(eq=False)
 class Tensor:
@@ -31,6 +33,8 @@ class Tensor:
 
     def sliced(self, axis: int, start: int, stop: int) -> "Tensor":
         """A part of this weight (vectors, rows == 1, are cut along their only axis: pass axis 0)."""
+        if self.source is not None:   # a part of a part: the same ranges of the GGUF tensor
+            return self.gathered(axis, [(start, stop)])
         if self.rows == 1 and not self.experts:
             return Tensor(f"{self.name}[{start}:{stop}]", stop - start, "weight", 1, self.role, self.layer,
                           self.name, (0, start, stop))
@@ -44,6 +48,8 @@ class Tensor:
         """Several ranges of this weight along one axis, side by side, as one part: a device's share
         of a DeltaNet layer, whose value heads of one key head lie apart (every n_k_heads-th)."""
         ranges = [(a, b) for a, b in ranges if b > a]
+        if self.source is not None:
+            return self._part_of_part(axis, ranges)
         if len(ranges) == 1:
             return self.sliced(axis, *ranges[0])
         n = sum(b - a for a, b in ranges)
@@ -56,6 +62,29 @@ class Tensor:
                           self.experts)
         return Tensor(f"{self.name}[c{tag}]", n, "weight", self.rows, self.role, self.layer, self.name, part,
                       self.experts)
+
+    def _part_of_part(self, axis: int, ranges) -> "Tensor":
+        """Ranges of this part (a split mode cutting a weight a model already reads in parts, such as
+        qwen3next's rows of ssm_in) as ranges of the GGUF tensor itself, along the same axis."""
+        own_axis, own = self.part[0], list(zip(self.part[1::2], self.part[2::2]))
+        if (0 if self.rows == 1 and not self.experts else axis) != own_axis:
+            raise LlamavkError(f"{self.name}: a part along another axis of a weight read in parts")
+        mapped = []
+        for a, b in ranges:
+            base = 0
+            for s0, s1 in own:           # this part's values [base, base + s1 - s0) lie at [s0, s1)
+                lo, hi = max(a, base), min(b, base + s1 - s0)
+                if hi > lo:
+                    mapped.append((s0 + lo - base, s0 + hi - base))
+                base += s1 - s0
+        merged = []
+        for a, b in mapped:               # neighbouring ranges as one
+            if merged and merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        whole = Tensor(self.source, self.width, "weight", self.rows, self.role, self.layer, experts=self.experts)
+        return whole.gathered(own_axis, merged)
 
     def __repr__(self):
         return f"Tensor({self.name}, {self.kind}, width={self.width})"
@@ -107,6 +136,13 @@ class Graph:
         if t is None:
             t = self.weights[name] = Tensor(name, cols, "weight", rows, role, layer, experts=experts)
         return t
+
+    def weight_rows(self, name: str, rows: int, cols: int, role: str, layer: int | None,
+                    ranges: list[tuple[int, int]]) -> Tensor:
+        """Rows `ranges` of a weight matrix (rows, cols), side by side, as a weight of its own with its
+        own role: a model that reads one GGUF matrix as several products (qwen3next's ssm_in)."""
+        t = Tensor(name, cols, "weight", rows, role, layer).gathered(0, ranges)
+        return self.weights.setdefault(t.name, t)
 
     def _op(self, kind: str, inputs, width: int | None, **attrs) -> Tensor | None:
         out = None
@@ -180,13 +216,13 @@ class Graph:
         return self._op("ssm_conv", [x, w], x.width, channels=x.width, d_conv=d_conv)
 
     def delta_net(self, x: Tensor, alpha: Tensor, beta: Tensor, dt: Tensor, a: Tensor, n_k_heads: int,
-                  n_v_heads: int, head_dim: int, eps: float) -> Tensor:
+                  n_v_heads: int, head_dim: int, eps: float, grouped: bool = False) -> Tensor:
         """The gated delta rule over this layer's recurrent state. x per token: [q | k | v] (n_k_heads,
-        n_k_heads, n_v_heads heads of head_dim; value head h reads key head h % n_k_heads); q and k
-        L2-normed; decay exp(softplus(alpha + dt) * a), write strength sigmoid(beta), per value head.
-        Output: n_v_heads heads of head_dim."""
+        n_k_heads, n_v_heads heads of head_dim; value head h reads key head h % n_k_heads, or with
+        grouped h // (n_v_heads / n_k_heads)); q and k L2-normed; decay exp(softplus(alpha + dt) * a),
+        write strength sigmoid(beta), per value head. Output: n_v_heads heads of head_dim."""
         return self._op("delta_net", [x, alpha, beta, dt, a], n_v_heads * head_dim, n_k_heads=n_k_heads,
-                        n_v_heads=n_v_heads, head_dim=head_dim, eps=eps)
+                        n_v_heads=n_v_heads, head_dim=head_dim, eps=eps, grouped=grouped)
 
     def gated_norm(self, x: Tensor, z: Tensor, w: Tensor, n_heads: int, eps: float) -> Tensor:
         """RMS norm of each head of x (weight w), times silu(z)."""

@@ -43,6 +43,7 @@ import numpy as np
 
 from .errors import LlamavkError
 from .models.base import ModelConfig, ModelFile
+from .models.blocks import fused_rows
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -166,10 +167,18 @@ class ReferenceModel:
                 name = spec.name
                 break
         if name is None:
-            return None
+            return self._fused_part(role, layer)
         if name not in self._cache:
             self._cache[name] = self.model.dequantize(name)
         return self._cache[name]
+
+    def _fused_part(self, role: str, layer: int | None) -> np.ndarray | None:
+        """qwen3next's q|k|v, z, beta and alpha matrices: their rows of ssm_in / ssm_ba."""
+        fused = {"ssm_qkv": "ssm_in", "ssm_z": "ssm_in", "ssm_beta": "ssm_ba", "ssm_alpha": "ssm_ba"}.get(role)
+        whole = self.weight(fused, layer) if fused is not None else None
+        if whole is None:
+            return None
+        return np.concatenate([whole[a:b] for a, b in fused_rows(self.cfg)[role]])
 
     # -- KV cache --------------------------------------------------------------------------------
 
@@ -304,7 +313,7 @@ class ReferenceModel:
         out = np.empty((n, Hv, D))
         for t in range(n):
             for hv in range(Hv):
-                kh = hv % Hk                                    # the tiled order of value heads
+                kh = hv // (Hv // Hk) if c.ssm_grouped else hv % Hk   # grouped or tiled value heads
                 S[hv] *= decay[t, hv]
                 delta = beta[t, hv] * (v[t, hv] - S[hv].T @ k[t, kh])
                 S[hv] += np.outer(k[t, kh], delta)

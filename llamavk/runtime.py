@@ -575,14 +575,15 @@ class DeviceRuntime:
                 at = op.attrs
                 deltanet.delta_net(seq, kc, act(x), act(alpha), act(beta), vec(dt), vec(a_),
                                    View.whole(self.ssm[op.layer]["state"]), act(op.out), step, n_tokens,
-                                   at["n_k_heads"], at["n_v_heads"], at["head_dim"], at["eps"])
+                                   at["n_k_heads"], at["n_v_heads"], at["head_dim"], at["eps"],
+                                   grouped=at.get("grouped", False))
             elif k == "delta_net_step":     # one token's conv, delta rule, gated norm (fusion.py)
                 qkv, taps, alpha, beta, dt, a_, z, w = op.inputs
                 at, bufs = op.attrs, self.ssm[op.layer]
                 deltanet.delta_net_step(seq, kc, act(qkv), vec(taps), View.whole(bufs["conv"]), act(alpha), act(beta),
                                         vec(dt), vec(a_), View.whole(bufs["state"]), act(z), vec(w), act(op.out), step,
                                         at["n_k_heads"], at["n_v_heads"], at["head_dim"], at["d_conv"], at["eps"],
-                                        at["norm_eps"])
+                                        at["norm_eps"], grouped=at.get("grouped", False))
             elif k == "gated_norm":
                 x, z, w = op.inputs
                 deltanet.gated_norm(seq, kc, act(x), act(z), vec(w), act(op.out), rows_out, op.attrs["n_heads"],

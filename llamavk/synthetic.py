@@ -29,8 +29,8 @@ from .quant import quant_info, qtype_from_name, tensor_nbytes
 
 SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
                    "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
-MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe")
-HYBRID_ARCHS = ("qwen35", "qwen35moe")    # Gated DeltaNet + gated attention (models/hybrid.py)
+MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe", "qwen3next")
+HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
 
 
@@ -59,6 +59,7 @@ class Preset:
     ssm_dt_rank: int = 0
     ssm_d_conv: int = 4
     full_attention_interval: int = 4
+    ssm_fused_in: bool = True     # qwen3next: q|k|v|z in ssm_in (most published files), else attn_qkv + attn_gate
     rope_dim: int | None = None
     sliding_window: int = 0       # gemma3: positions a local layer sees (0: every layer global)
     swa_pattern: int = 6          # gemma3: every swa_pattern-th layer is global
@@ -102,6 +103,11 @@ PRESETS: dict[str, Preset] = {
                              head_dim=32, rope_dim=8, rope_base=1e7, rms_eps=1e-6, arch="qwen35moe",
                              ssm_d_state=16, ssm_n_group=2, ssm_dt_rank=4, n_expert=10, n_expert_used=3,
                              n_ff_exp=96, n_ff_shexp=64),
+    # tests: qwen3next (Qwen3-Next), the tiny-qwen35moe shape: 2 key heads, 4 value heads side by side
+    "tiny-qwen3next": Preset(n_embd=64, n_layer=4, n_ff=160, n_head=4, n_head_kv=2, n_vocab=500, n_ctx=512,
+                             head_dim=32, rope_dim=8, rope_base=1e7, rms_eps=1e-6, arch="qwen3next",
+                             ssm_d_state=16, ssm_n_group=2, ssm_dt_rank=4, n_expert=10, n_expert_used=3,
+                             n_ff_exp=96, n_ff_shexp=64),
     # Qwen3.5-0.8B's published shape: 24 layers (18 DeltaNet, 16/16 heads of 128; 6 attention, 8/2 heads
     # of 256, RoPE on 64 dims), ffn 3584, vocab 248320, tied embeddings
     "0.8b": Preset(n_embd=1024, n_layer=24, n_ff=3584, n_head=8, n_head_kv=2, n_vocab=248320, n_ctx=262144,
@@ -116,7 +122,7 @@ PRESETS: dict[str, Preset] = {
                       ssm_dt_rank=32),
 }
 TINY_KQUANT = dict(n_embd=256, n_ff=512)
-TINY_PRESETS = ("tiny", "tiny-moe", "tiny-qwen35", "tiny-qwen35moe")
+TINY_PRESETS = ("tiny", "tiny-moe", "tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3next")
 
 
 def tiny_preset(arch: str) -> str:
@@ -206,6 +212,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
 
     meta = _metadata(arch, p, head_dim, wtype, preset)
     names = [] if p.tied_output else ["output.weight"]
+    if arch == "qwen3next" and p.ssm_fused_in:     # the layout models/qwen3next.py picks by tensor names
+        names.append("blk.0.ssm_in.weight")
     cfg = config_from_metadata({"general.architecture": arch, **meta}, names)
     E = cfg.n_embd
     std_by_role = {
@@ -220,7 +228,7 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         "up_shexp": 1 / np.sqrt(E), "down_shexp": 1 / np.sqrt(max(cfg.n_ff_shexp, 1)),
         # DeltaNet: convolution taps of std 0.5 (d_conv of them), products as above
         "ssm_qkv": 1 / np.sqrt(E), "ssm_z": 1 / np.sqrt(E), "ssm_beta": 1 / np.sqrt(E),
-        "ssm_alpha": 1 / np.sqrt(E), "ssm_conv": 0.5,
+        "ssm_alpha": 1 / np.sqrt(E), "ssm_conv": 0.5, "ssm_in": 1 / np.sqrt(E), "ssm_ba": 1 / np.sqrt(E),
         "ssm_out": 1 / np.sqrt(max(cfg.ssm_dt_rank * cfg.ssm_d_state, 1)),
     }
     std_by_role["output"] *= p.output_gain
@@ -277,8 +285,9 @@ def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dic
         meta.update({f"{arch}.ssm.conv_kernel": p.ssm_d_conv, f"{arch}.ssm.state_size": p.ssm_d_state,
                      f"{arch}.ssm.group_count": p.ssm_n_group, f"{arch}.ssm.time_step_rank": p.ssm_dt_rank,
                      f"{arch}.ssm.inner_size": p.ssm_dt_rank * p.ssm_d_state,
-                     f"{arch}.full_attention_interval": p.full_attention_interval,
-                     f"{arch}.rope.dimension_sections": _rope_sections((p.rope_dim or head_dim) // 2)})
+                     f"{arch}.full_attention_interval": p.full_attention_interval})
+        if arch != "qwen3next":   # plain NEOX RoPE there, IMROPE's sections in Qwen3.5
+            meta[f"{arch}.rope.dimension_sections"] = _rope_sections((p.rope_dim or head_dim) // 2)
     if head_dim != p.n_embd // p.n_head or arch in ("qwen3", "qwen3moe", "gemma3") + HYBRID_ARCHS:
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim

@@ -40,7 +40,7 @@ shared float gc[CH], bet[CH], inv_q[CH], inv_k[CH], part_q[gl_WorkGroupSize.x], 
 shared uint seg[CH], starts[CH];
 
 void main() {
-    const uint c = gl_WorkGroupID.x, h = gl_WorkGroupID.y, D = p.head_dim, kh = h % p.n_k_heads;
+    const uint c = gl_WorkGroupID.x, h = gl_WorkGroupID.y, D = p.head_dim, kh = gdn_key_head(h);
     const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
     const uint t0 = c * CH, n = min(CH, p.n_tokens - t0);
     const float scale = inversesqrt(float(D));

@@ -3,8 +3,15 @@
 // n_k_heads, n_v_heads, head_dim.
 //
 // The layer's input row of token t (x, after the convolution): [q | k | v], q and k n_k_heads heads
-// of head_dim, v n_v_heads heads; value head h reads key head h % n_k_heads (llama.cpp's tiled order).
+// of head_dim, v n_v_heads heads; value head h reads key head h % n_k_heads (llama.cpp's tiled order:
+// qwen35, whose converter reorders the value heads), or with GROUPED h / (n_v_heads / n_k_heads) (the
+// heads of one key head side by side: qwen3next, whose graph repeats each key head in place).
 // The recurrent state of value head h: S[i][j] (key index i, value index j) at (h * D + i) * D + j.
+layout(constant_id = 3) const uint GROUPED = 0;
+
+uint gdn_key_head(uint h) { return GROUPED != 0u ? h / (p.n_v_heads / p.n_k_heads) : h % p.n_k_heads; }
+// whether value head h is the first of those reading its key head
+bool gdn_first_reader(uint h) { return GROUPED != 0u ? h % (p.n_v_heads / p.n_k_heads) == 0u : h < p.n_k_heads; }
 
 uint gdn_row_width() { return (2 * p.n_k_heads + p.n_v_heads) * p.head_dim; }
 uint gdn_q_at(uint t, uint kh) { return t * gdn_row_width() + kh * p.head_dim; }

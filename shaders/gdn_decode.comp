@@ -4,7 +4,7 @@
 // A Gated DeltaNet layer's one-token step in one dispatch (llamavk/kernels/deltanet.py
 // delta_net_step): the causal convolution of the channels a value head reads, the gated delta rule
 // over its state, and the gated norm of its output. Per value head h (one workgroup), key head
-// kh = h % n_k_heads:
+// kh = gdn_key_head(h) (gdn_common.glsl):
 //   q, k, v = silu(conv(the token's raw q (kh), k (kh), v (h) channels, the ring's earlier inputs))
 //   q, k L2-normed; S = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q / sqrt(head_dim)
 //   out = o / sqrt(mean(o^2) + norm_eps) * w * silu(z)
@@ -14,7 +14,7 @@
 // Conv state (ssm_conv_common.glsl): the token's raw inputs go into the ring slot of its position,
 // which no window of this step reads, so no workgroup waits for another. The v channels are written
 // by their head's workgroup; the q/k channels of key head kh, which n_v_heads / n_k_heads workgroups
-// read, by value head kh's alone (h < n_k_heads): every channel is written exactly once.
+// read, by the first of them alone (gdn_first_reader): every channel is written exactly once.
 //
 // Threads: (slice, column j), D columns (the whole head: its norm is a workgroup reduction), each
 // column cut into SLICES = workgroup size / D row ranges of ROWS registers; S^T k and S^T q are
@@ -49,7 +49,7 @@ float silu(float v) { return v / (1.0 + exp(-v)); }
 
 void main() {
     const uint SLICES = gl_WorkGroupSize.x / D;
-    const uint h = gl_WorkGroupID.x, kh = h % p.n_k_heads;
+    const uint h = gl_WorkGroupID.x, kh = gdn_key_head(h);
     const uint tid = gl_LocalInvocationID.x, j = tid % D, slice = tid / D;
     const uint i0 = slice * ROWS;
     const uint NS = gl_WorkGroupSize.x;
@@ -81,7 +81,7 @@ void main() {
         qkv[e] = v;
         if (which == 0) sq += v * v;
         else if (which == 1) sk += v * v;
-        if (which == 2 || h < p.n_k_heads) conv[here + c] = raw;
+        if (which == 2 || gdn_first_reader(h)) conv[here + c] = raw;
     }
     sk = subgroupAdd(sk);
     sq = subgroupAdd(sq);

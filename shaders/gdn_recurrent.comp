@@ -2,7 +2,7 @@
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 // The gated delta rule token by token (decode, short batches; llamavk/kernels/deltanet.py):
-//   per token t and value head h (key head kh = h % n_k_heads), q and k L2-normed (x / sqrt(|x|^2 + eps)),
+//   per token t and value head h (key head kh = gdn_key_head(h)), q and k L2-normed (x / sqrt(|x|^2 + eps)),
 //   S = exp(g) S;  S += k (beta (v - S^T k))^T;  out = S^T q / sqrt(head_dim)
 // g = softplus(alpha + dt) * A and beta = sigmoid(beta_raw) per (token, value head). The state
 // restarts at 0 where a token starts a sequence (gdn_common.glsl).
@@ -31,7 +31,7 @@ shared float sq[2 * gl_WorkGroupSize.x];    // per-subgroup sums of squares of k
 
 void main() {
     const uint SLICES = gl_WorkGroupSize.x / COLS;
-    const uint h = gl_WorkGroupID.x, D = p.head_dim, kh = h % p.n_k_heads;
+    const uint h = gl_WorkGroupID.x, D = p.head_dim, kh = gdn_key_head(h);
     const uint tid = gl_LocalInvocationID.x, jl = tid % COLS, slice = tid / COLS;
     const uint j = gl_WorkGroupID.y * COLS + jl;
     const bool live = j < D;

@@ -1,5 +1,5 @@
 """llama.cpp as the oracle (issue 29): synthetic models of every architecture (llama, mistral3, qwen2,
-qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma3) and several weight types, and the quantized KV
+qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, gemma3) and several weight types, and the quantized KV
 cache types, scored by llama-perplexity's CPU build (../shared/ref-llamacpp, `-ngl 0`) and by llamavk.
 
 llama.cpp shares no code with llamavk, its numpy reference or its ModelConfig, so a wrong RoPE
@@ -98,6 +98,10 @@ ORACLE_CASES = [
     # qwen2's attention, experts without renormalized weights, a sigmoid-gated shared expert
     ("qwen2moe", "f16", {}),
     ("qwen2moe", "q4_0", {}),
+    # qwen3next: value heads grouped per key head, q|k|v|z and beta|alpha fused (or q|k|v and z apart)
+    ("qwen3next", "f16", {}),
+    ("qwen3next", "q4_k", {}),
+    ("qwen3next", "f16", {"ssm_fused_in": False}),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8
@@ -162,7 +166,7 @@ def score_both(path, text_file, n_ctx: int = N_CTX, n_chunks: int = N_CHUNKS, ca
 
 
 @pytest.mark.parametrize("arch,qtype,overrides", ORACLE_CASES,
-                         ids=[f"{a}-{q}" + "".join(f"-{k}{v}" for k, v in o.items() if k == "head_dim")
+                         ids=[f"{a}-{q}" + "".join(f"-{k}{v}" for k, v in o.items() if k in ("head_dim", "ssm_fused_in"))
                               for a, q, o in ORACLE_CASES])
 def test_perplexity_matches_llamacpp(synthetic_model, tmp_path, arch, qtype, overrides):
     llamacpp_tool("llama-perplexity")      # skips, with the reason, where the build is not at hand

@@ -78,10 +78,11 @@ def _check_heads(n_k_heads: int, n_v_heads: int, head_dim: int) -> None:
 
 
 def delta_net(seq, kc, x, alpha, beta, dt, a, state, out, step, n_tokens: int, n_k_heads: int, n_v_heads: int,
-              head_dim: int, eps: float, chunked: bool | None = None) -> None:
+              head_dim: int, eps: float, chunked: bool | None = None, grouped: bool = False) -> None:
     """out[t] = the gated delta rule's output for token t (module docstring), state carried in
     `state` ([Hv][D][D]). x: [n_tokens][(2 Hk + Hv) D] = [q | k | v] after the convolution; alpha,
-    beta: [n_tokens][Hv] raw products; dt, a: [Hv]. chunked: force the form (None: by n_tokens)."""
+    beta: [n_tokens][Hv] raw products; dt, a: [Hv]. chunked: force the form (None: by n_tokens).
+    grouped: value head h reads key head h // (Hv / Hk), not h % Hk (gdn_common.glsl GROUPED)."""
     if n_tokens <= 0:
         return
     _check_heads(n_k_heads, n_v_heads, head_dim)
@@ -91,18 +92,24 @@ def delta_net(seq, kc, x, alpha, beta, dt, a, state, out, step, n_tokens: int, n
     if not chunked:
         cols = 32 if head_dim > 16 else 16
         wg = max(GDN_WG, cols)
-        kernel = kc.get("gdn_recurrent_f32", "rrrrrrww", push_size=len(push), spec=(wg, cols))
+        kernel = kc.get("gdn_recurrent_f32", "rrrrrrww", push_size=len(push), spec=_grouped_spec((wg, cols), grouped))
         seq.dispatch(kernel, [_range(v) for v in (step, x, alpha, beta, dt, a, state, out)],
                      (n_v_heads, (head_dim + cols - 1) // cols, 1), push)
         return
     n_chunks = (n_tokens + CHUNK - 1) // CHUNK
     scratch = _chunk_scratch(kc, n_chunks * n_v_heads * (4 * CHUNK * head_dim + CHUNK * CHUNK + 4) * 4)
-    prep = kc.get("gdn_chunk_prep_f32", "rrrrrrw", push_size=len(push), spec=(PREP_WG,))
+    prep = kc.get("gdn_chunk_prep_f32", "rrrrrrw", push_size=len(push), spec=_grouped_spec((PREP_WG,), grouped))
     seq.dispatch(prep, [_range(v) for v in (step, x, alpha, beta, dt, a, scratch)], (n_chunks, n_v_heads, 1), push)
     cols = scan_columns(kc, head_dim)
     scan = kc.get("gdn_chunk_scan_f32", "rrww", push_size=len(push), spec=(GDN_WG, cols, head_dim))
     seq.dispatch(scan, [_range(v) for v in (step, scratch, state, out)],
                  (n_v_heads, (head_dim + cols - 1) // cols, 1), push)
+
+
+def _grouped_spec(spec: tuple, grouped: bool) -> tuple:
+    """A kernel's specialization constants with GROUPED (constant 3, gdn_common.glsl) where it is set:
+    ids the kernel does not use are padded with 0 (Vulkan ignores them); tiled kernels keep theirs."""
+    return tuple(spec) + (0,) * (3 - len(spec)) + (1,) if grouped else tuple(spec)
 
 
 def scan_columns(kc, head_dim: int) -> int:
@@ -166,7 +173,7 @@ def decode_fusable(kc, head_dim: int, d_conv: int) -> bool:
 
 def delta_net_step(seq, kc, qkv, taps, conv_state, alpha, beta, dt, a, state, z, norm_w, out, step,
                    n_k_heads: int, n_v_heads: int, head_dim: int, d_conv: int, eps: float,
-                   norm_eps: float) -> None:
+                   norm_eps: float, grouped: bool = False) -> None:
     """One token through a DeltaNet layer's middle in one dispatch (gdn_decode.comp): ssm_conv of the
     raw [q | k | v] product `qkv` (conv_state: its ring), delta_net over `state`, gated_norm with z
     and norm_w into `out` ([Hv * D]); the same as those three recorders' dispatches."""
@@ -178,7 +185,7 @@ def delta_net_step(seq, kc, qkv, taps, conv_state, alpha, beta, dt, a, state, z,
         raise LlamavkError(f"delta_net: no one-dispatch layout for heads of {head_dim} on this device")
     wg, rows = layout
     push = struct.pack("<4I2f", n_k_heads, n_v_heads, head_dim, d_conv, float(eps), float(norm_eps))
-    kernel = kc.get("gdn_decode_f32", "rrrwrrrrwrrw", push_size=len(push), spec=(wg, head_dim, rows))
+    kernel = kc.get("gdn_decode_f32", "rrrwrrrrwrrw", push_size=len(push), spec=_grouped_spec((wg, head_dim, rows), grouped))
     seq.dispatch(kernel, [_range(v) for v in (step, qkv, taps, conv_state, alpha, beta, dt, a, state, z, norm_w,
                                                out)], (n_v_heads, 1, 1), push)
 

@@ -15,10 +15,11 @@ from types import ModuleType
 from ..errors import LlamavkError
 from ..gguf_file import GGUFFile
 from ..quant import quant_info
-from . import gemma3, llama, mistral3, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe
+from . import gemma3, llama, mistral3, qwen2, qwen2moe, qwen3, qwen3moe, qwen3next, qwen35, qwen35moe
 from .base import ModelConfig, ModelFile, RopeScaling, WeightSpec, check_config
 
-ARCHITECTURES: dict[str, ModuleType] = {m.ARCH: m for m in (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, mistral3, qwen2moe)}
+ARCHITECTURES: dict[str, ModuleType] = {m.ARCH: m for m in (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, mistral3, qwen2moe,
+                                                       qwen3next)}
 
 __all__ = ["ARCHITECTURES", "ModelConfig", "ModelFile", "RopeScaling", "WeightSpec",
            "arch_module", "build_graph", "config_from_metadata", "load_model_file"]
@@ -33,10 +34,14 @@ def arch_module(arch: str | None) -> ModuleType:
 
 
 def config_from_metadata(metadata: dict, tensor_names=()) -> ModelConfig:
-    """ModelConfig from metadata; `tied_output` is true when no output.weight is among tensor_names."""
+    """ModelConfig from metadata; `tied_output` is true when no output.weight is among tensor_names,
+    and an architecture whose files come in several layouts picks its layout from them
+    (`refine_config`)."""
     module = arch_module(metadata.get("general.architecture"))
     cfg = check_config(module.config(metadata))
-    return dataclasses.replace(cfg, tied_output="output.weight" not in set(tensor_names))
+    cfg = dataclasses.replace(cfg, tied_output="output.weight" not in set(tensor_names))
+    refine = getattr(module, "refine_config", None)
+    return refine(cfg, tensor_names) if refine is not None else cfg
 
 
 def load_model_file(path: str | Path) -> ModelFile:

@@ -32,6 +32,9 @@ ROLES = (
     # convolution's taps (conv channels, d_conv), dt bias and A per value head, the beta and alpha
     # products (value heads, n_embd), the gated norm (value head size), the output product
     "ssm_qkv", "ssm_z", "ssm_conv", "ssm_dt", "ssm_a", "ssm_beta", "ssm_alpha", "ssm_norm", "ssm_out",
+    # qwen3next's fused forms of them: ssm_in = q|k|v|z and ssm_ba = beta|alpha, grouped per key head
+    # (models/qwen3next.py)
+    "ssm_in", "ssm_ba",
     # norms of a block's output before its residual add (gemma3: sandwich norms), shape (n_embd,)
     "attn_post_norm", "ffn_post_norm",
 )
@@ -94,6 +97,12 @@ class ModelConfig:
     ssm_dt_rank: int = 0              # value heads (ssm.time_step_rank)
     ssm_d_inner: int = 0              # value heads x value head size (ssm.inner_size)
     attn_output_gate: bool = False    # the Q product also gives each head a sigmoid gate of its output
+    # qwen3next: value head h reads key head h // (Hv / Hk) (the heads of one key head side by side)
+    # instead of h % Hk; beta and alpha come from one product (ssm_ba), and with ssm_fused_in q, k, v
+    # and z from one too (ssm_in, the layout of most published files)
+    ssm_grouped: bool = False
+    ssm_fused_ba: bool = False
+    ssm_fused_in: bool = False
     # sliding-window attention (gemma3): layer i with swa_layers[i] sees only the last
     # `sliding_window` positions (its own included) and turns RoPE by rope_base_swa, unscaled
     sliding_window: int = 0

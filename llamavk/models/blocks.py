@@ -80,6 +80,23 @@ def gated_attention(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
     return g.matmul(g.weight(b + "attn_output.weight", E, H * D, "o", i), a)
 
 
+def fused_rows(cfg) -> dict[str, list[tuple[int, int]]]:
+    """Where the q|k|v, z, beta and alpha products' rows lie in qwen3next's fused matrices: ssm_in holds
+    per key head g [q_g | k_g | v_g | z_g] (head sizes Dk, Dk, r Dv, r Dv with r = Hv / Hk value heads per
+    key head), ssm_ba per key head [beta_g | alpha_g] (r rows each); llama.cpp's qwen3next build_qkvz
+    and beta/alpha views. role -> row ranges of the fused matrix, in the unfused product's order."""
+    D, Hk, Hv = cfg.ssm_d_state, cfg.ssm_n_group, cfg.ssm_dt_rank
+    r = Hv // Hk
+    g_in, g_ba = 2 * D + 2 * r * D, 2 * r       # one key head's rows of ssm_in / ssm_ba
+
+    def each(offset: int, n: int, group: int) -> list[tuple[int, int]]:
+        return [(g * group + offset, g * group + offset + n) for g in range(Hk)]
+
+    return {"ssm_qkv": each(0, D, g_in) + each(D, D, g_in) + each(2 * D, r * D, g_in),
+            "ssm_z": each(2 * D + r * D, r * D, g_in),
+            "ssm_beta": each(0, r, g_ba), "ssm_alpha": each(r, r, g_ba)}
+
+
 def gated_delta_net(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
     """qwen35's linear attention (models/hybrid.py has the math): the q|k|v, gate, beta and alpha
     products of h, the causal convolution, the gated delta rule over the layer's recurrent state,
@@ -87,13 +104,24 @@ def gated_delta_net(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
     b, E = f"blk.{i}.", cfg.n_embd
     D, Hk, Hv = cfg.ssm_d_state, cfg.ssm_n_group, cfg.ssm_dt_rank
     channels = 2 * Hk * D + Hv * D
-    qkv = g.matmul(g.weight(b + "attn_qkv.weight", channels, E, "ssm_qkv", i), h)
-    z = g.matmul(g.weight(b + "attn_gate.weight", Hv * D, E, "ssm_z", i), h)
-    beta = g.matmul(g.weight(b + "ssm_beta.weight", Hv, E, "ssm_beta", i), h)
-    alpha = g.matmul(g.weight(b + "ssm_alpha.weight", Hv, E, "ssm_alpha", i), h)
+    rows = fused_rows(cfg) if cfg.ssm_fused_in or cfg.ssm_fused_ba else {}   # qwen3next's fused matrices
+    if cfg.ssm_fused_in:
+        qkv_w = g.weight_rows(b + "ssm_in.weight", channels + Hv * D, E, "ssm_qkv", i, rows["ssm_qkv"])
+        z_w = g.weight_rows(b + "ssm_in.weight", channels + Hv * D, E, "ssm_z", i, rows["ssm_z"])
+    else:
+        qkv_w = g.weight(b + "attn_qkv.weight", channels, E, "ssm_qkv", i)
+        z_w = g.weight(b + "attn_gate.weight", Hv * D, E, "ssm_z", i)
+    if cfg.ssm_fused_ba:
+        beta_w = g.weight_rows(b + "ssm_ba.weight", 2 * Hv, E, "ssm_beta", i, rows["ssm_beta"])
+        alpha_w = g.weight_rows(b + "ssm_ba.weight", 2 * Hv, E, "ssm_alpha", i, rows["ssm_alpha"])
+    else:
+        beta_w = g.weight(b + "ssm_beta.weight", Hv, E, "ssm_beta", i)
+        alpha_w = g.weight(b + "ssm_alpha.weight", Hv, E, "ssm_alpha", i)
+    qkv, z = g.matmul(qkv_w, h), g.matmul(z_w, h)
+    beta, alpha = g.matmul(beta_w, h), g.matmul(alpha_w, h)
     # the taps are a float table (channels x d_conv), read as one vector
     x = g.ssm_conv(qkv, vec(g, b + "ssm_conv1d.weight", channels * cfg.ssm_d_conv, "ssm_conv", i), cfg.ssm_d_conv)
     o = g.delta_net(x, alpha, beta, vec(g, b + "ssm_dt.bias", Hv, "ssm_dt", i), vec(g, b + "ssm_a", Hv, "ssm_a", i),
-                    Hk, Hv, D, cfg.rms_eps)
+                    Hk, Hv, D, cfg.rms_eps, grouped=cfg.ssm_grouped)
     o = g.gated_norm(o, z, vec(g, b + "ssm_norm.weight", D, "ssm_norm", i), Hv, cfg.rms_eps)
     return g.matmul(g.weight(b + "ssm_out.weight", E, Hv * D, "ssm_out", i), o)

@@ -139,14 +139,20 @@ def hybrid_specs(cfg: ModelConfig) -> list[WeightSpec]:
         specs += [WeightSpec(b + "attn_norm.weight", "attn_norm", i, (E,)),
                   WeightSpec(b + "post_attention_norm.weight", "ffn_norm", i, (E,))]
         if cfg.is_recurrent(i):
+            if cfg.ssm_fused_in:
+                specs.append(WeightSpec(b + "ssm_in.weight", "ssm_in", i, (conv + Hv * Dk, E)))
+            else:
+                specs += [WeightSpec(b + "attn_qkv.weight", "ssm_qkv", i, (conv, E)),
+                          WeightSpec(b + "attn_gate.weight", "ssm_z", i, (Hv * Dk, E))]
+            if cfg.ssm_fused_ba:
+                specs.append(WeightSpec(b + "ssm_ba.weight", "ssm_ba", i, (2 * Hv, E)))
+            else:
+                specs += [WeightSpec(b + "ssm_beta.weight", "ssm_beta", i, (Hv, E)),
+                          WeightSpec(b + "ssm_alpha.weight", "ssm_alpha", i, (Hv, E))]
             specs += [
-                WeightSpec(b + "attn_qkv.weight", "ssm_qkv", i, (conv, E)),
-                WeightSpec(b + "attn_gate.weight", "ssm_z", i, (Hv * Dk, E)),
                 WeightSpec(b + "ssm_conv1d.weight", "ssm_conv", i, (conv, cfg.ssm_d_conv)),
                 WeightSpec(b + "ssm_dt.bias", "ssm_dt", i, (Hv,)),
                 WeightSpec(b + "ssm_a", "ssm_a", i, (Hv,)),
-                WeightSpec(b + "ssm_beta.weight", "ssm_beta", i, (Hv, E)),
-                WeightSpec(b + "ssm_alpha.weight", "ssm_alpha", i, (Hv, E)),
                 WeightSpec(b + "ssm_norm.weight", "ssm_norm", i, (Dk,)),
                 WeightSpec(b + "ssm_out.weight", "ssm_out", i, (E, Hv * Dk)),
             ]

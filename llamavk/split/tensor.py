@@ -216,9 +216,15 @@ def ranges_of(part) -> list[tuple[int, int]]:
 
 
 def value_heads(cfg, a: int, b: int) -> list[tuple[int, int]]:
-    """The value heads that read key heads [a, b): j Hk + [a, b) for every j (llama.cpp's tiled order)."""
+    """The value heads that read key heads [a, b): j Hk + [a, b) for every j (llama.cpp's tiled order),
+    or r [a, b) where a key head's r value heads lie side by side (qwen3next: cfg.ssm_grouped)."""
     Hk = cfg.ssm_n_group
-    return [(j * Hk + a, j * Hk + b) for j in range(cfg.ssm_dt_rank // Hk)] if b > a else []
+    if b <= a:
+        return []
+    if cfg.ssm_grouped:
+        r = cfg.ssm_dt_rank // Hk
+        return [(r * a, r * b)]
+    return [(j * Hk + a, j * Hk + b) for j in range(cfg.ssm_dt_rank // Hk)]
 
 
 def deltanet_parts(cfg, kh) -> dict:
