@@ -573,10 +573,11 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
 
 
 def _cm2_chunk(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias, has_bias: int,
-               n_tokens: int, spec: tuple[int, ...], then=None, x_f16: bool = True) -> None:
+               n_tokens: int, spec: tuple[int, ...], *, x_f16: bool, then=None) -> None:
     """One chunk's matmul_cm2.comp product with specialization constants spec (tile rows, tokens, BK,
     and for the F16 form its threads, ...): the columns' spans of 256 split over the grid's z where the
-    tiles are few for the workgroups the GPU runs at once (selection.cm2_parts, cm2_fill)."""
+    tiles are few for the workgroups the GPU runs at once (selection.cm2_parts, cm2_fill). x_f16: x is
+    an f16 scratch of _f16_copy (read past the batch where it has room: _padded_x)."""
     tile_rows, tile_tokens = spec[:2]
     x, x_tokens = _padded_x(x, n_tokens, w.cols, tile_tokens) if x_f16 else (x, n_tokens)
     n_spans = w.cols // 256 if w.cols % 256 == 0 else 0   # the kernel splits only whole spans
@@ -775,7 +776,7 @@ def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: i
         # the next slice's dequantization right after this product's dispatch (before a split K's
         # reduce_sum, which waits behind a barrier), so that the two run together
         then = (lambda job=job: ahead.after(seq, w, n_tokens, job)) if ahead is not None else None
-        _cm2_chunk(seq, kc, kernel, rows, w, xh, b, y, bias, has_bias, n_tokens, spec, then=then)
+        _cm2_chunk(seq, kc, kernel, rows, w, xh, b, y, bias, has_bias, n_tokens, spec, x_f16=True, then=then)
 
 
 def _dispatch_column_parts(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y: View, bias,
