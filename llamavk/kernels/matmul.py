@@ -600,10 +600,9 @@ def f16_x_room(n_tokens: int, cols: int) -> int:
 
 def _padded_x(x: View, n_tokens: int, cols: int, tile_tokens: int) -> tuple[View, int]:
     """x's binding for matmul_cm2.comp and the tokens it may read: an f16 x (a scratch of _f16_copy)
-    as far as its buffer holds whole token tiles, so that a batch that is not a
-    multiple of the tile reads the rows past it (whatever they hold: a column of the product depends on
-    its own token alone, and the store stops at the batch) instead of clamping every load of its last
-    token tile. H100, 7.2B Q4_0, 136 / 200 / 240 tokens dequantized first: 25.7 / 27.8 / 29.9 ms, 256
+    as far as its buffer holds whole token tiles, so that a batch that is not a multiple of the tile
+    reads the rows past it (whatever they hold: a column of the product depends on its own token
+    alone, and the store stops at the batch) instead of clamping every load of its last token tile. H100, 7.2B Q4_0, 136 / 200 / 240 tokens dequantized first: 25.7 / 27.8 / 29.9 ms, 256
     tokens 22.9 (9a69282 + the tile rule, one call). An f32 x (LLAMAVK_CM2_X=f32) keeps the clamp, as
     does every x with LLAMAVK_CM2_PAD=0 (A/B)."""
     if os.environ.get("LLAMAVK_CM2_PAD", "1") == "0":
