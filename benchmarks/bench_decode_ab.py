@@ -3,16 +3,21 @@
 and "where does the step go" runs of docs/PERFORMANCE.md.
 
     python3 benchmarks/bench_decode_ab.py -m model.gguf|synthetic:PRESET [--rule SHAPE=KERNEL:wg,nr[,ks[,steps]]] ...
-                                        [--no-pairs] [--ablate]
+                                        [--no-pairs] [--ablate] [--no-wait LETTERS,...]
 
 --rule puts a MATVEC_CONFIGS row first for one class of weight shape (one token): down (cols > rows),
 gateup (rows > cols, rows < 20000), square, kv (rows < cols <= 8192). --no-pairs keeps gate and up as
 two products. --ablate re-records the step with each part left out in turn (its dispatches not
 recorded at all) and prints the t/s of each: the difference is what that part costs per token.
+--no-wait re-records the step with the chained consumers of each group of producers (chain_edges'
+letters: a attention, o output projection, g gate/up, e experts' gate/up, m experts' down) not
+waiting for them (LLAMAVK_CHAIN_NOWAIT; TIMING ONLY, the logits are wrong): the most that hiding
+those edges' latency could give.
 tg: 3 x 128 single-token steps after 32 warm-up steps (an idle GPU's clocks read low), best kept.
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -93,6 +98,7 @@ def main() -> int:
     ap.add_argument("--rule", action="append", default=[])
     ap.add_argument("--no-pairs", action="store_true")
     ap.add_argument("--ablate", action="store_true")
+    ap.add_argument("--no-wait", default="", help="comma-separated groups of edge letters, e.g. a,g,aog")
     a = ap.parse_args()
     for rule in a.rule:   # later rules first, like a table read top down
         shape, _, spec = rule.partition("=")
@@ -116,6 +122,11 @@ def main() -> int:
                 per_layer = (1 / base - 1 / r) / m.runtime.cfg.n_layer * 1e6
                 print(f"   without {'+'.join(parts):10s} {r:8.1f} t/s   costs {per_layer:5.1f} us per layer", flush=True)
             leave_out(m.runtime, set())
+        for letters in filter(None, a.no_wait.split(",")):
+            os.environ["LLAMAVK_CHAIN_NOWAIT"] = letters
+            m.runtime.recordings.clear()
+            print(f"   no wait after {letters:6s} {tg(m, rng):8.1f} t/s (timing only)", flush=True)
+        os.environ.pop("LLAMAVK_CHAIN_NOWAIT", None)
     return 0
 
 

@@ -7,8 +7,9 @@
 // scheme and sliding window as attention.comp (see there); this kernel is shaped for latency
 // instead of reuse.
 //
-// Why a kernel of its own: a decode step gives attention one workgroup per KV head and split (8 on a
-// 7.2B at short context), so each workgroup's instruction chain is the cost, not the bytes. Here a
+// Why a kernel of its own: a decode step gives attention one workgroup per row block, KV head and
+// split (8 on a 7.2B at short context with 4 rows per block, 32 with 1), so each workgroup's
+// instruction chain is the cost, not the bytes. Here a
 // block is only WG / 4 positions (32): every thread does a few loads and about 300 arithmetic
 // instructions per block, and the only workgroup barrier per block publishes the scores (H100, 7.2B
 // shapes: ~1 us per block against ~5 us per 128-position block of attention.comp). Splits take at
@@ -27,7 +28,10 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;
 layout(constant_id = 1) const uint HD = 128;    // head_dim: a multiple of 32, at most 256
-#define BR 4
+// BR: query rows per workgroup, 1, 2 or 4 (one token's GQA heads of a KV head, or a few tokens of one
+// head): fewer rows, more workgroups over the same KV rows and a shorter chain of arithmetic per block
+// (the work of a decode step's attention is its latency: kernels/selection.py DECODE_ATTENTION_ROWS).
+layout(constant_id = 4) const uint BR = 4;
 const uint HD4 = HD / 4;
 const uint HD8 = HD / 8;                // threads per V row (one 16-byte piece each)
 const uint BP = WG / 4;                 // positions per block: 4 lanes per K row
@@ -93,6 +97,9 @@ layout(push_constant) uniform Push {
     uint min_chunk;    // positions per split at least (a multiple of BP)
     float scale;
     uint window;       // sliding window: positions a row sees, its own included (0: all)
+    uint kv_lo, kv_hi; // this dispatch works where kv_lo <= n_kv <= kv_hi, else its workgroups leave at
+                       // once (a one-token step records a 1-row form for short and a 4-row form for
+                       // long contexts: kernels/attention.py decode_forms)
 #ifdef CHAIN
     uint chain_slot;
 #endif
@@ -140,6 +147,7 @@ void attend() {
     const uint n_past = step[0];
     const uint n_kv = step[2];
     const uint seq_len = step[4];
+    if (n_kv < p.kv_lo || n_kv > p.kv_hi) return;  // the other form's n_kv (before any wait or barrier)
 
     const SplitRange sr = split_range(BP, split, row0, rows_here, n_gqa, n_past, n_kv, seq_len);
     if (sr.begin >= n_kv) return;                  // inactive split: the merge skips it too
@@ -160,10 +168,11 @@ void attend() {
     const uint lin = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
     const uint kq = lin % 4;                       // this lane's quarter of the row; its score row
     const uint krow = lin / 4;                     // its position within the block
-    const uint my_row = row0 + min(kq, rows_here - 1);
-    const uint my_lim = n_past + my_row / n_gqa;   // last position query row kq may see
+    const uint my_r = kq & (BR - 1);              // the row whose full score this lane ends with
+    const uint my_row = row0 + min(my_r, rows_here - 1);
+    const uint my_lim = n_past + my_row / n_gqa;   // last position query row my_r may see
     const uint my_lo = first_visible(my_lim, seq_len);
-    const bool my_live = kq < rows_here;
+    const bool my_live = my_r < rows_here;
     // P V threads
     const uint d8 = tid % HD8;
     const uint vg = tid / HD8;
@@ -189,8 +198,8 @@ void attend() {
 
     uint buf = 0;
     for (uint c0 = start; c0 < kv_end; c0 += BP) {
-        float part[BR];                            // this lane's pieces of q_r . k
-        [[unroll]] for (uint r = 0; r < BR; ++r) part[r] = 0.0;
+        float part[4];                             // this lane's pieces of q_r . k (r < BR)
+        [[unroll]] for (uint r = 0; r < 4; ++r) part[r] = 0.0;
         [[unroll]] for (uint i = 0; i < KMAX; ++i) {
             if (i < KP) {
                 const uint u = (i * 4 + kq) * 2;   // qs index of the piece's first 4 dims
@@ -201,16 +210,27 @@ void attend() {
                     part[r] += dot(qs[r * HD4 + u], k_lo) + dot(qs[r * HD4 + u + 1], k_hi);
             }
         }
-        // Butterfly over the 4 lanes: after the xor-2 step a lane holds rows {hi2 * 2, hi2 * 2 + 1}
-        // summed over 2 lanes, after the xor-1 step row kq summed over all 4.
+        // Butterfly over the 4 lanes. BR 4: after the xor-2 step a lane holds rows {hi2 * 2,
+        // hi2 * 2 + 1} summed over 2 lanes, after the xor-1 step row kq summed over all 4. BR 2: the
+        // xor-1 step leaves row kq & 1 summed over a pair, the xor-2 step adds the other pair's. BR 1:
+        // both steps sum row 0.
         const bool hi2 = (kq & 2u) != 0u;
         const bool hi1 = (kq & 1u) != 0u;
-        const float h0 = (hi2 ? part[2] : part[0]) + subgroupShuffleXor(hi2 ? part[0] : part[2], 2u);
-        const float h1 = (hi2 ? part[3] : part[1]) + subgroupShuffleXor(hi2 ? part[1] : part[3], 2u);
-        const float s = (hi1 ? h1 : h0) + subgroupShuffleXor(hi1 ? h0 : h1, 1u);
+        float s;
+        if (BR == 4) {
+            const float h0 = (hi2 ? part[2] : part[0]) + subgroupShuffleXor(hi2 ? part[0] : part[2], 2u);
+            const float h1 = (hi2 ? part[3] : part[1]) + subgroupShuffleXor(hi2 ? part[1] : part[3], 2u);
+            s = (hi1 ? h1 : h0) + subgroupShuffleXor(hi1 ? h0 : h1, 1u);
+        } else if (BR == 2) {
+            const float h = (hi1 ? part[1] : part[0]) + subgroupShuffleXor(hi1 ? part[0] : part[1], 1u);
+            s = h + subgroupShuffleXor(h, 2u);
+        } else {
+            const float h = part[0] + subgroupShuffleXor(part[0], 1u);
+            s = h + subgroupShuffleXor(h, 2u);
+        }
         const uint pos = c0 + krow;
         const bool ok = my_live && pos < kv_end && pos <= my_lim && pos >= my_lo;
-        sc[buf * BP + krow][kq] = ok ? s : NEG;
+        if (kq < BR) sc[buf * BP + krow][kq] = ok ? s : NEG;
         barrier();
 
         // the next block's loads, in flight during this block's P V

@@ -100,14 +100,18 @@ def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model
     assert got == list(want)
 
 
-@pytest.mark.parametrize("qtype,splits", [("q4_0", 0), ("q4_k", 0), ("q4_k", 4), ("q6_k", 0)])
-def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, qtype, splits):
+@pytest.mark.parametrize("qtype,splits,rows", [("q4_0", 0, "4"), ("q4_k", 0, "4"), ("q4_k", 4, "4"), ("q6_k", 0, "4"),
+                                               ("q4_0", 0, "1:8"), ("q4_k", 4, "1:20")])
+def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, qtype, splits, rows):
     """Stages chained without barriers (kernels/chain.py, every kind of edge: Q/K/V (with RoPE and the
     KV store) -> attention -> output projection -> gate/up -> down -> next Q/K/V) on the stream kernel, x loaded before the weights,
     one row block per workgroup when chained: bit for bit the unchained logits (within the reference's
     tolerance), every producer's counter at its workgroup count after a step (each workgroup counted
-    once, the counters zeroed per step), fewer barriers. splits: KV splits (the split kernel's chain)."""
+    once, the counters zeroed per step), fewer barriers. splits: KV splits (the split kernel's chain).
+    rows: the decode attention's rows per workgroup (LLAMAVK_ATTN_ROWS; 1:N, the 1-row form up to n_kv N
+    and the 4-row form beyond it, both waiting and counting)."""
     chainable_stream_kernel(monkeypatch)
+    monkeypatch.setenv("LLAMAVK_ATTN_ROWS", rows)
     if splits:
         monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", str(splits))
         monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "32")
@@ -141,6 +145,22 @@ def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, q
                 assert all(words[w.slot] == w.n > 0 for _, w in chains)
     assert np.array_equal(got["0"], got["1"])
     assert np.abs(got["1"] - ref).max() <= 0.003 * np.abs(ref).max()
+
+
+def test_chain_nowait_drops_only_the_named_edges(synthetic_model, monkeypatch):
+    """LLAMAVK_CHAIN_NOWAIT (bench_decode_ab.py --no-wait, timing only): the consumers of the named
+    producers (g: the gate/up pair) wait for 0 workgroups, every other chained consumer for its
+    producer's count."""
+    chainable_stream_kernel(monkeypatch)
+    monkeypatch.setenv("LLAMAVK_CHAIN", "1")
+    monkeypatch.setenv("LLAMAVK_CHAIN_NOWAIT", "g")
+    path = synthetic_model("llama", "q4_0", n_embd=128, n_head=4, n_head_kv=2)
+    with quiet_load(path, n_ctx=64) as m:
+        m.runtime.run_batch("last", [3], 0)
+        chains = m.runtime.chains[("last", 1, 0)]
+        waits = [(op.kind if op.kind == "attention" else op.inputs[0].role, w.n) for op, w in chains]
+    assert {n for role, n in waits if role == "gate"} == {0}
+    assert all(n > 0 for role, n in waits if role != "gate") and any(role == "o" for role, _ in waits)
 
 
 def test_generation_is_deterministic_for_a_seed(synthetic_model):

@@ -107,13 +107,16 @@ def test_sliding_window_with_several_sequences(dev, kc, n_tokens, n_past, seq_le
     np.testing.assert_allclose(mem, want, rtol=1e-4, atol=5e-5)
 
 
-def test_windowed_decode_runs_the_windows_splits_only(dev, kc):
+@pytest.mark.parametrize("rows", [4, 1])
+def test_windowed_decode_runs_the_windows_splits_only(dev, kc, monkeypatch, rows):
     """One decode recording replayed as the cache grows from 0 to 2000 positions: the split grid is
     sized for the window (200 positions: 4 splits of at least 64, not the 8 asked for), the splits
     that run cover the window only (their partial results counted in the scratch), rows before the
-    window are NaN, and every output matches the reference."""
+    window are NaN, and every output matches the reference. rows: the decode kernel's query rows per
+    workgroup (one form: the window is within the 1-row form's positions)."""
+    monkeypatch.setenv("LLAMAVK_ATTN_ROWS", f"{rows}:1000")
     n_head, n_head_kv, hd, n_ctx, window, min_chunk = 8, 2, 128, 2048, 200, 64
-    pl = plan(kc, 1, n_head, n_head_kv, hd, window, 8, min_chunk)
+    pl = plan(kc, 1, n_head, n_head_kv, hd, window, 8, min_chunk, decode_rows=rows)
     assert pl.n_splits == 4 and pl.kernel.startswith("attention_dec")
     rng = np.random.default_rng(31)
     width = n_head_kv * hd
@@ -126,7 +129,7 @@ def test_windowed_decode_runs_the_windows_splits_only(dev, kc):
     step, smem = step_buffer(dev)
     seq = record(dev, lambda s: attention(s, kc, q_view, kv, vv, out, step, 1, n_head, n_head_kv, hd, n_ctx,
                                           n_splits=8, min_chunk=min_chunk, window=window))
-    ml = kc._shared["attention splits"][(pl.n_splits, n_head, hd, n_head_kv)][1]
+    ml = kc._shared["attention splits"][(pl.n_splits, n_head, hd, pl.grid[0] * n_head_kv)][1]
     for n_past in (0, 63, 100, 199, 200, 201, 640, 1999, 300):
         before = max(0, n_past + 1 - window)
         kmem[:] = k_all

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from llamavk.kernels import STEP_WORDS, KernelCache, View
-from llamavk.kernels.attention import ATTN_WG, DEC_BLOCK, MAX_SPLITS, attention, kv_store, plan, split_plan
+from llamavk.kernels.attention import (ATTN_WG, DEC_BLOCK, MAX_SPLITS, attention, decode_forms, kv_store, plan,
+                                      split_plan)
 from llamavk.kernels.selection import has_coopmat
 from llamavk.kernels.elementwise import add, add_bias, swiglu
 from llamavk.kernels.norm import rms_norm
@@ -633,6 +634,7 @@ def test_attention_min_chunk(dev, kc, monkeypatch, mode):
     kernels: LLAMAVK_ATTN_DECODE 1 (attention_decode.comp, chunks in blocks of 32), 0 (attention.comp,
     blocks of 128)."""
     monkeypatch.setenv("LLAMAVK_ATTN_DECODE", mode)
+    monkeypatch.setenv("LLAMAVK_ATTN_ROWS", "4")   # the scratch looked at is the 4-row form's
     block = DEC_BLOCK if mode == "1" else ATTN_WG
 
     def active(n_kv):
@@ -641,6 +643,26 @@ def test_attention_min_chunk(dev, kc, monkeypatch, mode):
 
     replay_decode(dev, kc, 8, 2, 128, 2048, (0, 5, 255, 256, 300, 511, 513, 1000, 2047, 100, 1500),
                   seed=21, active=active, n_splits=8, min_chunk=256)
+
+
+@pytest.mark.parametrize("rows", ["1", "2", "4", "1:100", "2:40"])
+def test_attention_decode_rows_per_workgroup(dev, kc, monkeypatch, rows):
+    """The one-token decode kernel with 1, 2 or 4 query rows per workgroup (attention_decode.comp BR,
+    LLAMAVK_ATTN_ROWS), alone or up to an n_kv and the 4-row form beyond it (two dispatches, each
+    leaving where the other works): 8 GQA rows of one KV head (8 / 4 / 2 row blocks), 3 rows per KV
+    head (the last block part-filled at BR 2 and 4), merged splits, head dims 64 / 128 / 256, n_kv on
+    both sides of the limit, against numpy."""
+    monkeypatch.setenv("LLAMAVK_ATTN_ROWS", rows)
+    br, _, limit = rows.partition(":")
+    forms = decode_forms(kc, 1, 8, 1, 64, 512)
+    assert forms == ([(int(br), 0, 0xFFFFFFFF)] if br == "4" or not limit else
+                     [(int(br), 0, int(limit)), (4, int(limit) + 1, 0xFFFFFFFF)])
+    pl = plan(kc, 1, 8, 1, 64, 512, decode_rows=int(br))
+    assert pl.kernel.startswith("attention_dec") and pl.grid[0] == 8 // int(br) and pl.spec[-1] == int(br)
+    assert plan(kc, 1, 8, 1, 64, 4224, decode_rows=int(br)).n_splits == plan(kc, 1, 8, 1, 64, 4224).n_splits
+    replay_decode(dev, kc, 8, 1, 64, 512, (0, 31, 32, 99, 100, 200, 511, 40), seed=31, n_splits=1)
+    replay_decode(dev, kc, 6, 2, 128, 1024, (5, 39, 40, 99, 300, 700, 20), seed=32, n_splits=4, min_chunk=64)
+    replay_decode(dev, kc, 4, 4, 256, 300, (100, 299), seed=33, n_splits=1)
 
 
 def test_attention_many_splits(dev, kc):

@@ -33,7 +33,7 @@ from ..kv_cache import KVTypes
 from ..vk import Buffer
 from . import filled_buffer
 from .norm import _range
-from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok, device_kind
+from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok, decode_attention_rows, device_kind
 
 KV_WG = 256
 ATTN_WG = 128          # workgroup size = KV positions per block of attention.comp
@@ -128,14 +128,15 @@ class AttentionPlan:
 
 def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int,
          n_splits: int | None = None, min_chunk: int | None = None, window: int = 0,
-         kv_types: KVTypes = KVTypes()) -> AttentionPlan:
+         kv_types: KVTypes = KVTypes(), decode_rows: int = 4) -> AttentionPlan:
     """Which attention kernel runs a batch of n_tokens, on what grid, with how many KV splits
     (arguments as for `attention`). Sliding-window layers (window > 0) never take the
     cooperative-matrix kernel: its window gave wrong rows on an H100 (tests/test_gemma3.py's
     70-token windowed cases), so they run the flash kernel, checked there and on llvmpipe.
     Quantized caches neither: the cooperative-matrix kernel reads f16 only (its quantized variant
     could not be tested on llvmpipe), so they run the flash kernels' KV_QUANT variants (`_kvq`
-    names, the K and V types as specialization constants 2 and 3)."""
+    names, the K and V types as specialization constants 2 and 3). `decode_rows`: the decode
+    kernel's query rows per workgroup for one token (1, 2 or 4: decode_forms)."""
     if head_dim % 4 or head_dim // 4 > ATTN_WG:
         raise ValueError(f"attention: head_dim {head_dim} must be a multiple of 4 and at most {4 * ATTN_WG}")
     if n_head % n_head_kv:
@@ -143,12 +144,16 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
     rows = n_tokens * (n_head // n_head_kv)
     dec = _use_decode_kernel(kc, n_tokens, rows, head_dim)
     br = 4 if rows <= 4 or dec else 8
+    if dec and n_tokens == 1:
+        br = decode_rows
     n_rb = -(-rows // br)
     if n_rb > 65535:
         raise ValueError("attention: too many query rows for one call")
     block = DEC_BLOCK if dec else ATTN_WG
     if n_splits is None:
-        n_splits, plan_chunk = split_plan(kc, n_ctx, n_head_kv, n_rb, block)
+        # the decode kernel's splits as for 4-row blocks whatever its rows per workgroup (BR):
+        # fewer rows make more workgroups of the same KV positions, not longer splits
+        n_splits, plan_chunk = split_plan(kc, n_ctx, n_head_kv, -(-rows // 4) if dec else n_rb, block)
         min_chunk = plan_chunk if min_chunk is None else min_chunk
     min_chunk = _round_chunk(min_chunk or block, block)
     n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // min_chunk)))
@@ -156,6 +161,9 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
     if kv_types.quantized:
         kv_types.check_head_dim(head_dim)
         spec = (ATTN_WG, head_dim) + kv_types.codes
+    if dec:   # attention_decode.comp: the cache types (ids 2, 3; f16 variants ignore them), rows (4)
+        spec = (ATTN_WG, head_dim) + (kv_types.codes if kv_types.quantized else (0, 0)) + (br,)
+    if kv_types.quantized:
         name = "attention_dec_kvq" if dec else f"attention_kvq_br{br}"
         if n_splits == 1:
             return AttentionPlan(name, (n_rb, n_head_kv, 1), 1, min_chunk, spec)
@@ -169,6 +177,20 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
                              1, min_chunk, spec)
     return AttentionPlan("attention_dec_split_f16" if dec else f"attention_split_f16_br{br}",
                          (n_rb, n_head_kv, n_splits), n_splits, min_chunk, spec)
+
+
+def decode_forms(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, span: int) -> list:
+    """[(rows per workgroup, first n_kv, last n_kv)]: the decode kernel's forms a step records, each
+    working for its range of n_kv (attention_decode.comp kv_lo / kv_hi) -- one token: 1 row per
+    workgroup up to selection.decode_attention_rows' limit, 4 beyond it (only the first where `span`,
+    the positions the step can see, stays within it); else one 4-row form."""
+    every = [(4, 0, 0xFFFFFFFF)]
+    if n_tokens != 1 or not _use_decode_kernel(kc, 1, n_head // max(1, n_head_kv), head_dim):
+        return every
+    rows, limit = decode_attention_rows(kc)
+    if rows == 4:
+        return every
+    return [(rows, 0, 0xFFFFFFFF)] if span <= limit else [(rows, 0, limit), (4, limit + 1, 0xFFFFFFFF)]
 
 
 def waits_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, kv_types: KVTypes = KVTypes()) -> bool:
@@ -220,31 +242,41 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     # a sliding window: the split grid is sized for the positions the batch can see (n_kv - base in
     # attention_split.glsl: window + n_tokens - 1 at most), not for the context
     span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
-    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk, window, kv_types)
-    chained = signal is not None and pl.kernel.startswith("attention_dec")
-    if wait is not None and not (pl.kernel.startswith("attention_dec") and n_tokens == 1 and not kv_types.quantized):
-        raise ValueError("attention: a wait in the shader takes the decode kernel, one token, f16 caches")
-    push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
-                       scale or 1.0 / math.sqrt(head_dim), window)
-    if chained:
-        push += struct.pack("<I", signal.slot)
-    if wait is not None:
-        push += struct.pack("<2I", wait.slot, wait.n)
-    name = pl.kernel
-    if out_f16:
-        if not pl.kernel.startswith("attention_coop"):
-            raise ValueError(f"attention: {pl.kernel} writes f32 only")
-        name += "_to_f16"
-    if chained:
-        name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
-    if wait is not None:
-        name = name.replace("_f16", "_wait_f16")
-    bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained or wait is not None else "")
-    kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
-    bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
-    if pl.n_splits > 1:
-        bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
-    if chained or wait is not None:
-        bufs.append((signal or wait).counters)
-    seq.dispatch(kernel, bufs, pl.grid, push, chained=wait is not None)
-    return pl.grid[0] * pl.grid[1] * pl.grid[2] if chained else 0
+    counted = 0
+    for i, (rows, kv_lo, kv_hi) in enumerate(decode_forms(kc, n_tokens, n_head, n_head_kv, head_dim, span)):
+        # a form for short contexts splits only the positions it works on (its grid no larger)
+        pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, min(span, kv_hi), n_splits, min_chunk, window, kv_types,
+                  rows)
+        chained = signal is not None and pl.kernel.startswith("attention_dec")
+        dec_one = pl.kernel.startswith("attention_dec") and n_tokens == 1
+        if wait is not None and not (dec_one and not kv_types.quantized):
+            raise ValueError("attention: a wait in the shader takes the decode kernel, one token, f16 caches")
+        push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
+                           scale or 1.0 / math.sqrt(head_dim), window)
+        if pl.kernel.startswith("attention_dec"):
+            push += struct.pack("<2I", kv_lo, kv_hi)
+        if chained:
+            push += struct.pack("<I", signal.slot)
+        if wait is not None:
+            push += struct.pack("<2I", wait.slot, wait.n)
+        name = pl.kernel
+        if out_f16:
+            if not pl.kernel.startswith("attention_coop"):
+                raise ValueError(f"attention: {pl.kernel} writes f32 only")
+            name += "_to_f16"
+        if chained:
+            name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
+        if wait is not None:
+            name = name.replace("_f16", "_wait_f16")
+        bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained or wait is not None else "")
+        kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
+        bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
+        if pl.n_splits > 1:
+            bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
+        if chained or wait is not None:
+            bufs.append((signal or wait).counters)
+        # the second form runs for other n_kv than the first (each leaves at once where the other
+        # works): no barrier between them
+        seq.dispatch(kernel, bufs, pl.grid, push, chained=wait is not None or i > 0)
+        counted += pl.grid[0] * pl.grid[1] * pl.grid[2] if chained else 0
+    return counted

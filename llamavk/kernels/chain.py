@@ -15,6 +15,7 @@ where it was measured.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,3 +70,22 @@ class ChainCounters:
     @staticmethod
     def wait(signal: Signal, n: int) -> Wait:
         return Wait(signal.counters, signal.slot, n)
+
+
+def edge_letter(producer) -> str:
+    """selection.chain_edges' letter of a producer op: a attention, o output projection, g gate/up,
+    d down, e the experts' gate/up pair, m their summing down product ("" for the others)."""
+    if producer.kind == "attention":
+        return "a"
+    if producer.kind == "matmul_id":
+        return "e" if "pair" in producer.attrs else "m"
+    role = producer.inputs[0].role if producer.kind == "matmul" and producer.inputs else ""
+    return {"o": "o", "gate": "g", "down": "d"}.get(role, "")
+
+
+def timing_only_skipped(producer) -> bool:
+    """LLAMAVK_CHAIN_NOWAIT=letters (benchmarks/bench_decode_ab.py --no-wait; TIMING ONLY, the results
+    are wrong): the chained consumers of these producers do not wait for them, so that a step's time
+    without that edge's latency can be measured: what the wait costs at most."""
+    letters = os.environ.get("LLAMAVK_CHAIN_NOWAIT", "")
+    return bool(letters) and edge_letter(producer) in letters and edge_letter(producer) != ""

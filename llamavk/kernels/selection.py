@@ -625,6 +625,35 @@ ATTENTION_SPLITS = {
 }
 
 
+# 3b. Query rows per workgroup of the one-token decode attention (attention_decode.comp BR: 1, 2 or 4)
+#     up to a number of KV positions, 4 beyond it (batches of a few tokens: 4). Per kind of device:
+#     (rows, up to n_kv). LLAMAVK_ATTN_ROWS=ROWS[:N_KV] overrides it (A/B).
+#     Why: a decode step's attention is a few workgroups per KV head whose serial chain of blocks is
+#     the stage's latency, and every later stage waits for it. One row per workgroup makes 4x the
+#     workgroups over the same KV rows with a quarter of the arithmetic per block; the K/V rows are
+#     then read 4x over from L2, which costs more than it saves at long contexts, so a step records
+#     both forms and each leaves at once where the other works (kernels/attention.py decode_forms).
+#     H100, tg128 (one call each; 1 row / 4 rows): 7.2B Q4_0 447.5 / 436.6, 448.0 / 422.3; 30B-A3B
+#     Q4_0 420.4 / 380.2, 415.1 / 379.9; at d1024 412.8 / 371.4 and 374.5 / 336.0; at d2048 371.0 /
+#     377.9, 372.0 / 367.7 and 321.6 / 313.8, 326.7 / 323.6; at d3072 353.3 / 366.5, 350.9 / 365.9
+#     and 309.0 / 306.6, 312.4 / 312.2; at d4096 334.7 / 366.7 and 283.0 / 300.6 (2 rows between).
+#     Both forms (up to 2048 / 4 rows): tg128 446.6 / 431.9, 445.2 / 434.7 and 419.1 / 371.7, 415.3 /
+#     378.4; d1024 413.8 / 388.3, 419.1 / 390.1 and 374.7 / 329.8, 372.7 / 325.7; d4096 350.8 / 347.1,
+#     342.6 / 358.0 and 305.1 / 308.6, 298.7 / 304.1 (the idle form's workgroups cost ~1%).
+DECODE_ATTENTION_ROWS = {"gpu": (1, 2048), "cpu": (4, 0)}
+
+
+def decode_attention_rows(kc) -> tuple[int, int]:
+    """(rows per workgroup, the last n_kv they take) of the one-token decode attention on kc's device."""
+    env = os.environ.get("LLAMAVK_ATTN_ROWS", "")
+    if env:
+        rows, _, limit = env.partition(":")
+        if rows not in ("1", "2", "4") or not (limit.isdigit() or not limit):
+            raise LlamavkError(f"LLAMAVK_ATTN_ROWS={env!r}: 1, 2 or 4, then :N_KV optionally")
+        return int(rows), int(limit) if limit else 0xFFFFFFFF
+    return DECODE_ATTENTION_ROWS[device_kind(kc)]
+
+
 # 4. Prompt attention (one KV split, at least a workgroup's 64 query rows per KV head) on cooperative
 #    matrices (shaders/attention_coop.comp) where the device has them and head_dim has a variant; else
 #    the scalar flash kernel. H100, 7.2B Q4_0 pp512: attention 7.8 of 69 ms serialized (scalar).
