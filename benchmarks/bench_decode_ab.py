@@ -67,15 +67,17 @@ def leave_out(rt, parts: set) -> None:
             kw["router"] = None
         if part not in parts:
             return mm_orig(seq, kc, w, x, y, n, **kw)
+        return 0   # nothing recorded: no workgroups count
 
     def matmul_id(seq, kc, w, *a, **kw):
         if ("experts_down" if kw.get("sum_slots") else "experts_pair") not in parts:
             return mmid_orig(seq, kc, w, *a, **kw)
+        return 0
     R.matmul.matmul = matmul
     R.moe.matmul_id = matmul_id
-    R.moe.router = (lambda *a, **k: None) if "router" in parts else router_orig
-    R.attn_k.attention = (lambda *a, **k: None) if "attn" in parts else attn_orig
-    R.rope.rope_kv = (lambda *a, **k: None) if "rope" in parts else rope_orig
+    R.moe.router = (lambda *a, **k: 0) if "router" in parts else router_orig
+    R.attn_k.attention = (lambda *a, **k: 0) if "attn" in parts else attn_orig
+    R.rope.rope_kv = (lambda *a, **k: 0) if "rope" in parts else rope_orig
     rt.recordings.clear()
 
 
