@@ -121,9 +121,13 @@ def test_clock_kernels_compute_what_the_plain_ones_do(clock_dev, monkeypatch, qt
         np.testing.assert_allclose(plain[0], want_sum, rtol=1e-6, atol=1e-6)
         assert np.isfinite(plain[1]).all()
         ex.run(stamps, chained=chained)     # llvmpipe compiles a pipeline at its first dispatch
-        clocked = ex.run(stamps, chained=chained)
-        assert np.array_equal(plain[0], clocked[0]) and np.array_equal(plain[1], clocked[1]), chained
-        (p,) = clock.Timeline.of(stamps.read(), stamps.layers)
+        for _ in range(3):   # a run whose stamps straddle the 32-bit clock's wrap (every 4.3 s) has no timeline
+            clocked = ex.run(stamps, chained=chained)
+            assert np.array_equal(plain[0], clocked[0]) and np.array_equal(plain[1], clocked[1]), chained
+            timeline = clock.Timeline.of(stamps.read(), stamps.layers)
+            if timeline is not None:
+                break
+        (p,) = timeline
         assert 0 <= p.entry <= p.arrived <= p.end
         assert p.first_entry <= p.last_entry and p.first_release <= p.last_release <= p.product_end
         assert p.first_entry <= p.first_release and p.last_entry <= p.last_release
