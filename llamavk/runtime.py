@@ -436,9 +436,8 @@ class DeviceRuntime:
             if pending is not None and not self._consumes(op, pending[0], edges):
                 pending = None
             wait = pending[1] if pending is not None else None
-            nxt = ops[i + 1] if i + 1 < len(ops) else None
-            signal = counters.signal(want_early=self._early_wanted(op, nxt)) \
-                if edges and self._consumes(nxt, op, edges) else None
+            signal = counters.signal() if edges and self._consumes(ops[i + 1] if i + 1 < len(ops)
+                                                                     else None, op, edges) else None
             k = op.kind
             seq = segments[-1]
             if self.profile:
@@ -741,15 +740,6 @@ class DeviceRuntime:
         else:
             return False
         return kind != "" and kind in edges and matmul.matvec_chain_ok(self.kc, self.weights[op.inputs[0].name])
-
-    @staticmethod
-    def _early_wanted(producer, op) -> bool:
-        """Whether a chained product `op` after the gate/up pair `producer` (the FFN's down product)
-        should have its column parts whose x is in the pair's early rows wait only for those
-        (matvec_stream.comp EARLY; matmul decides whether both kernels can). LLAMAVK_EARLY_WAIT=0: no."""
-        return (os.environ.get("LLAMAVK_EARLY_WAIT", "1") != "0" and producer.kind == "matmul"
-                and "pair" in producer.attrs and op is not None and op.kind == "matmul"
-                and op.inputs[1] is producer.out)
 
     def _signals_partial(self, producer, op) -> bool:
         """Whether `producer` is the product that writes sync_reduce `op`'s partial straight into my

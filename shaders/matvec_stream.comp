@@ -93,14 +93,6 @@
 // workgroups and launches the next grid with DRAM idle; chained, the next product's weights are in
 // flight meanwhile. The counters are zeroed at the start of every step (kernels/chain.py).
 // Deadlock-free when the producer's workgroups all start before the product's (submission order).
-// EARLY (p.signal_early / p.wait_early_rows, set by the host for the FFN's gate/up pair -> down
-// product): the producer's workgroup w takes row blocks w, w + B, w + 2B, ... (STEPS), so the rows of
-// every step but the last, the first (STEPS - 1) B blocks, are stored well before its end; each
-// workgroup counts once more on a second word when they are. The consumer's column parts whose x
-// lies there wait for that count, the others for the whole, and its workgroups go part-major, so
-// that the first parts start while the producer's last step still runs instead of waiting for its
-// last workgroup. One fence more per producer workgroup (a fence per row block cost more than it
-// hid: docs/PERFORMANCE.md, Tried).
 // ROUTER (variants *_router; one-token steps of a mixture of experts, fusion.fuse_router_into_products):
 // the product writing x (the output projection + residual) also computes the MoE router's choice from
 // it, so the router's dispatch and its dependent stage go. The router's logits are linear in x:
@@ -350,11 +342,6 @@ layout(push_constant) uniform Push {
     uint wait_slot;    // WAIT: the producer's counter
     uint wait_n;       // WAIT: its workgroups
     uint signal_slot;  // SIGNAL: this product's counter
-    // EARLY (header): SIGNAL, != 0: every workgroup also counts on chain[signal_slot + 2] once its
-    // blocks of every step but the last are stored; WAIT, wait_early_rows != 0: a column part whose
-    // x lies below that row waits for that count instead (of p.wait_n too), and parts go part-major.
-    uint signal_early;
-    uint wait_early_rows;
 #ifdef CLOCK
     uint stamp_slot;   // CLOCK: this product's stamps (header)
 #endif
@@ -489,16 +476,13 @@ float merge_parts(uint i, float own) {
 
 vec4 x_at(uint k) { return WAIT ? x4c[k] : x4[k]; }
 
-// WAIT: one lane polls until the producer's workgroups are all done (EARLY: where x columns below
-// c1 are all this workgroup reads, until they have all stored every step but their last); every
-// lane calls this.
-void wait_for_producer(const uint c1) {
+// WAIT: one lane polls until the producer's workgroups are all done; every lane calls this.
+void wait_for_producer() {
     if (gl_LocalInvocationIndex == 0) {
         // the poll count is stored where it could be observed (never, in practice): a loop with no
         // effect but its own end may be deleted by the compiler (NVIDIA's was: x read at once)
         uint polls = 0u;
-        const uint word = c1 <= p.wait_early_rows ? p.wait_slot + 2 : p.wait_slot;
-        while (chain[word] < p.wait_n) ++polls;
+        while (chain[p.wait_slot] < p.wait_n) ++polls;
 #ifdef CLOCK
         clock_release = clockRealtime2x32EXT().x;
 #endif
@@ -1589,13 +1573,6 @@ void product() {
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint ks = PHASE == 2 ? KSPLIT - 1 : wg % WPB;
     wg /= WPB;
-    if (WAIT && KSPLIT > 1 && PHASE == 0 && p.wait_early_rows != 0) {
-        // part-major (EARLY): the first parts' x is the producer's early rows
-        const uint lin = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-        const uint nrb = gl_NumWorkGroups.x * gl_NumWorkGroups.y / WPB;
-        ks = lin / nrb;
-        wg = lin % nrb;
-    }
     uint wg_stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y / WPB;   // row blocks between steps
     uint n_blocks = (p.n_rows + p.rows_per_wg - 1) / p.rows_per_wg;
     if (wg >= n_blocks) return;          // a 2-D grid's padding (the whole workgroup; SIGNAL counts it)
@@ -1610,8 +1587,7 @@ void product() {
 
     // 0. XFIRST: this lane's share of x's first chunk, loaded before the weights (header); with WAIT
     //    that is after the wait, so the weights follow the wait too
-    const uint x_c1 = (u0 + n_units) * UNIT;   // the x columns this part reads end there
-    if (WAIT && XFIRST) wait_for_producer(x_c1);
+    if (WAIT && XFIRST) wait_for_producer();
     vec4 xpre[NPRE];
     if (XFIRST) {
         uint n40 = min(TPR * V4, n_units * V4), kx0 = u0 * V4;
@@ -1631,7 +1607,7 @@ void product() {
 #if defined(KV_TABLE)
     kv_table_fill();   // read after the staging barrier below
 #endif
-    if (WAIT && !XFIRST) wait_for_producer(x_c1);
+    if (WAIT && !XFIRST) wait_for_producer();
 
     // 2. Per x chunk: stage it (the loads above are in flight meanwhile), then multiply from registers.
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] = 0.0;
@@ -1752,12 +1728,6 @@ void product() {
                     else if (pos < p.n_ctx) kvc[pos * p.y_stride + out_row] = float16_t(v);
                 }
             }
-        }
-        if (SIGNAL && p.signal_early != 0 && (s + 2 == STEPS || (!more && s + 2 < STEPS))) {
-            // EARLY: every step but the last stored (or all of this workgroup's blocks, fewer)
-            memoryBarrierBuffer();
-            barrier();
-            if (tid == 0) atomicAdd(chain[p.signal_slot + 2], 1u);
         }
 #ifdef ROUTER
         if (write) {   // ROUTER: this block's rows of x are final

@@ -163,38 +163,6 @@ def test_chain_nowait_drops_only_the_named_edges(synthetic_model, monkeypatch):
     assert all(n > 0 for role, n in waits if role != "gate") and any(role == "o" for role, _ in waits)
 
 
-def test_gate_up_pairs_count_early(synthetic_model, monkeypatch):
-    """The gate/up pair before the down product (matvec_stream.comp EARLY): every workgroup counts once
-    more when the rows of every step but its last are stored, and the down product's wait knows up to
-    which row (the pair's first steps: (steps - 1) x its workgroups x rows per block); the logits equal
-    the unchained step's and LLAMAVK_EARLY_WAIT=0's."""
-    from dataclasses import replace
-    from llamavk.kernels import matmul as mm
-    chainable_stream_kernel(monkeypatch)
-    monkeypatch.setattr(mm, "_MATVEC_ENV", {"*": replace(mm._MATVEC_ENV["*"], chained_steps=0)})   # 2 steps
-    path = synthetic_model("llama", "q4_0", n_embd=128, n_head=4, n_head_kv=2)
-    tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 6)]
-    got = {}
-    for chain, early in (("0", "1"), ("1", "0"), ("1", "1")):
-        monkeypatch.setenv("LLAMAVK_CHAIN", chain)
-        monkeypatch.setenv("LLAMAVK_EARLY_WAIT", early)
-        with quiet_load(path, n_ctx=64) as m:
-            rt = m.runtime
-            got[chain + early] = one_token_logits(rt, tokens)
-            if chain == "1":
-                chains = rt.chains[("last", 1, 0)]
-                words = np.frombuffer(chains[0][1].counters[0].read(), dtype=np.uint32)
-                pairs = [w for op, w in chains if op.inputs[0].role == "gate"]
-                assert len(pairs) == rt.cfg.n_layer
-                for w in pairs:
-                    assert words[w.slot] == w.n > 0
-                    if early == "1":
-                        assert w.early_rows > 0 and words[w.slot + 2] == w.n
-                    else:
-                        assert w.early_rows == 0 and words[w.slot + 2] == 0
-    assert np.array_equal(got["01"], got["10"]) and np.array_equal(got["01"], got["11"])
-
-
 def test_generation_is_deterministic_for_a_seed(synthetic_model):
     path = synthetic_model("llama", "q4_0")
     with quiet_load(path, n_ctx=64) as m:

@@ -22,30 +22,22 @@ import numpy as np
 
 from . import filled_buffer
 
-SLOT_WORDS = 3   # a counter, a word the waiting shader keeps its poll count in (never read), and the
-                 # early count (matvec_stream.comp EARLY)
+SLOT_WORDS = 2   # a counter, and a word the waiting shader keeps its poll count in (never read)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class Signal:
-    """Where a producer's workgroups count themselves done. want_early: its consumer reads x part by
-    part (the FFN's down product), so the producer, where it can, also counts each workgroup once
-    the rows of every step but its last are stored (matvec_stream.comp EARLY) and records up to
-    which row (`early_rows`, set by its recorder: matmul.matmul)."""
+    """Where a producer's workgroups count themselves done."""
     counters: tuple   # (buffer, offset, size): the step's counters
-    slot: int         # word index of this producer's counter (the early count: slot + 2)
-    want_early: bool = False
-    early_rows: int = 0
+    slot: int         # word index of this producer's counter
 
 
 @dataclass(frozen=True)
 class Wait:
-    """What a chained consumer waits for: the producer's counter reaching its workgroup count (or,
-    for a column part reading only x rows below early_rows, its early count)."""
+    """What a chained consumer waits for: the producer's counter reaching its workgroup count."""
     counters: tuple
     slot: int
     n: int
-    early_rows: int = 0
 
 
 class ChainCounters:
@@ -69,15 +61,15 @@ class ChainCounters:
         seq.barrier()
         seq.fill(buf, 0, size, offset)
 
-    def signal(self, want_early: bool = False) -> Signal:
+    def signal(self) -> Signal:
         if self.used >= self.n_slots:
             raise ValueError("chain: more producers than counter slots")
         self.used += 1
-        return Signal(self.range, SLOT_WORDS * (self.used - 1), want_early)
+        return Signal(self.range, SLOT_WORDS * (self.used - 1))
 
     @staticmethod
     def wait(signal: Signal, n: int) -> Wait:
-        return Wait(signal.counters, signal.slot, n, signal.early_rows)
+        return Wait(signal.counters, signal.slot, n)
 
 
 def edge_letter(producer) -> str:

@@ -418,7 +418,7 @@ def _stream_tail(kc: KernelCache, w: QWeight, parts: int, x: View, y: View, rope
 
 # matvec_stream.comp's push constants: the product (7 words), RoPE's (10), WAIT's and SIGNAL's (3);
 # CLOCK's stamp slot (1) after them
-STREAM_PUSH = 88
+STREAM_PUSH = 80
 # stream kernels with a CLOCK variant (the split timeline's stamps, split/clock.py): the _dp forms
 # (stream_dp first: every stream type has its variant)
 CLOCK_KERNELS = ("stream_dp", "stream_dp_half")
@@ -520,8 +520,6 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
             blocks = (ch.n_rows + rows_per_wg - 1) // rows_per_wg
             grids.append([groups_2d(n * ((blocks + steps - 1) // steps)) for _, n in passes])
         chain_push = struct.pack("<3I", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0)
-        if stream:
-            chain_push += _early_push(w, pair, parts, phases, grids, rows_per_wg, steps, norm is not None, wait, signal)
         if clock is not None:
             chain_push += struct.pack("<I", clock.slot)
             tail = tail + [clock.stamps]
@@ -552,25 +550,6 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
             push = struct.pack("<6I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens)
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
     return 0
-
-
-def _early_push(w: QWeight, pair, parts: int, phases: list, grids: list, rows_per_wg: int, steps: int,
-                norm: bool, wait, signal) -> bytes:
-    """matvec_stream.comp's EARLY push constants (signal_early, wait_early_rows). A producer asked to
-    (signal.want_early: its consumer reads x part by part) counts early where it is a gate/up pair in
-    one dispatch of a 1-D grid over one chunk with steps to spare, and tells its consumer's Wait up to
-    which row (signal.early_rows). A consumer waits early where its producer counted so, it runs its
-    column parts in one dispatch (no PHASE) over one chunk and reads only its part of x (no NORM);
-    else it waits for every workgroup (the producer counts those as always)."""
-    signal_early = 0
-    if signal is not None and signal.want_early and pair is not None and parts == 1 and steps >= 2 \
-            and len(w.chunks) == 1 and len(grids[0]) == 1 and grids[0][0][1:] == (1, 1):
-        signal.early_rows = (steps - 1) * grids[0][0][0] * rows_per_wg
-        signal_early = 1
-    early = wait.early_rows if wait is not None else 0
-    if not early or parts <= 1 or norm or phases != [(0, parts)] or len(w.chunks) != 1:
-        early = 0
-    return struct.pack("<2I", signal_early, early)
 
 
 def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View, n_tokens: int,
