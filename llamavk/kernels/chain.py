@@ -87,5 +87,5 @@ def timing_only_skipped(producer) -> bool:
     """LLAMAVK_CHAIN_NOWAIT=letters (benchmarks/bench_decode_ab.py --no-wait; TIMING ONLY, the results
     are wrong): the chained consumers of these producers do not wait for them, so that a step's time
     without that edge's latency can be measured: what the wait costs at most."""
-    letters = os.environ.get("LLAMAVK_CHAIN_NOWAIT", "")
-    return bool(letters) and edge_letter(producer) in letters and edge_letter(producer) != ""
+    letter = edge_letter(producer)
+    return bool(letter) and letter in os.environ.get("LLAMAVK_CHAIN_NOWAIT", "")
