@@ -157,13 +157,12 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
         min_chunk = plan_chunk if min_chunk is None else min_chunk
     min_chunk = _round_chunk(min_chunk or block, block)
     n_splits = max(1, min(int(n_splits), MAX_SPLITS, -(-n_ctx // min_chunk)))
-    spec = (ATTN_WG, head_dim)
+    codes = kv_types.codes if kv_types.quantized else ()
+    spec = (ATTN_WG, head_dim) + codes
+    if dec:   # attention_decode.comp: the cache types (ids 2, 3; f16 variants ignore them), rows (4)
+        spec = (ATTN_WG, head_dim) + (codes or (0, 0)) + (br,)
     if kv_types.quantized:
         kv_types.check_head_dim(head_dim)
-        spec = (ATTN_WG, head_dim) + kv_types.codes
-    if dec:   # attention_decode.comp: the cache types (ids 2, 3; f16 variants ignore them), rows (4)
-        spec = (ATTN_WG, head_dim) + (kv_types.codes if kv_types.quantized else (0, 0)) + (br,)
-    if kv_types.quantized:
         name = "attention_dec_kvq" if dec else f"attention_kvq_br{br}"
         if n_splits == 1:
             return AttentionPlan(name, (n_rb, n_head_kv, 1), 1, min_chunk, spec)
