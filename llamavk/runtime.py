@@ -428,6 +428,7 @@ class DeviceRuntime:
         # edge q: Q/K/V products -> the rope_kv (or, RoPE in the products, the attention) after them
         qkv_signals = self._qkv_signals(ops, counters) if "q" in edges else {}
         rope_waits = {}   # id(attention op) -> [its Q/K/V products' signal, their workgroups] (edge q)
+        route_waiters = set()   # ids of the expert products that read the route after their wait (edge p)
         done = set()    # ops recorded with the one before them (a residual add and the norm after it)
         for i, op in enumerate(ops):
             if i in done:
@@ -545,6 +546,10 @@ class DeviceRuntime:
                 w, x, route = op.inputs
                 a = op.attrs
                 qw = self.weights[w.name]
+                # edge p: the output projection writing the route is not behind a barrier, so the route
+                # is read after the wait -- by the pair that waits for it, and by the down product
+                # chained to that pair (its wait for the pair implies the route is written)
+                route_wait = wait is not None and (pending[0].kind == "matmul" or id(pending[0]) in route_waiters)
                 n_used = route.width // 2       # slots (a shared expert's included: fusion.fuse_shared_expert)
                 shexp = (self.weights[a["shexp"].name],
                          self.weights[a["shexp_pair"].name] if "shexp_pair" in a else None) if "shexp" in a else None
@@ -555,7 +560,9 @@ class DeviceRuntime:
                               glu=act(a["glu"]) if "glu" in a else None, sum_slots=a.get("sum", False),
                               residual=act(a["residual"]) if "residual" in a else None,
                               pair=self.weights[a["pair"].name] if "pair" in a else None, wait=wait, signal=signal,
-                              route_wait=wait is not None and pending[0].kind == "matmul")   # edge p
+                              route_wait=route_wait)
+                if route_wait:
+                    route_waiters.add(id(op))
             elif k == "moe_sum":
                 y, route = op.inputs
                 moe.moe_sum(seq, kc, act(y), act(route), act(op.out), rows_out, route.width // 2, op.out.width)

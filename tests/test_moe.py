@@ -352,18 +352,20 @@ def test_matmul_id_prompt_coopmat(dev, kc, qtype):
 
 
 def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(synthetic_model, monkeypatch):
-    """Edges k, q, m and p (kernels/chain.py): qwen3's rope_kv (Q/K norms, RoPE, KV store) counts its
+    """Edges k, q, m, p and e (kernels/chain.py): qwen3's rope_kv (Q/K norms, RoPE, KV store) counts its
     workgroups and the decode attention, recorded without a barrier after it, waits in its shader (k);
     the Q/K/V products count on one shared counter and rope_kv waits for all three (q); the experts'
     summing down product counts and the next layer's Q/K/V products wait for it (m); the experts'
-    gate/up pair waits for the output projection that picks the experts, before it reads the route (p). On a software device the waits are met at once: the same logits bits as
-    with the barriers, one barrier fewer per layer and edge (and one more per step, before the counters
-    are zeroed)."""
+    gate/up pair waits for the output projection that picks the experts, before it reads the route (p);
+    with p, the down product chained to that pair (e) reads the route after its wait too (else it may
+    read it before the output projection wrote it: wrong logits on an H100 with LLAMAVK_CHAIN=1). On a
+    software device the waits are met at once: the same logits bits as with the barriers, one barrier
+    fewer per layer and edge (and one more per step, before the counters are zeroed)."""
     chainable_stream_kernel(monkeypatch)
     path = synthetic_model("qwen3moe", "q4_0", seed=3)
     prompt = [int(t) for t in np.random.default_rng(5).integers(3, 500, 8)]
     got, barriers = {}, {}
-    for chain in ("0", "k", "kq", "kqm", "kqmp"):
+    for chain in ("0", "k", "kq", "kqm", "kqmp", "kqmpe"):
         monkeypatch.setenv("LLAMAVK_CHAIN", chain)
         with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
             rt = m.runtime
@@ -371,9 +373,14 @@ def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(s
             barriers[chain] = sum(seq.n_barriers for seq in rt.recordings[("last", 1, 0)])
             names = [name for name, _ in rt.kc._kernels]
             assert any(n.startswith("attention_dec") and "_wait" in n for n in names) == (chain != "0")
+            # edge p: the pair reads the route after its wait, and so does the down product chained to
+            # it (it may start before the output projection has written the route: a race on GPUs)
+            rwait = {spec[6] for name, spec in rt.kc._kernels if name.startswith("mul_mv_id") and spec[15]}
+            assert rwait == ({False, True} if "pe" in chain else {False} if "p" in chain else set())   # spec 6: SUM
             assert any(n.startswith("rope_kv") and "_wait" in n for n in names) == ("q" in chain)
     n_layer = rt.cfg.n_layer
     assert barriers["k"] == barriers["0"] - n_layer + 1 and barriers["kq"] == barriers["0"] - 2 * n_layer + 1
     assert barriers["kqm"] == barriers["kq"] - (n_layer - 1)   # the last down is followed by the output row's copy
     assert barriers["kqmp"] == barriers["kqm"] - n_layer
-    assert all(np.array_equal(got["0"], got[c]) for c in ("k", "kq", "kqm", "kqmp"))
+    assert barriers["kqmpe"] == barriers["kqmp"] - n_layer
+    assert all(np.array_equal(got["0"], got[c]) for c in ("k", "kq", "kqm", "kqmp", "kqmpe"))
