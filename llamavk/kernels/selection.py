@@ -539,8 +539,12 @@ MATVEC_CONFIGS = (
     #   Q4_0 99.5 / 61.7, Q4_K 88.8 / 60.5, 70B Q4_0 55.6 / 48.9, 7.2B Q4_0 421.7 / 416.0.
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", wave=256)),
+    # (cols < 4096: the 1.1B's gate/up pair, 352 blocks by 2; a mixture of experts' Q (4096 x 2048: 128
+    # blocks) by 1, one wave of 128 workgroups rather than 64 by 2. H100 tg128 in alternation, one call:
+    # 30B-A3B 429.3 / 432.7 against 417.1 / 416.7; 35B-A3B (and its 8192 x 2048 products) 390.4 / 391.0
+    # against 378.6 / 376.6)
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
-     and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", steps=2)),
+     and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
@@ -553,6 +557,11 @@ MATVEC_CONFIGS = (
     # 4096 x 7168 on 2 by 4; K and V keep 2)
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and 4096 <= rows < cols
      <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
+    # (K and V by 2; rows of 2048 and more -- a mixture of experts' output projection, 2048 x 4096: 256
+    # blocks -- by 1, one wave. With the rule above, H100 tg128 in alternation, one call: 30B-A3B
+    # 435.6 / 433.3 against 417.6 / 414.8 with both rules' old steps; 35B-A3B 391.5 against 375.5)
+    ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and 2048 <= rows < cols
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows < cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
