@@ -9,14 +9,19 @@
 //
 // flags: [exchange][device][line] counters, LINE_WORDS apart. value = base + 1, base from the step
 // parameters (the host increases it every step, so counters never need zeroing).
-// Signal (every invocation): write value into my LINES lines for this exchange; the recorder puts a
-// barrier before the dispatch, so this device's data for the exchange is in host memory first.
+// Signal: write value into my LINES lines for this exchange; the recorder puts a barrier before the
+// dispatch, so this device's data for the exchange is in host memory first. The lines go out in
+// rounds of the workgroup's 256 invocations from line 0 on (one workgroup: the recorder's default),
+// so the first lines, where a waiting peer's polls are, reach host memory first: the writes drain at
+// ~1.3 ns a line, and 8192 lines written one per invocation by 32 workgroups at once (`spread`, the
+// form before) put the peer's line anywhere in that drain (2x H200 ping-pong, benchmarks/bench_hop.py:
+// 16.9 us an exchange point with 8192 lines against 5.7 with 256).
 // Wait (invocation 0): for each producer in wait_mask, read its lines one by one until one holds
 // >= value. Polls are spaced out more and more, up to MAX_GAP, so LINES polls cover a peer that is
 // milliseconds behind (layer mode: a whole block of layers; the recorder gives it more lines and a
 // smaller MAX_GAP, so a device wakes within a few us of its peer, and SLOW_GAP past half the lines);
 // then status[0] = 2 and the host reports an error.
-layout(local_size_x = 64) in;
+layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint LINES = 256;
 layout(constant_id = 1) const uint LINE_WORDS = 32;
 layout(constant_id = 2) const uint MAX_GAP = 20000;     // iterations of the back-off loop (~45 us)
@@ -35,8 +40,8 @@ uint line(uint device, uint i) {
 void main() {
     uint value = step[p.base_word] + p.exchange + 1u;
     uint i = gl_GlobalInvocationID.x;
-    if (p.signal != 0u && i < LINES)
-        flags[line(p.me, i)] = value;
+    if (p.signal != 0u)
+        for (uint k = i; k < LINES; k += gl_NumWorkGroups.x * gl_WorkGroupSize.x) flags[line(p.me, k)] = value;
     if (i != 0u) return;
     uint noise = value;
     for (uint peer = 0u; peer < 32u; ++peer) {

@@ -41,6 +41,15 @@ def long_lines() -> int:
     return _env_int("LLAMAVK_EXCHANGE_LINES_LONG", FLAG_LINES_LONG)
 
 
+def signal_spread() -> bool:
+    """LLAMAVK_EXCHANGE_SIGNAL=spread (A/B): exchange_sync.comp's signal writes one line per
+    invocation over as many workgroups as that takes, not in rounds of one workgroup from line 0."""
+    value = os.environ.get("LLAMAVK_EXCHANGE_SIGNAL", "ordered")
+    if value not in ("ordered", "spread"):
+        raise LlamavkError(f"LLAMAVK_EXCHANGE_SIGNAL={value!r}: ordered or spread")
+    return value == "spread"
+
+
 def flag_bytes(n_exchanges: int, n_devices: int, lines: int = FLAG_LINES) -> int:
     """Size of the counter area for n_exchanges exchange points of one step."""
     return n_exchanges * n_devices * lines * FLAG_LINE_BYTES
@@ -55,7 +64,7 @@ def exchange_sync(seq, kc, flags: View, status: View, step: View, me: int, excha
     and nothing after it starts before the peers' counters arrived."""
     kernel = kc.get("exchange_sync", "wwr", push_size=24, spec=(lines, FLAG_LINE_BYTES // 4, max_gap(lines)))
     seq.barrier()
-    groups = (lines + 63) // 64 if signal else 1
+    groups = (lines + 255) // 256 if signal and signal_spread() else 1
     seq.dispatch(kernel, [flags.range, status.range, step.range], (groups, 1, 1),
                  struct.pack("<6I", me, exchange, int(signal), wait_mask, n_devices, base_word))
     seq.barrier()
