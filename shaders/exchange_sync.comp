@@ -21,6 +21,12 @@
 // milliseconds behind (layer mode: a whole block of layers; the recorder gives it more lines and a
 // smaller MAX_GAP, so a device wakes within a few us of its peer, and SLOW_GAP past half the lines);
 // then status[0] = 2 and the host reports an error.
+// Hold (p.hold != 0; layer mode's devices whose block is done, waiting at the hand-over into the last
+// device): the dispatch has more workgroups, and every one but the first keeps its SM busy, polling
+// hold_word in device memory until the first, once its wait is over (or has given up), writes the
+// exchange's value there. A GPU left with one busy SM for a millisecond starts its next block slower
+// (4x H200, -sm layer: a hop cost ~30 us where one device ran nearly every layer, 45-55 us split
+// evenly, where the first device sat at this wait for half the step). The holders' polls are bounded.
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint LINES = 256;
 layout(constant_id = 1) const uint LINE_WORDS = 32;
@@ -30,8 +36,12 @@ const uint SLOW_GAP = 20000u;
 layout(std430, binding = 0) coherent volatile buffer Flags { uint flags[]; };
 layout(std430, binding = 1) buffer Status { uint status[]; };
 layout(std430, binding = 2) readonly buffer Step { uint step[]; };
+layout(std430, binding = 3) coherent volatile buffer Hold { uint hold_word[]; };
 layout(push_constant) uniform Push { uint me; uint exchange; uint signal; uint wait_mask; uint n_devices;
-                                     uint base_word; } p;
+                                     uint base_word; uint hold; } p;
+const uint HOLD_POLLS = 1u << 24;   // a holder's bound (~5 s of device-memory polls)
+
+bool wait_peers(uint value);
 
 uint line(uint device, uint i) {
     return ((p.exchange * p.n_devices + device) * LINES + i) * LINE_WORDS;
@@ -42,7 +52,25 @@ void main() {
     uint i = gl_GlobalInvocationID.x;
     if (p.signal != 0u)
         for (uint k = i; k < LINES; k += gl_NumWorkGroups.x * gl_WorkGroupSize.x) flags[line(p.me, k)] = value;
+    if (p.hold != 0u && gl_WorkGroupID.x != 0u) {
+        if (gl_LocalInvocationIndex == 0u) {
+            uint polls = 0u;
+            while (hold_word[0] < value && polls < HOLD_POLLS) ++polls;
+            if (polls == 0xFFFFFFFFu) hold_word[1] = polls;   // observable: the loop is not deleted
+        }
+        return;
+    }
     if (i != 0u) return;
+    bool ok = wait_peers(value);
+    if (p.hold != 0u) hold_word[0] = value;
+    if (!ok) {
+        status[0] = 2u;
+        status[1] = p.exchange;
+    }
+}
+
+// Invocation 0: every producer in wait_mask, one after the other (false: one never came).
+bool wait_peers(uint value) {
     uint noise = value;
     for (uint peer = 0u; peer < 32u; ++peer) {
         if ((p.wait_mask & (1u << peer)) == 0u) continue;
@@ -55,10 +83,9 @@ void main() {
             for (uint j = 0u; j < gap && !arrived; ++j) noise = noise * 1664525u + 1013904223u;
         }
         if (!arrived) {
-            status[0] = 2u;
-            status[1] = p.exchange;
             status[2] = noise;
-            return;
+            return false;
         }
     }
+    return true;
 }

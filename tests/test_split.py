@@ -234,7 +234,8 @@ def test_layer_mode_hops_and_finished_devices_waiting(references, monkeypatch):
     records that wait in its decode step (spin sync; forced here and only recorded: llvmpipe cannot
     spin). The devices' turns are unchanged: each waits for the one before it, in one dispatch that
     also copies the activation out of host memory (exchange_reduce: the "sum" of one device's slot),
-    and the products after it are chained to it (their weight loads out while the device waits)."""
+    and the products after it are chained to it (their weight loads out while the device waits).
+    The finished devices' waits keep their GPUs busy (exchange_sync's hold)."""
     monkeypatch.setenv("LLAMAVK_SPLIT_SYNC", "spin")
     monkeypatch.setenv("LLAMAVK_CHAIN", "1")         # chain products as on an NVIDIA GPU,
     from llamavk.kernels import matmul                # whose one-token products take the stream kernel
@@ -261,6 +262,11 @@ def test_layer_mode_hops_and_finished_devices_waiting(references, monkeypatch):
             assert all(op in chained for op in hops)
         hop = lambda d: ("sync_reduce", 1 << d)   # noqa: E731
         assert waits_of(m) == [[("sync", 1 << 2)], [hop(0), ("sync", 1 << 2)], [hop(1)], [hop(2)]], waits_of(m)
+        # the finished devices hold their GPUs busy while they wait (exchange_sync hold): every other wait
+        # is followed by work of the device's own
+        holds = [[op.attrs.get("hold", False) for op in sub.fused_one["last"].ops if op.kind == "sync"
+                  and op.attrs["wait_mask"]] for sub in rt.runtimes]
+        assert holds == [[True], [True], [], []]
     monkeypatch.setenv("LLAMAVK_LAYER_IDLE_WAIT", "0")    # the A/B switch: only the turns
     with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0,Vulkan0,Vulkan0", split_mode="layer") as m:
         assert waits_of(m) == [[], [hop(0)], [hop(1)], [hop(2)]], waits_of(m)

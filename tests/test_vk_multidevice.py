@@ -84,15 +84,17 @@ def test_timeline_ordered_exchange_with_host_relay(pair):
     shared.close()
 
 
-@pytest.mark.parametrize("n_lines", [256, 2048])
-def test_exchange_point_through_shared_host_memory(pair, n_lines):
+@pytest.mark.parametrize("n_lines,hold", [(256, False), (2048, False), (2048, True)])
+def test_exchange_point_through_shared_host_memory(pair, n_lines, hold):
     """The split modes' exchange point (kernels/collective.py, shaders/exchange_sync.comp): a device
     publishes its counter into every one of its lines in shared host memory, and waits by reading a
     peer's lines until one holds the step's value. Here the host plays the peer: late on a GPU (the
     wait must really wait and see a write from outside the device), published before the dispatch
     on llvmpipe (which ends any shader's loops after ~65k iterations in all, about a millisecond).
     Bounded: a peer that never comes ends in status 2 naming the exchange, never a hang. Both line
-    counts the split modes use (layer mode's long waits get more lines)."""
+    counts the split modes use (layer mode's long waits get more lines). Holding (layer mode's finished
+    devices): the other workgroups poll a device word until the waiter writes the exchange's value
+    there, also when it gives up, so they never outlive the wait."""
     from llamavk.kernels import KernelCache, View, collective
 
     a, _ = pair
@@ -110,11 +112,16 @@ def test_exchange_point_through_shared_host_memory(pair, n_lines):
         first = (exchange * n_dev + device) * n_lines
         return flags[first * words:(first + n_lines) * words:words]
 
+    hold_word = Buffer(a, 256, host_visible=True) if hold else None
+
     def record():
         status.array(np.uint32)[:] = 0
+        if hold:
+            hold_word.array(np.uint32)[:] = 0
         seq = CommandSequence(a).begin()
         collective.exchange_sync(seq, KernelCache(a), View.whole(shared.buffer(a)), View.whole(status),
-                                 View.whole(step), 0, exchange, True, 0b10, n_dev, 3, n_lines)
+                                 View.whole(step), 0, exchange, True, 0b10, n_dev, 3, n_lines,
+                                 hold=View.whole(hold_word) if hold else None)
         return seq.end()
 
     publish = lambda: lines(1).__setitem__(slice(None), 14)   # noqa: E731  the peer's counter: 10 + 3 + 1
@@ -127,10 +134,15 @@ def test_exchange_point_through_shared_host_memory(pair, n_lines):
     a.timeline.wait(value)
     assert int(status.array(np.uint32)[0]) == 0                        # waited, no time-out
     assert (lines(0) == 14).all()                                      # published on every line
+    if hold:
+        assert int(hold_word.array(np.uint32)[0]) == 14                # the holders released
 
     flags[:] = 0                                                       # peer never comes
     record().run()
     assert list(status.array(np.uint32)[:2]) == [2, exchange]
+    if hold:
+        assert int(hold_word.array(np.uint32)[0]) == 14
+        hold_word.close()
     shared.close()
 
 

@@ -41,6 +41,15 @@ def long_lines() -> int:
     return _env_int("LLAMAVK_EXCHANGE_LINES_LONG", FLAG_LINES_LONG)
 
 
+HOLD_GROUPS = 256          # an exchange point's holders: at least one workgroup on every SM of a big GPU
+
+
+def hold_enabled() -> bool:
+    """LLAMAVK_LAYER_HOLD=0 (A/B): layer mode's finished devices wait at the last hand-over with one
+    busy invocation, not every SM (exchange_sync hold)."""
+    return os.environ.get("LLAMAVK_LAYER_HOLD", "1") != "0"
+
+
 def signal_spread() -> bool:
     """LLAMAVK_EXCHANGE_SIGNAL=spread (A/B): exchange_sync.comp's signal writes one line per
     invocation over as many workgroups as that takes, not in rounds of one workgroup from line 0."""
@@ -56,17 +65,20 @@ def flag_bytes(n_exchanges: int, n_devices: int, lines: int = FLAG_LINES) -> int
 
 
 def exchange_sync(seq, kc, flags: View, status: View, step: View, me: int, exchange: int, signal: bool,
-                  wait_mask: int, n_devices: int, base_word: int, lines: int = FLAG_LINES) -> None:
+                  wait_mask: int, n_devices: int, base_word: int, lines: int = FLAG_LINES,
+                  hold: View | None = None) -> None:
     """Record one exchange point: publish my counter (signal) and/or wait until every device in
     wait_mask has published it (bounded; status[0] = 2 on time-out, status[1] = exchange).
+    hold (a device-local word pair): the wait keeps every SM busy until it is over (HOLD_GROUPS
+    workgroups polling hold; shaders/exchange_sync.comp), for a device with nothing else to do.
 
     Barriers on both sides: everything this device wrote before is complete before the counter moves,
     and nothing after it starts before the peers' counters arrived."""
-    kernel = kc.get("exchange_sync", "wwr", push_size=24, spec=(lines, FLAG_LINE_BYTES // 4, max_gap(lines)))
+    kernel = kc.get("exchange_sync", "wwrw", push_size=28, spec=(lines, FLAG_LINE_BYTES // 4, max_gap(lines)))
     seq.barrier()
-    groups = (lines + 255) // 256 if signal and signal_spread() else 1
-    seq.dispatch(kernel, [flags.range, status.range, step.range], (groups, 1, 1),
-                 struct.pack("<6I", me, exchange, int(signal), wait_mask, n_devices, base_word))
+    groups = HOLD_GROUPS if hold is not None else (lines + 255) // 256 if signal and signal_spread() else 1
+    seq.dispatch(kernel, [flags.range, status.range, step.range, (hold or status).range], (groups, 1, 1),
+                 struct.pack("<7I", me, exchange, int(signal), wait_mask, n_devices, base_word, int(hold is not None)))
     seq.barrier()
 
 

@@ -29,7 +29,7 @@ import os
 import numpy as np
 
 from ..kernels import STEP_SYNC_BASE, VIEW_ALIGN, View, collective, matmul
-from ..vk import Buffer, SharedHostMemory
+from ..vk import Buffer, CommandSequence, SharedHostMemory
 
 SYNC_MODES = ("spin", "relay")
 ENV_SYNC = "LLAMAVK_SPLIT_SYNC"
@@ -167,6 +167,23 @@ class DeviceComm:
         self.slot = 0
         self.spin = False
         self._direct: set = set()      # the puts of the recording in progress whose producer wrote the slot
+        self._hold = None              # exchange_sync's hold words (_hold_word), made when first needed
+
+    def _hold_word(self) -> View:
+        """The device-local words an exchange point's holders poll (exchange_sync hold): written with
+        the exchange's value, which only grows from step to step, so never reset."""
+        if self._hold is None:
+            self._hold = Buffer(self.device, 256)
+            seq = CommandSequence(self.device, "hold word").begin()
+            seq.fill(self._hold, 0, 256)
+            seq.end().run()
+            seq.close()
+        return View.whole(self._hold)
+
+    def close(self) -> None:
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
 
     def _slot(self, exchange: int, owner: int) -> tuple[Buffer, int]:
         region, size = self.shared.region(self.me, exchange, self.slot, self.spin)
@@ -183,9 +200,10 @@ class DeviceComm:
                 return True
             if a["signal"] or a["wait_mask"]:
                 flags = View.whole(self.shared.flags.buffer(self.device))
+                hold = self._hold_word() if a.get("hold") and a["wait_mask"] and collective.hold_enabled() else None
                 collective.exchange_sync(seq, self.kc, flags, View.whole(self.shared.status[self.me]), step,
                                          self.me, a["exchange"], a["signal"], a["wait_mask"], self.shared.n,
-                                         STEP_SYNC_BASE, self.shared.lines)
+                                         STEP_SYNC_BASE, self.shared.lines, hold=hold)
             return False
         if k == "put":
             if op in self._direct:         # its producer wrote it into my slot (direct_views)

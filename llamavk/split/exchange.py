@@ -30,10 +30,12 @@ def _mask(devices) -> int:
     return m
 
 
-def _sync_all(dg: DeviceGraphs, e: Exchange, layer) -> None:
+def _sync_all(dg: DeviceGraphs, e: Exchange, layer, hold=frozenset()) -> None:
+    """hold: devices that wait with nothing else to do (their GPUs kept busy while they wait)."""
     for d in range(dg.n):
         wait = (e.producers - {d}) if d in e.consumers else set()
-        dg.emit(d, "sync", (), None, layer, exchange=e.index, signal=d in e.producers, wait_mask=_mask(wait))
+        dg.emit(d, "sync", (), None, layer, exchange=e.index, signal=d in e.producers, wait_mask=_mask(wait),
+                hold=d in hold)
 
 
 def transfer(dg: DeviceGraphs, src: int, x, dsts, layer=None, idle=()) -> dict:
@@ -46,7 +48,7 @@ def transfer(dg: DeviceGraphs, src: int, x, dsts, layer=None, idle=()) -> dict:
     e.producers, e.consumers = {src}, set(dsts) | (set(idle) - {src})
     dg.emit(src, "put", (x,), None, layer, exchange=e.index, dtype="f32", at=0)
     dg.note_put(x.width)
-    _sync_all(dg, e, layer)
+    _sync_all(dg, e, layer, hold=set(idle) - {src})
     return {d: dg.emit(d, "get", (), x.width, layer, exchange=e.index, src=src, at=0, cols=None) for d in dsts}
 
 

@@ -213,6 +213,8 @@ class SplitRuntime:
         for rt in self.runtimes:
             if rt.clock is not None:
                 rt.clock.close()
+            if rt.comm is not None:
+                rt.comm.close()
             rt.close()
         self.shared.close()
 
