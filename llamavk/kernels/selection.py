@@ -553,13 +553,11 @@ MATVEC_CONFIGS = (
     # all 256 workgroups resident while attention runs: 397.1 / 397.4 against 388.2 / 388.5 by 2)
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
-    # (a split's down product, 4096 <= rows < cols: -sm tensor's 5120 x 6912 on 4 GPUs by 5, 7.2B's
-    # 4096 x 7168 on 2 by 4; K and V keep 2)
-    ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and 4096 <= rows < cols
-     <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
-    # (K and V by 2; rows of 2048 and more -- a mixture of experts' output projection, 2048 x 4096: 256
-    # blocks -- by 1, one wave. With the rule above, H100 tg128 in alternation, one call: 30B-A3B
-    # 435.6 / 433.3 against 417.6 / 414.8 with both rules' old steps; 35B-A3B 391.5 against 375.5)
+    # (rows of 2048 and more, fewer than the columns: a split's down product -- -sm tensor's 5120 x 6912
+    # on 4 GPUs by 5, 7.2B's 4096 x 7168 on 2 by 4 -- and a mixture of experts' output projection, 2048 x
+    # 4096: 256 blocks by 1, one wave. With the rule above, H100 tg128 in alternation, one call: 30B-A3B
+    # 435.6 / 433.3 against 417.6 / 414.8 with both rules' old steps; 35B-A3B 391.5 against 375.5. K and
+    # V, below, keep 2)
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and 2048 <= rows < cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows < cols
