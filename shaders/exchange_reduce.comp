@@ -41,7 +41,10 @@ layout(std430, binding = 0) coherent volatile buffer Flags { uint flags[]; };
 layout(std430, binding = 1) buffer Status { uint status[]; };
 layout(std430, binding = 2) readonly buffer Step { uint step[]; };
 layout(std430, binding = 3) coherent readonly buffer Parts { float parts[]; };
-layout(std430, binding = 4) readonly buffer Base { float base[]; };
+// coherent: with every stage of a -sm graph step chained (no pipeline barrier in the whole step),
+// base (the residual: an earlier exchange point's sum) may have been written after this SM's
+// non-coherent cache last held those addresses (the arena reuses them); only a barrier would drop them
+layout(std430, binding = 4) coherent readonly buffer Base { float base[]; };
 layout(std430, binding = 5) writeonly buffer Out { float outv[]; };
 layout(std430, binding = 6) coherent volatile buffer Chain { uint chain[]; };
 layout(push_constant) uniform Push {

@@ -83,6 +83,9 @@ layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
 // WAIT: the activations through coherent aliases (every read after the wait goes to the L2)
 layout(std430, binding = 1) volatile coherent buffer X4c { vec4 x4c[]; };
 layout(std430, binding = 6) volatile coherent buffer Up4c { vec4 up4c[]; };
+// the residual too: with every stage chained (LLAMAVK_CHAIN=1), no barrier may lie between its write
+// and this read, and a non-coherent cache may still hold those addresses from earlier in the step
+layout(std430, binding = 5) volatile coherent buffer ResidC { float residc[]; };
 layout(std430, binding = 8) volatile coherent buffer Chain { uint chain[]; };   // WAIT / SIGNAL: counters
 // SHEXP: the shared expert's matrix (W's role) and, with PAIR, its up matrix (P's role)
 layout(std430, binding = 9) readonly buffer ShW4 { uvec4 sw4[]; };
@@ -302,7 +305,7 @@ void main() {
             float v = 0.0;
             for (uint k = 0; k < p.n_used; ++k) v += red[k * p.rows_per_wg + i];
             uint o = t * p.rows + r0 + i;
-            if (RESID) v += resid[o];
+            if (RESID) v += WAIT ? residc[o] : resid[o];
             y[o] = v;
         }
     } else if (mine && c == 0) {
@@ -312,7 +315,7 @@ void main() {
                 float v = acc[0][j];
                 if (PAIR) v = v / (1.0 + exp(min(-v, 80.0))) * acc[NM - 1][j];
                 uint o = t * tok_out + s * p.rows + row;
-                if (RESID) v += resid[o];
+                if (RESID) v += WAIT ? residc[o] : resid[o];
                 y[o] = v;
             }
         }

@@ -11,6 +11,12 @@ counters are zeroed at the start of the step, so nothing has to put them back.
 This relies on workgroups starting in submission order (a waiting workgroup must never hold the
 place of one it waits for), which Vulkan does not promise: selection.CHAIN_VENDORS names the drivers
 where it was measured.
+
+A waiting consumer reads everything the step wrote through coherent bindings, not only its
+producer's output (tests/test_shaders_chain.py): a pipeline barrier is also what drops an SM's
+non-coherent cache lines, and with every stage chained a step may hold no barrier at all while the
+arena reuses addresses (an exchange point reading the residual through a plain binding made 2 H200s
+say other tokens under -sm graph).
 """
 
 from __future__ import annotations
