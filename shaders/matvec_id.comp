@@ -66,6 +66,13 @@ layout(constant_id = 12) const uint XS = 0;
 layout(constant_id = 13) const uint RED = 1;   // SUM: n_used x rows_per_wg (the host checks <= 2048)
 layout(constant_id = 14) const bool SHEXP = false;
 layout(constant_id = 15) const bool RWAIT = false;
+// XFIRST (XS > 0, no wait, one x row, no GLU: the host checks): a lane loads its share of x (and the
+// norm's weights) before its weight loads, and stages x' from those registers (at most XPRE vec4s
+// each). Why: a load waits behind the lane's earlier loads, so x read after the weights arrives after
+// them and the workgroup's staging barrier waits with nothing in flight (matvec_stream.comp XFIRST).
+layout(constant_id = 16) const bool XFIRST = false;
+#define XPRE 4
+vec4 xpre[XPRE], npre[XPRE];
 const uint NM = PAIR ? 2 : 1;   // matrices per product
 const bool SLOT_ROWS = SUM && XSLOT;   // XS: the token's n_used slot rows are staged
 
@@ -120,7 +127,18 @@ shared float red_ss[128];          // XS with NORM: per subgroup, its threads' s
 float stage_x(uint off4, uint n4) {
     uint cols4 = p.cols / 4;
     float ss = 0.0;
-    for (uint k = gl_LocalInvocationIndex; k < n4; k += gl_WorkGroupSize.x) {
+    if (XFIRST) {
+        [[unroll]] for (uint i = 0; i < XPRE; ++i) {
+            uint k = gl_LocalInvocationIndex + gl_WorkGroupSize.x * i;
+            if (k < n4) {
+                vec4 v = xpre[i];
+                if (NORM) { ss += dot(v, v); v *= npre[i]; }
+                uint u = k / 8, e = k % 8;
+                xs[8 * u + (e ^ (u & 7u))] = v;
+            }
+        }
+    }
+    for (uint k = XFIRST ? n4 : gl_LocalInvocationIndex; k < n4; k += gl_WorkGroupSize.x) {
         uint idx = off4 + k;
         vec4 v = WAIT ? x4c[idx] : x4[idx];
         if (NORM) { ss += dot(v, v); v *= nw4[k % cols4]; }
@@ -206,6 +224,15 @@ void main() {
     [[unroll]] for (uint j = 0; j < RJ; ++j)
         wrow[j] = (sh ? 0 : (e - p.e0) * p.rows) + min(r0 + g + G * j, rows_s - 1);
 
+    if (XFIRST) {   // x (and the norm's weights) before the weight loads (header)
+        [[unroll]] for (uint i = 0; i < XPRE; ++i) {
+            uint k = gl_LocalInvocationIndex + gl_WorkGroupSize.x * i;
+            if (k < p.cols / 4) {
+                xpre[i] = x4[xoff4 + k];
+                if (NORM) npre[i] = nw4[k];
+            }
+        }
+    }
 #if defined(QPLANAR)
     // every weight load first (header), then (WAIT) the producer, then the arithmetic
     uvec4 wq[C][NM][RJ][NQ];

@@ -271,6 +271,19 @@ def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = Fals
     return rows * cols // 4 if 4 * rows * cols <= min(room, MATVEC_ID_STAGE_MAX) else 0
 
 
+def matvec_id_xfirst(name: str, staged: int, wait, slot_rows: bool, glu, cols: int, wg: int) -> bool:
+    """matvec_id.comp XFIRST: a staging product not waiting in its shader (the experts' gate/up pair,
+    behind the barrier after the output projection picking them), one x row, no GLU, at most 4 vec4s of
+    x per lane. H100 tg128, in alternation, one call (6633267's tree): 30B-A3B 451.78 / 453.81 / 446.81
+    against 440.96 / 445.82 / 438.35, d1024 396.67 against 391.78, 35B-A3B 396.87 / 396.74 against
+    390.31 / 390.84; greedy tokens the same. Planar Q4_0 / Q8_0 (every weight load issued up front):
+    Q4_K experts, whose loads go out unit by unit, 367.57 / 365.81 with it against 364.10 / 364.68.
+    LLAMAVK_MVID_XFIRST=0 turns it off, =all on for every type (A/B)."""
+    mode = os.environ.get("LLAMAVK_MVID_XFIRST", "1")
+    return (mode != "0" and (mode == "all" or name in ("q4_0", "q8_0")) and staged > 0 and wait is None and not slot_rows
+            and glu is None and cols // 4 <= 4 * wg)
+
+
 def matvec_id_pairs(w: QWeight, p: QWeight) -> bool:
     """Whether the one-token expert product can take w and p as a gate/up pair (matvec_id.comp PAIR):
     planar types (16-byte loads of both), the same type, shape and expert chunks."""
@@ -372,7 +385,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
                                   norm is not None or glu is not None)
         spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
                 pair is not None, wait is not None, signal is not None, staged,
-                n_used * rows_per_wg if sum_slots else 1, sh is not None, wait is not None and route_wait)
+                n_used * rows_per_wg if sum_slots else 1, sh is not None, wait is not None and route_wait,
+                matvec_id_xfirst(name, staged, wait, sum_slots and xslot, glu, cols, wg))
         kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrrwrr", push_size=48, spec=spec)
         rows_max = R if sum_slots else max(R, sh_rows)
         grid = ((rows_max + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
