@@ -280,8 +280,8 @@ def matvec_id_xfirst(name: str, staged: int, wait, slot_rows: bool, glu, cols: i
     Q4_K experts, whose loads go out unit by unit, 367.57 / 365.81 with it against 364.10 / 364.68.
     LLAMAVK_MVID_XFIRST=0 turns it off, =all on for every type (A/B)."""
     mode = os.environ.get("LLAMAVK_MVID_XFIRST", "1")
-    return (mode != "0" and (mode == "all" or name in ("q4_0", "q8_0")) and staged > 0 and wait is None and not slot_rows
-            and glu is None and cols // 4 <= 4 * wg)
+    return (mode != "0" and (mode == "all" or name in ("q4_0", "q8_0")) and staged > 0 and wait is None
+            and not slot_rows and glu is None and cols // 4 <= 4 * wg)
 
 
 def matvec_id_pairs(w: QWeight, p: QWeight) -> bool:
