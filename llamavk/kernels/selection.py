@@ -484,7 +484,8 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # shapes): Q5_K has Q4_K's unit (a quarter super-block) plus a high-bit plane; Q3_K's and Q2_K's unit
 # is a whole super-block (matvec_stream.comp), so a 4096-wide row has 16 lanes and the 14336-wide down product
 # 7 parts of 8 units (2048 weights; Q4_K 14 of 1024: parts under 8 units are not cut). IQ4_XS's
-# unit is half a super-block (as Q6_K's). H100, 7.2B tg128 against the base kernel they ran before
+# unit is half a super-block (as Q6_K's half form): it has rows of its own ahead of these for the
+# shapes 4096 to 8192 wide and the down product (below). H100, 7.2B tg128 against the base kernel they ran before
 # (benchmarks/bench_kquant_stream_ab.sh, one call per group): Q5_K 316.1 / 116.5, Q3_K 179.2 / 157.4,
 # Q2_K 237.2 / 229.0, IQ4_XS 188.3 / 111.4 (llama.cpp -cm2 223.8, 209.3, 314.6, 203.3). Q3_K / Q2_K
 # are bound by their arithmetic (~0.56 TB/s): these rules were not tuned for them.
@@ -545,6 +546,21 @@ MATVEC_CONFIGS = (
     # against 378.6 / 376.6)
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
      and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", wave=256)),
+    # IQ4_XS (a unit is half a super-block, 128 weights: 32 lanes per 4096-wide row where Q4_K has 64)
+    # took Q4_K's rows below until 23e9226, which by 512 threads gave it 32 rows per workgroup: 64
+    # workgroups for a 4096 x 4096 product by 2 steps, 32 for K and V, the 14336-wide down product in 7
+    # parts. By 256 threads, one step for the square products and K / V, the gate/up pair in one wave
+    # of 256 workgroups (7 steps) and the down product in Q4_K's 14 parts of 1024 weights: H100, 7.2B
+    # tg128, one call each, in alternation (LLAMAVK_MATVEC shape entries): 232.35 / 234.97 against
+    # 194.30 / 191.57 (the square and K / V rows alone 207.05 / 207.12, with the down product's parts
+    # 211.09 / 211.35, the pair by 4 steps 217.70 / 217.93, by 2 214.58 / 213.47; the square products
+    # by 2 steps 189.53 / 189.75, by 128 threads 207.41 / 207.47); llama.cpp -cm2 212.19 (8d1a644).
+    ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
+     and 4096 <= cols <= 8192, MatvecConfig(wg=256, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
+    ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols
+     and 4096 <= cols <= 8192, MatvecConfig(wg=256, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
+    ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols > 8192,
+     MatvecConfig(wg=256, nr=2, ks=8, u=1, kernel="stream_dp", xfirst=1)),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
