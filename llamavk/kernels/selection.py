@@ -485,8 +485,8 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # is a whole super-block (matvec_stream.comp), so a 4096-wide row has 16 lanes and the 14336-wide down product
 # 7 parts of 8 units (2048 weights; Q4_K 14 of 1024: parts under 8 units are not cut). IQ4_XS's
 # unit is half a super-block (as Q6_K's half form): it has rows of its own ahead of these for the
-# shapes 4096 to 8192 wide and the down product (below). H100, 7.2B tg128 against the base kernel they ran before
-# (benchmarks/bench_kquant_stream_ab.sh, one call per group): Q5_K 316.1 / 116.5, Q3_K 179.2 / 157.4,
+# shapes 4096 to 8192 wide and the down product (below). H100, 7.2B tg128 against the base kernel
+# they ran before (benchmarks/bench_kquant_stream_ab.sh, one call per group): Q5_K 316.1 / 116.5, Q3_K 179.2 / 157.4,
 # Q2_K 237.2 / 229.0, IQ4_XS 188.3 / 111.4 (llama.cpp -cm2 223.8, 209.3, 314.6, 203.3). Q3_K / Q2_K
 # are bound by their arithmetic (~0.56 TB/s): these rules were not tuned for them.
 # Q6_K (planar since issue 27, a quarter super-block per unit: 3 uvec4s, its scales' uvec2 and d, as
@@ -555,9 +555,8 @@ MATVEC_CONFIGS = (
     # 194.30 / 191.57 (the square and K / V rows alone 207.05 / 207.12, with the down product's parts
     # 211.09 / 211.35, the pair by 4 steps 217.70 / 217.93, by 2 214.58 / 213.47; the square products
     # by 2 steps 189.53 / 189.75, by 128 threads 207.41 / 207.47); llama.cpp -cm2 212.19 (8d1a644).
-    ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
-     and 4096 <= cols <= 8192, MatvecConfig(wg=256, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
-    ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols
+    # (not the output product's shape, over 4x as many rows as columns: Q4_K's row, unmeasured either way)
+    ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= 4 * cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=256, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols > 8192,
      MatvecConfig(wg=256, nr=2, ks=8, u=1, kernel="stream_dp", xfirst=1)),
