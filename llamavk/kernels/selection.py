@@ -555,7 +555,8 @@ MATVEC_CONFIGS = (
     # 194.30 / 191.57 (the square and K / V rows alone 207.05 / 207.12, with the down product's parts
     # 211.09 / 211.35, the pair by 4 steps 217.70 / 217.93, by 2 214.58 / 213.47; the square products
     # by 2 steps 189.53 / 189.75, by 128 threads 207.41 / 207.47); llama.cpp -cm2 212.19 (8d1a644).
-    # (not the output product's shape, over 4x as many rows as columns: Q4_K's row, unmeasured either way)
+    # (over 4x as many rows as columns, the output product's shape and the 31.5B's gate/up keep Q4_K's row:
+    # these rows were not measured there)
     ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= 4 * cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=256, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols > 8192,
