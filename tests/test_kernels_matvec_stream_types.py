@@ -186,6 +186,24 @@ def test_gpu_rows_follow_q4_0_or_q4_k(qtype):
     assert matvec_config(gpu, qtype, 4096, 4096).kernel == "base"
 
 
+def test_matvec_env_is_read_again_when_it_changes(monkeypatch):
+    """LLAMAVK_MATVEC set or changed after import (a tool's settings between two loads in one process,
+    benchmarks/greedy_compare.py) takes effect at the next choice; unset, the rows come back; a bad
+    value is a one-line error then."""
+    from llamavk.errors import LlamavkError
+    monkeypatch.setattr(mm, "_MATVEC_ENV", mm._MATVEC_ENV)   # both put back after the test
+    monkeypatch.setattr(mm, "_MATVEC_ENV_TEXT", mm._MATVEC_ENV_TEXT)
+    gpu = _stand_in_gpu()
+    monkeypatch.setenv("LLAMAVK_MATVEC", "q4_0@4096x4096=base:256,4,2,2")
+    assert matvec_config(gpu, T.Q4_0, 4096, 4096) == MatvecConfig(256, 4, 2, 2, "base")
+    assert matvec_config(gpu, T.Q4_0, 1024, 4096).kernel == "stream_dp"   # other shapes keep their rows
+    monkeypatch.delenv("LLAMAVK_MATVEC")
+    assert matvec_config(gpu, T.Q4_0, 4096, 4096).kernel == "stream_dp"
+    monkeypatch.setenv("LLAMAVK_MATVEC", "q4_0=nope:1,2,3,4")
+    with pytest.raises(LlamavkError, match="LLAMAVK_MATVEC: unknown kernel"):
+        matvec_config(gpu, T.Q4_0, 4096, 4096)
+
+
 def test_iq4_xs_rows():
     """IQ4_XS on a GPU with fast integer dots (selection.MATVEC_CONFIGS, its own rows): 256 threads, so
     that the 7.2B's products get Q4_K's row blocks per workgroup (its unit is twice Q4_K's: half the

@@ -200,8 +200,21 @@ def parse_matvec_env(text: str | None) -> dict[str, MatvecConfig]:
     return out
 
 
-# Override for experiments (see parse_matvec_env).
-_MATVEC_ENV = parse_matvec_env(os.environ.get("LLAMAVK_MATVEC"))
+# Override for experiments (see parse_matvec_env), and the text it was parsed from (_matvec_env).
+_MATVEC_ENV: dict[str, MatvecConfig] = {}
+_MATVEC_ENV_TEXT = None
+
+
+def _matvec_env() -> dict[str, MatvecConfig]:
+    """LLAMAVK_MATVEC as parsed, parsed again whenever the variable changed. Not at import: a tool may
+    set it between two loads in one process (benchmarks/greedy_compare.py's settings), which a value
+    read once at import would ignore without a word, and a bad value is then a command's one-line
+    error, not an import's traceback."""
+    global _MATVEC_ENV, _MATVEC_ENV_TEXT
+    text = os.environ.get("LLAMAVK_MATVEC")
+    if text != _MATVEC_ENV_TEXT:
+        _MATVEC_ENV, _MATVEC_ENV_TEXT = parse_matvec_env(text), text
+    return _MATVEC_ENV
 
 
 def _fits(kc: KernelCache, cfg: MatvecConfig, tname: str, cols: int, n_tokens: int) -> bool:
@@ -221,7 +234,8 @@ def matvec_config(kc: KernelCache, qtype, rows: int, cols: int, n_tokens: int = 
     """Matrix-vector kernel and work split for a device and weight (the one place it is chosen): the
     LLAMAVK_MATVEC override where its kernel fits, else the first MATVEC_CONFIGS row that fits."""
     tname = type_suffix(qtype)
-    forced = _MATVEC_ENV.get(f"{tname}@{rows}x{cols}") or _MATVEC_ENV.get(tname) or _MATVEC_ENV.get("*")
+    env = _matvec_env()
+    forced = env.get(f"{tname}@{rows}x{cols}") or env.get(tname) or env.get("*")
     choices = [forced] + matvec_configs(kc, tname, n_tokens, rows, cols)
     cfg = next(c for c in choices if c is not None and _fits(kc, c, tname, cols, n_tokens))
     return replace(cfg, wg=max(cfg.wg, kc.info.subgroup_size or 32))
