@@ -206,7 +206,7 @@ def test_matvec_env_is_read_again_when_it_changes(monkeypatch):
 
 def test_iq4_xs_rows():
     """IQ4_XS on a GPU with fast integer dots (selection.MATVEC_CONFIGS, its own rows): 256 threads, so
-    that the 7.2B's products get Q4_K's row blocks per workgroup (its unit is twice Q4_K's: half the
+    that the 7.2B's gate/up, square and K/V products get Q4_K's row blocks per workgroup (its unit is twice Q4_K's: half the
     lanes per row) -- the gate/up pair one wave of 256 workgroups by 7 steps, the square products 256
     by one, K and V 64, the down product in Q4_K's 14 parts of 1024 weights (8 lanes per row: 64 rows
     per workgroup, 896 workgroups); the output product keeps Q4_K's row."""
