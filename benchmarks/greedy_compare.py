@@ -5,13 +5,16 @@ change what a model says (a split mode, a kernel or chaining switch).
     python3 benchmarks/greedy_compare.py MODEL DEVICES SETTING [SETTING ...] [-n 96]
 
 A setting is a split mode with optional environment variables, colon-separated, e.g.
-`none graph graph:LLAMAVK_CHAIN=aoge tensor` (DEVICES: comma-separated, `-sm none` takes the first).
+`none graph graph:LLAMAVK_CHAIN=aoge tensor` (DEVICES: comma-separated, `-sm none` takes the first); a
+value may hold colons itself (`none:LLAMAVK_MATVEC=q4_0=stream_dp:256,2,1,1`): a new variable starts
+only where a colon is followed by an upper-case NAME=.
 Prints per setting a hash of its tokens and the first step where they differ from the first setting's.
 """
 
 import argparse
 import hashlib
 import os
+import re
 import time
 
 import numpy as np
@@ -30,7 +33,7 @@ def main() -> int:
     prompt = None
     results = []
     for spec in a.settings:
-        mode, *envs = spec.split(":")
+        mode, *envs = re.split(r":(?=[A-Z_][A-Z0-9_]*=)", spec)
         saved = {}
         for e in envs:
             key, _, value = e.partition("=")

@@ -151,24 +151,26 @@ def _stand_in_gpu():
                                                 max_shared_memory=49152, max_workgroup_invocations=1024))
 
 
-# IQ4_XS's own rows (selection.MATVEC_CONFIGS): rows 4096 to 8192 wide but of the output product's
-# shape (more than 4x as many rows as columns: also the 31.5B's gate/up, not measured), and rows over
-# 8192 wide
-IQ4XS_OWN = ((14336, 4096), (4096, 4096), (1024, 4096), (4096, 14336), (5120, 5120), (4096, 7168))
+# The 128-weight units' own rows (selection.HALF_UNIT_ROWS: IQ4_XS, Q2_K and Q3_K): rows 4096 to 8192
+# wide but of the output product's shape (more than 4x as many rows as columns: also the 31.5B's
+# gate/up, not measured), and rows over 8192 wide
+HALF_UNIT_OWN = ((14336, 4096), (4096, 4096), (1024, 4096), (4096, 14336), (5120, 5120), (4096, 7168))
+HALF_UNIT_TYPES = (T.IQ4_XS, T.Q2_K, T.Q3_K)
 
 
 @pytest.mark.parametrize("qtype", list(dict.fromkeys(c[0] for c in STREAM_CASES)) + [T.Q6_K], ids=lambda v: v.name)
 def test_gpu_rows_follow_q4_0_or_q4_k(qtype):
     """On a GPU with fast integer dots IQ4_NL, MXFP4, Q4_1, Q5_0 and Q5_1 take Q4_0's stream rows shape
     for shape, the others Q4_K's (the 7.2B's, the 31.5B's and the 1.1B's products, a split's down
-    product; IQ4_XS its own where test_iq4_xs_rows says); several tokens keep the base kernel, and the
+    product; IQ4_XS, Q2_K and Q3_K their own where test_half_unit_rows says); several tokens keep the
+    base kernel, and the
     base kernel stays reachable through LLAMAVK_MATVEC (the A/B script's spelling)."""
     like = T.Q4_0 if qtype in Q40_LIKE else T.Q4_K
     gpu = _stand_in_gpu()
     half = qtype in HALF_TYPES   # Q4_K's rows on the half-super-block form
     for rows, cols in ((14336, 4096), (4096, 4096), (1024, 4096), (4096, 14336), (32000, 4096),
                        (27648, 5120), (5120, 5120), (4096, 7168), (2048, 2048), (8192, 2048), (256, 2048)):
-        if qtype == T.IQ4_XS and (rows, cols) in IQ4XS_OWN:
+        if qtype in HALF_UNIT_TYPES and (rows, cols) in HALF_UNIT_OWN:
             continue
         got, want = matvec_config(gpu, qtype, rows, cols), matvec_config(gpu, like, rows, cols)
         if half:   # the same weights per column part: half the (twice as long) units
@@ -204,25 +206,32 @@ def test_matvec_env_is_read_again_when_it_changes(monkeypatch):
         matvec_config(gpu, T.Q4_0, 4096, 4096)
 
 
-def test_iq4_xs_rows():
-    """IQ4_XS on a GPU with fast integer dots (selection.MATVEC_CONFIGS, its own rows): 256 threads, so
-    that the 7.2B's gate/up, square and K/V products get Q4_K's row blocks per workgroup (its unit is twice Q4_K's: half the
-    lanes per row) -- the gate/up pair one wave of 256 workgroups by 7 steps, the square products 256
-    by one, K and V 64, the down product in Q4_K's 14 parts of 1024 weights (8 lanes per row: 64 rows
-    per workgroup, 896 workgroups); the output product keeps Q4_K's row."""
+@pytest.mark.parametrize("qtype", HALF_UNIT_TYPES, ids=lambda v: v.name)
+def test_half_unit_rows(qtype):
+    """IQ4_XS, and Q2_K / Q3_K in their half form, on a GPU with fast integer dots (selection.HALF_UNIT_ROWS):
+    256 threads, so that the 7.2B's gate/up, square and K/V products get Q4_K's row blocks per
+    workgroup (their unit, 128 weights, is twice Q4_K's: half the lanes per row) -- the gate/up pair
+    one wave of 256 workgroups by 7 steps, the square products 256 by one, K and V 64, the down
+    product in Q4_K's 14 parts of 1024 weights (8 lanes per row: 64 rows per workgroup, 896
+    workgroups); the output product keeps Q4_K's row."""
     gpu = _stand_in_gpu()
+    name = mm.type_suffix(qtype)
+    kernel = "stream_dp_half" if qtype in HALF_TYPES else "stream_dp"
 
     def grid(rows, cols, pair=False):
-        cfg = matvec_config(gpu, T.IQ4_XS, rows, cols)
-        assert cfg.kernel == "stream_dp" and cfg.wg == 256, (rows, cols)
-        _, rows_per_wg, parts, steps = mm._matvec_spec(gpu, cfg, "iq4_xs", cols, 1, False, False, False, pair,
+        cfg = matvec_config(gpu, qtype, rows, cols)
+        assert cfg.kernel == kernel and cfg.wg == 256, (rows, cols)
+        _, rows_per_wg, parts, steps = mm._matvec_spec(gpu, cfg, name, cols, 1, False, False, False, pair,
                                                      rows=rows)
         return rows_per_wg, parts, steps, parts * -(-rows // rows_per_wg // steps)
     assert grid(14336, 4096, pair=True) == (8, 1, 7, 256)
     assert grid(4096, 4096) == (16, 1, 1, 256) and grid(1024, 4096) == (16, 1, 1, 64)
-    assert grid(4096, 14336) == (64, 14, 1, 896) and matvec_config(gpu, T.IQ4_XS, 4096, 14336).xfirst
-    assert all(matvec_config(gpu, T.IQ4_XS, r, c).wg == 256 for r, c in IQ4XS_OWN)
-    assert matvec_config(gpu, T.IQ4_XS, 32000, 4096) == matvec_config(gpu, T.Q4_K, 32000, 4096)
+    assert grid(4096, 14336) == (64, 14, 1, 896) and matvec_config(gpu, qtype, 4096, 14336).xfirst
+    assert all(matvec_config(gpu, qtype, r, c).wg == 256 for r, c in HALF_UNIT_OWN)
+    q4k_row = matvec_config(gpu, T.Q4_K, 32000, 4096)
+    if qtype in HALF_TYPES:
+        q4k_row = replace(q4k_row, kernel="stream_dp_half", ks=max(1, q4k_row.ks // 2))
+    assert matvec_config(gpu, qtype, 32000, 4096) == q4k_row
 
 
 # Q6_K's half-super-block form (kernels stream_h, stream_dp_h: matvec_stream.comp Q6K_HALF, kept for

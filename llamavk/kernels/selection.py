@@ -484,11 +484,12 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # shapes): Q5_K has Q4_K's unit (a quarter super-block) plus a high-bit plane; Q3_K's and Q2_K's unit
 # is a whole super-block (matvec_stream.comp), so a 4096-wide row has 16 lanes and the 14336-wide down product
 # 7 parts of 8 units (2048 weights; Q4_K 14 of 1024: parts under 8 units are not cut). IQ4_XS's
-# unit is half a super-block (as Q6_K's half form): it has rows of its own ahead of these for the
-# shapes 4096 to 8192 wide and the down product (below). H100, 7.2B tg128 against the base kernel
+# unit is half a super-block (as Q6_K's half form, and Q3_K's and Q2_K's half form below): these
+# have rows of their own ahead of Q4_K's (HALF_UNIT_ROWS) for the shapes 4096 to 8192 wide and the
+# down product. H100, 7.2B tg128 against the base kernel
 # they ran before (benchmarks/bench_kquant_stream_ab.sh, one call per group): Q5_K 316.1 / 116.5, Q3_K 179.2 / 157.4,
 # Q2_K 237.2 / 229.0, IQ4_XS 188.3 / 111.4 (llama.cpp -cm2 223.8, 209.3, 314.6, 203.3). Q3_K / Q2_K
-# are bound by their arithmetic (~0.56 TB/s): these rules were not tuned for them.
+# are bound by their arithmetic (~0.56 TB/s in whole-block units).
 # Q6_K (planar since issue 27, a quarter super-block per unit: 3 uvec4s, its scales' uvec2 and d, as
 # Q5_K's 5 loads) takes them: H200 (Vulkan0 of a 4x H200 machine), 7.2B tg128, one call: 342.3
 # against 237.1 with the half-super-block form's old rule (LLAMAVK_MATVEC=q6_k=stream_dp_h:256,2,16,1,1,1,
@@ -504,6 +505,29 @@ Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs", "q6_k")
 # tg128, one call, against the base kernel (LLAMAVK_MATVEC=q4_1=base:256,4,2,2, q5_0=..., q5_1=...)
 # and llama.cpp -cm2: Q4_1 457.1 / 246.7 / 271.0, Q5_0 383.3 / 225.1 / 221.8, Q5_1 385.7 / 233.0 / 220.3.
 Q40_RULE_TYPES = ("q4_0", "iq4_nl", "mxfp4", "q4_1", "q5_0", "q5_1")
+# The types whose one-token unit is half a super-block, 128 weights (IQ4_XS; Q2_K and Q3_K in their half
+# form, below): 32 lanes per 4096-wide row where Q4_K has 64. On Q4_K's rows (512 threads) that gave
+# them 32 rows per workgroup: 64 workgroups for a 4096 x 4096 product by 2 steps, 32 for K and V, the
+# 14336-wide down product in 7 parts. By 256 threads, one step for the square products and K / V, the
+# gate/up pair in one wave of 256 workgroups (7 steps) and the down product in Q4_K's 14 parts of 1024
+# weights. H100, 7.2B tg128, one call each, in alternation (LLAMAVK_MATVEC shape entries):
+# - IQ4_XS 232.35 / 234.97 against 194.30 / 191.57 (the square and K / V rows alone 207.05 / 207.12,
+#   with the down product's parts 211.09 / 211.35, the pair by 4 steps 217.70 / 217.93, by 2 214.58 /
+#   213.47; the square products by 2 steps 189.53 / 189.75, by 128 threads 207.41 / 207.47);
+#   llama.cpp -cm2 212.19 (8d1a644).
+# - Q3_K 265.04 / 264.97 against 228.55 / 227.81 (the square and K / V rows alone 238.59 / 240.44, the
+#   pair by 4 steps 246.86 / 244.24); Q2_K 383.73 / 371.67 against 341.50 / 349.11 (361.41 / 350.77;
+#   368.06 / 367.50). llama.cpp -cm2 in that call: 208.18 / 208.42 and 306.09 / 304.06. (Their down
+#   product had these parts already: Q4_K's ks halved.)
+# Over 4x as many rows as columns (the output product's shape, the 31.5B's gate/up) they keep Q4_K's
+# row: the output product by 8 steps, one wave, read within the spread (Q3_K 266.89 / 265.26, Q2_K
+# 375.02 / 374.84 against the rows above).
+HALF_UNIT_ROWS = (
+    (lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= 4 * cols and 4096 <= cols <= 8192,
+     MatvecConfig(wg=256, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
+    (lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols > 8192,
+     MatvecConfig(wg=256, nr=2, ks=8, u=1, kernel="stream_dp", xfirst=1)),
+)
 MATVEC_CONFIGS = (
     # kind   types                    applies when                                  kernel and work split
     # H100: one token through rows of <= 8192 weights: 1.15-1.3x the base kernel (Q4_0), 1.25-1.5x
@@ -546,21 +570,7 @@ MATVEC_CONFIGS = (
     # against 378.6 / 376.6)
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
      and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", wave=256)),
-    # IQ4_XS (a unit is half a super-block, 128 weights: 32 lanes per 4096-wide row where Q4_K has 64)
-    # took Q4_K's rows below until 23e9226, which by 512 threads gave it 32 rows per workgroup: 64
-    # workgroups for a 4096 x 4096 product by 2 steps, 32 for K and V, the 14336-wide down product in 7
-    # parts. By 256 threads, one step for the square products and K / V, the gate/up pair in one wave
-    # of 256 workgroups (7 steps) and the down product in Q4_K's 14 parts of 1024 weights: H100, 7.2B
-    # tg128, one call each, in alternation (LLAMAVK_MATVEC shape entries): 232.35 / 234.97 against
-    # 194.30 / 191.57 (the square and K / V rows alone 207.05 / 207.12, with the down product's parts
-    # 211.09 / 211.35, the pair by 4 steps 217.70 / 217.93, by 2 214.58 / 213.47; the square products
-    # by 2 steps 189.53 / 189.75, by 128 threads 207.41 / 207.47); llama.cpp -cm2 212.19 (8d1a644).
-    # (over 4x as many rows as columns, the output product's shape and the 31.5B's gate/up keep Q4_K's row:
-    # these rows were not measured there)
-    ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= 4 * cols
-     and 4096 <= cols <= 8192, MatvecConfig(wg=256, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
-    ("gpu", ("iq4_xs",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols > 8192,
-     MatvecConfig(wg=256, nr=2, ks=8, u=1, kernel="stream_dp", xfirst=1)),
+    *(("gpu", ("iq4_xs",), applies, cfg) for applies, cfg in HALF_UNIT_ROWS),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
@@ -625,10 +635,14 @@ MATVEC_CONFIGS = (
 # form / llama.cpp -cm2: Q2_K 312.9 / 250.5 / 333.3, Q3_K 208.8 / 190.2 / 213.1. Column parts keep
 # Q4_K's weights per part (its ks halved: units twice as long), so the 7.2B's down product is cut in
 # 14 parts as Q4_K's, not 7: H100, one call, Q2_K 316.6 against 296.9, Q3_K 212.6 against 200.2.
+# Their 128-weight units take the rows IQ4_XS has (HALF_UNIT_ROWS) ahead of those.
 HALF_RULE_TYPES = ("q2_k", "q3_k")
-MATVEC_CONFIGS = tuple((kind, HALF_RULE_TYPES, applies, replace(cfg, kernel="stream_dp_half", ks=max(1, cfg.ks // 2)))
-                       for kind, types, applies, cfg in MATVEC_CONFIGS
-                       if types is Q4K_RULE_TYPES and cfg.kernel == "stream_dp") + MATVEC_CONFIGS
+MATVEC_CONFIGS = (tuple(("gpu", HALF_RULE_TYPES, applies, replace(cfg, kernel="stream_dp_half"))
+                        for applies, cfg in HALF_UNIT_ROWS)
+                  + tuple((kind, HALF_RULE_TYPES, applies, replace(cfg, kernel="stream_dp_half", ks=max(1, cfg.ks // 2)))
+                          for kind, types, applies, cfg in MATVEC_CONFIGS
+                          if types is Q4K_RULE_TYPES and cfg.kernel == "stream_dp")
+                  + MATVEC_CONFIGS)
 
 
 def matvec_configs(kc, type_name: str, n_tokens: int, rows: int, cols: int) -> list:
