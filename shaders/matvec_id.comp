@@ -22,6 +22,11 @@
 // Planar Q4_0 / Q8_0 (QPLANAR): every weight load of a lane (16-byte quants, its block scales) is
 // issued before any arithmetic, so a subgroup has C x RJ x (PAIR ? 2 : 1) loads in flight (the
 // memory-level parallelism that streams the weights; loads issued inside the loop wait one by one).
+// Q4_K (KUNIT) takes the same path with units of 64 weights, a quarter super-block (sub-blocks 2q and
+// 2q + 1: 32 bytes of quants, their low and high nibbles), loaded as 3 uvec4s (the super-block's
+// head: d, dmin, the 12 scale bytes; the quarter's quants), the mins through the sums of x' over each
+// sub-block (w = d sc q - dmin m). Why: loaded unit by unit as the other types, the loads of a lane
+// wait one by one, and the gate/up pair and the chained stages took planar types only.
 // Other types dequantize unit by unit (quants.glsl dequant_unit).
 // Grids: plain / PAIR: (row blocks of the subgroups' rows, tokens x slots), each subgroup its own rows;
 // SUM: (row blocks of G * RJ rows, tokens), one subgroup per slot (the workgroup is n_used subgroups),
@@ -185,6 +190,17 @@ float lanes_sum(float v) {
 #define NQ 1
 #elif defined(QTYPE_Q8_0)
 #define NQ 2
+#elif defined(QTYPE_Q4_K)
+#define NQ 3        // the super-block's head, the quarter's 32 quant bytes
+#define KUNIT 1
+#endif
+#if defined(QPLANAR) || defined(KUNIT)
+#define QPRELOAD 1  // every weight load issued before the arithmetic (header)
+#endif
+#if defined(KUNIT)
+#define UNIT_W 64
+#else
+#define UNIT_W 32
 #endif
 
 void main() {
@@ -215,7 +231,7 @@ void main() {
     uint tok_out = SHEXP ? (p.n_used - 1) * p.rows + p.sh_rows : p.n_used * p.rows;
     uint tok_in = SHEXP ? (p.n_used - 1) * p.cols + p.sh_cols : p.n_used * p.cols;
     uint xoff4 = (XSLOT ? t * tok_in + s * p.cols : t * p.cols) / 4;
-    uint n_units = cols_s / 32;
+    uint n_units = cols_s / UNIT_W;
 
     float acc[NM][RJ], ss = 0.0;
     [[unroll]] for (uint m = 0; m < NM; ++m)
@@ -233,15 +249,25 @@ void main() {
             }
         }
     }
-#if defined(QPLANAR)
+#if defined(QPRELOAD)
     // every weight load first (header), then (WAIT) the producer, then the arithmetic
     uvec4 wq[C][NM][RJ][NQ];
+#if defined(QPLANAR)
     float wd[C][NM][RJ];
+#endif
     if (mine) {
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = min(c + TPR * i, n_units - 1);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint b = wrow[j] * n_units + u;
+#if defined(KUNIT)
+                // quarter b % 4 of super-block b / 4 (144 bytes: 9 uvec4s, the head first)
+                uint o0 = 9 * (b / 4), o1 = o0 + 1 + 2 * (b % 4);
+                wq[i][0][j][0] = wu4[o0]; wq[i][0][j][1] = wu4[o1]; wq[i][0][j][2] = wu4[o1 + 1];
+                if (PAIR) {
+                    wq[i][NM - 1][j][0] = pu4[o0]; wq[i][NM - 1][j][1] = pu4[o1]; wq[i][NM - 1][j][2] = pu4[o1 + 1];
+                }
+#else
                 if (sh) {   // the shared expert's matrices: one expert, planes of its own size
                     uint sd = QD_PLANE * p.sh_rows * n_units;
                     [[unroll]] for (uint k = 0; k < NQ; ++k) wq[i][0][j][k] = sw4[NQ * b + k];
@@ -258,6 +284,7 @@ void main() {
                         wd[i][NM - 1][j] = float(pf16[QD_PLANE * q_chunk_blocks + b]);
                     }
                 }
+#endif
             }
         }
     }
@@ -267,7 +294,33 @@ void main() {
     if (XS > 0) ss_all = stage_x(SLOT_ROWS ? t * tok_in / 4 : xoff4, (SLOT_ROWS ? tok_in : p.cols) / 4);
     uint xs4 = SLOT_ROWS ? s * p.cols / 4 : 0;
     if (mine) {
-#if defined(QPLANAR)
+#if defined(KUNIT)
+        [[unroll]] for (uint i = 0; i < C; ++i) {
+            uint u = c + TPR * i;
+            if (u < n_units) {
+                // sub-blocks 2q and 2q + 1 of the quarter: x' units 2u and 2u + 1 (32 weights each)
+                vec4 xv[8], xw[8];
+                xunit(xoff4, xs4, 2 * u, ss, xv);
+                xunit(xoff4, xs4, 2 * u + 1, ss, xw);
+                float s0 = 0.0, s1 = 0.0;   // the sub-blocks' sums of x' (their mins' terms)
+                [[unroll]] for (uint k = 0; k < 8; ++k) { s0 += dot(xv[k], vec4(1.0)); s1 += dot(xw[k], vec4(1.0)); }
+                [[unroll]] for (uint m = 0; m < NM; ++m) {
+                    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                        vec2 dl, ml;
+                        q4k_quarter_scales(wq[i][m][j][0], u % 4, dl, ml);
+                        float t0 = 0.0, t1 = 0.0;
+                        [[unroll]] for (uint k = 0; k < 8; ++k) {
+                            vec4 lo, hi;
+                            nib_fma(wq[i][m][j][1 + k / 4][k % 4], 0.0, lo, hi);
+                            t0 += dot(lo, xv[k]);
+                            t1 += dot(hi, xw[k]);
+                        }
+                        acc[m][j] += dl.x * t0 + dl.y * t1 - ml.x * s0 - ml.y * s1;
+                    }
+                }
+            }
+        }
+#elif defined(QPLANAR)
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = c + TPR * i;
             if (u < n_units) {

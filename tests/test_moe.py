@@ -121,9 +121,10 @@ def random_routes(rng, n_tokens, n_expert, n_used):
 
 
 def run_matmul_id(dev, kc, qtype, n_tokens, *, n_expert=7, rows=37, n_used=3, xslot=False, norm=False,
-                  glu=False, sum_slots=False, residual=False, chunk_experts=None, pair=False, seed=0):
+                  glu=False, sum_slots=False, residual=False, chunk_experts=None, pair=False, seed=0, cols=None):
     rng = np.random.default_rng(seed)
-    cols = small_cols(qtype) if quant_info(qtype).block_size > 1 else 96   # expert rows: multiples of 32
+    if cols is None:
+        cols = small_cols(qtype) if quant_info(qtype).block_size > 1 else 96   # expert rows: multiples of 32
     info = quant_info(qtype)
     max_chunk = chunk_experts * rows * info.row_bytes(cols) if chunk_experts else None
     w, wref = expert_weight(dev, qtype, n_expert, rows, cols, seed, max_chunk)
@@ -179,9 +180,20 @@ def test_matmul_id_decode(dev, kc, qtype):
     run_matmul_id(dev, kc, qtype, 2, xslot=True, glu=True, seed=3)                # down: x per slot, SwiGLU in
     run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=4)
     run_matmul_id(dev, kc, qtype, 4, n_used=1, xslot=True, sum_slots=True, seed=5)
-    if qtype in (T.Q4_0, T.Q8_0):                                                 # gate and up as one product
+    if qtype in (T.Q4_0, T.Q8_0, T.Q4_K):                                         # gate and up as one product
         run_matmul_id(dev, kc, qtype, 2, norm=True, pair=True, seed=6)
         run_matmul_id(dev, kc, qtype, 1, pair=True, chunk_experts=3, seed=7)
+
+
+@pytest.mark.parametrize("cols", [768, 2048])
+def test_matmul_id_decode_q4k_quarters(dev, kc, cols):
+    """Q4_K's units of 64 weights (matvec_id.comp KUNIT) on wider rows: 768 (the 30B-A3B's down product:
+    12 quarters, 4 lanes of 3 per row), 2048 (its gate/up: a quarter per lane, several rows per lane)."""
+    tpr, c, rj = moe.matvec_id_split("q4_k", cols, kc.info.subgroup_size or 32, False)
+    assert tpr * c == cols // 64
+    run_matmul_id(dev, kc, T.Q4_K, 1, norm=True, pair=True, seed=21, cols=cols)
+    run_matmul_id(dev, kc, T.Q4_K, 1, xslot=True, glu=True, sum_slots=True, residual=True, seed=22, cols=cols)
+    run_matmul_id(dev, kc, T.Q4_K, 2, seed=23, cols=cols)
 
 
 @pytest.mark.parametrize("stage", ["0", "1"])
@@ -194,7 +206,7 @@ def test_matmul_id_decode_x_staged_or_not(dev, kc, qtype, stage, monkeypatch):
     run_matmul_id(dev, kc, qtype, 3, seed=11)
     run_matmul_id(dev, kc, qtype, 3, norm=True, seed=12)
     run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=13)
-    if qtype in (T.Q4_0, T.Q8_0):
+    if qtype in (T.Q4_0, T.Q8_0, T.Q4_K):
         run_matmul_id(dev, kc, qtype, 2, norm=True, pair=True, seed=14)
 
 
@@ -298,7 +310,8 @@ def test_moe_decode_reads_only_chosen_experts(synthetic_model):
     assert {"sum", "residual"} <= set(ids[1].attrs) and "glu" not in ids[1].attrs
 
 
-def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch):
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_k"])
+def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch, qtype):
     """Edges e and r (kernels/chain.py): the down product recorded without a barrier after the gate/up
     pair, the router after the output projection, each waiting in its shader for its producer's
     workgroup count. On a software device the wait is met at once, so the logits must be the same
@@ -306,7 +319,7 @@ def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch
     folded into the output projection, test_router_fold.py, it has no edge to chain.)"""
     chainable_stream_kernel(monkeypatch)
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "0")
-    path = synthetic_model("qwen3moe", "q4_0", seed=3)
+    path = synthetic_model("qwen3moe", qtype, seed=3)
     prompt = [int(t) for t in np.random.default_rng(4).integers(3, 500, 8)]
     got = {}
     for chain in ("0", "er"):

@@ -223,18 +223,33 @@ def group(seq, kc: KernelCache, route_view: View, groups: View, n_tokens: int, n
                  struct.pack("<3I", n_tokens, n_used, n_expert))
 
 
+# matvec_id.comp's weights per unit (a Q4_K quarter super-block: KUNIT; else one 32-weight block or
+# sub-block) and 16-byte quant loads per unit (Q4_K's head, a 16-byte load too, not counted: one per
+# super-block, it comes from the cache for the quarters after the first)
+MATVEC_ID_UNIT = {"q4_k": (64, 2), "q8_0": (32, 2)}
+# the types whose every weight load matvec_id.comp issues before its arithmetic (QPRELOAD): the ones
+# it can run as a gate/up pair and chain without a barrier. Q4_K (quarter super-blocks, KUNIT) since
+# the experts of Q4_K_M files are Q4_K: H100, 30B-A3B with Q4_K experts, tg128 in alternation, one
+# call: 408.59 / 409.47 against 360.25 / 366.49 loading unit by unit without the pair and the chained
+# stages (llama.cpp -cm2 220.35); teacher-forced decode logits within 3e-4 of the old kernel's until
+# an expert choice flips (LLAMAVK_MVID=16,128 369.15 / 361.04, =4,128 403.60 / 405.81; x first makes
+# no difference: 408.05 / 411.30 without).
+MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k")
+
+
 def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tuple[int, int, int]:
     """matvec_id.comp's (TPR lanes per row, C units per lane, RJ rows per lane) for rows of `cols`
     weights: whole rows in at most 4 units per lane, without idle lanes where a power of two up to
     the subgroup divides the row's units; rows per lane as far as a lane's weight loads stay <= 8
-    (16-byte loads: Q8_0 takes two per unit, a pair twice as many)."""
+    (16-byte loads: Q8_0 and Q4_K take two per unit, a pair twice as many)."""
     loads_max = matvec_id_tuning()[0]
-    units = cols // 32
+    unit_w, unit_loads = MATVEC_ID_UNIT.get(type_name, (32, 1))
+    units = cols // unit_w
     tprs = [1 << k for k in range(subgroup.bit_length()) if 1 << k <= min(subgroup, units)]
     exact = [t for t in tprs if units % t == 0 and units // t <= 4]
     tpr = max(exact) if exact else max(tprs)
     c = -(-units // tpr)
-    loads = c * (2 if pair else 1) * (2 if type_name == "q8_0" else 1)
+    loads = c * (2 if pair else 1) * unit_loads
     rj = max(1, min(4, loads_max // loads))
     return tpr, c, rj
 
@@ -280,22 +295,22 @@ def matvec_id_xfirst(name: str, staged: int, wait, slot_rows: bool, glu, cols: i
     Q4_K experts, whose loads go out unit by unit, 367.57 / 365.81 with it against 364.10 / 364.68.
     LLAMAVK_MVID_XFIRST=0 turns it off, =all on for every type (A/B)."""
     mode = os.environ.get("LLAMAVK_MVID_XFIRST", "1")
-    return (mode != "0" and (mode == "all" or name in ("q4_0", "q8_0")) and staged > 0 and wait is None
+    return (mode != "0" and (mode == "all" or name in MATVEC_ID_PRELOAD) and staged > 0 and wait is None
             and not slot_rows and glu is None and cols // 4 <= 4 * wg)
 
 
 def matvec_id_pairs(w: QWeight, p: QWeight) -> bool:
     """Whether the one-token expert product can take w and p as a gate/up pair (matvec_id.comp PAIR):
-    planar types (16-byte loads of both), the same type, shape and expert chunks."""
-    return (type_suffix(w.qtype) in ("q4_0", "q8_0") and (w.qtype, w.rows, w.cols, w.experts) ==
+    the types it preloads (16-byte loads of both), the same type, shape and expert chunks."""
+    return (type_suffix(w.qtype) in MATVEC_ID_PRELOAD and (w.qtype, w.rows, w.cols, w.experts) ==
             (p.qtype, p.rows, p.cols, p.experts) and [c.n_rows for c in w.chunks] == [c.n_rows for c in p.chunks])
 
 
 def matvec_id_chain_ok(w: QWeight) -> bool:
     """Whether w's one-token expert product can be chained without a barrier (kernels/chain.py):
-    planar Q4_0 / Q8_0 (its weight loads come first, so they are in flight while it waits), one chunk
-    (one dispatch)."""
-    return type_suffix(w.qtype) in ("q4_0", "q8_0") and len(w.chunks) == 1
+    planar Q4_0 / Q8_0 or Q4_K (its weight loads come first, so they are in flight while it waits), one
+    chunk (one dispatch)."""
+    return type_suffix(w.qtype) in MATVEC_ID_PRELOAD and len(w.chunks) == 1
 
 
 def shexp_fuse_enabled() -> bool:
@@ -345,7 +360,7 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
     if n_tokens <= 0:
         return 0
     if (wait is not None or signal is not None) and (n_tokens != 1 or not matvec_id_chain_ok(w)):
-        raise LlamavkError("matmul_id: chaining without a barrier takes one token and one planar Q4_0/Q8_0 chunk")
+        raise LlamavkError("matmul_id: chaining without a barrier takes one token and one Q4_0/Q8_0/Q4_K chunk")
     if not w.experts:
         raise LlamavkError("matmul_id: the weight is not a stack of experts")
     name = type_suffix(w.qtype)
@@ -369,7 +384,7 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         if sum_slots and len(w.chunks) > 1:
             raise LlamavkError("matmul_id: the weighted sum of slots needs the experts in one chunk")
         if pair is not None and not matvec_id_pairs(w, pair):
-            raise LlamavkError("matmul_id: a gate/up pair needs two planar Q4_0/Q8_0 matrices of one shape")
+            raise LlamavkError("matmul_id: a gate/up pair needs two Q4_0/Q8_0/Q4_K matrices of one shape")
         sg = kc.info.subgroup_size or 32
         # the shared slot's units (its own cols) must fit the lanes too
         tpr, c, rj = matvec_id_split(name, max(cols, sh_cols), sg, pair is not None)
