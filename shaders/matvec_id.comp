@@ -22,11 +22,14 @@
 // Planar Q4_0 / Q8_0 (QPLANAR): every weight load of a lane (16-byte quants, its block scales) is
 // issued before any arithmetic, so a subgroup has C x RJ x (PAIR ? 2 : 1) loads in flight (the
 // memory-level parallelism that streams the weights; loads issued inside the loop wait one by one).
-// Q4_K (KUNIT) takes the same path with units of 64 weights, a quarter super-block (sub-blocks 2q and
-// 2q + 1: 32 bytes of quants, their low and high nibbles), loaded as 3 uvec4s (the super-block's
-// head: d, dmin, the 12 scale bytes; the quarter's quants), the mins through the sums of x' over each
-// sub-block (w = d sc q - dmin m). Why: loaded unit by unit as the other types, the loads of a lane
-// wait one by one, and the gate/up pair and the chained stages took planar types only.
+// Q4_K and Q6_K (KUNIT) take the same path with units of 64 weights, a quarter super-block. Q4_K:
+// sub-blocks 2q and 2q + 1, 32 bytes of quants (their low and high nibbles), loaded as 3 uvec4s (the
+// super-block's head: d, dmin, the 12 scale bytes; the quarter's quants), the mins through the sums
+// of x' over each sub-block (w = d sc q - dmin m). Q6_K (planar, quants.glsl): matvec_stream.comp's
+// quarter -- of half h, the 16 elements 16m .. 16m + 15 of each of the 4 runs of 32 (ql uvec4s 4h + m
+// and 4h + 2 + m, qh uvec4 8 + 2h + m of the block, the half's 8 scale bytes, d), so its x' is 4
+// pieces of 4 vec4s (xvec4). Why: loaded unit by unit as the other types, the loads of a lane wait
+// one by one, and the gate/up pair and the chained stages took planar types only.
 // Other types dequantize unit by unit (quants.glsl dequant_unit).
 // Grids: plain / PAIR: (row blocks of the subgroups' rows, tokens x slots), each subgroup its own rows;
 // SUM: (row blocks of G * RJ rows, tokens), one subgroup per slot (the workgroup is n_used subgroups),
@@ -161,8 +164,20 @@ float stage_x(uint off4, uint n4) {
     return total;
 }
 
-// x' for the 8 vec4s of unit u of the x row at vec4 xoff4 (the sum of squares of x goes to ss); XS:
-// of the staged row at vec4 xs4
+// x' of vec4 k of unit u (32 weights) of the x row at vec4 xoff4 (the sum of squares of x goes to ss);
+// XS: of the staged row at vec4 xs4
+vec4 xvec4(uint xoff4, uint xs4, uint u, uint k, inout float ss) {
+    if (XS > 0) {
+        uint b = xs4 + 8 * u;
+        return xs[b + (k ^ ((b / 8) & 7u))];
+    }
+    uint kk = 8 * u + k, idx = xoff4 + kk;
+    vec4 v = WAIT ? x4c[idx] : x4[idx];
+    if (NORM) { ss += dot(v, v); v *= nw4[kk]; }
+    if (GLU) v = v / (1.0 + exp(min(-v, vec4(80.0)))) * (WAIT ? up4c[idx] : up4[idx]);
+    return v;
+}
+// x' for the 8 vec4s of unit u (xvec4's, written out: what the Q4_0 / Q8_0 kernels were measured with)
 void xunit(uint xoff4, uint xs4, uint u, inout float ss, out vec4 xv[8]) {
     if (XS > 0) {
         uint b = xs4 + 8 * u, sw = (b / 8) & 7u;
@@ -192,6 +207,9 @@ float lanes_sum(float v) {
 #define NQ 2
 #elif defined(QTYPE_Q4_K)
 #define NQ 3        // the super-block's head, the quarter's 32 quant bytes
+#define KUNIT 1
+#elif defined(QTYPE_Q6_K)
+#define NQ 3        // the quarter's two ql uvec4s and its qh uvec4 (+ scale words and d: wsc, wdk)
 #define KUNIT 1
 #endif
 #if defined(QPLANAR) || defined(KUNIT)
@@ -254,13 +272,29 @@ void main() {
     uvec4 wq[C][NM][RJ][NQ];
 #if defined(QPLANAR)
     float wd[C][NM][RJ];
+#elif defined(QTYPE_Q6_K)
+    uvec2 wsc[C][NM][RJ];   // the half's 8 scale bytes
+    float wdk[C][NM][RJ];
 #endif
     if (mine) {
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = min(c + TPR * i, n_units - 1);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint b = wrow[j] * n_units + u;
-#if defined(KUNIT)
+#if defined(QTYPE_Q6_K)
+                // quarter b % 4 of super-block b / 4 (planar, header): of half h, the l of 16 mm .. 16 mm + 15
+                uint ib = b / 4, h = (b / 2) % 2, mm = b % 2;
+                uint q0 = 12 * ib + 4 * h + mm, q1 = 12 * ib + 8 + 2 * h + mm;
+                uint s32 = 48 * q_chunk_blocks + 4 * ib + 2 * h, d16 = 104 * q_chunk_blocks + ib;
+                wq[i][0][j][0] = wu4[q0]; wq[i][0][j][1] = wu4[q0 + 2]; wq[i][0][j][2] = wu4[q1];
+                wsc[i][0][j] = uvec2(wu32[s32], wu32[s32 + 1]);
+                wdk[i][0][j] = float(wf16[d16]);
+                if (PAIR) {
+                    wq[i][NM - 1][j][0] = pu4[q0]; wq[i][NM - 1][j][1] = pu4[q0 + 2]; wq[i][NM - 1][j][2] = pu4[q1];
+                    wsc[i][NM - 1][j] = uvec2(pu32[s32], pu32[s32 + 1]);
+                    wdk[i][NM - 1][j] = float(pf16[d16]);
+                }
+#elif defined(KUNIT)
                 // quarter b % 4 of super-block b / 4 (144 bytes: 9 uvec4s, the head first)
                 uint o0 = 9 * (b / 4), o1 = o0 + 1 + 2 * (b % 4);
                 wq[i][0][j][0] = wu4[o0]; wq[i][0][j][1] = wu4[o1]; wq[i][0][j][2] = wu4[o1 + 1];
@@ -294,7 +328,34 @@ void main() {
     if (XS > 0) ss_all = stage_x(SLOT_ROWS ? t * tok_in / 4 : xoff4, (SLOT_ROWS ? tok_in : p.cols) / 4);
     uint xs4 = SLOT_ROWS ? s * p.cols / 4 : 0;
     if (mine) {
-#if defined(KUNIT)
+#if defined(QTYPE_Q6_K)
+        [[unroll]] for (uint i = 0; i < C; ++i) {
+            uint u = c + TPR * i;
+            if (u < n_units) {
+                // of half h, run r's vec4s 4 mm .. 4 mm + 3: x' unit 8 (u / 4) + 4h + r
+                uint h = (u / 2) % 2, mm = u % 2, u0 = 8 * (u / 4) + 4 * h;
+                vec4 xr[4][4];
+                [[unroll]] for (uint r = 0; r < 4; ++r)
+                    [[unroll]] for (uint w = 0; w < 4; ++w) xr[r][w] = xvec4(xoff4, xs4, u0 + r, 4 * mm + w, ss);
+                [[unroll]] for (uint m = 0; m < NM; ++m) {
+                    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                        float tot = 0.0;
+                        [[unroll]] for (uint r = 0; r < 4; ++r) {
+                            float t = 0.0;
+                            [[unroll]] for (uint w = 0; w < 4; ++w) {
+                                uint q = ((wq[i][m][j][r % 2][w] >> (4u * (r / 2))) & 0x0F0F0F0Fu)
+                                       | (((wq[i][m][j][2][w] >> (2u * r)) & 0x03030303u) << 4);
+                                t += dot(ubytes_fast(q) - 32.0, xr[r][w]);
+                            }
+                            const uint sb = 2 * r + mm;   // the run's int8 scale
+                            tot += float(bitfieldExtract(int(wsc[i][m][j][sb / 4]), int(8 * (sb % 4)), 8)) * t;
+                        }
+                        acc[m][j] += wdk[i][m][j] * tot;
+                    }
+                }
+            }
+        }
+#elif defined(KUNIT)
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = c + TPR * i;
             if (u < n_units) {

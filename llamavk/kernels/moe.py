@@ -223,10 +223,11 @@ def group(seq, kc: KernelCache, route_view: View, groups: View, n_tokens: int, n
                  struct.pack("<3I", n_tokens, n_used, n_expert))
 
 
-# matvec_id.comp's weights per unit (a Q4_K quarter super-block: KUNIT; else one 32-weight block or
-# sub-block) and 16-byte quant loads per unit (Q4_K's head, a 16-byte load too, not counted: one per
-# super-block, it comes from the cache for the quarters after the first)
-MATVEC_ID_UNIT = {"q4_k": (64, 2), "q8_0": (32, 2)}
+# matvec_id.comp's weights per unit (a Q4_K or Q6_K quarter super-block: KUNIT; else one 32-weight
+# block or sub-block) and 16-byte quant loads per unit (Q4_K's head, a 16-byte load too, not counted:
+# one per super-block, it comes from the cache for the quarters after the first; nor Q6_K's scale
+# words and d)
+MATVEC_ID_UNIT = {"q4_k": (64, 2), "q6_k": (64, 3), "q8_0": (32, 2)}
 # the types whose every weight load matvec_id.comp issues before its arithmetic (QPRELOAD): the ones
 # it can run as a gate/up pair and chain without a barrier. Q4_K (quarter super-blocks, KUNIT) since
 # the experts of Q4_K_M files are Q4_K: H100, 30B-A3B with Q4_K experts, tg128 in alternation, one
@@ -234,7 +235,7 @@ MATVEC_ID_UNIT = {"q4_k": (64, 2), "q8_0": (32, 2)}
 # stages (llama.cpp -cm2 220.35); teacher-forced decode logits within 3e-4 of the old kernel's until
 # an expert choice flips (LLAMAVK_MVID=16,128 369.15 / 361.04, =4,128 403.60 / 405.81; x first makes
 # no difference: 408.05 / 411.30 without).
-MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k")
+MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q6_k")
 
 
 def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tuple[int, int, int]:
