@@ -30,6 +30,10 @@
 // and 4h + 2 + m, qh uvec4 8 + 2h + m of the block, the half's 8 scale bytes, d), so its x' is 4
 // pieces of 4 vec4s (xvec4). Why: loaded unit by unit as the other types, the loads of a lane wait
 // one by one, and the gate/up pair and the chained stages took planar types only.
+// IQ4_XS takes it with its 32-weight sub-blocks: the block's head (d, scales_h; scales_l) and the
+// sub-block's 16 quant bytes as 3 uvec2s (a 136-byte block is 8-byte aligned), each quant byte's two
+// table values (element l: low nibble, l + 16: high) from a table of the 256 bytes' pairs in shared
+// memory (one shared load per two weights, as matmul_coop.comp's runs).
 // Other types dequantize unit by unit (quants.glsl dequant_unit).
 // Grids: plain / PAIR: (row blocks of the subgroups' rows, tokens x slots), each subgroup its own rows;
 // SUM: (row blocks of G * RJ rows, tokens), one subgroup per slot (the workgroup is n_used subgroups),
@@ -95,6 +99,9 @@ layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };     // PAIR: the up matrix
 layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
+#if defined(QTYPE_IQ4_XS)
+layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
+#endif
 // WAIT: the activations through coherent aliases (every read after the wait goes to the L2)
 layout(std430, binding = 1) volatile coherent buffer X4c { vec4 x4c[]; };
 layout(std430, binding = 6) volatile coherent buffer Up4c { vec4 up4c[]; };
@@ -128,6 +135,9 @@ layout(push_constant) uniform Push {
 shared float red[RED];   // SUM: per slot, the workgroup's rows
 shared vec4 xs[XS > 0 ? XS : 1];   // XS: the staged x' rows (header)
 shared float red_ss[128];          // XS with NORM: per subgroup, its threads' sums of squares
+#if defined(QTYPE_IQ4_XS)
+shared vec2 kv_pair[256];          // byte (lo | hi << 4) -> (KV[lo], KV[hi]) (header)
+#endif
 
 // XS: stage the n4 vec4s of x' from vec4 off4 of x (rows of whole units, side by side); returns the
 // whole row's sum of squares (NORM, one row), the same in every thread. Every thread of the workgroup
@@ -212,7 +222,7 @@ float lanes_sum(float v) {
 #define NQ 3        // the quarter's two ql uvec4s and its qh uvec4 (+ scale words and d: wsc, wdk)
 #define KUNIT 1
 #endif
-#if defined(QPLANAR) || defined(KUNIT)
+#if defined(QPLANAR) || defined(KUNIT) || defined(QTYPE_IQ4_XS)
 #define QPRELOAD 1  // every weight load issued before the arithmetic (header)
 #endif
 #if defined(KUNIT)
@@ -269,7 +279,11 @@ void main() {
     }
 #if defined(QPRELOAD)
     // every weight load first (header), then (WAIT) the producer, then the arithmetic
+#if defined(QTYPE_IQ4_XS)
+    uvec2 wx[C][NM][RJ][3];   // the head, the sub-block's quant bytes
+#else
     uvec4 wq[C][NM][RJ][NQ];
+#endif
 #if defined(QPLANAR)
     float wd[C][NM][RJ];
 #elif defined(QTYPE_Q6_K)
@@ -281,7 +295,12 @@ void main() {
             uint u = min(c + TPR * i, n_units - 1);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint b = wrow[j] * n_units + u;
-#if defined(QTYPE_Q6_K)
+#if defined(QTYPE_IQ4_XS)
+                // sub-block b % 8 of super-block b / 8 (17 uvec2s: the head, then 2 per sub-block)
+                uint o = 17 * (b / 8), oq = o + 1 + 2 * (b % 8);
+                wx[i][0][j][0] = wiq2[o]; wx[i][0][j][1] = wiq2[oq]; wx[i][0][j][2] = wiq2[oq + 1];
+                if (PAIR) { wx[i][NM - 1][j][0] = pu2[o]; wx[i][NM - 1][j][1] = pu2[oq]; wx[i][NM - 1][j][2] = pu2[oq + 1]; }
+#elif defined(QTYPE_Q6_K)
                 // quarter b % 4 of super-block b / 4 (planar, header): of half h, the l of 16 mm .. 16 mm + 15
                 uint ib = b / 4, h = (b / 2) % 2, mm = b % 2;
                 uint q0 = 12 * ib + 4 * h + mm, q1 = 12 * ib + 8 + 2 * h + mm;
@@ -323,12 +342,40 @@ void main() {
         }
     }
 #endif
+#if defined(QTYPE_IQ4_XS)
+    for (uint i = gl_LocalInvocationIndex; i < 256u; i += gl_WorkGroupSize.x)
+        kv_pair[i] = vec2(kv_lookup(KV_IQ4NL, i & 15u), kv_lookup(KV_IQ4NL, i >> 4));
+    barrier();
+#endif
     if (WAIT && !RWAIT) wait_for_producer();
     float ss_all = 0.0;
     if (XS > 0) ss_all = stage_x(SLOT_ROWS ? t * tok_in / 4 : xoff4, (SLOT_ROWS ? tok_in : p.cols) / 4);
     uint xs4 = SLOT_ROWS ? s * p.cols / 4 : 0;
     if (mine) {
-#if defined(QTYPE_Q6_K)
+#if defined(QTYPE_IQ4_XS)
+        [[unroll]] for (uint i = 0; i < C; ++i) {
+            uint u = c + TPR * i;
+            if (u < n_units) {
+                vec4 xv[8];
+                xunit(xoff4, xs4, u, ss, xv);
+                const uint s = u % 8;
+                [[unroll]] for (uint m = 0; m < NM; ++m) {
+                    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                        uvec2 hd = wx[i][m][j][0];
+                        uint ls = ((hd.y >> (4 * s)) & 0xFu) | (((hd.x >> (16 + 2 * s)) & 3u) << 4);
+                        float t = 0.0;
+                        [[unroll]] for (uint k = 0; k < 4; ++k) {
+                            uint w = wx[i][m][j][1 + k / 2][k % 2];
+                            vec2 p0 = kv_pair[w & 0xFFu], p1 = kv_pair[(w >> 8) & 0xFFu];
+                            vec2 p2 = kv_pair[(w >> 16) & 0xFFu], p3 = kv_pair[w >> 24];
+                            t += dot(vec4(p0.x, p1.x, p2.x, p3.x), xv[k]) + dot(vec4(p0.y, p1.y, p2.y, p3.y), xv[4 + k]);
+                        }
+                        acc[m][j] += half_bits(hd.x) * float(int(ls) - 32) * t;
+                    }
+                }
+            }
+        }
+#elif defined(QTYPE_Q6_K)
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = c + TPR * i;
             if (u < n_units) {

@@ -180,19 +180,19 @@ def test_matmul_id_decode(dev, kc, qtype):
     run_matmul_id(dev, kc, qtype, 2, xslot=True, glu=True, seed=3)                # down: x per slot, SwiGLU in
     run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=4)
     run_matmul_id(dev, kc, qtype, 4, n_used=1, xslot=True, sum_slots=True, seed=5)
-    if qtype in (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K):                                 # gate and up as one product
+    if qtype in (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.IQ4_XS):                       # gate and up as one product
         run_matmul_id(dev, kc, qtype, 2, norm=True, pair=True, seed=6)
         run_matmul_id(dev, kc, qtype, 1, pair=True, chunk_experts=3, seed=7)
 
 
 @pytest.mark.parametrize("cols", [768, 2048])
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
-def test_matmul_id_decode_quarters(dev, kc, qtype, cols, monkeypatch):
-    """Q4_K's and Q6_K's units of 64 weights (matvec_id.comp KUNIT) on wider rows: 768 (the 30B-A3B's
-    down product: 12 quarters, 4 lanes of 3 per row), 2048 (its gate/up: a quarter per lane, several
-    rows per lane)."""
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K, T.IQ4_XS], ids=lambda t: t.name)
+def test_matmul_id_decode_preloaded_units(dev, kc, qtype, cols, monkeypatch):
+    """The preloaded K-quant units (matvec_id.comp KUNIT: Q4_K's and Q6_K's quarters, 64 weights) and
+    IQ4_XS's sub-blocks on wider rows: 768 (the 30B-A3B's down product: 12 quarters, 4 lanes of 3 per
+    row; 24 sub-blocks), 2048 (its gate/up: a quarter per lane, several rows per lane)."""
     tpr, c, rj = moe.matvec_id_split(qtype.name.lower(), cols, kc.info.subgroup_size or 32, False)
-    assert tpr * c == cols // 64
+    assert tpr * c == cols // moe.MATVEC_ID_UNIT.get(qtype.name.lower(), (32, 1))[0]
     run_matmul_id(dev, kc, qtype, 1, norm=True, pair=True, seed=21, cols=cols)
     run_matmul_id(dev, kc, qtype, 1, xslot=True, glu=True, sum_slots=True, residual=True, seed=22, cols=cols)
     run_matmul_id(dev, kc, qtype, 2, seed=23, cols=cols)
@@ -203,7 +203,7 @@ def test_matmul_id_decode_quarters(dev, kc, qtype, cols, monkeypatch):
 
 
 @pytest.mark.parametrize("stage", ["0", "1"])
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.IQ4_XS, T.F16], ids=lambda t: t.name)
 def test_matmul_id_decode_x_staged_or_not(dev, kc, qtype, stage, monkeypatch):
     # 0: x' read straight from memory, as for rows too wide to stage in shared memory (matvec_id.comp
     # XS 0); 1: staged for every product, plain x included
@@ -212,7 +212,7 @@ def test_matmul_id_decode_x_staged_or_not(dev, kc, qtype, stage, monkeypatch):
     run_matmul_id(dev, kc, qtype, 3, seed=11)
     run_matmul_id(dev, kc, qtype, 3, norm=True, seed=12)
     run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=13)
-    if qtype in (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K):
+    if qtype in (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.IQ4_XS):
         run_matmul_id(dev, kc, qtype, 2, norm=True, pair=True, seed=14)
 
 
@@ -269,7 +269,7 @@ def test_moe_sum_and_shared_gate(dev, kc):
 
 # -- models ---------------------------------------------------------------------------------------
 
-MODEL_CASES = [("q4_0", {}), ("q8_0", {"n_ff_shexp": 64}), ("q4_k", {}), ("q6_k", {}), ("f16", {})]
+MODEL_CASES = [("q4_0", {}), ("q8_0", {"n_ff_shexp": 64}), ("q4_k", {}), ("q6_k", {}), ("iq4_xs", {}), ("f16", {})]
 
 
 @pytest.mark.parametrize("qtype,overrides", MODEL_CASES, ids=[c[0] + ("-shexp" if c[1] else "") for c in MODEL_CASES])
@@ -316,7 +316,7 @@ def test_moe_decode_reads_only_chosen_experts(synthetic_model):
     assert {"sum", "residual"} <= set(ids[1].attrs) and "glu" not in ids[1].attrs
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q6_k", "iq4_xs"])
 def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch, qtype):
     """Edges e and r (kernels/chain.py): the down product recorded without a barrier after the gate/up
     pair, the router after the output projection, each waiting in its shader for its producer's

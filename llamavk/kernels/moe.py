@@ -234,8 +234,11 @@ MATVEC_ID_UNIT = {"q4_k": (64, 2), "q6_k": (64, 3), "q8_0": (32, 2)}
 # call: 408.59 / 409.47 against 360.25 / 366.49 loading unit by unit without the pair and the chained
 # stages (llama.cpp -cm2 220.35); teacher-forced decode logits within 3e-4 of the old kernel's until
 # an expert choice flips (LLAMAVK_MVID=16,128 369.15 / 361.04, =4,128 403.60 / 405.81; x first makes
-# no difference: 408.05 / 411.30 without).
-MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q6_k")
+# no difference: 408.05 / 411.30 without). Q6_K (the down experts of half the layers of a Q4_K_M file):
+# 372.37 / 367.86 against 329.84 / 331.14 (llama.cpp 218.25). IQ4_XS (its table values from a shared
+# table of byte pairs): 306.23 / 311.97 against 209.73 / 210.23 (llama.cpp 199.85; LLAMAVK_MVID=4,128
+# 288.89 / 291.93, =16,128 287.39 / 291.46).
+MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q6_k", "iq4_xs")
 
 
 def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tuple[int, int, int]:
