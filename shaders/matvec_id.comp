@@ -30,10 +30,12 @@
 // and 4h + 2 + m, qh uvec4 8 + 2h + m of the block, the half's 8 scale bytes, d), so its x' is 4
 // pieces of 4 vec4s (xvec4). Why: loaded unit by unit as the other types, the loads of a lane wait
 // one by one, and the gate/up pair and the chained stages took planar types only.
-// IQ4_XS takes it with its 32-weight sub-blocks: the block's head (d, scales_h; scales_l) and the
-// sub-block's 16 quant bytes as 3 uvec2s (a 136-byte block is 8-byte aligned), each quant byte's two
-// table values (element l: low nibble, l + 16: high) from a table of the 256 bytes' pairs in shared
-// memory (one shared load per two weights, as matmul_coop.comp's runs).
+// Q5_K: Q4_K's quarters with the 32 high-bit bytes of the block (bits 2q and 2q + 1), 5 uvec4s.
+// IQ4_NL (planar as Q4_0: a uvec4 and d) and IQ4_XS take it with their 32-weight blocks / sub-blocks
+// (IQ4_XS: the block's head -- d, scales_h; scales_l -- and the sub-block's 16 quant bytes as 3
+// uvec2s, a 136-byte block being 8-byte aligned), each quant byte's two table values (element l: low
+// nibble, l + 16: high) from a table of the 256 bytes' pairs in shared memory (KV_PAIRS: one shared
+// load per two weights, as matmul_coop.comp's runs).
 // Other types dequantize unit by unit (quants.glsl dequant_unit).
 // Grids: plain / PAIR: (row blocks of the subgroups' rows, tokens x slots), each subgroup its own rows;
 // SUM: (row blocks of G * RJ rows, tokens), one subgroup per slot (the workgroup is n_used subgroups),
@@ -135,7 +137,10 @@ layout(push_constant) uniform Push {
 shared float red[RED];   // SUM: per slot, the workgroup's rows
 shared vec4 xs[XS > 0 ? XS : 1];   // XS: the staged x' rows (header)
 shared float red_ss[128];          // XS with NORM: per subgroup, its threads' sums of squares
-#if defined(QTYPE_IQ4_XS)
+#if defined(QTYPE_IQ4_NL) || defined(QTYPE_IQ4_XS)
+#define KV_PAIRS 1  // the table values from a shared table of byte pairs (header)
+#endif
+#if defined(KV_PAIRS)
 shared vec2 kv_pair[256];          // byte (lo | hi << 4) -> (KV[lo], KV[hi]) (header)
 #endif
 
@@ -218,11 +223,16 @@ float lanes_sum(float v) {
 #elif defined(QTYPE_Q4_K)
 #define NQ 3        // the super-block's head, the quarter's 32 quant bytes
 #define KUNIT 1
+#elif defined(QTYPE_Q5_K)
+#define NQ 5        // the head, the quarter's 32 quant bytes, the block's 32 high-bit bytes
+#define KUNIT 1
 #elif defined(QTYPE_Q6_K)
 #define NQ 3        // the quarter's two ql uvec4s and its qh uvec4 (+ scale words and d: wsc, wdk)
 #define KUNIT 1
+#elif defined(QTYPE_IQ4_NL)
+#define NQ 1        // the block's 16 quant bytes (+ d: wd)
 #endif
-#if defined(QPLANAR) || defined(KUNIT) || defined(QTYPE_IQ4_XS)
+#if defined(QPLANAR) || defined(KUNIT) || defined(KV_PAIRS)
 #define QPRELOAD 1  // every weight load issued before the arithmetic (header)
 #endif
 #if defined(KUNIT)
@@ -284,7 +294,7 @@ void main() {
 #else
     uvec4 wq[C][NM][RJ][NQ];
 #endif
-#if defined(QPLANAR)
+#if defined(QPLANAR) || defined(QTYPE_IQ4_NL)
     float wd[C][NM][RJ];
 #elif defined(QTYPE_Q6_K)
     uvec2 wsc[C][NM][RJ];   // the half's 8 scale bytes
@@ -300,6 +310,14 @@ void main() {
                 uint o = 17 * (b / 8), oq = o + 1 + 2 * (b % 8);
                 wx[i][0][j][0] = wiq2[o]; wx[i][0][j][1] = wiq2[oq]; wx[i][0][j][2] = wiq2[oq + 1];
                 if (PAIR) { wx[i][NM - 1][j][0] = pu2[o]; wx[i][NM - 1][j][1] = pu2[oq]; wx[i][NM - 1][j][2] = pu2[oq + 1]; }
+#elif defined(QTYPE_IQ4_NL)
+                // planar: block b's quants (uvec4 b), its f16 d at f16 8 q_chunk_blocks + b
+                wq[i][0][j][0] = wu4[b];
+                wd[i][0][j] = float(wf16[8 * q_chunk_blocks + b]);
+                if (PAIR) {
+                    wq[i][NM - 1][j][0] = pu4[b];
+                    wd[i][NM - 1][j] = float(pf16[8 * q_chunk_blocks + b]);
+                }
 #elif defined(QTYPE_Q6_K)
                 // quarter b % 4 of super-block b / 4 (planar, header): of half h, the l of 16 mm .. 16 mm + 15
                 uint ib = b / 4, h = (b / 2) % 2, mm = b % 2;
@@ -314,8 +332,15 @@ void main() {
                     wdk[i][NM - 1][j] = float(pf16[d16]);
                 }
 #elif defined(KUNIT)
-                // quarter b % 4 of super-block b / 4 (144 bytes: 9 uvec4s, the head first)
+                // quarter b % 4 of super-block b / 4 (Q4_K 144 bytes: 9 uvec4s, the head first; Q5_K 176:
+                // 11, the head, 2 of high bits, the quants)
+#if defined(QTYPE_Q5_K)
+                uint o0 = 11 * (b / 4), o1 = o0 + 3 + 2 * (b % 4);
+                wq[i][0][j][3] = wu4[o0 + 1]; wq[i][0][j][4] = wu4[o0 + 2];
+                if (PAIR) { wq[i][NM - 1][j][3] = pu4[o0 + 1]; wq[i][NM - 1][j][4] = pu4[o0 + 2]; }
+#else
                 uint o0 = 9 * (b / 4), o1 = o0 + 1 + 2 * (b % 4);
+#endif
                 wq[i][0][j][0] = wu4[o0]; wq[i][0][j][1] = wu4[o1]; wq[i][0][j][2] = wu4[o1 + 1];
                 if (PAIR) {
                     wq[i][NM - 1][j][0] = pu4[o0]; wq[i][NM - 1][j][1] = pu4[o1]; wq[i][NM - 1][j][2] = pu4[o1 + 1];
@@ -342,7 +367,7 @@ void main() {
         }
     }
 #endif
-#if defined(QTYPE_IQ4_XS)
+#if defined(KV_PAIRS)
     for (uint i = gl_LocalInvocationIndex; i < 256u; i += gl_WorkGroupSize.x)
         kv_pair[i] = vec2(kv_lookup(KV_IQ4NL, i & 15u), kv_lookup(KV_IQ4NL, i >> 4));
     barrier();
@@ -371,6 +396,26 @@ void main() {
                             t += dot(vec4(p0.x, p1.x, p2.x, p3.x), xv[k]) + dot(vec4(p0.y, p1.y, p2.y, p3.y), xv[4 + k]);
                         }
                         acc[m][j] += half_bits(hd.x) * float(int(ls) - 32) * t;
+                    }
+                }
+            }
+        }
+#elif defined(QTYPE_IQ4_NL)
+        [[unroll]] for (uint i = 0; i < C; ++i) {
+            uint u = c + TPR * i;
+            if (u < n_units) {
+                vec4 xv[8];
+                xunit(xoff4, xs4, u, ss, xv);
+                [[unroll]] for (uint m = 0; m < NM; ++m) {
+                    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                        float t = 0.0;
+                        [[unroll]] for (uint k = 0; k < 4; ++k) {
+                            uint w = wq[i][m][j][0][k];
+                            vec2 p0 = kv_pair[w & 0xFFu], p1 = kv_pair[(w >> 8) & 0xFFu];
+                            vec2 p2 = kv_pair[(w >> 16) & 0xFFu], p3 = kv_pair[w >> 24];
+                            t += dot(vec4(p0.x, p1.x, p2.x, p3.x), xv[k]) + dot(vec4(p0.y, p1.y, p2.y, p3.y), xv[4 + k]);
+                        }
+                        acc[m][j] += wd[i][m][j] * t;
                     }
                 }
             }
@@ -419,7 +464,13 @@ void main() {
                         float t0 = 0.0, t1 = 0.0;
                         [[unroll]] for (uint k = 0; k < 8; ++k) {
                             vec4 lo, hi;
+#if defined(QTYPE_Q5_K)
+                            uint wqs = wq[i][m][j][1 + k / 4][k % 4], wh = wq[i][m][j][3 + k / 4][k % 4] >> (2u * (u % 4));
+                            lo = ubytes_fast((wqs & 0x0F0F0F0Fu) | ((wh & 0x01010101u) << 4));
+                            hi = ubytes_fast(((wqs >> 4) & 0x0F0F0F0Fu) | (((wh >> 1) & 0x01010101u) << 4));
+#else
                             nib_fma(wq[i][m][j][1 + k / 4][k % 4], 0.0, lo, hi);
+#endif
                             t0 += dot(lo, xv[k]);
                             t1 += dot(hi, xw[k]);
                         }

@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType as T
 import llamavk
 from llamavk.errors import LlamavkError
 from llamavk.kernels import KernelCache, View, moe, selection, upload_qweight
+from llamavk.kernels.matmul import type_suffix
 from llamavk.models import load_model_file
 from llamavk.quant import quant_info
 from llamavk.reference import ReferenceModel, silu, softmax
@@ -27,7 +28,7 @@ from llamavk.vk import Buffer, CommandSequence
 from .test_kernels_matmul import host_f32, make_weight, small_cols
 from .vk_fixtures import chainable_stream_kernel, one_token_rows
 
-TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.Q4_1, T.Q5_0, T.Q5_1, T.IQ4_NL, T.MXFP4]
+TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.F16, T.Q4_1, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS, T.MXFP4]
 
 
 @pytest.fixture(scope="module")
@@ -180,16 +181,16 @@ def test_matmul_id_decode(dev, kc, qtype):
     run_matmul_id(dev, kc, qtype, 2, xslot=True, glu=True, seed=3)                # down: x per slot, SwiGLU in
     run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=4)
     run_matmul_id(dev, kc, qtype, 4, n_used=1, xslot=True, sum_slots=True, seed=5)
-    if qtype in (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.IQ4_XS):                       # gate and up as one product
+    if type_suffix(qtype) in moe.MATVEC_ID_PRELOAD:                                # gate and up as one product
         run_matmul_id(dev, kc, qtype, 2, norm=True, pair=True, seed=6)
         run_matmul_id(dev, kc, qtype, 1, pair=True, chunk_experts=3, seed=7)
 
 
 @pytest.mark.parametrize("cols", [768, 2048])
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K, T.IQ4_XS], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS], ids=lambda t: t.name)
 def test_matmul_id_decode_preloaded_units(dev, kc, qtype, cols, monkeypatch):
-    """The preloaded K-quant units (matvec_id.comp KUNIT: Q4_K's and Q6_K's quarters, 64 weights) and
-    IQ4_XS's sub-blocks on wider rows: 768 (the 30B-A3B's down product: 12 quarters, 4 lanes of 3 per
+    """The preloaded K-quant units (matvec_id.comp KUNIT: Q4_K's, Q5_K's and Q6_K's quarters, 64
+    weights) and IQ4_NL's blocks and IQ4_XS's sub-blocks on wider rows: 768 (the 30B-A3B's down product: 12 quarters, 4 lanes of 3 per
     row; 24 sub-blocks), 2048 (its gate/up: a quarter per lane, several rows per lane)."""
     tpr, c, rj = moe.matvec_id_split(qtype.name.lower(), cols, kc.info.subgroup_size or 32, False)
     assert tpr * c == cols // moe.MATVEC_ID_UNIT.get(qtype.name.lower(), (32, 1))[0]
@@ -203,7 +204,8 @@ def test_matmul_id_decode_preloaded_units(dev, kc, qtype, cols, monkeypatch):
 
 
 @pytest.mark.parametrize("stage", ["0", "1"])
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.IQ4_XS, T.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.F16],
+                         ids=lambda t: t.name)
 def test_matmul_id_decode_x_staged_or_not(dev, kc, qtype, stage, monkeypatch):
     # 0: x' read straight from memory, as for rows too wide to stage in shared memory (matvec_id.comp
     # XS 0); 1: staged for every product, plain x included
@@ -212,7 +214,7 @@ def test_matmul_id_decode_x_staged_or_not(dev, kc, qtype, stage, monkeypatch):
     run_matmul_id(dev, kc, qtype, 3, seed=11)
     run_matmul_id(dev, kc, qtype, 3, norm=True, seed=12)
     run_matmul_id(dev, kc, qtype, 3, xslot=True, glu=True, sum_slots=True, residual=True, seed=13)
-    if qtype in (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.IQ4_XS):
+    if type_suffix(qtype) in moe.MATVEC_ID_PRELOAD:
         run_matmul_id(dev, kc, qtype, 2, norm=True, pair=True, seed=14)
 
 
@@ -269,7 +271,8 @@ def test_moe_sum_and_shared_gate(dev, kc):
 
 # -- models ---------------------------------------------------------------------------------------
 
-MODEL_CASES = [("q4_0", {}), ("q8_0", {"n_ff_shexp": 64}), ("q4_k", {}), ("q6_k", {}), ("iq4_xs", {}), ("f16", {})]
+MODEL_CASES = [("q4_0", {}), ("q8_0", {"n_ff_shexp": 64}), ("q4_k", {}), ("q5_k", {}), ("q6_k", {}), ("iq4_nl", {}),
+               ("iq4_xs", {}), ("f16", {})]
 
 
 @pytest.mark.parametrize("qtype,overrides", MODEL_CASES, ids=[c[0] + ("-shexp" if c[1] else "") for c in MODEL_CASES])
@@ -316,7 +319,7 @@ def test_moe_decode_reads_only_chosen_experts(synthetic_model):
     assert {"sum", "residual"} <= set(ids[1].attrs) and "glu" not in ids[1].attrs
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q6_k", "iq4_xs"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"])
 def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch, qtype):
     """Edges e and r (kernels/chain.py): the down product recorded without a barrier after the gate/up
     pair, the router after the output projection, each waiting in its shader for its producer's

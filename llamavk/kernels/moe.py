@@ -227,7 +227,7 @@ def group(seq, kc: KernelCache, route_view: View, groups: View, n_tokens: int, n
 # block or sub-block) and 16-byte quant loads per unit (Q4_K's head, a 16-byte load too, not counted:
 # one per super-block, it comes from the cache for the quarters after the first; nor Q6_K's scale
 # words and d)
-MATVEC_ID_UNIT = {"q4_k": (64, 2), "q6_k": (64, 3), "q8_0": (32, 2)}
+MATVEC_ID_UNIT = {"q4_k": (64, 2), "q5_k": (64, 4), "q6_k": (64, 3), "q8_0": (32, 2)}
 # the types whose every weight load matvec_id.comp issues before its arithmetic (QPRELOAD): the ones
 # it can run as a gate/up pair and chain without a barrier. Q4_K (quarter super-blocks, KUNIT) since
 # the experts of Q4_K_M files are Q4_K: H100, 30B-A3B with Q4_K experts, tg128 in alternation, one
@@ -237,8 +237,9 @@ MATVEC_ID_UNIT = {"q4_k": (64, 2), "q6_k": (64, 3), "q8_0": (32, 2)}
 # no difference: 408.05 / 411.30 without). Q6_K (the down experts of half the layers of a Q4_K_M file):
 # 372.37 / 367.86 against 329.84 / 331.14 (llama.cpp 218.25). IQ4_XS (its table values from a shared
 # table of byte pairs): 306.23 / 311.97 against 209.73 / 210.23 (llama.cpp 199.85; LLAMAVK_MVID=4,128
-# 288.89 / 291.93, =16,128 287.39 / 291.46).
-MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q6_k", "iq4_xs")
+# 288.89 / 291.93, =16,128 287.39 / 291.46). Q5_K 353.17 / 349.22 against 329.83 / 332.50 (llama.cpp
+# 214.09); IQ4_NL 333.40 / 336.88 against 195.41 / 193.63 (llama.cpp 227.07).
+MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs")
 
 
 def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tuple[int, int, int]:
