@@ -53,7 +53,7 @@
 // subgroup touch 32 cache lines (stride 128 bytes), x and the norm weights twice the weights' loads
 // in number. vec4 e of unit u sits at slot 8 u + (e ^ (u & 7)): the 8 lanes of a quarter-subgroup
 // reading one e hit different banks. XS == 0 (rows too wide for shared memory): x from memory.
-// SHEXP (planar Q4_0 / Q8_0, one chunk; qwen35moe's one-token FFN, fusion.fuse_shared_expert): the
+// SHEXP (the preloaded types -- QPRELOAD --, one chunk; qwen35moe's one-token FFN, fusion.fuse_shared_expert): the
 // last of the n_used slots is a shared expert whose matrices are bound apart (9: W, 10: P): its own
 // rows (sh_rows) and cols (sh_cols), its route id unread, its route weight the router's
 // sigmoid(w_shexp . x'). Per token, outputs (non-SUM) and XSLOT inputs are the routed slots' rows
@@ -241,6 +241,65 @@ float lanes_sum(float v) {
 #define UNIT_W 32
 #endif
 
+// The preloaded types' loads of one unit of matrix mi: 0 W, 1 P (the pair's up matrix) of the routed
+// experts (bindings 0, 7); 2, 3 the shared expert's (SHEXP, 9, 10). mi is a literal at every call, so
+// each load is one buffer's. b: the unit's index in the matrix (row * units per row + unit); nb: the
+// blocks of the matrix's chunk (the planar types' planes are sized by it).
+#if defined(QTYPE_Q6_K)
+layout(std430, binding = 9) readonly buffer ShW32 { uint sw32[]; };
+layout(std430, binding = 10) readonly buffer ShP32 { uint sp32[]; };
+uint mat_u32(uint mi, uint i) { return mi == 0 ? wu32[i] : mi == 1 ? pu32[i] : mi == 2 ? sw32[i] : sp32[i]; }
+#endif
+#if defined(QTYPE_IQ4_XS)
+layout(std430, binding = 9) readonly buffer ShW2 { uvec2 sw2[]; };
+layout(std430, binding = 10) readonly buffer ShP2 { uvec2 sp2[]; };
+uvec2 mat_u2(uint mi, uint i) { return mi == 0 ? wiq2[i] : mi == 1 ? pu2[i] : mi == 2 ? sw2[i] : sp2[i]; }
+#endif
+#if defined(KUNIT) || defined(QTYPE_IQ4_NL)
+uvec4 mat_u4(uint mi, uint i) { return mi == 0 ? wu4[i] : mi == 1 ? pu4[i] : mi == 2 ? sw4[i] : sp4[i]; }
+#endif
+#if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL)
+float mat_f16(uint mi, uint i) { return float(mi == 0 ? wf16[i] : mi == 1 ? pf16[i] : mi == 2 ? swf16[i] : spf16[i]); }
+#endif
+#if defined(QTYPE_IQ4_XS)
+// sub-block b % 8 of super-block b / 8 (17 uvec2s: the head, then 2 per sub-block)
+void load_unit(uint mi, uint b, out uvec2 q[3]) {
+    uint o = 17 * (b / 8), oq = o + 1 + 2 * (b % 8);
+    q[0] = mat_u2(mi, o); q[1] = mat_u2(mi, oq); q[2] = mat_u2(mi, oq + 1);
+}
+#define LOAD_UNIT(A, MI) load_unit(MI, b, wx[i][A][j])
+#elif defined(QTYPE_IQ4_NL)
+// planar: block b's quants (uvec4 b), its f16 d at f16 8 nb + b
+void load_unit(uint mi, uint b, uint nb, out uvec4 q[NQ], out float d) {
+    q[0] = mat_u4(mi, b);
+    d = mat_f16(mi, 8 * nb + b);
+}
+#define LOAD_UNIT(A, MI) load_unit(MI, b, nb, wq[i][A][j], wd[i][A][j])
+#elif defined(QTYPE_Q6_K)
+// quarter b % 4 of super-block b / 4 (planar, header): of half h, the l of 16 mm .. 16 mm + 15
+void load_unit(uint mi, uint b, uint nb, out uvec4 q[NQ], out uvec2 sc, out float d) {
+    uint ib = b / 4, h = (b / 2) % 2, mm = b % 2;
+    uint q0 = 12 * ib + 4 * h + mm, q1 = 12 * ib + 8 + 2 * h + mm, s32 = 48 * nb + 4 * ib + 2 * h;
+    q[0] = mat_u4(mi, q0); q[1] = mat_u4(mi, q0 + 2); q[2] = mat_u4(mi, q1);
+    sc = uvec2(mat_u32(mi, s32), mat_u32(mi, s32 + 1));
+    d = mat_f16(mi, 104 * nb + ib);
+}
+#define LOAD_UNIT(A, MI) load_unit(MI, b, nb, wq[i][A][j], wsc[i][A][j], wdk[i][A][j])
+#elif defined(KUNIT)
+// quarter b % 4 of super-block b / 4 (Q4_K 144 bytes: 9 uvec4s, the head first; Q5_K 176: 11, the
+// head, 2 of high bits, the quants)
+void load_unit(uint mi, uint b, out uvec4 q[NQ]) {
+#if defined(QTYPE_Q5_K)
+    uint o0 = 11 * (b / 4), o1 = o0 + 3 + 2 * (b % 4);
+    q[3] = mat_u4(mi, o0 + 1); q[4] = mat_u4(mi, o0 + 2);
+#else
+    uint o0 = 9 * (b / 4), o1 = o0 + 1 + 2 * (b % 4);
+#endif
+    q[0] = mat_u4(mi, o0); q[1] = mat_u4(mi, o1); q[2] = mat_u4(mi, o1 + 1);
+}
+#define LOAD_UNIT(A, MI) load_unit(MI, b, wq[i][A][j])
+#endif
+
 void main() {
     if (RWAIT) wait_for_producer();   // the route is the producer's (header)
     q_chunk_blocks = p.n_exp * p.rows * (p.cols / QK);
@@ -258,7 +317,7 @@ void main() {
     }
     uint rbase = t * 2 * p.n_used;
     uint e = floatBitsToUint(RWAIT ? routec[rbase + s] : route[rbase + s]);
-#if defined(QPLANAR)
+#if defined(QPRELOAD)
     bool sh = SHEXP && s == p.n_used - 1;   // the shared expert's slot (uniform per subgroup)
 #else
     const bool sh = false;
@@ -305,45 +364,15 @@ void main() {
             uint u = min(c + TPR * i, n_units - 1);
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint b = wrow[j] * n_units + u;
-#if defined(QTYPE_IQ4_XS)
-                // sub-block b % 8 of super-block b / 8 (17 uvec2s: the head, then 2 per sub-block)
-                uint o = 17 * (b / 8), oq = o + 1 + 2 * (b % 8);
-                wx[i][0][j][0] = wiq2[o]; wx[i][0][j][1] = wiq2[oq]; wx[i][0][j][2] = wiq2[oq + 1];
-                if (PAIR) { wx[i][NM - 1][j][0] = pu2[o]; wx[i][NM - 1][j][1] = pu2[oq]; wx[i][NM - 1][j][2] = pu2[oq + 1]; }
-#elif defined(QTYPE_IQ4_NL)
-                // planar: block b's quants (uvec4 b), its f16 d at f16 8 q_chunk_blocks + b
-                wq[i][0][j][0] = wu4[b];
-                wd[i][0][j] = float(wf16[8 * q_chunk_blocks + b]);
-                if (PAIR) {
-                    wq[i][NM - 1][j][0] = pu4[b];
-                    wd[i][NM - 1][j] = float(pf16[8 * q_chunk_blocks + b]);
-                }
-#elif defined(QTYPE_Q6_K)
-                // quarter b % 4 of super-block b / 4 (planar, header): of half h, the l of 16 mm .. 16 mm + 15
-                uint ib = b / 4, h = (b / 2) % 2, mm = b % 2;
-                uint q0 = 12 * ib + 4 * h + mm, q1 = 12 * ib + 8 + 2 * h + mm;
-                uint s32 = 48 * q_chunk_blocks + 4 * ib + 2 * h, d16 = 104 * q_chunk_blocks + ib;
-                wq[i][0][j][0] = wu4[q0]; wq[i][0][j][1] = wu4[q0 + 2]; wq[i][0][j][2] = wu4[q1];
-                wsc[i][0][j] = uvec2(wu32[s32], wu32[s32 + 1]);
-                wdk[i][0][j] = float(wf16[d16]);
-                if (PAIR) {
-                    wq[i][NM - 1][j][0] = pu4[q0]; wq[i][NM - 1][j][1] = pu4[q0 + 2]; wq[i][NM - 1][j][2] = pu4[q1];
-                    wsc[i][NM - 1][j] = uvec2(pu32[s32], pu32[s32 + 1]);
-                    wdk[i][NM - 1][j] = float(pf16[d16]);
-                }
-#elif defined(KUNIT)
-                // quarter b % 4 of super-block b / 4 (Q4_K 144 bytes: 9 uvec4s, the head first; Q5_K 176:
-                // 11, the head, 2 of high bits, the quants)
-#if defined(QTYPE_Q5_K)
-                uint o0 = 11 * (b / 4), o1 = o0 + 3 + 2 * (b % 4);
-                wq[i][0][j][3] = wu4[o0 + 1]; wq[i][0][j][4] = wu4[o0 + 2];
-                if (PAIR) { wq[i][NM - 1][j][3] = pu4[o0 + 1]; wq[i][NM - 1][j][4] = pu4[o0 + 2]; }
-#else
-                uint o0 = 9 * (b / 4), o1 = o0 + 1 + 2 * (b % 4);
-#endif
-                wq[i][0][j][0] = wu4[o0]; wq[i][0][j][1] = wu4[o1]; wq[i][0][j][2] = wu4[o1 + 1];
-                if (PAIR) {
-                    wq[i][NM - 1][j][0] = pu4[o0]; wq[i][NM - 1][j][1] = pu4[o1]; wq[i][NM - 1][j][2] = pu4[o1 + 1];
+#if !defined(QPLANAR)
+                // the planar types' planes are sized by the blocks of the chunk, or of the shared matrix
+                uint nb = sh ? p.sh_rows * (cols_s / QK) : q_chunk_blocks;
+                if (sh) {
+                    LOAD_UNIT(0, 2);
+                    if (PAIR) LOAD_UNIT(NM - 1, 3);
+                } else {
+                    LOAD_UNIT(0, 0);
+                    if (PAIR) LOAD_UNIT(NM - 1, 1);
                 }
 #else
                 if (sh) {   // the shared expert's matrices: one expert, planes of its own size

@@ -4,8 +4,9 @@ fusion.fuse_shared_expert, moe_router.comp / matvec_id.comp SHEXP).
 Kernels against numpy (gguf.quants dequantization in float64): the router writing the shared gate
 sigmoid(w . x') beside the picked experts; the gate/up pair computing the shared slot from its own
 matrices; the down product summing the shared slot with the routed ones and the residual; shared
-widths below, equal to and above the routed experts'. Refusals: non-planar or mixed types, experts
-in several buffers, the env switch. The rewrite: the one-token graph's FFN ops (paired and unpaired
+widths below, equal to and above the routed experts', for every type whose loads matvec_id.comp
+issues up front. Refusals: the types it loads unit by unit, mixed types, experts in several buffers,
+the env switch. The rewrite: the one-token graph's FFN ops (paired and unpaired
 shared gate/up) and where it must not apply. Models: tiny qwen35moe decode steps against
 reference.ReferenceModel and against the unfused graph (LLAMAVK_SHEXP_FUSE=0), chained and not.
 """
@@ -19,6 +20,7 @@ from llamavk.errors import LlamavkError
 from llamavk.fusion import fuse_one_token
 from llamavk.kernels import KernelCache, View, moe, upload_qweight
 from llamavk.models import build_graph, load_model_file
+from llamavk.quant import quant_info
 from llamavk.reference import ReferenceModel, silu
 from llamavk.vk import CommandSequence
 
@@ -79,13 +81,22 @@ def check(got, ref, what):
     assert err < 1e-3, f"{what}: relative error {err:.2e}"
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0], ids=lambda t: t.name)
+# every type whose expert loads matvec_id.comp issues up front (moe.MATVEC_ID_PRELOAD)
+SHEXP_TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS]
+
+
+def block_cols(qtype, n):
+    """n blocks' worth of columns: 32-weight blocks, or super-blocks of 256."""
+    return n * quant_info(qtype).block_size
+
+
+@pytest.mark.parametrize("qtype", SHEXP_TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("sh_rows", [64, 96, 160])      # the routed experts have 96 rows
 @pytest.mark.parametrize("n_tokens", [1, 2])
 def test_pair_computes_the_shared_slot(dev, kc, qtype, sh_rows, n_tokens):
     """Gate/up pair with the norm folded in: per token the routed slots' silu(G x') * (U x') rows,
     then the shared expert's, from its own matrices (another row count)."""
-    n_expert, rows, cols, n_used = 6, 96, 128, 3
+    n_expert, rows, cols, n_used = 6, 96, block_cols(qtype, 4 if quant_info(qtype).block_size == 32 else 1), 3
     rng = np.random.default_rng(sh_rows + n_tokens)
     g, gref = expert_weight(dev, qtype, n_expert, rows, cols, 1)
     u, uref = expert_weight(dev, qtype, n_expert, rows, cols, 2)
@@ -107,15 +118,16 @@ def test_pair_computes_the_shared_slot(dev, kc, qtype, sh_rows, n_tokens):
     check(y.array(np.float32, n_tokens * width).reshape(ref.shape).astype(np.float64), ref, qtype.name)
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0], ids=lambda t: t.name)
-@pytest.mark.parametrize("sh_cols", [64, 96, 160])      # the routed experts' down products take 96
+@pytest.mark.parametrize("qtype", SHEXP_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("sh_blocks", [2, 3, 5])        # the routed experts' down products take 3 blocks
 @pytest.mark.parametrize("stage", ["1", "0"])           # x' staged in shared memory, or from memory
-def test_down_sums_the_shared_slot(dev, kc, monkeypatch, qtype, sh_cols, stage):
+def test_down_sums_the_shared_slot(dev, kc, monkeypatch, qtype, sh_blocks, stage):
     """Summing down product: residual + sum_s w_s D[id_s] x_s + gate * D_shared x_shared, x per token
     the routed slots' rows then the shared one's (its own width), for two tokens."""
     monkeypatch.setenv("LLAMAVK_MVID_STAGE", stage)
-    n_expert, rows, cols, n_used, n_tokens = 6, 37, 96, 4, 2
-    rng = np.random.default_rng(sh_cols)
+    sh_cols = block_cols(qtype, sh_blocks)
+    n_expert, rows, cols, n_used, n_tokens = 6, 37, block_cols(qtype, 3), 4, 2
+    rng = np.random.default_rng(sh_blocks)
     d, dref = expert_weight(dev, qtype, n_expert, rows, cols, 5)
     ds, dsref = shared_weight(dev, qtype, rows, sh_cols, 6)
     ids, weights = random_routes(rng, n_tokens, n_expert, n_used)
@@ -137,7 +149,7 @@ def test_down_sums_the_shared_slot(dev, kc, monkeypatch, qtype, sh_cols, stage):
 
 
 def test_shared_slot_only_where_the_kernels_can(dev, kc, monkeypatch):
-    """shexp_slot_ok: planar Q4_0 / Q8_0 of the experts' types, each in one buffer; the shared
+    """shexp_slot_ok: the preloaded types (moe.MATVEC_ID_PRELOAD) of the experts' types, each in one buffer; the shared
     expert's input width the experts'. matmul_id refuses what it cannot do with one line."""
     E, R, n_expert = 64, 96, 4
 
@@ -152,7 +164,8 @@ def test_shared_slot_only_where_the_kernels_can(dev, kc, monkeypatch):
     good = mats()
     assert moe.shexp_slot_ok(*good)
     assert moe.shexp_slot_ok(*mats(T.Q8_0, sh_rows=256))
-    assert not moe.shexp_slot_ok(*mats(T.Q4_K, sh_rows=256, E=256, R=256))   # no pair, no planar loads
+    assert moe.shexp_slot_ok(*mats(T.Q4_K, sh_rows=256, E=256, R=256))
+    assert not moe.shexp_slot_ok(*mats(T.Q3_K, sh_rows=256, E=256, R=256))   # no pair: loads unit by unit
     assert not moe.shexp_slot_ok(*mats(T.Q4_0, T.Q8_0))                 # one kernel variant: one type
     assert not moe.shexp_slot_ok(*mats(chunk=R * 36 * 2))               # experts in two buffers
     monkeypatch.setenv("LLAMAVK_SHEXP_FUSE", "0")
@@ -237,11 +250,13 @@ def decode_rows(path, prompt, **env):
 PATHS_TOL = 5e-4
 
 
-@pytest.mark.parametrize("qtype,overrides", [("q4_0", {}), ("q8_0", {"n_ff_shexp": 128})],
-                         ids=["q4_0-shared-narrower", "q8_0-shared-wider"])
+@pytest.mark.parametrize("qtype,overrides", [("q4_0", {}), ("q8_0", {"n_ff_shexp": 128}), ("q4_k", {}), ("q6_k", {}),
+                                             ("iq4_xs", {})],
+                         ids=["q4_0-shared-narrower", "q8_0-shared-wider", "q4_k", "q6_k", "iq4_xs"])
 def test_decode_with_the_shared_slot_matches_reference(synthetic_model, monkeypatch, qtype, overrides):
-    """Tiny qwen35moe (routed experts 96 wide, the shared one 64 or 128): one-token steps with the
-    shared expert folded in against the numpy reference and against the unfused graph."""
+    """Tiny qwen35moe (routed experts 96 wide, the shared one 64 or 128; 256 for the 256-weight block
+    types): one-token steps with the shared expert folded in against the numpy reference and against
+    the unfused graph."""
     path = synthetic_model("qwen35moe", qtype, seed=3, **overrides)
     prompt = [int(t) for t in np.random.default_rng(4).integers(3, 500, 6)]
     want = ReferenceModel(load_model_file(path)).logits(prompt)

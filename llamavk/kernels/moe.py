@@ -297,7 +297,8 @@ def matvec_id_xfirst(name: str, staged: int, wait, slot_rows: bool, glu, cols: i
     x per lane. H100 tg128, in alternation, one call (6633267's tree): 30B-A3B 451.78 / 453.81 / 446.81
     against 440.96 / 445.82 / 438.35, d1024 396.67 against 391.78, 35B-A3B 396.87 / 396.74 against
     390.31 / 390.84; greedy tokens the same. Planar Q4_0 / Q8_0 (every weight load issued up front):
-    Q4_K experts, whose loads go out unit by unit, 367.57 / 365.81 with it against 364.10 / 364.68.
+    Q4_K experts, when their loads went out unit by unit, 367.57 / 365.81 with it against 364.10 /
+    364.68; preloaded since (MATVEC_ID_PRELOAD): the same, 408.59 / 409.47 against 408.05 / 411.30.
     LLAMAVK_MVID_XFIRST=0 turns it off, =all on for every type (A/B)."""
     mode = os.environ.get("LLAMAVK_MVID_XFIRST", "1")
     return (mode != "0" and (mode == "all" or name in MATVEC_ID_PRELOAD) and staged > 0 and wait is None
@@ -313,7 +314,7 @@ def matvec_id_pairs(w: QWeight, p: QWeight) -> bool:
 
 def matvec_id_chain_ok(w: QWeight) -> bool:
     """Whether w's one-token expert product can be chained without a barrier (kernels/chain.py):
-    planar Q4_0 / Q8_0 or Q4_K (its weight loads come first, so they are in flight while it waits), one
+    a type in MATVEC_ID_PRELOAD (its weight loads come first, so they are in flight while it waits), one
     chunk (one dispatch)."""
     return type_suffix(w.qtype) in MATVEC_ID_PRELOAD and len(w.chunks) == 1
 
@@ -323,16 +324,20 @@ def shexp_fuse_enabled() -> bool:
     return os.environ.get("LLAMAVK_SHEXP_FUSE", "1") != "0"
 
 
+# Which types: the preloaded ones since the K-quant and IQ experts took that path (before, planar Q4_0
+# / Q8_0 only). H100, 35B-A3B with Q4_K matrices, tg128 in alternation, one call: 355.90 / 350.54
+# against 238.24 / 237.62 before (LLAMAVK_SHEXP_FUSE=0 239.19 / 238.60; llama.cpp -cm2 156.06).
 def shexp_slot_ok(gate: QWeight, up: QWeight, down: QWeight, gate_sh: QWeight, up_sh: QWeight,
                   down_sh: QWeight) -> bool:
     """Whether the one-token expert products can take a shared expert as one more slot (matvec_id.comp
     SHEXP): the routed gate/up a pair (matvec_id_pairs), the shared gate/up of their type and input
-    width, the shared down of the routed down's type and output height, every matrix planar Q4_0 /
-    Q8_0 in one chunk (the shared slot's loads are the planar kernel's own code; one dispatch of each
-    product takes it). Shapes may differ otherwise: the shared expert's width is its own."""
+    width, the shared down of the routed down's type and output height, every matrix of a type whose
+    loads matvec_id.comp issues up front (MATVEC_ID_PRELOAD: the shared slot's loads are that code's) in
+    one chunk (one dispatch of each product takes it). Shapes may differ otherwise: the shared expert's
+    width is its own."""
     mats = (gate, up, down, gate_sh, up_sh, down_sh)
     return (shexp_fuse_enabled() and matvec_id_pairs(gate, up)
-            and all(type_suffix(m.qtype) in ("q4_0", "q8_0") and len(m.chunks) == 1 for m in mats)
+            and all(type_suffix(m.qtype) in MATVEC_ID_PRELOAD and len(m.chunks) == 1 for m in mats)
             and not (gate_sh.experts or up_sh.experts or down_sh.experts)
             and gate_sh.qtype == up_sh.qtype == gate.qtype and down_sh.qtype == down.qtype
             and (gate_sh.rows, gate_sh.cols) == (up_sh.rows, up_sh.cols) and gate_sh.cols == gate.cols
@@ -378,11 +383,11 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
     _check_view(y, 4 * n_tokens * (R if sum_slots else tok_out), "matmul_id y")
     if sh is not None:
         if n_tokens > MATVEC_MAX_TOKENS or len(w.chunks) > 1 or sh_cols % 32 or (pair is None) != (sh_pair is None) \
-                or sh.qtype != w.qtype or type_suffix(w.qtype) not in ("q4_0", "q8_0") or sh.experts \
+                or sh.qtype != w.qtype or type_suffix(w.qtype) not in MATVEC_ID_PRELOAD or sh.experts \
                 or (sum_slots and sh_rows != R) or (not xslot and sh_cols != cols) \
                 or (sh_pair is not None and (sh_pair.qtype, sh_pair.rows, sh_pair.cols) != (sh.qtype, sh_rows, sh_cols)):
-            raise LlamavkError("matmul_id: a shared expert slot needs planar Q4_0/Q8_0 matrices of the experts' "
-                               "type in one buffer, in a small batch (kernels/moe.py shexp_slot_ok)")
+            raise LlamavkError("matmul_id: a shared expert slot needs matrices of the experts' type (one that "
+                               "matvec_id preloads) in one buffer, in a small batch (kernels/moe.py shexp_slot_ok)")
     if n_tokens <= MATVEC_MAX_TOKENS:
         if cols % 32:
             raise LlamavkError(f"matmul_id: expert rows of {cols} weights (not a multiple of 32) are not supported")
