@@ -365,8 +365,10 @@ void main() {
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint b = wrow[j] * n_units + u;
 #if !defined(QPLANAR)
+#if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL)
                 // the planar types' planes are sized by the blocks of the chunk, or of the shared matrix
                 uint nb = sh ? p.sh_rows * (cols_s / QK) : q_chunk_blocks;
+#endif
                 if (sh) {
                     LOAD_UNIT(0, 2);
                     if (PAIR) LOAD_UNIT(NM - 1, 3);
