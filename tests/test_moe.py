@@ -190,8 +190,9 @@ def test_matmul_id_decode(dev, kc, qtype):
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS], ids=lambda t: t.name)
 def test_matmul_id_decode_preloaded_units(dev, kc, qtype, cols, monkeypatch):
     """The preloaded K-quant units (matvec_id.comp KUNIT: Q4_K's, Q5_K's and Q6_K's quarters, 64
-    weights) and IQ4_NL's blocks and IQ4_XS's sub-blocks on wider rows: 768 (the 30B-A3B's down product: 12 quarters, 4 lanes of 3 per
-    row; 24 sub-blocks), 2048 (its gate/up: a quarter per lane, several rows per lane)."""
+    weights) and IQ4_NL's blocks and IQ4_XS's sub-blocks on wider rows: 768 (the 30B-A3B's down
+    product: 12 quarters, 4 lanes of 3 per row; 24 sub-blocks), 2048 (its gate/up: a quarter per
+    lane, several rows per lane)."""
     tpr, c, rj = moe.matvec_id_split(qtype.name.lower(), cols, kc.info.subgroup_size or 32, False)
     assert tpr * c == cols // moe.MATVEC_ID_UNIT.get(qtype.name.lower(), (32, 1))[0]
     run_matmul_id(dev, kc, qtype, 1, norm=True, pair=True, seed=21, cols=cols)

@@ -223,7 +223,7 @@ def group(seq, kc: KernelCache, route_view: View, groups: View, n_tokens: int, n
                  struct.pack("<3I", n_tokens, n_used, n_expert))
 
 
-# matvec_id.comp's weights per unit (a Q4_K or Q6_K quarter super-block: KUNIT; else one 32-weight
+# matvec_id.comp's weights per unit (a Q4_K, Q5_K or Q6_K quarter super-block: KUNIT; else one 32-weight
 # block or sub-block) and 16-byte quant loads per unit (Q4_K's head, a 16-byte load too, not counted:
 # one per super-block, it comes from the cache for the quarters after the first; nor Q6_K's scale
 # words and d)
@@ -246,7 +246,7 @@ def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tup
     """matvec_id.comp's (TPR lanes per row, C units per lane, RJ rows per lane) for rows of `cols`
     weights: whole rows in at most 4 units per lane, without idle lanes where a power of two up to
     the subgroup divides the row's units; rows per lane as far as a lane's weight loads stay <= 8
-    (16-byte loads: Q8_0 and Q4_K take two per unit, a pair twice as many)."""
+    (16-byte loads per unit: MATVEC_ID_UNIT, else one; a pair twice as many)."""
     loads_max = matvec_id_tuning()[0]
     unit_w, unit_loads = MATVEC_ID_UNIT.get(type_name, (32, 1))
     units = cols // unit_w
@@ -370,7 +370,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
     if n_tokens <= 0:
         return 0
     if (wait is not None or signal is not None) and (n_tokens != 1 or not matvec_id_chain_ok(w)):
-        raise LlamavkError("matmul_id: chaining without a barrier takes one token and one Q4_0/Q8_0/Q4_K chunk")
+        raise LlamavkError("matmul_id: chaining without a barrier takes one token and one chunk of a type "
+                           "matvec_id preloads (moe.MATVEC_ID_PRELOAD)")
     if not w.experts:
         raise LlamavkError("matmul_id: the weight is not a stack of experts")
     name = type_suffix(w.qtype)
@@ -394,7 +395,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         if sum_slots and len(w.chunks) > 1:
             raise LlamavkError("matmul_id: the weighted sum of slots needs the experts in one chunk")
         if pair is not None and not matvec_id_pairs(w, pair):
-            raise LlamavkError("matmul_id: a gate/up pair needs two Q4_0/Q8_0/Q4_K matrices of one shape")
+            raise LlamavkError("matmul_id: a gate/up pair needs two matrices of one shape and of a type matvec_id "
+                               "preloads (moe.MATVEC_ID_PRELOAD)")
         sg = kc.info.subgroup_size or 32
         # the shared slot's units (its own cols) must fit the lanes too
         tpr, c, rj = matvec_id_split(name, max(cols, sh_cols), sg, pair is not None)
