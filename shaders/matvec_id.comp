@@ -16,26 +16,29 @@
 // (the down product's input), else one per token (gate and up read the token's state).
 // A slot whose expert lies outside this chunk [e0, e0 + n_exp) is left to another dispatch.
 //
-// Work split (units: 32 weights, one block of the 32-blocks or a sub-block of a super-block): TPR
-// lanes per row (a power of two up to the subgroup), each taking units c + TPR i (i < C) of RJ rows
-// g + G j (G = S / TPR row groups per subgroup); sums meet by xor shuffles over the TPR lanes.
-// Planar Q4_0 / Q8_0 (QPLANAR): every weight load of a lane (16-byte quants, its block scales) is
-// issued before any arithmetic, so a subgroup has C x RJ x (PAIR ? 2 : 1) loads in flight (the
-// memory-level parallelism that streams the weights; loads issued inside the loop wait one by one).
-// Q4_K and Q6_K (KUNIT) take the same path with units of 64 weights, a quarter super-block. Q4_K:
-// sub-blocks 2q and 2q + 1, 32 bytes of quants (their low and high nibbles), loaded as 3 uvec4s (the
-// super-block's head: d, dmin, the 12 scale bytes; the quarter's quants), the mins through the sums
-// of x' over each sub-block (w = d sc q - dmin m). Q6_K (planar, quants.glsl): matvec_stream.comp's
-// quarter -- of half h, the 16 elements 16m .. 16m + 15 of each of the 4 runs of 32 (ql uvec4s 4h + m
-// and 4h + 2 + m, qh uvec4 8 + 2h + m of the block, the half's 8 scale bytes, d), so its x' is 4
-// pieces of 4 vec4s (xvec4). Why: loaded unit by unit as the other types, the loads of a lane wait
-// one by one, and the gate/up pair and the chained stages took planar types only.
-// Q5_K: Q4_K's quarters with the 32 high-bit bytes of the block (bits 2q and 2q + 1), 5 uvec4s.
-// IQ4_NL (planar as Q4_0: a uvec4 and d) and IQ4_XS take it with their 32-weight blocks / sub-blocks
-// (IQ4_XS: the block's head -- d, scales_h; scales_l -- and the sub-block's 16 quant bytes as 3
-// uvec2s, a 136-byte block being 8-byte aligned), each quant byte's two table values (element l: low
-// nibble, l + 16: high) from a table of the 256 bytes' pairs in shared memory (KV_PAIRS: one shared
-// load per two weights, as matmul_coop.comp's runs).
+// Work split (units: 32 weights, one block of the 32-blocks or a sub-block of a super-block; Q4_K,
+// Q5_K, Q6_K a quarter super-block of 64, KUNIT): TPR lanes per row (a power of two up to the
+// subgroup), each taking units c + TPR i (i < C) of RJ rows g + G j (G = S / TPR row groups per
+// subgroup); sums meet by xor shuffles over the TPR lanes.
+// Preloaded types (QPRELOAD: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS): every weight load of a
+// lane is issued before any arithmetic, so a subgroup has C x RJ x (PAIR ? 2 : 1) units' loads in
+// flight (the memory-level parallelism that streams the weights; loads issued inside the loop wait
+// one by one); only they run as a gate/up pair, chained (WAIT / SIGNAL) and with the shared slot.
+// - Planar Q4_0 / Q8_0 (QPLANAR): 16-byte quants and the block's scale.
+// - Q4_K: sub-blocks 2q and 2q + 1, 32 bytes of quants (their low and high nibbles), loaded as 3
+//   uvec4s (the super-block's head: d, dmin, the 12 scale bytes; the quarter's quants), the mins
+//   through the sums of x' over each sub-block (w = d sc q - dmin m). Q5_K: the same and the block's
+//   32 high-bit bytes (bits 2q and 2q + 1), 5 uvec4s.
+// - Q6_K (planar, quants.glsl): matvec_stream.comp's quarter -- of half h, the 16 elements 16m ..
+//   16m + 15 of each of the 4 runs of 32 (ql uvec4s 4h + m and 4h + 2 + m, qh uvec4 8 + 2h + m of the
+//   block, the half's 8 scale bytes, d), so its x' is 4 pieces of 4 vec4s (xvec4).
+// - IQ4_NL (planar as Q4_0: a uvec4 and d) and IQ4_XS (the block's head -- d, scales_h; scales_l --
+//   and the sub-block's 16 quant bytes as 3 uvec2s, a 136-byte block being 8-byte aligned): each
+//   quant byte's two table values (element l: low nibble, l + 16: high) from a table of the 256
+//   bytes' pairs in shared memory (KV_PAIRS: one shared load per two weights, as matmul_coop.comp's
+//   runs) where registers selected them one by one.
+// H100, 30B-A3B tg128 against these types loaded unit by unit: Q4_K 360-366 -> 409, Q5_K 330-333 ->
+// 349-353, Q6_K 330 -> 368-372, IQ4_XS 210 -> 306-312, IQ4_NL 194-195 -> 333-337 (kernels/moe.py).
 // Other types dequantize unit by unit (quants.glsl dequant_unit).
 // Grids: plain / PAIR: (row blocks of the subgroups' rows, tokens x slots), each subgroup its own rows;
 // SUM: (row blocks of G * RJ rows, tokens), one subgroup per slot (the workgroup is n_used subgroups),
