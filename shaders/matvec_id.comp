@@ -145,6 +145,12 @@ shared float red_ss[128];          // XS with NORM: per subgroup, its threads' s
 #endif
 #if defined(KV_PAIRS)
 shared vec2 kv_pair[256];          // byte (lo | hi << 4) -> (KV[lo], KV[hi]) (header)
+// quant word w's 8 weights (bytes 0..3: low nibbles elements 0..3 against xlo, high ones against xhi)
+float kv_pair_dot(uint w, vec4 xlo, vec4 xhi) {
+    vec2 p0 = kv_pair[w & 0xFFu], p1 = kv_pair[(w >> 8) & 0xFFu];
+    vec2 p2 = kv_pair[(w >> 16) & 0xFFu], p3 = kv_pair[w >> 24];
+    return dot(vec4(p0.x, p1.x, p2.x, p3.x), xlo) + dot(vec4(p0.y, p1.y, p2.y, p3.y), xhi);
+}
 #endif
 
 // XS: stage the n4 vec4s of x' from vec4 off4 of x (rows of whole units, side by side); returns the
@@ -425,9 +431,7 @@ void main() {
                         float t = 0.0;
                         [[unroll]] for (uint k = 0; k < 4; ++k) {
                             uint w = wx[i][m][j][1 + k / 2][k % 2];
-                            vec2 p0 = kv_pair[w & 0xFFu], p1 = kv_pair[(w >> 8) & 0xFFu];
-                            vec2 p2 = kv_pair[(w >> 16) & 0xFFu], p3 = kv_pair[w >> 24];
-                            t += dot(vec4(p0.x, p1.x, p2.x, p3.x), xv[k]) + dot(vec4(p0.y, p1.y, p2.y, p3.y), xv[4 + k]);
+                            t += kv_pair_dot(w, xv[k], xv[4 + k]);
                         }
                         acc[m][j] += half_bits(hd.x) * float(int(ls) - 32) * t;
                     }
@@ -445,9 +449,7 @@ void main() {
                         float t = 0.0;
                         [[unroll]] for (uint k = 0; k < 4; ++k) {
                             uint w = wq[i][m][j][0][k];
-                            vec2 p0 = kv_pair[w & 0xFFu], p1 = kv_pair[(w >> 8) & 0xFFu];
-                            vec2 p2 = kv_pair[(w >> 16) & 0xFFu], p3 = kv_pair[w >> 24];
-                            t += dot(vec4(p0.x, p1.x, p2.x, p3.x), xv[k]) + dot(vec4(p0.y, p1.y, p2.y, p3.y), xv[4 + k]);
+                            t += kv_pair_dot(w, xv[k], xv[4 + k]);
                         }
                         acc[m][j] += wd[i][m][j] * t;
                     }
