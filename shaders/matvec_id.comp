@@ -61,7 +61,10 @@
 // rows (sh_rows) and cols (sh_cols), its route id unread, its route weight the router's
 // sigmoid(w_shexp . x'). Per token, outputs (non-SUM) and XSLOT inputs are the routed slots' rows
 // (rows / cols each) followed by the shared slot's (sh_rows / sh_cols). Why a slot: the shared
-// expert's gate/up, down product and sigmoid gate then cost no dependent stage of their own.
+// expert's gate/up, down product and sigmoid gate then cost no dependent stage of their own. The
+// slot's code is compiled only into the SHEXP_SLOT variants (mul_mv_id_<type>_shexp): as a
+// specialization left false it still cost the routed products 2.5-3% (H100 30B-A3B Q4_K tg128 398
+// against 408-410 without it, in alternation, one call).
 // RWAIT (with WAIT; the experts' gate/up pair after the output projection that picks the experts,
 // matvec_stream.comp ROUTER, kernels/chain.py edge p): the route is the producer's too, so the wait
 // comes first and the route is read after it through a coherent alias; then the weight loads.
@@ -270,43 +273,30 @@ uvec4 mat_u4(uint mi, uint i) { return mi == 0 ? wu4[i] : mi == 1 ? pu4[i] : mi 
 #if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL)
 float mat_f16(uint mi, uint i) { return float(mi == 0 ? wf16[i] : mi == 1 ? pf16[i] : mi == 2 ? swf16[i] : spf16[i]); }
 #endif
+// A macro, not a function with out parameters: those copy whole arrays in and out, and the routed
+// path's code then differs from the form measured before the shared slot (30B-A3B Q4_K 2-3% slower).
 #if defined(QTYPE_IQ4_XS)
 // sub-block b % 8 of super-block b / 8 (17 uvec2s: the head, then 2 per sub-block)
-void load_unit(uint mi, uint b, out uvec2 q[3]) {
-    uint o = 17 * (b / 8), oq = o + 1 + 2 * (b % 8);
-    q[0] = mat_u2(mi, o); q[1] = mat_u2(mi, oq); q[2] = mat_u2(mi, oq + 1);
-}
-#define LOAD_UNIT(A, MI) load_unit(MI, b, wx[i][A][j])
+#define LOAD_UNIT(A, MI) { uint o = 17 * (b / 8), oq = o + 1 + 2 * (b % 8); \
+    wx[i][A][j][0] = mat_u2(MI, o); wx[i][A][j][1] = mat_u2(MI, oq); wx[i][A][j][2] = mat_u2(MI, oq + 1); }
 #elif defined(QTYPE_IQ4_NL)
 // planar: block b's quants (uvec4 b), its f16 d at f16 8 nb + b
-void load_unit(uint mi, uint b, uint nb, out uvec4 q[NQ], out float d) {
-    q[0] = mat_u4(mi, b);
-    d = mat_f16(mi, 8 * nb + b);
-}
-#define LOAD_UNIT(A, MI) load_unit(MI, b, nb, wq[i][A][j], wd[i][A][j])
+#define LOAD_UNIT(A, MI) { wq[i][A][j][0] = mat_u4(MI, b); wd[i][A][j] = mat_f16(MI, 8 * nb + b); }
 #elif defined(QTYPE_Q6_K)
 // quarter b % 4 of super-block b / 4 (planar, header): of half h, the l of 16 mm .. 16 mm + 15
-void load_unit(uint mi, uint b, uint nb, out uvec4 q[NQ], out uvec2 sc, out float d) {
-    uint ib = b / 4, h = (b / 2) % 2, mm = b % 2;
-    uint q0 = 12 * ib + 4 * h + mm, q1 = 12 * ib + 8 + 2 * h + mm, s32 = 48 * nb + 4 * ib + 2 * h;
-    q[0] = mat_u4(mi, q0); q[1] = mat_u4(mi, q0 + 2); q[2] = mat_u4(mi, q1);
-    sc = uvec2(mat_u32(mi, s32), mat_u32(mi, s32 + 1));
-    d = mat_f16(mi, 104 * nb + ib);
-}
-#define LOAD_UNIT(A, MI) load_unit(MI, b, nb, wq[i][A][j], wsc[i][A][j], wdk[i][A][j])
+#define LOAD_UNIT(A, MI) { uint ib = b / 4, h = (b / 2) % 2, mm = b % 2; \
+    uint q0 = 12 * ib + 4 * h + mm, q1 = 12 * ib + 8 + 2 * h + mm, s32 = 48 * nb + 4 * ib + 2 * h; \
+    wq[i][A][j][0] = mat_u4(MI, q0); wq[i][A][j][1] = mat_u4(MI, q0 + 2); wq[i][A][j][2] = mat_u4(MI, q1); \
+    wsc[i][A][j] = uvec2(mat_u32(MI, s32), mat_u32(MI, s32 + 1)); wdk[i][A][j] = mat_f16(MI, 104 * nb + ib); }
+#elif defined(QTYPE_Q5_K)
+// quarter b % 4 of super-block b / 4 (176 bytes: 11 uvec4s, the head, 2 of high bits, the quants)
+#define LOAD_UNIT(A, MI) { uint o0 = 11 * (b / 4), o1 = o0 + 3 + 2 * (b % 4); \
+    wq[i][A][j][3] = mat_u4(MI, o0 + 1); wq[i][A][j][4] = mat_u4(MI, o0 + 2); \
+    wq[i][A][j][0] = mat_u4(MI, o0); wq[i][A][j][1] = mat_u4(MI, o1); wq[i][A][j][2] = mat_u4(MI, o1 + 1); }
 #elif defined(KUNIT)
-// quarter b % 4 of super-block b / 4 (Q4_K 144 bytes: 9 uvec4s, the head first; Q5_K 176: 11, the
-// head, 2 of high bits, the quants)
-void load_unit(uint mi, uint b, out uvec4 q[NQ]) {
-#if defined(QTYPE_Q5_K)
-    uint o0 = 11 * (b / 4), o1 = o0 + 3 + 2 * (b % 4);
-    q[3] = mat_u4(mi, o0 + 1); q[4] = mat_u4(mi, o0 + 2);
-#else
-    uint o0 = 9 * (b / 4), o1 = o0 + 1 + 2 * (b % 4);
-#endif
-    q[0] = mat_u4(mi, o0); q[1] = mat_u4(mi, o1); q[2] = mat_u4(mi, o1 + 1);
-}
-#define LOAD_UNIT(A, MI) load_unit(MI, b, wq[i][A][j])
+// quarter b % 4 of super-block b / 4 (Q4_K 144 bytes: 9 uvec4s, the head first)
+#define LOAD_UNIT(A, MI) { uint o0 = 9 * (b / 4), o1 = o0 + 1 + 2 * (b % 4); \
+    wq[i][A][j][0] = mat_u4(MI, o0); wq[i][A][j][1] = mat_u4(MI, o1); wq[i][A][j][2] = mat_u4(MI, o1 + 1); }
 #endif
 
 void main() {
@@ -326,7 +316,7 @@ void main() {
     }
     uint rbase = t * 2 * p.n_used;
     uint e = floatBitsToUint(RWAIT ? routec[rbase + s] : route[rbase + s]);
-#if defined(QPRELOAD)
+#if defined(QPRELOAD) && defined(SHEXP_SLOT)
     bool sh = SHEXP && s == p.n_used - 1;   // the shared expert's slot (uniform per subgroup)
 #else
     const bool sh = false;

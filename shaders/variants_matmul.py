@@ -1,6 +1,8 @@
 # Quantized matrix kernels (llamavk/kernels/matmul.py): one variant per kernel x weight type.
 _TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
           "iq4_nl", "iq4_xs", "mxfp4"]
+# the types whose expert products issue every weight load first (llamavk/kernels/moe.py MATVEC_ID_PRELOAD)
+_MATVEC_ID_PRELOAD = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
 
 VARIANTS = {}
 for _t in _TYPES:
@@ -12,6 +14,8 @@ for _t in _TYPES:
     VARIANTS[f"get_rows_{_t}"] = ("get_rows.comp", dict(_d))
     # mixture of experts: products with each token's chosen experts (decode; prompts grouped by expert)
     VARIANTS[f"mul_mv_id_{_t}"] = ("matvec_id.comp", dict(_d))
+    if _t in _MATVEC_ID_PRELOAD:   # with a shared expert as the last slot (matvec_id.comp SHEXP)
+        VARIANTS[f"mul_mv_id_{_t}_shexp"] = ("matvec_id.comp", dict(_d, SHEXP_SLOT="1"))
     VARIANTS[f"mul_mm_id_{_t}"] = ("matmul.comp", dict(_d, MUL_MAT_ID="1"))
     # on cooperative matrices, 128 rows x 64 tokens: an expert sees few of a batch's tokens
     VARIANTS[f"mul_mm_coop_id_{_t}"] = ("matmul_coop.comp", dict(_d, MUL_MAT_ID="1", WARPS_N="2"))

@@ -11,6 +11,8 @@ shared gate/up) and where it must not apply. Models: tiny qwen35moe decode steps
 reference.ReferenceModel and against the unfused graph (LLAMAVK_SHEXP_FUSE=0), chained and not.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
@@ -146,6 +148,15 @@ def test_down_sums_the_shared_slot(dev, kc, monkeypatch, qtype, sh_blocks, stage
                   shexp=(ds, None))
     seq.end().run()
     check(y.array(np.float32, n_tokens * rows).reshape(ref.shape).astype(np.float64), ref, qtype.name)
+
+
+def test_shared_slot_variants_match_the_preloaded_types():
+    # the slot's code is compiled only into mul_mv_id_<type>_shexp: one per type moe.py lets take it
+    scope = {}
+    exec((Path(__file__).parent.parent / "shaders" / "variants_matmul.py").read_text(), scope)
+    shexp = {name for name in scope["VARIANTS"] if name.startswith("mul_mv_id_") and name.endswith("_shexp")}
+    assert shexp == {f"mul_mv_id_{t}_shexp" for t in moe.MATVEC_ID_PRELOAD}
+    assert all(scope["VARIANTS"][n][1].get("SHEXP_SLOT") == "1" for n in shexp)
 
 
 def test_shared_slot_only_where_the_kernels_can(dev, kc, monkeypatch):

@@ -414,7 +414,9 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
                 pair is not None, wait is not None, signal is not None, staged,
                 n_used * rows_per_wg if sum_slots else 1, sh is not None, wait is not None and route_wait,
                 matvec_id_xfirst(name, staged, wait, sum_slots and xslot, glu, cols, wg))
-        kernel = kc.get(f"mul_mv_id_{name}", "rrrwrrrrwrr", push_size=48, spec=spec)
+        # the shared slot's code lives in a variant of its own (matvec_id.comp SHEXP_SLOT)
+        kernel = kc.get(f"mul_mv_id_{name}" + ("_shexp" if sh is not None else ""), "rrrwrrrrwrr",
+                        push_size=48, spec=spec)
         rows_max = R if sum_slots else max(R, sh_rows)
         grid = ((rows_max + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
         pair_chunks = pair.chunks if pair is not None else w.chunks
