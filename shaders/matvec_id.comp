@@ -273,8 +273,10 @@ uvec4 mat_u4(uint mi, uint i) { return mi == 0 ? wu4[i] : mi == 1 ? pu4[i] : mi 
 #if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL)
 float mat_f16(uint mi, uint i) { return float(mi == 0 ? wf16[i] : mi == 1 ? pf16[i] : mi == 2 ? swf16[i] : spf16[i]); }
 #endif
-// A macro, not a function with out parameters: those copy whole arrays in and out, and the routed
-// path's code then differs from the form measured before the shared slot (30B-A3B Q4_K 2-3% slower).
+// LOAD_UNIT(A, MI) fills the caller's wq[i][A][j] (IQ4_XS: wx; with wd / wsc / wdk) for unit b. A
+// macro, not a function with out parameters: those copy whole arrays in and out, and the plain
+// variant's SPIR-V would differ from the kernel measured before the shared slot (this form is that
+// kernel's, byte for byte past the header).
 #if defined(QTYPE_IQ4_XS)
 // sub-block b % 8 of super-block b / 8 (17 uvec2s: the head, then 2 per sub-block)
 #define LOAD_UNIT(A, MI) { uint o = 17 * (b / 8), oq = o + 1 + 2 * (b % 8); \
