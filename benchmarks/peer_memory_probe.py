@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import NamedTuple
 
 import vulkan as vk
 
@@ -25,6 +26,7 @@ from llamavk.errors import LlamavkError
 from llamavk.vk._ffi import check, ffi, lib, new_struct
 from llamavk.vk.buffer import Buffer
 from llamavk.vk.instance import get_instance
+from llamavk.vk.sequence import CommandSequence
 
 # Devices enable only the extensions the engine uses; the probe needs the fd-based external memory
 # ones too, so it adds them before creating its devices.
@@ -58,6 +60,12 @@ def external_features(dev, handle_type: int) -> tuple[int, int]:
     return props.externalMemoryFeatures, props.compatibleHandleTypes
 
 
+class _External(NamedTuple):
+    """A raw VkBuffer of SIZE bytes, in the shape CommandSequence records copies and fills of."""
+    handle: object
+    size: int = SIZE
+
+
 def _external_buffer(dev, handle_type: int):
     ext = new_struct("VkExternalMemoryBufferCreateInfo", vk.VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
                      handleTypes=handle_type)
@@ -65,7 +73,7 @@ def _external_buffer(dev, handle_type: int):
                         sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
     out = ffi.new("VkBuffer*")
     check(lib.vkCreateBuffer(dev.handle, create, ffi.NULL, out), "vkCreateBuffer")
-    return out[0], vk.vkGetBufferMemoryRequirements(dev.handle, out[0])
+    return _External(out[0]), vk.vkGetBufferMemoryRequirements(dev.handle, out[0])
 
 
 def _bind(dev, buf, size: int, memory_type: int, pnext) -> None:
@@ -73,7 +81,7 @@ def _bind(dev, buf, size: int, memory_type: int, pnext) -> None:
                       allocationSize=size, memoryTypeIndex=memory_type)
     memory = ffi.new("VkDeviceMemory*")
     check(lib.vkAllocateMemory(dev.handle, info, ffi.NULL, memory), "vkAllocateMemory")
-    check(lib.vkBindBufferMemory(dev.handle, buf, memory[0], 0), "vkBindBufferMemory")
+    check(lib.vkBindBufferMemory(dev.handle, buf.handle, memory[0], 0), "vkBindBufferMemory")
     return memory[0]
 
 
@@ -81,7 +89,7 @@ def export_buffer(dev, handle_type: int):
     """A device-local buffer on dev and a file descriptor for its memory."""
     buf, req = _external_buffer(dev, handle_type)
     dedicated = new_struct("VkMemoryDedicatedAllocateInfo", vk.VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
-                           buffer=buf)
+                           buffer=buf.handle)
     export = new_struct("VkExportMemoryAllocateInfo", vk.VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO, dedicated,
                         handleTypes=handle_type)
     memory = _bind(dev, buf, req.size, dev.memory_type(req.memoryTypeBits, device_module.DEVICE_LOCAL), export)
@@ -106,7 +114,7 @@ def import_buffer(dev, handle_type: int, fd: int):
     if not bits:
         raise LlamavkError("no memory type can hold the imported memory")
     dedicated = new_struct("VkMemoryDedicatedAllocateInfo", vk.VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
-                           buffer=buf)
+                           buffer=buf.handle)
     info = new_struct("VkImportMemoryFdInfoKHR", vk.VK_STRUCTURE_TYPE_IMPORT_MEMORY_FD_INFO_KHR, dedicated,
                       handleType=handle_type, fd=fd)
     _bind(dev, buf, SIZE, (bits & -bits).bit_length() - 1, info)
@@ -114,26 +122,20 @@ def import_buffer(dev, handle_type: int, fd: int):
 
 
 def run_once(dev, record) -> float:
-    """Record one command buffer, submit it, wait; host seconds from submit to done."""
-    alloc = vk.VkCommandBufferAllocateInfo(commandPool=dev.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                           commandBufferCount=1)
-    cb = vk.vkAllocateCommandBuffers(dev.handle, alloc)[0]
-    vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
-    record(cb)
-    vk.vkEndCommandBuffer(cb)
-    fence = vk.vkCreateFence(dev.handle, vk.VkFenceCreateInfo(), None)
+    """Record commands (record(seq)) in a CommandSequence, run it; host seconds from submit to done."""
+    seq = CommandSequence(dev, "peer memory probe").begin()
+    record(seq)
+    seq.end()
     start = time.perf_counter()
-    vk.vkQueueSubmit(dev.queue, 1, [vk.VkSubmitInfo(commandBufferCount=1, pCommandBuffers=[cb])], fence)
-    vk.vkWaitForFences(dev.handle, 1, [fence], vk.VK_TRUE, 10 ** 10)
+    seq.run()
     seconds = time.perf_counter() - start
-    vk.vkDestroyFence(dev.handle, fence, None)
-    vk.vkFreeCommandBuffers(dev.handle, dev.command_pool, 1, [cb])
+    seq.close()
     return seconds
 
 
 def first_words(dev, buf) -> list[int]:
     host = Buffer(dev, 4096, host_visible=True)
-    run_once(dev, lambda cb: vk.vkCmdCopyBuffer(cb, buf, host.handle, 1, [vk.VkBufferCopy(0, 0, 4096)]))
+    run_once(dev, lambda seq: seq.copy(buf, host, 4096))
     words = [int(w) for w in host.array(dtype="<u4", count=4)]
     host.close()
     return words
@@ -143,16 +145,15 @@ def share(a, b, handle_type: int) -> str:
     """One handle type from a to b: what each side reads of the other's writes, and b's copy rates."""
     buf_a, fd = export_buffer(a, handle_type)
     buf_b = import_buffer(b, handle_type, fd)
-    run_once(a, lambda cb: vk.vkCmdFillBuffer(cb, buf_a, 0, SIZE, PATTERN_A))
+    run_once(a, lambda seq: seq.fill(buf_a, PATTERN_A))
     b_reads = first_words(b, buf_b)
-    run_once(b, lambda cb: vk.vkCmdFillBuffer(cb, buf_b, 0, SIZE, PATTERN_B))
+    run_once(b, lambda seq: seq.fill(buf_b, PATTERN_B))
     a_reads = first_words(a, buf_a)
     shared = all(w == PATTERN_A for w in b_reads) and all(w == PATTERN_B for w in a_reads)
     local = Buffer(b, SIZE)
-    region = [vk.VkBufferCopy(0, 0, SIZE)]
-    run_once(b, lambda cb: vk.vkCmdCopyBuffer(cb, buf_b, local.handle, 1, region))
-    read = run_once(b, lambda cb: vk.vkCmdCopyBuffer(cb, buf_b, local.handle, 1, region))
-    write = run_once(b, lambda cb: vk.vkCmdCopyBuffer(cb, local.handle, buf_b, 1, region))
+    run_once(b, lambda seq: seq.copy(buf_b, local, SIZE))   # warm-up
+    read = run_once(b, lambda seq: seq.copy(buf_b, local, SIZE))
+    write = run_once(b, lambda seq: seq.copy(local, buf_b, SIZE))
     local.close()
     verdict = "shared" if shared else "NOT shared (each side reads its own bytes)"
     return (f"{verdict}: B read {b_reads[0]:#x} after A wrote {PATTERN_A:#x}, A read {a_reads[0]:#x} after B wrote "
