@@ -6,8 +6,15 @@ the previous one's output. Prints microseconds per stage and GB/s, for each buff
     mode 0  a barrier between stages (how the engine records a decode step)
     mode 1  no barriers: workgroups wait for a counter of the previous stage, loads issued first
     mode 2  the same, loads issued after the wait
+    mode 3  barriers as mode 0, on a fixed grid (--grids) whose workgroups loop over the buffer's
+            chunks: no partly filled last wave, what a persistent product could reach
+    mode 4  one dispatch runs every stage on a fixed grid (--grids; all its workgroups must be
+            resident at once), the stages ordered by a counter: a persistent kernel whose grid
+            barriers replace the dispatch barriers; each stage's first loads issued before its wait
+    mode 5  the same, loads issued after the wait
 
-    python3 benchmarks/bench_chain.py [--stages 192] [--sizes "0.004:1 9.4:4 33:4 66:8"]
+    python3 benchmarks/bench_chain.py [--stages 192] [--sizes "0.004:1 9.4:4 33:4 66:8"] [--modes 0,3]
+                                      [--grids 264,528,1056]
 
 A size is MB:U (U loads of 16 bytes per lane). Weight copies rotate so that the L2 cache never holds
 the buffer read next. Host wall time over whole replays (no per-dispatch timestamps, which add their
@@ -32,6 +39,7 @@ def main():
     ap.add_argument("--stages", type=int, default=192, help="dispatches per replay (a 7.2B decode step: 193)")
     ap.add_argument("--sizes", default=SIZES)
     ap.add_argument("--modes", default="0,1,2")
+    ap.add_argument("--grids", default="264,528,1056", help="mode 3's workgroups per stage")
     a = ap.parse_args()
     dev = open_devices(select(get_instance().devices)[0][:1])[0]
     n = a.stages
@@ -48,17 +56,26 @@ def main():
         nbytes = groups * per_wg
         copies = max(2, min(48, math.ceil(160e6 / nbytes)))
         ws = [Buffer(dev, nbytes) for _ in range(copies)]
-        for mode in map(int, a.modes.split(",")):
-            # mode 0 declares its outputs written (the recorder then puts a barrier between stages);
-            # modes 1 and 2 declare them read, so no barriers are recorded and the counters order them
-            k = Kernel(dev, "bench_chain", "rww" if mode == 0 else "rrr", push_size=16, spec=(u, mode))
+        modes = [int(m) for m in a.modes.split(",")]
+        runs = [(m, groups) for m in modes if m in (0, 1, 2)]
+        runs += [(m, min(int(g), groups)) for m in modes if m >= 3 for g in a.grids.split(",")]
+        # the persistent modes read one buffer holding every copy
+        whole = Buffer(dev, nbytes * copies) if any(m >= 4 for m in modes) else None
+        for mode, grid in runs:
+            # modes 0 and 3 declare their outputs written (the recorder then puts a barrier between
+            # stages); modes 1 and 2 declare them read, so no barriers are recorded and the counters
+            # order them
+            k = Kernel(dev, "bench_chain", "rww" if mode in (0, 3) else "rrr", push_size=20, spec=(u, mode))
             seq = CommandSequence(dev).begin()
             seq.fill(io, 0)
             seq.fill(flags, 0)
             seq.barrier()
-            for s in range(n):
-                push = np.array([s, groups, s * 4096, (s + 1) * 4096], np.uint32).tobytes()
-                seq.dispatch(k, [ws[s % copies], io, flags], (groups, 1, 1), push)
+            if mode >= 4:
+                push = np.array([n, copies, 0, 0, groups], np.uint32).tobytes()
+                seq.dispatch(k, [whole, io, flags], (grid, 1, 1), push)
+            for s in range(n if mode < 4 else 0):
+                push = np.array([s, grid, s * 4096, (s + 1) * 4096, groups], np.uint32).tobytes()
+                seq.dispatch(k, [ws[s % copies], io, flags], (grid, 1, 1), push)
             seq.end()
             t0 = time.time()
             while time.time() - t0 < 0.3:   # clocks up
@@ -71,13 +88,15 @@ def main():
             fl = flags.array(np.uint32)
             us = float(np.median(times)) / n * 1e6
             note = ""
-            if mode:
+            if mode in (1, 2):
                 note = f"  (waits given up: {int(fl[1023])}, counters complete: {bool((fl[:n] == groups).all())})"
-            print(f"{nbytes / 1e6:8.2f} MB  U={u}  {groups:5d} workgroups  mode {mode}: {us:7.2f} us/stage "
+            if mode >= 4:
+                note = f"  (waits given up: {int(fl[1023])}, counter: {int(fl[0])} of {n * grid})"
+            print(f"{nbytes / 1e6:8.2f} MB  U={u}  {grid:5d} workgroups  mode {mode}: {us:7.2f} us/stage "
                   f"{nbytes / us / 1e3:6.0f} GB/s{note}", flush=True)
             seq.close()
             k.close()
-        for w in ws:
+        for w in ws + [whole] * (whole is not None):
             w.close()
 
 

@@ -9,18 +9,65 @@
 // MODE 0: the recorder puts a barrier between stages. MODE 1 / 2: no barriers; a stage's workgroups
 // wait for a counter that every workgroup of the previous stage increments (loads issued before /
 // after the wait). The wait gives up after 2^24 polls and counts that in flags[1023].
+// MODE 3: barriers as MODE 0, but a fixed grid whose workgroups loop over the stage's p.chunks chunks
+// (g, g + grid, ...): no tail of partly filled waves, the floor a persistent product could reach.
+// MODE 4 / 5: one dispatch runs all p.stage stages on a grid that must be resident at once (a
+// persistent kernel); stage s streams weight copy s % p.prev_groups, and its workgroups wait for
+// flags[0] to count every workgroup of the stages before (MODE 4: the stage's first loads issued
+// before that wait, as such a kernel could prefetch across its grid barrier; MODE 5: after it).
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint U = 4;
 layout(constant_id = 1) const uint MODE = 0;
 layout(std430, binding = 0) readonly buffer W { uvec4 w[]; };
 layout(std430, binding = 1) coherent buffer IO { uint io[]; };              // [stage][workgroup]
 layout(std430, binding = 2) coherent volatile buffer F { uint flags[]; };   // [stage] counters
-layout(push_constant) uniform P { uint stage; uint prev_groups; uint in_off; uint out_off; } p;
+layout(push_constant) uniform P { uint stage; uint prev_groups; uint in_off; uint out_off; uint chunks; } p;
 shared uint s_in;
 
 void main() {
     uint t = gl_LocalInvocationID.x, g = gl_WorkGroupID.x;
     uvec4 r[U];
+    if (MODE == 3u) {
+        if (t == 0u) s_in = io[p.in_off + (g % p.prev_groups)];
+        barrier();
+        uvec4 a = uvec4(s_in);
+        for (uint c = g; c < p.chunks; c += gl_NumWorkGroups.x) {
+            [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[c * 256u * U + t + j * 256u];
+            [[unroll]] for (uint j = 0; j < U; ++j) a ^= r[j];
+        }
+        uint v = subgroupXor(a.x ^ a.y ^ a.z ^ a.w);
+        if (gl_SubgroupInvocationID == 0u) atomicXor(io[p.out_off + g], v);
+        return;
+    }
+    if (MODE >= 4u) {
+        uint grid = gl_NumWorkGroups.x, stride = 256u * U;
+        for (uint s = 0u; s < p.stage; ++s) {
+            uint wbase = (s % p.prev_groups) * p.chunks * stride + t;
+            bool has = g < p.chunks;
+            if (MODE == 4u && has) { [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[wbase + g * stride + j * 256u]; }
+            if (s > 0u && t == 0u) {
+                uint n = 0u;
+                while (flags[0] < grid * s && n < (1u << 24)) ++n;
+                if (n == (1u << 24)) atomicAdd(flags[1023], 1u);
+            }
+            // another workgroup's word of the stage before: the dependency a product has on all of x
+            if (t == 0u) s_in = io[s * 4096u + (g + 1u) % grid];
+            barrier();
+            uvec4 a = uvec4(s_in);
+            if (MODE == 5u && has) { [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[wbase + g * stride + j * 256u]; }
+            if (has) { [[unroll]] for (uint j = 0; j < U; ++j) a ^= r[j]; }
+            for (uint c = g + grid; c < p.chunks; c += grid) {
+                [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[wbase + c * stride + j * 256u];
+                [[unroll]] for (uint j = 0; j < U; ++j) a ^= r[j];
+            }
+            uint v = subgroupXor(a.x ^ a.y ^ a.z ^ a.w);
+            if (gl_SubgroupInvocationID == 0u) atomicXor(io[(s + 1u) * 4096u + g], v);
+            memoryBarrierBuffer();
+            barrier();
+            if (t == 0u) atomicAdd(flags[0], 1u);
+        }
+        return;
+    }
     uint base = g * 256u * U + t;
     if (MODE != 2u) { [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[base + j * 256u]; }
     if (MODE != 0u && p.stage > 0u) {
