@@ -16,7 +16,9 @@ the previous one's output. Prints microseconds per stage and GB/s, for each buff
     python3 benchmarks/bench_chain.py [--stages 192] [--sizes "0.004:1 9.4:4 33:4 66:8"] [--modes 0,3]
                                       [--grids 264,528,1056]
 
-A size is MB:U (U loads of 16 bytes per lane). Weight copies rotate so that the L2 cache never holds
+A size is MB:U (U loads of 16 bytes per lane), or a layer of stages of different sizes, MB,MB,...:U
+(at most 8; "14.2,0.004,9.4,66,33:4" is a 7.2B Q4_0 layer: Q/K/V, an empty stage where attention
+goes, O, gate/up, down), the stages taking its sizes in turn; then time per layer is printed too. Weight copies rotate so that the L2 cache never holds
 the buffer read next. Host wall time over whole replays (no per-dispatch timestamps, which add their
 own cost to every dispatch).
 """
@@ -39,7 +41,7 @@ def main():
     ap.add_argument("--stages", type=int, default=192, help="dispatches per replay (a 7.2B decode step: 193)")
     ap.add_argument("--sizes", default=SIZES)
     ap.add_argument("--modes", default="0,1,2")
-    ap.add_argument("--grids", default="264,528,1056", help="mode 3's workgroups per stage")
+    ap.add_argument("--grids", default="264,528,1056", help="workgroups per stage of modes 3, 4 and 5")
     a = ap.parse_args()
     dev = open_devices(select(get_instance().devices)[0][:1])[0]
     n = a.stages
@@ -47,35 +49,39 @@ def main():
     flags = Buffer(dev, 4 * 1024, host_visible=True)
     print(f"{dev.info.name}; {n} stages per replay")
     for spec in a.sizes.split():
-        mb, u = spec.split(":")
+        mbs, u = spec.split(":")
         u = int(u)
         per_wg = 256 * 16 * u
-        groups = max(1, round(float(mb) * 1e6 / per_wg))
-        if groups > 4096:
-            raise SystemExit(f"{spec}: more than 4096 workgroups (raise U)")
-        nbytes = groups * per_wg
-        copies = max(2, min(48, math.ceil(160e6 / nbytes)))
-        ws = [Buffer(dev, nbytes) for _ in range(copies)]
+        groups = [max(1, round(float(mb) * 1e6 / per_wg)) for mb in mbs.split(",")]
+        if max(groups) > 4096 or len(groups) > 8:
+            raise SystemExit(f"{spec}: more than 4096 workgroups (raise U) or more than 8 stages a layer")
+        npat, layer_bytes = len(groups), sum(groups) * per_wg
+        copies = max(2, min(48, math.ceil(160e6 / layer_bytes)))
+        # stage s: entry s % npat of layer copy (s // npat) % copies
+        ws = [[Buffer(dev, g * per_wg) for g in groups] for _ in range(copies)]
         modes = [int(m) for m in a.modes.split(",")]
-        runs = [(m, groups) for m in modes if m in (0, 1, 2)]
-        runs += [(m, min(int(g), groups)) for m in modes if m >= 3 for g in a.grids.split(",")]
+        runs = [(m, None) for m in modes if m in (0, 1, 2)]
+        runs += [(m, int(g)) for m in modes if m >= 3 for g in a.grids.split(",")]
         # the persistent modes read one buffer holding every copy
-        whole = Buffer(dev, nbytes * copies) if any(m >= 4 for m in modes) else None
-        for mode, grid in runs:
+        whole = Buffer(dev, layer_bytes * copies) if any(m >= 4 for m in modes) else None
+        for mode, cap in runs:
+            grids = [g if cap is None else min(cap, g) for g in groups]
             # modes 0 and 3 declare their outputs written (the recorder then puts a barrier between
             # stages); modes 1 and 2 declare them read, so no barriers are recorded and the counters
             # order them
-            k = Kernel(dev, "bench_chain", "rww" if mode in (0, 3) else "rrr", push_size=20, spec=(u, mode))
+            k = Kernel(dev, "bench_chain", "rww" if mode in (0, 3) else "rrr", push_size=56, spec=(u, mode))
             seq = CommandSequence(dev).begin()
             seq.fill(io, 0)
             seq.fill(flags, 0)
             seq.barrier()
             if mode >= 4:
-                push = np.array([n, copies, 0, 0, groups], np.uint32).tobytes()
+                grid = cap if npat > 1 else grids[0]
+                push = np.array([n, copies, 0, 0, 0, npat] + groups + [0] * (8 - npat), np.uint32).tobytes()
                 seq.dispatch(k, [whole, io, flags], (grid, 1, 1), push)
             for s in range(n if mode < 4 else 0):
-                push = np.array([s, grid, s * 4096, (s + 1) * 4096, groups], np.uint32).tobytes()
-                seq.dispatch(k, [ws[s % copies], io, flags], (grid, 1, 1), push)
+                e = s % npat
+                push = np.array([s, grids[e - 1], s * 4096, (s + 1) * 4096, groups[e], 0] + [0] * 8, np.uint32)
+                seq.dispatch(k, [ws[s // npat % copies][e], io, flags], (grids[e], 1, 1), push.tobytes())
             seq.end()
             t0 = time.time()
             while time.time() - t0 < 0.3:   # clocks up
@@ -89,14 +95,18 @@ def main():
             us = float(np.median(times)) / n * 1e6
             note = ""
             if mode in (1, 2):
-                note = f"  (waits given up: {int(fl[1023])}, counters complete: {bool((fl[:n] == groups).all())})"
+                done = all(fl[s] == grids[s % npat] for s in range(n))
+                note = f"  (waits given up: {int(fl[1023])}, counters complete: {done})"
             if mode >= 4:
                 note = f"  (waits given up: {int(fl[1023])}, counter: {int(fl[0])} of {n * grid})"
-            print(f"{nbytes / 1e6:8.2f} MB  U={u}  {grid:5d} workgroups  mode {mode}: {us:7.2f} us/stage "
-                  f"{nbytes / us / 1e3:6.0f} GB/s{note}", flush=True)
+            if npat > 1:
+                note = f"  {us * npat:7.2f} us/layer" + note
+            wg = f"{grids[0]:5d}" if npat == 1 else ("grid " + str(cap) if mode >= 3 else "  -  ")
+            print(f"{layer_bytes / npat / 1e6:8.2f} MB  U={u}  {wg} workgroups  mode {mode}: {us:7.2f} us/stage "
+                  f"{layer_bytes / npat / us / 1e3:6.0f} GB/s{note}", flush=True)
             seq.close()
             k.close()
-        for w in ws + [whole] * (whole is not None):
+        for w in [b for c in ws for b in c] + [whole] * (whole is not None):
             w.close()
 
 

@@ -12,16 +12,19 @@
 // MODE 3: barriers as MODE 0, but a fixed grid whose workgroups loop over the stage's p.chunks chunks
 // (g, g + grid, ...): no tail of partly filled waves, the floor a persistent product could reach.
 // MODE 4 / 5: one dispatch runs all p.stage stages on a grid that must be resident at once (a
-// persistent kernel); stage s streams weight copy s % p.prev_groups, and its workgroups wait for
-// flags[0] to count every workgroup of the stages before (MODE 4: the stage's first loads issued
-// before that wait, as such a kernel could prefetch across its grid barrier; MODE 5: after it).
+// persistent kernel). Stages come in layers of p.np, stage s being entry e = s % p.np of its layer
+// (p.pc[e] chunks), layer (s / p.np) % p.prev_groups of the weight copies laid out one after another;
+// its workgroups wait for flags[0] to count every workgroup of the stages before (MODE 4: the stage's
+// first loads issued before that wait, as such a kernel could prefetch across its grid barrier;
+// MODE 5: after it).
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint U = 4;
 layout(constant_id = 1) const uint MODE = 0;
 layout(std430, binding = 0) readonly buffer W { uvec4 w[]; };
 layout(std430, binding = 1) coherent buffer IO { uint io[]; };              // [stage][workgroup]
 layout(std430, binding = 2) coherent volatile buffer F { uint flags[]; };   // [stage] counters
-layout(push_constant) uniform P { uint stage; uint prev_groups; uint in_off; uint out_off; uint chunks; } p;
+layout(push_constant) uniform P { uint stage; uint prev_groups; uint in_off; uint out_off; uint chunks;
+                                  uint np; uint pc[8]; } p;   // MODE 4 / 5: a layer's stages' chunks
 shared uint s_in;
 
 void main() {
@@ -40,10 +43,13 @@ void main() {
         return;
     }
     if (MODE >= 4u) {
-        uint grid = gl_NumWorkGroups.x, stride = 256u * U;
+        uint grid = gl_NumWorkGroups.x, stride = 256u * U, layer_chunks = 0u;
+        for (uint e = 0u; e < p.np; ++e) layer_chunks += p.pc[e];
         for (uint s = 0u; s < p.stage; ++s) {
-            uint wbase = (s % p.prev_groups) * p.chunks * stride + t;
-            bool has = g < p.chunks;
+            uint e = s % p.np, chunks = p.pc[e], first = ((s / p.np) % p.prev_groups) * layer_chunks;
+            for (uint f = 0u; f < e; ++f) first += p.pc[f];
+            uint wbase = first * stride + t;
+            bool has = g < chunks;
             if (MODE == 4u && has) { [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[wbase + g * stride + j * 256u]; }
             if (s > 0u && t == 0u) {
                 uint n = 0u;
@@ -56,7 +62,7 @@ void main() {
             uvec4 a = uvec4(s_in);
             if (MODE == 5u && has) { [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[wbase + g * stride + j * 256u]; }
             if (has) { [[unroll]] for (uint j = 0; j < U; ++j) a ^= r[j]; }
-            for (uint c = g + grid; c < p.chunks; c += grid) {
+            for (uint c = g + grid; c < chunks; c += grid) {
                 [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[wbase + c * stride + j * 256u];
                 [[unroll]] for (uint j = 0; j < U; ++j) a ^= r[j];
             }
