@@ -18,9 +18,9 @@ the previous one's output. Prints microseconds per stage and GB/s, for each buff
 
 A size is MB:U (U loads of 16 bytes per lane), or a layer of stages of different sizes, MB,MB,...:U
 (at most 8; "14.2,0.004,9.4,66,33:4" is a 7.2B Q4_0 layer: Q/K/V, an empty stage where attention
-goes, O, gate/up, down), the stages taking its sizes in turn; then time per layer is printed too. Weight copies rotate so that the L2 cache never holds
-the buffer read next. Host wall time over whole replays (no per-dispatch timestamps, which add their
-own cost to every dispatch).
+goes, O, gate/up, down), the stages taking its sizes in turn; then time per layer is printed too.
+Weight copies rotate so that the L2 cache never holds the buffer read next. Host wall time over whole
+replays (no per-dispatch timestamps, which add their own cost to every dispatch).
 """
 
 import argparse

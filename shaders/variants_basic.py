@@ -6,4 +6,6 @@ VARIANTS = {
     "matvec_f16": ("matvec_float.comp", {"WTYPE": "float16_t"}),
     # benchmarks/bench_chain.py: dependent streaming reads, the ceiling of a chain of products
     "bench_chain": ("bench_chain.comp", {}),
+    # benchmarks/bench_persistent.py: dependent Q4_0 products, barriers against one persistent dispatch
+    "bench_persistent": ("bench_persistent.comp", {}),
 }

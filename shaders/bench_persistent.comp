@@ -1,0 +1,132 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_spirv_intrinsics : require
+// Benchmark only (benchmarks/bench_persistent.py): a chain of dependent Q4_0 matrix-vector products
+// with their arithmetic, the way a decode step's products follow each other, run either as one
+// dispatch per product with barriers between (MODE 0, what the engine records) or as one persistent
+// dispatch (MODE 1) whose workgroups stay resident, pass from product to product at a grid barrier
+// (a counter every workgroup increments once its rows are stored) and issue the next product's first
+// weight loads before waiting at it. Both run the same fixed grid, each workgroup looping over
+// chunks of 8 rows, so what differs is only how a product follows the one before: bench_chain.comp's
+// MODE 0 against MODE 4, with x staged and the weights multiplied.
+// Products come in layers of p.np (p.rows[e] x p.cols[e], cols a multiple of 1024 up to 32 * 32 *
+// MAXB), the weight copies of p.copies layers one after another; product s reads act half s & 1 and
+// writes rows into the other half. Weights: a 32-weight block's 16 quant bytes in wq (byte k: weight
+// k in its low nibble, k + 16 in its high one), its f16 scale in wd; w = d (q - 8).
+// Arithmetic as the engine's DOT8 form, one level: every workgroup quantizes x per 32 values to int8
+// (scale s = max|x| / 127) in shared memory, and a block's sum is d (s sum q xq - 8 s sum xq) with
+// 4-wide integer dot products. One 32-lane row group per row, its lanes on neighbouring blocks.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int dot_ss(uint a, uint b, spirv_literal int packed4x8);   // OpSDotKHR: signed x signed
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint MODE = 0;
+layout(constant_id = 1) const uint MAXB = 14;   // blocks per lane of a row, at most
+const uint ACT_MAX = 32768;                     // values per act half
+const uint MAXCOLS = 1024 * MAXB;
+layout(std430, binding = 0) readonly buffer WQ { uvec4 wq[]; };
+layout(std430, binding = 1) readonly buffer WD { uint wd[]; };            // f16 scales, two per word
+layout(std430, binding = 2) coherent buffer Act { float act[]; };         // [2][ACT_MAX]
+layout(std430, binding = 2) coherent buffer Act4 { vec4 act4[]; };
+layout(std430, binding = 3) coherent volatile buffer F { uint flags[]; }; // [0] the grid barrier's count, [1023] waits given up
+layout(push_constant) uniform P { uint stage; uint n_stages; uint copies; uint np; uint rows[6]; uint cols[6]; } p;
+shared uint xq[MAXCOLS / 4];       // x as int8, 4 per word
+shared vec2 xs[MAXCOLS / 32];      // per block: s, s * sum of its int8 values
+shared float red[256];
+
+uvec4 q[MAXB];
+float d[MAXB];
+
+void load_chunk(uint blk0, uint nbl) {
+    [[unroll]] for (uint i = 0; i < MAXB; ++i) {
+        if (i < nbl) {
+            uint b = blk0 + 32u * i;
+            q[i] = wq[b];
+            d[i] = unpackHalf2x16(wd[b >> 1])[b & 1u];
+        }
+    }
+}
+
+uint pack_i8x4(ivec4 v) {
+    return (uint(v.x) & 0xFFu) | ((uint(v.y) & 0xFFu) << 8) | ((uint(v.z) & 0xFFu) << 16) | (uint(v.w) << 24);
+}
+
+void stage_x(uint in_base, uint cols) {
+    for (uint b = gl_LocalInvocationID.x; b < cols / 32u; b += 256u) {
+        vec4 v[8];
+        float amax = 0.0;
+        [[unroll]] for (uint k = 0; k < 8u; ++k) {
+            v[k] = act4[(in_base + 32u * b) / 4u + k];
+            amax = max(amax, max(max(abs(v[k].x), abs(v[k].y)), max(abs(v[k].z), abs(v[k].w))));
+        }
+        float s = amax / 127.0, inv = amax > 0.0 ? 127.0 / amax : 0.0;
+        int sum = 0;
+        [[unroll]] for (uint k = 0; k < 8u; ++k) {
+            ivec4 i4 = ivec4(round(v[k] * inv));
+            sum += i4.x + i4.y + i4.z + i4.w;
+            xq[8u * b + k] = pack_i8x4(i4);
+        }
+        xs[b] = vec2(s, s * float(sum));
+    }
+    barrier();
+}
+
+void main() {
+    uint g = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x, lane = tid & 31u, grid = gl_NumWorkGroups.x;
+    uint layer_blocks = 0u;
+    for (uint e = 0u; e < p.np; ++e) layer_blocks += p.rows[e] * p.cols[e] / 32u;
+    uint s0 = MODE == 0u ? p.stage : 0u, s1 = MODE == 0u ? p.stage + 1u : p.n_stages;
+    for (uint s = s0; s < s1; ++s) {
+        uint e = s % p.np, rows = p.rows[e], cols = p.cols[e], nb = cols / 32u, nbl = nb / 32u;
+        uint base = ((s / p.np) % p.copies) * layer_blocks;
+        for (uint f = 0u; f < e; ++f) base += p.rows[f] * p.cols[f] / 32u;
+        uint in_base = (s & 1u) * ACT_MAX, out_base = ((s + 1u) & 1u) * ACT_MAX;
+        uint chunks = rows / 8u, c = g;
+        if (c < chunks) load_chunk(base + (8u * c + tid / 32u) * nb + lane, nbl);
+        if (MODE == 1u && s > 0u) {
+            if (tid == 0u) {
+                uint n = 0u;
+                while (flags[0] < grid * s && n < (1u << 24)) ++n;
+                if (n == (1u << 24)) atomicAdd(flags[1023], 1u);
+            }
+            barrier();
+        }
+        stage_x(in_base, cols);
+        while (c < chunks) {
+            float acc = 0.0;
+            [[unroll]] for (uint i = 0; i < MAXB; ++i) {
+                if (i < nbl) {
+                    uint b = lane + 32u * i;
+                    int dot = 0;
+                    [[unroll]] for (uint w = 0; w < 4u; ++w) {
+                        dot += dot_ss(q[i][w] & 0x0F0F0F0Fu, xq[8u * b + w], 0);
+                        dot += dot_ss((q[i][w] >> 4) & 0x0F0F0F0Fu, xq[8u * b + 4u + w], 0);
+                    }
+                    acc += d[i] * (xs[b].x * float(dot) - 8.0 * xs[b].y);
+                }
+            }
+            uint row = 8u * c + tid / 32u;
+            if (gl_SubgroupSize == 32u) {
+                acc = subgroupAdd(acc);
+                if (lane == 0u) act[out_base + row] = acc;
+            } else {
+                red[tid] = acc;
+                barrier();
+                if (lane == 0u) {
+                    float t = 0.0;
+                    for (uint k = 0u; k < 32u; ++k) t += red[tid + k];
+                    act[out_base + row] = t;
+                }
+                barrier();
+            }
+            c += grid;
+            if (c < chunks) load_chunk(base + (8u * c + tid / 32u) * nb + lane, nbl);
+        }
+        if (MODE == 1u) {
+            memoryBarrierBuffer();
+            barrier();
+            if (tid == 0u) atomicAdd(flags[0], 1u);
+        }
+        barrier();   // xq / xs are the next product's
+    }
+}
