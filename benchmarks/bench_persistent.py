@@ -99,7 +99,7 @@ def main():
     bufs = [wq, wd, act, flags]
     print(f"{dev.info.name}; {len(shapes)} products a layer, {layer_bytes / 1e6:.1f} MB, {copies} weight copies")
     if a.check:
-        k = Kernel(dev, "bench_persistent", "rrww", push_size=64, spec=(0, MAXB))
+        k = Kernel(dev, "bench_persistent", "rrww", push_size=64, spec=(0,))
         n = len(shapes)
         act.write(act0.tobytes())
         seq = record(dev, k, bufs, 0, n, 4, shapes, copies)
@@ -113,7 +113,7 @@ def main():
         raise SystemExit(0 if err < 5e-2 else 1)
     n = a.layers * len(shapes)
     for mode in map(int, a.modes.split(",")):
-        k = Kernel(dev, "bench_persistent", "rrww", push_size=64, spec=(mode, MAXB))
+        k = Kernel(dev, "bench_persistent", "rrww", push_size=64, spec=(mode,))
         for grid in map(int, a.grids.split(",")):
             act.write(act0.tobytes())
             seq = record(dev, k, bufs, mode, n, grid, shapes, copies)

@@ -2,6 +2,7 @@
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_spirv_intrinsics : require
+#extension GL_KHR_shader_subgroup_clustered : require
 // Benchmark only (benchmarks/bench_persistent.py): a chain of dependent Q4_0 matrix-vector products
 // with their arithmetic, the way a decode step's products follow each other, run either as one
 // dispatch per product with barriers between (MODE 0, what the engine records) or as one persistent
@@ -15,20 +16,23 @@
 // writes rows into the other half. Weights: a 32-weight block's 16 quant bytes in wq (byte k: weight
 // k in its low nibble, k + 16 in its high one), its f16 scale in wd; w = d (q - 8).
 // Arithmetic as the engine's DOT8 form, one level: every workgroup quantizes x per 32 values to int8
-// (scale s = max|x| / 127) in shared memory, and a block's sum is d (s sum q xq - 8 s sum xq) with
-// 4-wide integer dot products. One 32-lane row group per row, its lanes on neighbouring blocks.
+// (scale s = max|x| / 127; cols a multiple of 1024, so every lane of a cluster loops alike) in
+// shared memory, and a block's sum is d (s sum q xq - 8 s sum xq) with 4-wide integer dot products.
+// One 32-lane row group per row, its lanes on neighbouring blocks.
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int dot_ss(uint a, uint b, spirv_literal int packed4x8);   // OpSDotKHR: signed x signed
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint MODE = 0;
-layout(constant_id = 1) const uint MAXB = 14;   // blocks per lane of a row, at most
+const uint MAXB = 14u;                          // blocks per lane of a row, at most (a constant, not a
+                                                // specialization one: the unrolled arrays stay in registers)
 const uint ACT_MAX = 32768;                     // values per act half
 const uint MAXCOLS = 1024 * MAXB;
 layout(std430, binding = 0) readonly buffer WQ { uvec4 wq[]; };
 layout(std430, binding = 1) readonly buffer WD { uint wd[]; };            // f16 scales, two per word
 layout(std430, binding = 2) coherent buffer Act { float act[]; };         // [2][ACT_MAX]
 layout(std430, binding = 2) coherent buffer Act4 { vec4 act4[]; };
-layout(std430, binding = 3) coherent volatile buffer F { uint flags[]; }; // [0] the grid barrier's count, [1023] waits given up
+// flags[0]: the grid barrier's count; flags[1023]: waits given up
+layout(std430, binding = 3) coherent volatile buffer F { uint flags[]; };
 layout(push_constant) uniform P { uint stage; uint n_stages; uint copies; uint np; uint rows[6]; uint cols[6]; } p;
 shared uint xq[MAXCOLS / 4];       // x as int8, 4 per word
 shared vec2 xs[MAXCOLS / 32];      // per block: s, s * sum of its int8 values
@@ -52,21 +56,14 @@ uint pack_i8x4(ivec4 v) {
 }
 
 void stage_x(uint in_base, uint cols) {
-    for (uint b = gl_LocalInvocationID.x; b < cols / 32u; b += 256u) {
-        vec4 v[8];
-        float amax = 0.0;
-        [[unroll]] for (uint k = 0; k < 8u; ++k) {
-            v[k] = act4[(in_base + 32u * b) / 4u + k];
-            amax = max(amax, max(max(abs(v[k].x), abs(v[k].y)), max(abs(v[k].z), abs(v[k].w))));
-        }
-        float s = amax / 127.0, inv = amax > 0.0 ? 127.0 / amax : 0.0;
-        int sum = 0;
-        [[unroll]] for (uint k = 0; k < 8u; ++k) {
-            ivec4 i4 = ivec4(round(v[k] * inv));
-            sum += i4.x + i4.y + i4.z + i4.w;
-            xq[8u * b + k] = pack_i8x4(i4);
-        }
-        xs[b] = vec2(s, s * float(sum));
+    // 8 neighbouring lanes per 32 values (a vec4 each): the block's max and sum by clustered reductions
+    for (uint v = gl_LocalInvocationID.x; v < cols / 4u; v += 256u) {
+        vec4 x = act4[in_base / 4u + v];
+        float amax = subgroupClusteredMax(max(max(abs(x.x), abs(x.y)), max(abs(x.z), abs(x.w))), 8u);
+        ivec4 i4 = ivec4(round(x * (amax > 0.0 ? 127.0 / amax : 0.0)));
+        int sum = subgroupClusteredAdd(i4.x + i4.y + i4.z + i4.w, 8u);
+        xq[v] = pack_i8x4(i4);
+        if ((v & 7u) == 0u) xs[v / 8u] = vec2(amax / 127.0, amax / 127.0 * float(sum));
     }
     barrier();
 }
