@@ -8,13 +8,14 @@ int8 per 32 values in every workgroup, integer dot products) recorded
             barrier (a counter), the next product's first weight loads issued before it
 
 Both on the same fixed grid (--grids: modes 1's must be resident at once, or its waits give up),
-each workgroup looping over chunks of 8 rows. Prints microseconds per layer and the weights' GB/s.
+each workgroup looping over chunks of rows (a row group of 32 or 64 lanes per row).
+Prints microseconds per layer and the weights' GB/s.
 
-    python3 benchmarks/bench_persistent.py [--layer 6144x4096,8x4096,4096x4096,28672x4096,4096x14336]
+    python3 benchmarks/bench_persistent.py [--layer 6144x4096,16x4096,4096x4096,28672x4096,4096x14336]
                                            [--layers 32] [--grids 132,264,396] [--modes 0,1]
     python3 benchmarks/bench_persistent.py --check     # one small layer in mode 0 against numpy
 
-The default layer is a 7.2B Q4_0 one: Q/K/V, an 8-row product where attention goes, O, gate and up
+The default layer is a 7.2B Q4_0 one: Q/K/V, a 16-row product where attention goes, O, gate and up
 as one 28672-row product, down. Host wall time over whole replays.
 """
 
@@ -28,17 +29,18 @@ from llamavk.devices import open_devices, select
 from llamavk.vk import Buffer, CommandSequence, get_instance
 from llamavk.vk.kernel import Kernel
 
-LAYER = "6144x4096,8x4096,4096x4096,28672x4096,4096x14336"
+LAYER = "6144x4096,16x4096,4096x4096,28672x4096,4096x14336"
 ACT_MAX = 32768
-MAXB = 14
+MAXB = 7   # bench_persistent.comp: blocks per lane of a row
 
 
 def parse_layer(text: str) -> list:
     shapes = [tuple(int(v) for v in part.split("x")) for part in text.split(",")]
     for rows, cols in shapes:
-        if rows % 8 or cols % 1024 or cols > 1024 * MAXB or rows > ACT_MAX or len(shapes) > 6:
-            raise SystemExit(f"{text}: rows a multiple of 8 up to {ACT_MAX}, columns a multiple of 1024 up to "
-                             f"{1024 * MAXB}, at most 6 products a layer")
+        lanes = 32 if cols <= 1024 * MAXB else 64   # the kernel's lanes per row
+        if rows % 8 or cols % (32 * lanes) or cols > 2048 * MAXB or rows > ACT_MAX or len(shapes) > 6:
+            raise SystemExit(f"{text}: rows a multiple of 8 up to {ACT_MAX}; columns a multiple of 1024 up to "
+                             f"{1024 * MAXB}, or of 2048 up to {2048 * MAXB}; at most 6 products a layer")
     return shapes
 
 
@@ -85,7 +87,7 @@ def main():
     ap.add_argument("--modes", default="0,1")
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
-    shapes = parse_layer("64x1024,16x2048,24x1024" if a.check else a.layer)
+    shapes = parse_layer("64x1024,16x10240,32x1024" if a.check else a.layer)
     dev = open_devices(select(get_instance().devices)[0][:1])[0]
     layer_bytes = sum(r * c // 32 * 18 for r, c in shapes)
     copies = 1 if a.check else max(2, math.ceil(160e6 / layer_bytes))

@@ -9,24 +9,26 @@
 // dispatch (MODE 1) whose workgroups stay resident, pass from product to product at a grid barrier
 // (a counter every workgroup increments once its rows are stored) and issue the next product's first
 // weight loads before waiting at it. Both run the same fixed grid, each workgroup looping over
-// chunks of 8 rows, so what differs is only how a product follows the one before: bench_chain.comp's
+// chunks of rows, so what differs is only how a product follows the one before: bench_chain.comp's
 // MODE 0 against MODE 4, with x staged and the weights multiplied.
-// Products come in layers of p.np (p.rows[e] x p.cols[e], cols a multiple of 1024 up to 32 * 32 *
-// MAXB), the weight copies of p.copies layers one after another; product s reads act half s & 1 and
-// writes rows into the other half. Weights: a 32-weight block's 16 quant bytes in wq (byte k: weight
-// k in its low nibble, k + 16 in its high one), its f16 scale in wd; w = d (q - 8).
+// Products come in layers of p.np (p.rows[e] x p.cols[e]; cols a multiple of 1024 up to 32 * 32 *
+// MAXB, or of 2048 up to 64 * 32 * MAXB), the weight copies of p.copies layers one after another;
+// product s reads act half s & 1 and writes rows into the other half. Weights: a 32-weight block's
+// 16 quant bytes in wq (byte k: weight k in its low nibble, k + 16 in its high one), its f16 scale in
+// wd; w = d (q - 8).
 // Arithmetic as the engine's DOT8 form, one level: every workgroup quantizes x per 32 values to int8
 // (scale s = max|x| / 127; cols a multiple of 1024, so every lane of a cluster loops alike) in
 // shared memory, and a block's sum is d (s sum q xq - 8 s sum xq) with 4-wide integer dot products.
-// One 32-lane row group per row, its lanes on neighbouring blocks.
+// A row group of LPR lanes per row (32, or 64 for rows past 32 * 32 * MAXB weights), its lanes on
+// neighbouring blocks, at most MAXB blocks each: few registers, so 3 workgroups fit an SM.
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int dot_ss(uint a, uint b, spirv_literal int packed4x8);   // OpSDotKHR: signed x signed
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint MODE = 0;
-const uint MAXB = 14u;                          // blocks per lane of a row, at most (a constant, not a
+const uint MAXB = 7u;                           // blocks per lane of a row, at most (a constant, not a
                                                 // specialization one: the unrolled arrays stay in registers)
 const uint ACT_MAX = 32768;                     // values per act half
-const uint MAXCOLS = 1024 * MAXB;
+const uint MAXCOLS = 2048 * MAXB;
 layout(std430, binding = 0) readonly buffer WQ { uvec4 wq[]; };
 layout(std430, binding = 1) readonly buffer WD { uint wd[]; };            // f16 scales, two per word
 layout(std430, binding = 2) coherent buffer Act { float act[]; };         // [2][ACT_MAX]
@@ -41,10 +43,10 @@ shared float red[256];
 uvec4 q[MAXB];
 float d[MAXB];
 
-void load_chunk(uint blk0, uint nbl) {
+void load_chunk(uint blk0, uint nbl, uint lpr) {
     [[unroll]] for (uint i = 0; i < MAXB; ++i) {
         if (i < nbl) {
-            uint b = blk0 + 32u * i;
+            uint b = blk0 + lpr * i;
             q[i] = wq[b];
             d[i] = unpackHalf2x16(wd[b >> 1])[b & 1u];
         }
@@ -69,17 +71,18 @@ void stage_x(uint in_base, uint cols) {
 }
 
 void main() {
-    uint g = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x, lane = tid & 31u, grid = gl_NumWorkGroups.x;
+    uint g = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x, grid = gl_NumWorkGroups.x;
     uint layer_blocks = 0u;
     for (uint e = 0u; e < p.np; ++e) layer_blocks += p.rows[e] * p.cols[e] / 32u;
     uint s0 = MODE == 0u ? p.stage : 0u, s1 = MODE == 0u ? p.stage + 1u : p.n_stages;
     for (uint s = s0; s < s1; ++s) {
-        uint e = s % p.np, rows = p.rows[e], cols = p.cols[e], nb = cols / 32u, nbl = nb / 32u;
+        uint e = s % p.np, rows = p.rows[e], cols = p.cols[e], nb = cols / 32u;
+        uint lpr = nb > 32u * MAXB ? 64u : 32u, nbl = nb / lpr, rpc = 256u / lpr, lane = tid % lpr;
         uint base = ((s / p.np) % p.copies) * layer_blocks;
         for (uint f = 0u; f < e; ++f) base += p.rows[f] * p.cols[f] / 32u;
         uint in_base = (s & 1u) * ACT_MAX, out_base = ((s + 1u) & 1u) * ACT_MAX;
-        uint chunks = rows / 8u, c = g;
-        if (c < chunks) load_chunk(base + (8u * c + tid / 32u) * nb + lane, nbl);
+        uint chunks = rows / rpc, c = g;
+        if (c < chunks) load_chunk(base + (rpc * c + tid / lpr) * nb + lane, nbl, lpr);
         if (MODE == 1u && s > 0u) {
             if (tid == 0u) {
                 uint n = 0u;
@@ -93,7 +96,7 @@ void main() {
             float acc = 0.0;
             [[unroll]] for (uint i = 0; i < MAXB; ++i) {
                 if (i < nbl) {
-                    uint b = lane + 32u * i;
+                    uint b = lane + lpr * i;
                     int dot = 0;
                     [[unroll]] for (uint w = 0; w < 4u; ++w) {
                         dot += dot_ss(q[i][w] & 0x0F0F0F0Fu, xq[8u * b + w], 0);
@@ -102,22 +105,29 @@ void main() {
                     acc += d[i] * (xs[b].x * float(dot) - 8.0 * xs[b].y);
                 }
             }
-            uint row = 8u * c + tid / 32u;
+            uint row = rpc * c + tid / lpr;
             if (gl_SubgroupSize == 32u) {
                 acc = subgroupAdd(acc);
-                if (lane == 0u) act[out_base + row] = acc;
+                if (lpr == 32u) {
+                    if (lane == 0u) act[out_base + row] = acc;
+                } else {
+                    if ((tid & 31u) == 0u) red[tid / 32u] = acc;
+                    barrier();
+                    if (lane == 0u) act[out_base + row] = red[tid / 32u] + red[tid / 32u + 1u];
+                    barrier();
+                }
             } else {
                 red[tid] = acc;
                 barrier();
                 if (lane == 0u) {
                     float t = 0.0;
-                    for (uint k = 0u; k < 32u; ++k) t += red[tid + k];
+                    for (uint k = 0u; k < lpr; ++k) t += red[tid + k];
                     act[out_base + row] = t;
                 }
                 barrier();
             }
             c += grid;
-            if (c < chunks) load_chunk(base + (8u * c + tid / 32u) * nb + lane, nbl);
+            if (c < chunks) load_chunk(base + (rpc * c + tid / lpr) * nb + lane, nbl, lpr);
         }
         if (MODE == 1u) {
             memoryBarrierBuffer();
