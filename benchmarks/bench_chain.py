@@ -12,9 +12,11 @@ the previous one's output. Prints microseconds per stage and GB/s, for each buff
             resident at once), the stages ordered by a counter: a persistent kernel whose grid
             barriers replace the dispatch barriers; each stage's first loads issued before its wait
     mode 5  the same, loads issued after the wait
+    mode 6  mode 1's counter waits on mode 3's fixed grid (--grids): with grids of at most half what
+            the device holds, a stage's workgroups are resident while its producer runs
 
     python3 benchmarks/bench_chain.py [--stages 192] [--sizes "0.004:1 9.4:4 33:4 66:8"] [--modes 0,3]
-                                      [--grids 264,528,1056]
+                                      [--grids 264,528,1056] [--flags device|host]
 
 A size is MB:U (U loads of 16 bytes per lane), or a layer of stages of different sizes, MB,MB,...:U
 (at most 8; "14.2,0.004,9.4,66,33:4" is a 7.2B Q4_0 layer: Q/K/V, an empty stage where attention
@@ -41,12 +43,16 @@ def main():
     ap.add_argument("--stages", type=int, default=192, help="dispatches per replay (a 7.2B decode step: 193)")
     ap.add_argument("--sizes", default=SIZES)
     ap.add_argument("--modes", default="0,1,2")
-    ap.add_argument("--grids", default="264,528,1056", help="workgroups per stage of modes 3, 4 and 5")
+    ap.add_argument("--grids", default="264,528,1056", help="workgroups per stage of modes 3 to 6")
+    ap.add_argument("--flags", choices=("device", "host"), default="device",
+                    help="where the stage counters live (host: system memory, over PCIe)")
     a = ap.parse_args()
     dev = open_devices(select(get_instance().devices)[0][:1])[0]
     n = a.stages
     io = Buffer(dev, 4 * 4096 * (n + 1))
-    flags = Buffer(dev, 4 * 1024, host_visible=True)
+    # the counters in device memory, as the engine's (kernels/chain.py); --flags host puts them in
+    # system memory, where every atomic and poll crosses PCIe (how this measured before 2026-11-27)
+    flags = Buffer(dev, 4 * 1024, host_visible=a.flags == "host")
     print(f"{dev.info.name}; {n} stages per replay")
     for spec in a.sizes.split():
         mbs, u = spec.split(":")
@@ -63,7 +69,7 @@ def main():
         runs = [(m, None) for m in modes if m in (0, 1, 2)]
         runs += [(m, int(g)) for m in modes if m >= 3 for g in a.grids.split(",")]
         # the persistent modes read one buffer holding every copy
-        whole = Buffer(dev, layer_bytes * copies) if any(m >= 4 for m in modes) else None
+        whole = Buffer(dev, layer_bytes * copies) if any(m in (4, 5) for m in modes) else None
         for mode, cap in runs:
             grids = [g if cap is None else min(cap, g) for g in groups]
             # modes 0 and 3 declare their outputs written (the recorder then puts a barrier between
@@ -74,11 +80,11 @@ def main():
             seq.fill(io, 0)
             seq.fill(flags, 0)
             seq.barrier()
-            if mode >= 4:
+            if mode in (4, 5):
                 grid = cap if npat > 1 else grids[0]
                 push = np.array([n, copies, 0, 0, 0, npat] + groups + [0] * (8 - npat), np.uint32).tobytes()
                 seq.dispatch(k, [whole, io, flags], (grid, 1, 1), push)
-            for s in range(n if mode < 4 else 0):
+            for s in range(0 if mode in (4, 5) else n):
                 e = s % npat
                 push = np.array([s, grids[e - 1], s * 4096, (s + 1) * 4096, groups[e], 0] + [0] * 8, np.uint32)
                 seq.dispatch(k, [ws[s // npat % copies][e], io, flags], (grids[e], 1, 1), push.tobytes())
@@ -91,13 +97,13 @@ def main():
                 t = time.perf_counter()
                 seq.run()
                 times.append(time.perf_counter() - t)
-            fl = flags.array(np.uint32)
+            fl = np.frombuffer(flags.read(), np.uint32)
             us = float(np.median(times)) / n * 1e6
             note = ""
-            if mode in (1, 2):
+            if mode in (1, 2, 6):
                 done = all(fl[s] == grids[s % npat] for s in range(n))
                 note = f"  (waits given up: {int(fl[1023])}, counters complete: {done})"
-            if mode >= 4:
+            if mode in (4, 5):
                 note = f"  (waits given up: {int(fl[1023])}, counter: {int(fl[0])} of {n * grid})"
             if npat > 1:
                 note = f"  {us * npat:7.2f} us/layer" + note

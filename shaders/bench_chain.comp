@@ -17,6 +17,10 @@
 // its workgroups wait for flags[0] to count every workgroup of the stages before (MODE 4: the stage's
 // first loads issued before that wait, as such a kernel could prefetch across its grid barrier;
 // MODE 5: after it).
+// MODE 6: MODE 1's counter waits (no barriers, loads before the wait) on MODE 3's fixed grid looping
+// over the chunks: with a grid of at most half what the device holds at once, a stage's workgroups are
+// all resident while its producer runs, as a persistent kernel's would be, but each stage is a
+// dispatch of its own.
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint U = 4;
 layout(constant_id = 1) const uint MODE = 0;
@@ -30,6 +34,29 @@ shared uint s_in;
 void main() {
     uint t = gl_LocalInvocationID.x, g = gl_WorkGroupID.x;
     uvec4 r[U];
+    if (MODE == 6u) {
+        bool has = g < p.chunks;
+        if (has) { [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[g * 256u * U + t + j * 256u]; }
+        if (p.stage > 0u && t == 0u) {
+            uint n = 0u;
+            while (flags[p.stage - 1u] < p.prev_groups && n < (1u << 24)) ++n;
+            if (n == (1u << 24)) atomicAdd(flags[1023], 1u);
+        }
+        if (t == 0u) s_in = io[p.in_off + (g % p.prev_groups)];
+        barrier();
+        uvec4 a = uvec4(s_in);
+        if (has) { [[unroll]] for (uint j = 0; j < U; ++j) a ^= r[j]; }
+        for (uint c = g + gl_NumWorkGroups.x; c < p.chunks; c += gl_NumWorkGroups.x) {
+            [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[c * 256u * U + t + j * 256u];
+            [[unroll]] for (uint j = 0; j < U; ++j) a ^= r[j];
+        }
+        uint v = subgroupXor(a.x ^ a.y ^ a.z ^ a.w);
+        if (gl_SubgroupInvocationID == 0u) atomicXor(io[p.out_off + g], v);
+        memoryBarrierBuffer();
+        barrier();
+        if (t == 0u) atomicAdd(flags[p.stage], 1u);
+        return;
+    }
     if (MODE == 3u) {
         if (t == 0u) s_in = io[p.in_off + (g % p.prev_groups)];
         barrier();
