@@ -25,6 +25,7 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int dot_ss(uint a, uint b, spirv_literal int packed4x8);   // OpSDotKHR: signed x signed
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint MODE = 0;
+layout(constant_id = 1) const uint PIPE = 0;     // 1: the next chunk's loads before this one's arithmetic
 const uint MAXB = 7u;                           // blocks per lane of a row, at most (a constant, not a
                                                 // specialization one: the unrolled arrays stay in registers)
 const uint ACT_MAX = 32768;                     // values per act half
@@ -36,38 +37,85 @@ layout(std430, binding = 2) coherent buffer Act4 { vec4 act4[]; };
 // flags[0]: the grid barrier's count; flags[1023]: waits given up
 layout(std430, binding = 3) coherent volatile buffer F { uint flags[]; };
 layout(push_constant) uniform P { uint stage; uint n_stages; uint copies; uint np; uint rows[6]; uint cols[6]; } p;
-shared uint xq[MAXCOLS / 4];       // x as int8, 4 per word
+// x as int8: block b's 32 values in two uvec4s (values 0-15, 16-31) at 2b + (half ^ ((b >> 2) & 1)), so
+// that the 8 lanes of one 16-byte shared-memory phase (neighbouring blocks) read 32 different banks
+// (as words 8b + w, 8 lanes reading word w of neighbouring blocks met 8-way bank conflicts)
+shared uvec4 xq[MAXCOLS / 16];
 shared vec2 xs[MAXCOLS / 32];      // per block: s, s * sum of its int8 values
 shared float red[256];
 
-uvec4 q[MAXB];
-float d[MAXB];
+uvec4 q[MAXB], q2[MAXB];   // PIPE: two chunks' weights, one in flight while the other is multiplied
+float d[MAXB], d2[MAXB];
 
-void load_chunk(uint blk0, uint nbl, uint lpr) {
-    [[unroll]] for (uint i = 0; i < MAXB; ++i) {
-        if (i < nbl) {
-            uint b = blk0 + lpr * i;
-            q[i] = wq[b];
-            d[i] = unpackHalf2x16(wd[b >> 1])[b & 1u];
-        }
-    }
-}
+// Macros, not functions: a function taking the arrays would copy them (register moves that wait for
+// the loads in flight).
+#define LOAD_CHUNK(Q, D, blk0) { \
+    [[unroll]] for (uint i = 0; i < MAXB; ++i) { \
+        if (i < nbl) { \
+            uint b_ = (blk0) + lpr * i; \
+            Q[i] = wq[b_]; \
+            D[i] = unpackHalf2x16(wd[b_ >> 1])[b_ & 1u]; \
+        } \
+    } }
+
+#define DOT_CHUNK(Q, D, ACC) { \
+    [[unroll]] for (uint i = 0; i < MAXB; ++i) { \
+        if (i < nbl) { \
+            uint b = lane + lpr * i; \
+            uint sw = (b >> 2) & 1u; \
+            uvec4 lo = xq[2u * b + sw], hi = xq[2u * b + (sw ^ 1u)]; \
+            int dot = 0; \
+            [[unroll]] for (uint w = 0; w < 4u; ++w) { \
+                dot += dot_ss(Q[i][w] & 0x0F0F0F0Fu, lo[w], 0); \
+                dot += dot_ss((Q[i][w] >> 4) & 0x0F0F0F0Fu, hi[w], 0); \
+            } \
+            ACC += D[i] * (xs[b].x * float(dot) - 8.0 * xs[b].y); \
+        } \
+    } }
 
 uint pack_i8x4(ivec4 v) {
     return (uint(v.x) & 0xFFu) | ((uint(v.y) & 0xFFu) << 8) | ((uint(v.z) & 0xFFu) << 16) | (uint(v.w) << 24);
 }
 
 void stage_x(uint in_base, uint cols) {
-    // 8 neighbouring lanes per 32 values (a vec4 each): the block's max and sum by clustered reductions
+    // 8 neighbouring lanes per 32 values (a vec4 each): the block's max and sum by clustered reductions.
+    // One load in flight per thread: 4 (loads before use) took 85-87 registers, so 2 workgroups an SM
+    // where 3 fit (H100: the layer at grid 264 81.6-83.2 against 85.6-87.5 us persistent, but grid 396,
+    // 77.5 here, no longer resident).
     for (uint v = gl_LocalInvocationID.x; v < cols / 4u; v += 256u) {
         vec4 x = act4[in_base / 4u + v];
         float amax = subgroupClusteredMax(max(max(abs(x.x), abs(x.y)), max(abs(x.z), abs(x.w))), 8u);
         ivec4 i4 = ivec4(round(x * (amax > 0.0 ? 127.0 / amax : 0.0)));
         int sum = subgroupClusteredAdd(i4.x + i4.y + i4.z + i4.w, 8u);
-        xq[v] = pack_i8x4(i4);
+        uint b = v / 8u, w = v % 8u;
+        xq[2u * b + ((w >> 2) ^ ((b >> 2) & 1u))][w & 3u] = pack_i8x4(i4);
         if ((v & 7u) == 0u) xs[v / 8u] = vec2(amax / 127.0, amax / 127.0 * float(sum));
     }
     barrier();
+}
+
+// The row's sum over its row group's lanes, stored by the first.
+void store_row(float acc, uint at, uint lane, uint lpr, uint tid) {
+    if (gl_SubgroupSize == 32u) {
+        acc = subgroupAdd(acc);
+        if (lpr == 32u) {
+            if (lane == 0u) act[at] = acc;
+        } else {
+            if ((tid & 31u) == 0u) red[tid / 32u] = acc;
+            barrier();
+            if (lane == 0u) act[at] = red[tid / 32u] + red[tid / 32u + 1u];
+            barrier();
+        }
+    } else {
+        red[tid] = acc;
+        barrier();
+        if (lane == 0u) {
+            float t = 0.0;
+            for (uint k = 0u; k < lpr; ++k) t += red[tid + k];
+            act[at] = t;
+        }
+        barrier();
+    }
 }
 
 void main() {
@@ -82,7 +130,8 @@ void main() {
         for (uint f = 0u; f < e; ++f) base += p.rows[f] * p.cols[f] / 32u;
         uint in_base = (s & 1u) * ACT_MAX, out_base = ((s + 1u) & 1u) * ACT_MAX;
         uint chunks = rows / rpc, c = g;
-        if (c < chunks) load_chunk(base + (rpc * c + tid / lpr) * nb + lane, nbl, lpr);
+        uint row0 = tid / lpr;   // the lane's row within a chunk
+        if (c < chunks) LOAD_CHUNK(q, d, base + (rpc * c + row0) * nb + lane);
         if (MODE == 1u && s > 0u) {
             if (tid == 0u) {
                 uint n = 0u;
@@ -93,41 +142,23 @@ void main() {
         }
         stage_x(in_base, cols);
         while (c < chunks) {
+            uint cn = c + grid;
+            if (PIPE == 1u && cn < chunks) LOAD_CHUNK(q2, d2, base + (rpc * cn + row0) * nb + lane);
             float acc = 0.0;
-            [[unroll]] for (uint i = 0; i < MAXB; ++i) {
-                if (i < nbl) {
-                    uint b = lane + lpr * i;
-                    int dot = 0;
-                    [[unroll]] for (uint w = 0; w < 4u; ++w) {
-                        dot += dot_ss(q[i][w] & 0x0F0F0F0Fu, xq[8u * b + w], 0);
-                        dot += dot_ss((q[i][w] >> 4) & 0x0F0F0F0Fu, xq[8u * b + 4u + w], 0);
-                    }
-                    acc += d[i] * (xs[b].x * float(dot) - 8.0 * xs[b].y);
-                }
-            }
-            uint row = rpc * c + tid / lpr;
-            if (gl_SubgroupSize == 32u) {
-                acc = subgroupAdd(acc);
-                if (lpr == 32u) {
-                    if (lane == 0u) act[out_base + row] = acc;
-                } else {
-                    if ((tid & 31u) == 0u) red[tid / 32u] = acc;
-                    barrier();
-                    if (lane == 0u) act[out_base + row] = red[tid / 32u] + red[tid / 32u + 1u];
-                    barrier();
-                }
+            DOT_CHUNK(q, d, acc);
+            store_row(acc, out_base + rpc * c + row0, lane, lpr, tid);
+            c = cn;
+            if (c >= chunks) break;
+            if (PIPE == 1u) {
+                cn = c + grid;
+                if (cn < chunks) LOAD_CHUNK(q, d, base + (rpc * cn + row0) * nb + lane);
+                acc = 0.0;
+                DOT_CHUNK(q2, d2, acc);
+                store_row(acc, out_base + rpc * c + row0, lane, lpr, tid);
+                c = cn;
             } else {
-                red[tid] = acc;
-                barrier();
-                if (lane == 0u) {
-                    float t = 0.0;
-                    for (uint k = 0u; k < lpr; ++k) t += red[tid + k];
-                    act[out_base + row] = t;
-                }
-                barrier();
+                LOAD_CHUNK(q, d, base + (rpc * c + row0) * nb + lane);
             }
-            c += grid;
-            if (c < chunks) load_chunk(base + (rpc * c + tid / lpr) * nb + lane, nbl, lpr);
         }
         if (MODE == 1u) {
             memoryBarrierBuffer();
