@@ -10,13 +10,14 @@ int8 per 32 values in every workgroup, integer dot products) recorded
 Both on the same fixed grid (--grids: modes 1's must be resident at once, or its waits give up),
 each workgroup looping over chunks of rows (a row group of 32 or 64 lanes per row). --pipe 1 keeps
 two chunks' weights per lane (~120 registers on an H100 against 72: 2 workgroups an SM, so there
-mode 1 needs a grid of at most 264; a larger one waits out every grid barrier's give-up count).
+mode 1 needs a grid of at most 264; a larger one is not resident: its waits give up, counted, and the
+run takes ~90 ms a layer). --maxb 4: at most 4 blocks a lane, fewer registers (rows up to 8192 weights).
 Prints microseconds per layer and the weights' GB/s.
 
     python3 benchmarks/bench_persistent.py [--layer 6144x4096,16x4096,4096x4096,28672x4096,4096x14336]
                                            [--layers 32] [--grids 132,264,396] [--modes 0,1] [--pipe 0,1]
-                                           [--flags device|host]
-    python3 benchmarks/bench_persistent.py --check     # one small layer in mode 0 against numpy
+                                           [--maxb 7|4] [--flags device|host]
+    python3 benchmarks/bench_persistent.py --check [--maxb 7|4]    # one small layer in mode 0 against numpy
 
 The default layer is a 7.2B Q4_0 one: Q/K/V, a 16-row product where attention goes, O, gate and up
 as one 28672-row product, down. Host wall time over whole replays.
@@ -34,16 +35,15 @@ from llamavk.vk.kernel import Kernel
 
 LAYER = "6144x4096,16x4096,4096x4096,28672x4096,4096x14336"
 ACT_MAX = 32768
-MAXB = 7   # bench_persistent.comp: blocks per lane of a row
 
 
-def parse_layer(text: str) -> list:
+def parse_layer(text: str, maxb: int) -> list:
     shapes = [tuple(int(v) for v in part.split("x")) for part in text.split(",")]
     for rows, cols in shapes:
-        lanes = 32 if cols <= 1024 * MAXB else 64   # the kernel's lanes per row
-        if rows % 8 or cols % (32 * lanes) or cols > 2048 * MAXB or rows > ACT_MAX or len(shapes) > 6:
+        lanes = 32 if cols <= 1024 * maxb else 64   # the kernel's lanes per row
+        if rows % 8 or cols % (32 * lanes) or cols > 2048 * maxb or rows > ACT_MAX or len(shapes) > 6:
             raise SystemExit(f"{text}: rows a multiple of 8 up to {ACT_MAX}; columns a multiple of 1024 up to "
-                             f"{1024 * MAXB}, or of 2048 up to {2048 * MAXB}; at most 6 products a layer")
+                             f"{1024 * maxb}, or of 2048 up to {2048 * maxb}; at most 6 products a layer")
     return shapes
 
 
@@ -90,11 +90,16 @@ def main():
     ap.add_argument("--modes", default="0,1")
     ap.add_argument("--pipe", default="0", help="0: one chunk of weights in flight per workgroup; "
                     "1: the next chunk's loads issued before this one's arithmetic (two register sets)")
+    ap.add_argument("--maxb", type=int, choices=(7, 4), default=7,
+                    help="blocks per lane of a row at most (4: fewer registers, rows up to 8192 weights)")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--flags", choices=("device", "host"), default="device",
                     help="where the stage counters live (host: system memory, over PCIe)")
     a = ap.parse_args()
-    shapes = parse_layer("64x1024,16x10240,32x1024" if a.check else a.layer)
+    # the middle product takes 64 lanes a row (more than 32 x maxb blocks)
+    check_layer = "64x1024,16x10240,32x1024" if a.maxb == 7 else "64x1024,16x6144,32x1024"
+    shapes = parse_layer(check_layer if a.check else a.layer, a.maxb)
+    kernel = "bench_persistent" if a.maxb == 7 else "bench_persistent_b4"
     dev = open_devices(select(get_instance().devices)[0][:1])[0]
     layer_bytes = sum(r * c // 32 * 18 for r, c in shapes)
     copies = 1 if a.check else max(2, math.ceil(160e6 / layer_bytes))
@@ -116,7 +121,7 @@ def main():
         half = (n % 2) * ACT_MAX
         worst = 0.0
         for pipe in map(int, a.pipe.split(",")):
-            k = Kernel(dev, "bench_persistent", "rrww", push_size=64, spec=(0, pipe))
+            k = Kernel(dev, kernel, "rrww", push_size=64, spec=(0, pipe))
             act.write(act0.tobytes())
             seq = record(dev, k, bufs, 0, n, 4, shapes, copies)
             seq.run()
@@ -129,7 +134,7 @@ def main():
         raise SystemExit(0 if worst < 5e-2 else 1)
     n = a.layers * len(shapes)
     for mode, pipe in [(m, q) for m in map(int, a.modes.split(",")) for q in map(int, a.pipe.split(","))]:
-        k = Kernel(dev, "bench_persistent", "rrww", push_size=64, spec=(mode, pipe))
+        k = Kernel(dev, kernel, "rrww", push_size=64, spec=(mode, pipe))
         stats = k.statistics()   # with LLAMAVK_PIPELINE_STATS=1 (NVIDIA: registers per thread)
         if stats:
             print(f"mode {mode}  pipe {pipe}: " + ", ".join(f"{key} {v}" for key, v in stats.items()))

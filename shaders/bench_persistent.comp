@@ -20,13 +20,17 @@
 // (scale s = max|x| / 127; cols a multiple of 1024, so every lane of a cluster loops alike) in
 // shared memory, and a block's sum is d (s sum q xq - 8 s sum xq) with 4-wide integer dot products.
 // A row group of LPR lanes per row (32, or 64 for rows past 32 * 32 * MAXB weights), its lanes on
-// neighbouring blocks, at most MAXB blocks each: few registers, so 3 workgroups fit an SM.
+// neighbouring blocks, at most MAXB blocks each: few registers, so 3 workgroups fit an H100 SM (72
+// registers; MAXB 4: 54-56, 4).
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int dot_ss(uint a, uint b, spirv_literal int packed4x8);   // OpSDotKHR: signed x signed
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint MODE = 0;
 layout(constant_id = 1) const uint PIPE = 0;     // 1: the next chunk's loads before this one's arithmetic
-const uint MAXB = 7u;                           // blocks per lane of a row, at most (a constant, not a
+#ifndef MAXB_BLOCKS
+#define MAXB_BLOCKS 7   // variant bench_persistent_b4: 4, fewer registers (rows of at most 8192 weights)
+#endif
+const uint MAXB = MAXB_BLOCKS;                  // blocks per lane of a row, at most (a constant, not a
                                                 // specialization one: the unrolled arrays stay in registers)
 const uint ACT_MAX = 32768;                     // values per act half
 const uint MAXCOLS = 2048 * MAXB;
@@ -134,9 +138,14 @@ void main() {
         if (c < chunks) LOAD_CHUNK(q, d, base + (rpc * c + row0) * nb + lane);
         if (MODE == 1u && s > 0u) {
             if (tid == 0u) {
+                // gives up after 2^24 polls, or within 1024 when another wait gave up (a grid not
+                // resident at once): such a run then ends, slowly, instead of waiting out every barrier
                 uint n = 0u;
-                while (flags[0] < grid * s && n < (1u << 24)) ++n;
-                if (n == (1u << 24)) atomicAdd(flags[1023], 1u);
+                bool quit = false;
+                while (flags[0] < grid * s) {
+                    if (++n == (1u << 24) || ((n & 1023u) == 0u && flags[1023] != 0u)) { quit = true; break; }
+                }
+                if (quit) atomicAdd(flags[1023], 1u);
             }
             barrier();
         }

@@ -8,4 +8,5 @@ VARIANTS = {
     "bench_chain": ("bench_chain.comp", {}),
     # benchmarks/bench_persistent.py: dependent Q4_0 products, barriers against one persistent dispatch
     "bench_persistent": ("bench_persistent.comp", {}),
+    "bench_persistent_b4": ("bench_persistent.comp", {"MAXB_BLOCKS": "4"}),   # --maxb 4
 }
