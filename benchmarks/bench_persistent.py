@@ -100,6 +100,14 @@ def quantize_x(x: np.ndarray):
     return q32.tobytes() + s32.tobytes() + q8.tobytes() + s8.tobytes(), values
 
 
+def resident_grid(stats: dict, sms: int):
+    """(registers, workgroups of 256 threads resident at once) from the driver's pipeline statistics
+    (LLAMAVK_PIPELINE_STATS=1), or (None, None) without them. NVIDIA: 64K registers an SM, allocated per
+    thread in steps of 8, at most 2048 threads."""
+    regs = stats.get("Register Count") if stats else None
+    return (regs, sms * min(65536 // (256 * -(-int(regs) // 8) * 8), 8)) if regs else (None, None)
+
+
 def record(dev, k, bufs, mode: int, n: int, grid: int, shapes: list, copies: int):
     seq = CommandSequence(dev).begin()
     seq.fill(bufs[3], 0)
@@ -125,7 +133,8 @@ def main():
                     help="blocks per lane of a row at most (4: fewer registers, rows up to 8192 weights)")
     ap.add_argument("--xmode", default="0", help="0: every workgroup stages x (reads, quantizes, shared memory); "
                     "1: every product reads one fixed int8 x from memory inside its dot (no staging; timing "
-                    "only, the chain's values are not passed on); 2: that fixed x copied into shared memory; 3: a lane keeps its blocks' x in "
+                    "only, the chain's values are not passed on); 2: that fixed x copied into shared memory; "
+                    "3: a lane keeps its blocks' x in "
                     "registers for the whole product; 4 (--form 1): x quantized per 8 values, as a producer's "
                     "8-row chunks could write it")
     ap.add_argument("--form", default="0", help="0: a row group of 32 or 64 lanes per row, each on up to "
@@ -190,7 +199,8 @@ def main():
             got = np.frombuffer(act.read(), np.float32)
             err = np.abs(got[half:half + rows] - want[half:half + rows]).max() / np.abs(want[half:half + rows]).max()
             shape = f", rj {rj}" if form == 1 else ""
-            print(f"mode 0, pipe {pipe}, xmode {xmode}, form {form}{shape}, pref {pref}, {n} products: largest error {err:.2e} of the largest value")
+            print(f"mode 0, pipe {pipe}, xmode {xmode}, form {form}{shape}, pref {pref}, {n} products: "
+                  f"largest error {err:.2e} of the largest value")
             worst = max(worst, err)
             seq.close()
             k.close()
@@ -199,12 +209,11 @@ def main():
     for mode, pipe, xmode, form, rj, pref in variants:
         k = Kernel(dev, kernel, "rrwwr", push_size=64, spec=(mode, pipe, xmode, form, rj, pref))
         stats = k.statistics()   # with LLAMAVK_PIPELINE_STATS=1 (NVIDIA: registers per thread)
-        tag = f"mode {mode}  pipe {pipe}  x {xmode}  form {form}" + (f"  rj {rj}" if form == 1 else "") + (f"  pref {pref}" if pref else "")
+        tag = (f"mode {mode}  pipe {pipe}  x {xmode}  form {form}" + (f"  rj {rj}" if form == 1 else "")
+               + (f"  pref {pref}" if pref else ""))
         if stats:
             print(f"{tag}: " + ", ".join(f"{key} {v}" for key, v in stats.items()))
-        regs = stats.get("Register Count") if stats else None
-        # NVIDIA: 64K registers an SM, allocated per thread in steps of 8, at most 2048 threads
-        resident = a.sms * min(65536 // (256 * -(-int(regs) // 8) * 8), 8) if regs else None
+        regs, resident = resident_grid(stats, a.sms)
         for grid in map(int, a.grids.split(",")):
             if mode == 1 and resident and grid > resident:
                 print(f"{tag}  grid {grid:4d}: skipped, at most {resident} resident ({regs} registers)")

@@ -9,4 +9,6 @@ VARIANTS = {
     # benchmarks/bench_persistent.py: dependent Q4_0 products, barriers against one persistent dispatch
     "bench_persistent": ("bench_persistent.comp", {}),
     "bench_persistent_b4": ("bench_persistent.comp", {"MAXB_BLOCKS": "4"}),   # --maxb 4
+    # benchmarks/bench_dataflow.py: the same chain as tasks waiting for their part of x, no grid barrier
+    "bench_dataflow": ("bench_dataflow.comp", {}),
 }
