@@ -35,7 +35,7 @@ from llamavk.vk.kernel import Kernel
 LAYER = "6144x4096,4096x4096,28672x4096,4096x14336"
 ACT_MAX = 32768
 SLOT_BYTES = ACT_MAX + ACT_MAX // 4   # an x slot: int8 values, then a (s, s * sum) float pair per 32
-SENTINEL = 0x7FC0DEAD                 # a partial sum not yet written
+NOBODY = 0xFFFFFFFF                   # a partial sum's product index before it is written
 NOT_READY = 0xBF800000                # -1.0: a block's scale before it is published
 
 
@@ -77,7 +77,7 @@ def record(dev, k, bufs, x0, mode: int, n: int, grid: int, shapes: list, copies:
     wq, wd, xs, parts, y, flags = bufs
     seq = CommandSequence(dev).begin()
     seq.fill(xs, NOT_READY)
-    seq.fill(parts, SENTINEL)
+    seq.fill(parts, NOBODY)
     seq.fill(flags, 0)
     seq.copy(x0, xs, SLOT_BYTES)
     seq.barrier()
@@ -126,7 +126,7 @@ def main():
     x0 = Buffer(dev, SLOT_BYTES)
     x0.write(q0.tobytes() + s0.tobytes())
     xs = Buffer(dev, (n + 1) * SLOT_BYTES)
-    parts = Buffer(dev, 4 * sum(r * (c // 1024) for r, c in shapes))
+    parts = Buffer(dev, 8 * sum(r * (c // 1024) for r, c in shapes))
     y = Buffer(dev, 2 * ACT_MAX * 4)
     flags = Buffer(dev, 4 * 1024)
     bufs = [wq, wd, xs, parts, y, flags]
@@ -141,8 +141,12 @@ def main():
         rows = shapes[(n - 1) % len(shapes)][0]
         half = ((n - 1) % 2) * ACT_MAX
         worst = 0.0
+        regs, resident = resident_grid(kernels[0, xshares[0]].statistics(), a.sms)
         for (mode, grid), lag, xsh in [(v, lag, x) for v in [(0, 4)] + [(1, int(g)) for g in a.check_grids.split(",")]
                                        for lag in map(int, a.lag.split(",")) for x in xshares]:
+            if resident and grid > resident:
+                print(f"mode {mode}, grid {grid}: skipped, at most {resident} resident ({regs} registers)")
+                continue
             seq = record(dev, kernels[0, xsh], bufs, x0, mode, n, grid, shapes, copies, lag)
             seq.run()
             got = np.frombuffer(y.read(), np.float32)[half:half + rows]

@@ -14,9 +14,9 @@
 // dispatch is workgroup t % grid's, each workgroup taking its tasks in order, tasks ordered by product, then
 // part, then row chunk. A task needs only the 32 blocks of x its part reads, so it waits for those blocks,
 // not for the product before to end; its weight loads are issued first, and the next task's right after
-// this one's arithmetic. The last part of a chunk (k = K - 1) adds the other parts' partial sums (each a
-// 32-bit word, a sentinel until written: its own ready flag, put back after reading; all K - 1 loads
-// issued at once), quantizes the chunk's 32 sums as one int8 block of the next product's x and publishes
+// this one's arithmetic. The last part of a chunk (k = K - 1) adds the other parts' partial sums (each stored
+// as one 8-byte word with the product's index: its own ready flag, nothing to put back; loaded with the
+// task's weights), quantizes the chunk's 32 sums as one int8 block of the next product's x and publishes
 // it. No flag: a block's x is loaded with the task's weights, before knowing it is there, and checked on
 // arrival, so that a task makes no round trip to L2 of its own. Each 16-byte word of it is stored whole
 // (one store, which an NVIDIA GPU makes visible whole) and tells whether it is there: the values' words
@@ -46,7 +46,6 @@ shared uvec4 xsh[2][80];           // XSHARE: by task parity
 const uint RJ = 4;                 // rows per 32-lane row group; 8 row groups: 32 rows a task
 const uint ACT_MAX = 32768;
 const uint SLOT16 = ACT_MAX / 16u + ACT_MAX / 64u;   // uvec4 per x slot: values, then scale pairs
-const uint SENTINEL = 0x7FC0DEADu;                    // a partial sum not yet written
 const uint GIVE_UP = 1u << 22;
 const uint MAX_PARTS = 16;          // columns up to 16384
 layout(std430, binding = 0) readonly buffer WQ { uvec4 wq[]; };
@@ -59,7 +58,8 @@ layout(std430, binding = 2) coherent volatile buffer XQV { uvec4 xqv[]; };
 layout(std430, binding = 2) coherent volatile buffer XSV { vec2 xscv[]; };
 layout(std430, binding = 2) coherent buffer XQ { uvec4 xq[]; };
 layout(std430, binding = 2) coherent buffer XS { vec2 xsc[]; };
-layout(std430, binding = 3) coherent volatile buffer PS { uint partial[]; };
+// partial sums: (f32 bits, index of the product that wrote it); the buffer's fill (all ones) is no product's
+layout(std430, binding = 3) coherent volatile buffer PS { uvec2 partial[]; };
 layout(std430, binding = 4) writeonly buffer Y { float y[]; };
 layout(std430, binding = 5) coherent volatile buffer F { uint flags[]; };   // [1023]: waits given up
 layout(push_constant) uniform P { uint s0; uint s1; uint copies; uint np; uint rows[6]; uint cols[6]; uint lag; } p;
@@ -132,6 +132,11 @@ bool has_not_ready_byte(uvec4 v) {   // a 0x80 byte: a values word before its st
     return (t.x | t.y | t.z | t.w) != 0u;
 }
 
+// Where part kk's sum of row r of row group `group` of chunk c lies.
+uint part_at(Stage st, uint kk, uint c, uint r) {
+    return st.pbase + kk * st.chunks * 32u + c * 32u + (gl_LocalInvocationID.x >> 5) * RJ + r;
+}
+
 // XSHARE: where word q of the x of part k of slot s lies (values' words 0-63, then the scale pairs' 64-79)
 uint x_word(uint s, uint k, uint q) {
     return s * SLOT16 + (q < 64u ? 64u * k + q : ACT_MAX / 16u + 16u * k + q - 64u);
@@ -162,6 +167,7 @@ void main() {
     float dv[RJ];
     vec2 sx;
     uvec4 xw;   // XSHARE: word tid of the task's x
+    uvec2 pn[2] = uvec2[2](uvec2(0u), uvec2(0u));   // a merging task's other parts' sums (subgroups of 32)
     // the task's weights, then its block of x (block 32k + lane of slot s; XSHARE: word tid of the task's
     // x), all in flight together
     #define LOAD_TASK(ST, T) { \
@@ -180,7 +186,16 @@ void main() {
             hi = xqr[(ST).s * SLOT16 + 2u * b_ + 1u]; \
             sx = xscr[(ST).s * (SLOT16 * 2u) + ACT_MAX / 8u + b_]; \
         } }
+    // a merging task's other parts' sums, issued after the task before is done with pn
+    #define LOAD_PARTS(ST, T) { \
+        uint k_, c_; \
+        task_at((ST), (T) - (ST).first, k_, c_); \
+        if (gl_SubgroupSize == 32u && k_ > 0u && k_ + 1u == (ST).parts && BARE != 1u && BARE != 3u) { \
+            [[unroll]] for (uint h = 0; h < 2u; ++h) \
+                if (lane % 16u < k_) pn[h] = partial[part_at((ST), lane % 16u, c_, 2u * h + lane / 16u)]; \
+        } }
     LOAD_TASK(st, t);
+    LOAD_PARTS(st, t);
     for (uint it = 0u; true; ++it) {
         uint k, c, s = st.s;
         task_at(st, t - st.first, k, c);
@@ -231,25 +246,24 @@ void main() {
         uint row = c * 32u + group * RJ + lane;   // lane < RJ
         uint rows = cur.chunks * 32u;
         if (k + 1u < cur.parts || BARE == 1u) {
-            if (lane < RJ) partial[cur.pbase + k * rows + row] = floatBitsToUint(mine);
+            if (lane < RJ) partial[cur.pbase + k * rows + row] = uvec2(floatBitsToUint(mine), s);
         } else {
             if (gl_SubgroupSize == 32u) {
-                // the other parts' sums over the row group's lanes: lane l takes part l % 16 of row l / 16 and
-                // part l % 16 of row 2 + l / 16, so that 16-lane clusters add a row's parts
+                // the other parts' sums over the row group's lanes (loaded with the task's weights): lane l took
+                // part l % 16 of row l / 16 and of row 2 + l / 16, so that 16-lane clusters add a row's parts
                 float r[2];
                 [[unroll]] for (uint h = 0; h < 2u; ++h) {
-                    uint kk = lane % 16u, at = cur.pbase + kk * rows + c * 32u + group * RJ + 2u * h + lane / 16u;
-                    uint v = 0u;
+                    uint kk = lane % 16u;
+                    float v = 0.0;
                     if (kk < k && BARE != 3u) {
-                        v = partial[at];
                         uint n = 0u;
-                        while (v == SENTINEL) {
+                        while (pn[h].y != s) {
                             if (gave_up(n)) { atomicAdd(flags[1023], 1u); break; }
-                            v = partial[at];
+                            pn[h] = partial[part_at(cur, kk, c, 2u * h + lane / 16u)];
                         }
-                        partial[at] = SENTINEL;
+                        v = uintBitsToFloat(pn[h].x);
                     }
-                    r[h] = subgroupClusteredAdd(uintBitsToFloat(v), 16u);
+                    r[h] = subgroupClusteredAdd(v, 16u);
                 }
                 // rows 0-3's sums sit in lanes 0, 16 (r[0]) and 0, 16 (r[1]): every lane shuffles, lanes 0-3
                 // keep theirs
@@ -258,18 +272,17 @@ void main() {
                 if (lane < RJ) vals[it & 1u][group * RJ + lane] = abs(mine) < 3.0e38 ? mine : 0.0;
             } else if (lane < RJ) {
                 // the other parts' sums, every load issued before any is looked at
-                uint v[MAX_PARTS - 1];
+                uvec2 v[MAX_PARTS - 1];
                 [[unroll]] for (uint kk = 0; kk < MAX_PARTS - 1; ++kk)
                     if (kk < k && BARE != 3u) v[kk] = partial[cur.pbase + kk * rows + row];
                 [[unroll]] for (uint kk = 0; kk < MAX_PARTS - 1; ++kk) {
                     if (kk < k && BARE != 3u) {
                         uint at = cur.pbase + kk * rows + row, n = 0u;
-                        while (v[kk] == SENTINEL) {
+                        while (v[kk].y != s) {
                             if (gave_up(n)) { atomicAdd(flags[1023], 1u); break; }
                             v[kk] = partial[at];
                         }
-                        mine += uintBitsToFloat(v[kk]);
-                        partial[at] = SENTINEL;
+                        mine += uintBitsToFloat(v[kk].x);
                     }
                 }
                 // never publish inf or NaN: a NaN scale reads "not there"
@@ -323,7 +336,9 @@ void main() {
                                                                       // task, vals) are the next merge's
         }
         if (!more) break;
+        LOAD_PARTS(st, tn);
         t = tn;
     }
     #undef LOAD_TASK
+    #undef LOAD_PARTS
 }
