@@ -8,27 +8,27 @@
 // Benchmark only (benchmarks/bench_dataflow.py): bench_persistent.comp's chain of dependent Q4_0 products
 // with no grid barrier. Why: a persistent dispatch that passes from product to product at grid barriers
 // idles memory at each (the barrier's round trip, the last round's stragglers): its products, x arriving
-// quantized, take ~57 us a 7.2B layer (H100) where their bytes take ~41.
+// quantized, take ~54-57 us a 7.2B layer (H100) where their bytes take ~41.
 //
-// Work is cut into tasks: 32 rows of a product by one part of 1024 columns (K parts a row). Task t of the
-// dispatch is workgroup t % grid's, each workgroup taking its tasks in order, tasks ordered by product, then
-// part, then row chunk. A task needs only the 32 blocks of x its part reads, so it waits for those blocks,
-// not for the product before to end; its weight loads are issued first, and the next task's right after
-// this one's arithmetic. The last part of a chunk (k = K - 1) adds the other parts' partial sums (each stored
-// as one 8-byte word with the product's index: its own ready flag, nothing to put back; loaded with the
-// task's weights), quantizes the chunk's 32 sums as one int8 block of the next product's x and publishes
-// it. No flag: a block's x is loaded with the task's weights, before knowing it is there, and checked on
-// arrival, so that a task makes no round trip to L2 of its own. Each 16-byte word of it is stored whole
-// (one store, which an NVIDIA GPU makes visible whole) and tells whether it is there: the values' words
-// hold int8 in -127..127 and read 0x80 bytes before (the slot's fill), the scale word (s, s * sum) a
-// negative s. Only where a word is not there yet does the lane poll it. Part-major order means a product's first
-// tasks need the blocks of the product before that were merged early (its last sweep of parts), so at
-// a product's start nobody waits for the product before to end.
+// Work is cut into tasks: 32 rows (a row chunk) of a product by one part of 1024 columns (K parts a row).
+// Task t of the dispatch is workgroup t % grid's, each workgroup taking its tasks in order; tasks go by
+// product, and within a product as task_at says (groups of 32 row chunks, each group's merges `lag`
+// steps after its other parts). A task needs only the 32 blocks of x its part reads, so it waits for
+// those blocks, not for the product before to end; its weight loads are issued first, and the next
+// task's right after this one's arithmetic. The last part of a chunk (k = K - 1) adds the other parts'
+// partial sums (each stored as one 8-byte word with the product's index: its own ready flag, nothing to
+// put back; loaded before the task's turn), quantizes the chunk's 32 sums as one int8 block of the next
+// product's x and publishes it. No flag: x is loaded with the task's weights, before knowing it is there,
+// and checked on arrival, so that a task makes no round trip to L2 of its own. Each 16-byte word of it
+// is stored whole (one store, which an NVIDIA GPU makes visible whole) and tells whether it is there: the
+// values' words hold int8 in -127..127 and read 0x80 bytes before (the slot's fill), the scale word
+// (s, s * sum) a negative s. Only where a word is not there yet is it polled. No fences: every word that
+// is waited for tells by itself that it is there.
 // Deadlock-free when every workgroup is resident: a task depends only on tasks of lower index, and each
 // workgroup takes its tasks in increasing order. Waits give up after 2^22 polls or soon after another gave
 // up (counted in flags[1023]), so a grid that is not resident ends with wrong sums instead of hanging.
-// Weights as bench_persistent.comp (quant bytes in wq, f16 scales in wd, w = d (q - 8)) but in task order:
-// a task's 32 rows x 32 blocks one after another (row by row), tiles by part, then row chunk; x slot s (the
+// Weights as bench_persistent.comp (quant bytes in wq, f16 scales in wd, w = d (q - 8)) but tiled: a
+// task's 32 rows x 32 blocks one after another (row by row), tiles by part, then row chunk; x slot s (the
 // input of product s of the dispatch; slot 0 the host's) holds ACT_MAX int8 values and a (s, s * sum)
 // pair per 32; y: every merged chunk's f32 sums (product s into half s & 1), for checking.
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
@@ -50,8 +50,7 @@ const uint GIVE_UP = 1u << 22;
 const uint MAX_PARTS = 16;          // columns up to 16384
 layout(std430, binding = 0) readonly buffer WQ { uvec4 wq[]; };
 layout(std430, binding = 1) readonly buffer WD { uint wd[]; };
-// x slots: read through the cache (every task of a part reads the same 32 blocks: through L2 alone, the
-// GPU's workgroups all asked one L2 slice for them), polled past it, written as coherent
+// x slots: XSHARE 0 reads them through L1, XSHARE 1 past it (coherent); polled past it, written as coherent
 layout(std430, binding = 2) readonly buffer XQR { uvec4 xqr[]; };
 layout(std430, binding = 2) readonly buffer XSR { vec2 xscr[]; };
 layout(std430, binding = 2) coherent volatile buffer XQV { uvec4 xqv[]; };
