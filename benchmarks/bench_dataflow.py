@@ -73,7 +73,7 @@ def reference(quants, scales, shapes: list, x0: np.ndarray, n: int, copies: int)
     return y
 
 
-def record(dev, k, bufs, x0, mode: int, n: int, grid: int, shapes: list, copies: int, lag: int):
+def record(dev, k, bufs, x0, mode: int, n: int, grid: int, shapes: list, copies: int, lag: int, gap: int = 0):
     wq, wd, xs, parts, y, flags = bufs
     seq = CommandSequence(dev).begin()
     seq.fill(xs, NOT_READY)
@@ -85,7 +85,7 @@ def record(dev, k, bufs, x0, mode: int, n: int, grid: int, shapes: list, copies:
     cols = [c for _, c in shapes] + [0] * (6 - len(shapes))
     spans = [(s, s + 1) for s in range(n)] if mode == 0 else [(0, n)]
     for s0, s1 in spans:
-        push = np.array([s0, s1, copies, len(shapes)] + rows + cols + [lag], np.uint32).tobytes()
+        push = np.array([s0, s1, copies, len(shapes)] + rows + cols + [lag, gap], np.uint32).tobytes()
         seq.dispatch(k, bufs, (grid, 1, 1), push)
     seq.end()
     return seq
@@ -105,6 +105,7 @@ def main():
                     "(shaders/bench_dataflow.comp task_at)")
     ap.add_argument("--xshare", default="1", help="1: a task's x loaded once per workgroup into shared memory; "
                     "0: by every lane through L1")
+    ap.add_argument("--gap", default="0", help="iterations of arithmetic between two polls of a word not there yet")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--check-grids", default="1", help="--check: mode 1's grids (beyond 1 only where they are "
                     "resident at once: a GPU, not llvmpipe)")
@@ -131,10 +132,10 @@ def main():
     flags = Buffer(dev, 4 * 1024)
     bufs = [wq, wd, xs, parts, y, flags]
     xshares = tuple(map(int, a.xshare.split(",")))
-    kernels = {(b, x): Kernel(dev, "bench_dataflow", "rrwwww", push_size=68, spec=(b, x))
+    kernels = {(b, x): Kernel(dev, "bench_dataflow", "rrwwww", push_size=72, spec=(b, x))
                for b in map(int, a.bare.split(",")) for x in xshares}
     if a.check:
-        kernels.update({(0, x): Kernel(dev, "bench_dataflow", "rrwwww", push_size=68, spec=(0, x)) for x in xshares})
+        kernels.update({(0, x): Kernel(dev, "bench_dataflow", "rrwwww", push_size=72, spec=(0, x)) for x in xshares})
     print(f"{dev.info.name}; {len(shapes)} products a layer, {layer_bytes / 1e6:.1f} MB, {copies} weight copies")
     if a.check:
         want = reference(quants, scales, shapes, x_first, n, copies)
@@ -158,10 +159,10 @@ def main():
             worst = max(worst, err, 1.0 if given_up else 0.0)
             seq.close()
         raise SystemExit(0 if worst < 2e-2 else 1)
-    runs = [(m, b, lag, x) for m in map(int, a.modes.split(",")) for b in map(int, a.bare.split(","))
-            for lag in map(int, a.lag.split(",")) for x in xshares]
-    for mode, b, lag, xsh in runs:
-        tag = f"mode {mode}  lag {lag}  xshare {xsh}" + (f"  bare {b}" if b else "")
+    runs = [(m, b, lag, x, gap) for m in map(int, a.modes.split(",")) for b in map(int, a.bare.split(","))
+            for lag in map(int, a.lag.split(",")) for x in xshares for gap in map(int, a.gap.split(","))]
+    for mode, b, lag, xsh, gap in runs:
+        tag = f"mode {mode}  lag {lag}  xshare {xsh}" + (f"  gap {gap}" if gap else "") + (f"  bare {b}" if b else "")
         regs, resident = resident_grid(kernels[b, xsh].statistics(), a.sms)
         if regs:
             print(f"{tag}: {regs} registers, at most {resident} workgroups resident")
@@ -169,7 +170,7 @@ def main():
             if resident and grid > resident:
                 print(f"{tag}  grid {grid:4d}: skipped, at most {resident} resident")
                 continue
-            seq = record(dev, kernels[b, xsh], bufs, x0, mode, n, grid, shapes, copies, lag)
+            seq = record(dev, kernels[b, xsh], bufs, x0, mode, n, grid, shapes, copies, lag, gap)
             t0 = time.time()
             while time.time() - t0 < 0.3:   # clocks up
                 seq.run()
