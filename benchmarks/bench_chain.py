@@ -27,10 +27,10 @@ replays (no per-dispatch timestamps, which add their own cost to every dispatch)
 
 import argparse
 import math
-import time
 
 import numpy as np
 
+from bench_persistent import replay_seconds
 from llamavk.devices import open_devices, select
 from llamavk.vk import Buffer, CommandSequence, get_instance
 from llamavk.vk.kernel import Kernel
@@ -89,16 +89,8 @@ def main():
                 push = np.array([s, grids[e - 1], s * 4096, (s + 1) * 4096, groups[e], 0] + [0] * 8, np.uint32)
                 seq.dispatch(k, [ws[s // npat % copies][e], io, flags], (grids[e], 1, 1), push.tobytes())
             seq.end()
-            t0 = time.time()
-            while time.time() - t0 < 0.3:   # clocks up
-                seq.run()
-            times = []
-            for _ in range(15):
-                t = time.perf_counter()
-                seq.run()
-                times.append(time.perf_counter() - t)
+            us = replay_seconds(seq, 15) / n * 1e6
             fl = np.frombuffer(flags.read(), np.uint32)
-            us = float(np.median(times)) / n * 1e6
             note = ""
             if mode in (1, 2, 6):
                 done = all(fl[s] == grids[s % npat] for s in range(n))

@@ -21,13 +21,12 @@ are at most the rows of the one before (and the first product's at most the last
 per layer and the weights' GB/s (host wall time over whole replays, the buffers' resets included).
 """
 
-import argparse
 import math
-import time
 
 import numpy as np
 
-from bench_persistent import quantize_blocks, random_weights, resident_grid
+from bench_persistent import (chain_arguments, quantize_blocks, random_weights, replay_seconds, resident_grid,
+                              shape_words)
 from llamavk.devices import open_devices, select
 from llamavk.vk import Buffer, CommandSequence, get_instance
 from llamavk.vk.kernel import Kernel
@@ -81,23 +80,16 @@ def record(dev, k, bufs, x0, mode: int, n: int, grid: int, shapes: list, copies:
     seq.fill(flags, 0)
     seq.copy(x0, xs, SLOT_BYTES)
     seq.barrier()
-    rows = [r for r, _ in shapes] + [0] * (6 - len(shapes))
-    cols = [c for _, c in shapes] + [0] * (6 - len(shapes))
     spans = [(s, s + 1) for s in range(n)] if mode == 0 else [(0, n)]
     for s0, s1 in spans:
-        push = np.array([s0, s1, copies, len(shapes)] + rows + cols + [lag, gap], np.uint32).tobytes()
+        push = np.array([s0, s1, copies, len(shapes)] + shape_words(shapes) + [lag, gap], np.uint32).tobytes()
         seq.dispatch(k, bufs, (grid, 1, 1), push)
     seq.end()
     return seq
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layer", default=LAYER)
-    ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--grids", default="264,396,528")
-    ap.add_argument("--modes", default="0,1")
-    ap.add_argument("--sms", type=int, default=132, help="the device's SMs (H100: 132), for the resident grid")
+    ap = chain_arguments(LAYER, "264,396,528")
     ap.add_argument("--bare", default="0", help="timing only (wrong sums): 1, no task checks its x or merges (the "
                     "tasks' loads, arithmetic and partial stores alone); 2, no task checks its x; 3, merges do not "
                     "read the other parts' sums")
@@ -171,15 +163,7 @@ def main():
                 print(f"{tag}  grid {grid:4d}: skipped, at most {resident} resident")
                 continue
             seq = record(dev, kernels[b, xsh], bufs, x0, mode, n, grid, shapes, copies, lag, gap)
-            t0 = time.time()
-            while time.time() - t0 < 0.3:   # clocks up
-                seq.run()
-            times = []
-            for _ in range(10):
-                t = time.perf_counter()
-                seq.run()
-                times.append(time.perf_counter() - t)
-            us = float(np.median(times)) / a.layers * 1e6
+            us = replay_seconds(seq) / a.layers * 1e6
             given_up = int(np.frombuffer(flags.read(), np.uint32)[1023])
             print(f"{tag}  grid {grid:4d}: {us:7.2f} us per layer  {layer_bytes / us / 1e3:6.0f} GB/s"
                   + (f"  (waits given up: {given_up})" if mode == 1 else ""), flush=True)

@@ -100,6 +100,37 @@ def quantize_x(x: np.ndarray):
     return q32.tobytes() + s32.tobytes() + q8.tobytes() + s8.tobytes(), values
 
 
+def chain_arguments(layer: str, grids: str) -> argparse.ArgumentParser:
+    """The options this tool and bench_dataflow.py share."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layer", default=layer)
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--grids", default=grids)
+    ap.add_argument("--modes", default="0,1")
+    ap.add_argument("--sms", type=int, default=132, help="the device's SMs (H100: 132): mode 1 skips grids larger "
+                    "than the workgroups its register count lets them hold at once (with LLAMAVK_PIPELINE_STATS=1)")
+    return ap
+
+
+def replay_seconds(seq, runs: int = 10) -> float:
+    """Median host wall time of whole replays of a recorded sequence, after 0.3 s of them (clocks up)."""
+    t0 = time.time()
+    while time.time() - t0 < 0.3:
+        seq.run()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        seq.run()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def shape_words(shapes: list) -> list:
+    """The push constants' rows[6] and cols[6]."""
+    pad = [0] * (6 - len(shapes))
+    return [r for r, _ in shapes] + pad + [c for _, c in shapes] + pad
+
+
 def resident_grid(stats: dict, sms: int):
     """(registers, workgroups of 256 threads resident at once) from the driver's pipeline statistics
     (LLAMAVK_PIPELINE_STATS=1), or (None, None) without them. NVIDIA: 64K registers an SM, allocated per
@@ -112,21 +143,15 @@ def record(dev, k, bufs, mode: int, n: int, grid: int, shapes: list, copies: int
     seq = CommandSequence(dev).begin()
     seq.fill(bufs[3], 0)
     seq.barrier()
-    rows = [r for r, _ in shapes] + [0] * (6 - len(shapes))
-    cols = [c for _, c in shapes] + [0] * (6 - len(shapes))
     for s in range(n if mode == 0 else 1):
-        push = np.array([s, n, copies, len(shapes)] + rows + cols, np.uint32).tobytes()
+        push = np.array([s, n, copies, len(shapes)] + shape_words(shapes), np.uint32).tobytes()
         seq.dispatch(k, bufs, (grid, 1, 1), push)
     seq.end()
     return seq
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layer", default=LAYER)
-    ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--grids", default="132,264,396")
-    ap.add_argument("--modes", default="0,1")
+    ap = chain_arguments(LAYER, "132,264,396")
     ap.add_argument("--pipe", default="0", help="0: one chunk of weights in flight per workgroup; "
                     "1: the next chunk's loads issued before this one's arithmetic (two register sets)")
     ap.add_argument("--maxb", type=int, choices=(7, 4), default=7,
@@ -143,8 +168,6 @@ def main():
     ap.add_argument("--rj", default="4", help="form 1: rows per lane")
     ap.add_argument("--pref", default="0", help="chunks a lane touches ahead (pulls into L2) before waiting at a "
                     "grid barrier, besides the one it loads")
-    ap.add_argument("--sms", type=int, default=132, help="the device's SMs (H100: 132): mode 1 skips grids larger "
-                    "than the workgroups its register count lets them hold at once (with LLAMAVK_PIPELINE_STATS=1)")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--flags", choices=("device", "host"), default="device",
                     help="where the stage counters live (host: system memory, over PCIe)")
@@ -220,15 +243,7 @@ def main():
                 continue
             act.write(act0.tobytes())
             seq = record(dev, k, bufs, mode, n, grid, shapes, copies)
-            t0 = time.time()
-            while time.time() - t0 < 0.3:   # clocks up
-                seq.run()
-            times = []
-            for _ in range(10):
-                t = time.perf_counter()
-                seq.run()
-                times.append(time.perf_counter() - t)
-            us = float(np.median(times)) / a.layers * 1e6
+            us = replay_seconds(seq) / a.layers * 1e6
             fl = np.frombuffer(flags.read(), np.uint32)
             note = f"  (waits given up: {int(fl[1023])}, count {int(fl[0])} of {n * grid})" if mode == 1 else ""
             print(f"{tag}  grid {grid:4d}: {us:7.2f} us per layer  "

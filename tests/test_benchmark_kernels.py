@@ -13,32 +13,28 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-@pytest.mark.parametrize("maxb", ["7", "4"])
-def test_bench_persistent_products_match_numpy(maxb):
-    r = subprocess.run([sys.executable, str(BENCHMARKS / "bench_persistent.py"), "--check", "--pipe", "0,1",
-                        "--xmode", "0,1,2,3", "--maxb", maxb],
+def check_lines(script: str, *args: str) -> list:
+    """Runs `script --check ARGS`, asserts it passed and returns its result lines."""
+    r = subprocess.run([sys.executable, str(BENCHMARKS / script), "--check", *args],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    lines = [l for l in r.stdout.splitlines() if l.startswith("mode 0, pipe")]
-    assert len(lines) == 8 and all("largest error" in l for l in lines), r.stdout
+    return [l for l in r.stdout.splitlines() if l.startswith("mode ")]
+
+
+@pytest.mark.parametrize("maxb", ["7", "4"])
+def test_bench_persistent_products_match_numpy(maxb):
+    lines = check_lines("bench_persistent.py", "--pipe", "0,1", "--xmode", "0,1,2,3", "--maxb", maxb)
+    assert len(lines) == 8 and all("largest error" in l for l in lines), lines
 
 
 def test_bench_persistent_row_form_matches_numpy():
-    r = subprocess.run([sys.executable, str(BENCHMARKS / "bench_persistent.py"), "--check", "--form", "1",
-                        "--rj", "1,2,4,8", "--xmode", "1,4", "--pref", "0,2"],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    lines = [l for l in r.stdout.splitlines() if l.startswith("mode 0, pipe")]
-    assert len(lines) == 16 and all("largest error" in l for l in lines), r.stdout
+    lines = check_lines("bench_persistent.py", "--form", "1", "--rj", "1,2,4,8", "--xmode", "1,4", "--pref", "0,2")
+    assert len(lines) == 16 and all("largest error" in l for l in lines), lines
 
 
 def test_bench_dataflow_chain_matches_numpy():
     # both task orders and both ways of reading x, one dispatch per product and one persistent dispatch (grid 1:
     # llvmpipe cannot spin-wait for other workgroups); llvmpipe's subgroups are narrower than 32 lanes, so this
     # covers the kernel's shared-memory merge, the GPU's --check its subgroup one
-    r = subprocess.run([sys.executable, str(BENCHMARKS / "bench_dataflow.py"), "--check", "--lag", "0,3",
-                        "--xshare", "0,1"],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    lines = [l for l in r.stdout.splitlines() if l.startswith("mode ")]
-    assert len(lines) == 8 and all("waits given up 0" in l for l in lines), r.stdout
+    lines = check_lines("bench_dataflow.py", "--lag", "0,3", "--xshare", "0,1")
+    assert len(lines) == 8 and all("waits given up 0" in l for l in lines), lines
