@@ -21,19 +21,79 @@
 // over the chunks: with a grid of at most half what the device holds at once, a stage's workgroups are
 // all resident while its producer runs, as a persistent kernel's would be, but each stage is a
 // dispatch of its own.
+// MODE 7: a streamer beside MODE 1's stages (one dispatch recorded before them, no barriers): its
+// workgroups read the stages' weights ahead of them into L2, p.in_off chunks at most past the chunks
+// the stages have finished (flags, as MODE 1 counts them), DEPTH chunks a workgroup in flight. The
+// stages then find their weights in L2, and memory keeps streaming while a stage waits for the one
+// before. Push: p.stage stages, p.prev_groups weight copies, p.out_off chunks in all, p.chunks chunks a
+// layer of p.np stages of p.pc[e] chunks.
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint U = 4;
 layout(constant_id = 1) const uint MODE = 0;
+layout(constant_id = 2) const uint DEPTH = 1;
+// MODE 7's way of pulling a chunk into L2: 0 loads (DEPTH chunks' worth of registers), 1 a
+// compare-and-swap that never changes a word, 2 an atomic OR of 0, 3 an atomic add of 0 (1-3 return
+// nothing to the lane, so nothing waits for them), one every STRIDE words
+layout(constant_id = 3) const uint PREF = 0;
+layout(constant_id = 4) const uint STRIDE = 8;
 layout(std430, binding = 0) readonly buffer W { uvec4 w[]; };
 layout(std430, binding = 1) coherent buffer IO { uint io[]; };              // [stage][workgroup]
 layout(std430, binding = 2) coherent volatile buffer F { uint flags[]; };   // [stage] counters
+layout(std430, binding = 3) buffer WA { uint wa[]; };   // MODE 7: W again, for PREF's atomics
 layout(push_constant) uniform P { uint stage; uint prev_groups; uint in_off; uint out_off; uint chunks;
                                   uint np; uint pc[8]; } p;   // MODE 4 / 5: a layer's stages' chunks
 shared uint s_in;
 
+
+shared bool s_late;
+
+void stream() {
+    uint t = gl_LocalInvocationID.x, g = gl_WorkGroupID.x, grid = gl_NumWorkGroups.x;
+    uint total = p.out_off, lc = p.chunks, cur = 0u, done = 0u;
+    uvec4 r[U * DEPTH];
+    uvec4 acc = uvec4(0u);
+    for (uint q = g; q < total; q += grid * DEPTH) {
+        uint last = min(q + (DEPTH - 1u) * grid, total - 1u);
+        if (t == 0u) {
+            uint n = 0u, progress;
+            for (;;) {
+                while (cur < p.stage && flags[cur] >= p.pc[cur % p.np]) { done += p.pc[cur % p.np]; ++cur; }
+                progress = done + (cur < p.stage ? flags[cur] : 0u);
+                if (progress + p.in_off > last || ++n == (1u << 24)) break;
+            }
+            // chunks the stages have finished already are not read again (flags[1021] counts them)
+            s_late = progress > q;
+            atomicAdd(flags[s_late ? 1021 : 1020], 1u);
+        }
+        barrier();
+        bool late = s_late;
+        barrier();
+        if (late) continue;
+        [[unroll]] for (uint d = 0; d < DEPTH; ++d) {
+            uint c = min(q + d * grid, total - 1u);
+            uint chunk = ((c / lc) % p.prev_groups) * lc + c % lc;
+            if (PREF == 0u) {
+                uint base = chunk * 256u * U + t;
+                [[unroll]] for (uint j = 0; j < U; ++j) r[d * U + j] = w[base + j * 256u];
+            } else {
+                for (uint i = t * STRIDE; i < 1024u * U; i += 256u * STRIDE) {
+                    uint a = chunk * 1024u * U + i;
+                    if (PREF == 1u) atomicCompSwap(wa[a], 0x7fc00001u, 0x7fc00001u);
+                    if (PREF == 2u) atomicOr(wa[a], 0u);
+                    if (PREF == 3u) atomicAdd(wa[a], 0u);
+                }
+            }
+        }
+        if (PREF == 0u) { [[unroll]] for (uint j = 0; j < U * DEPTH; ++j) acc ^= r[j]; }
+    }
+    // never true in practice; keeps the loads
+    if (acc.x == 0x9e3779b9u && acc.y == 0x7f4a7c15u) atomicAdd(flags[1022], 1u);
+}
+
 void main() {
     uint t = gl_LocalInvocationID.x, g = gl_WorkGroupID.x;
     uvec4 r[U];
+    if (MODE == 7u) { stream(); return; }
     if (MODE == 6u) {
         bool has = g < p.chunks;
         if (has) { [[unroll]] for (uint j = 0; j < U; ++j) r[j] = w[g * 256u * U + t + j * 256u]; }
