@@ -371,8 +371,10 @@ def test_matvec_table_by_shape():
     assert nr(T.Q4_0, 4096, 4096) == nr(T.Q4_0, 1024, 4096) == nr(T.Q4_0, 2048, 2048) == 2
     assert steps(T.Q4_0, 4096, 4096) == 2
     assert steps(T.Q4_0, 1024, 4096) == steps(T.Q4_0, 2048, 8192) == 2 and steps(T.Q4_0, 2048, 2048) == 1
-    assert nr(T.Q4_0, 32000, 4096) == nr(T.Q8_0, 14336, 4096) == nr(T.Q8_0, 4096, 4096) == 4
+    assert nr(T.Q4_0, 32000, 4096) == nr(T.Q8_0, 32000, 4096) == nr(T.Q8_0, 4096, 4096) == 4
     assert steps(T.Q4_0, 32000, 4096) == 8 and steps(T.Q8_0, 4096, 4096) == 1
+    # Q8_0's gate/up pair: 1 row of each per lane, one wave of 256 workgroups
+    assert nr(T.Q8_0, 14336, 4096) == 2 and steps(T.Q8_0, 14336, 4096, True) == 14
     assert pick(T.Q4_0, 4096, 4096, n=2) == "base"       # one token only
     long_rows = matvec_config(gpu, T.Q4_0, 4096, 14336)   # long rows: parts of 32 units, 256 threads
     assert long_rows.kernel == "stream_dp" and mm._stream_parts(long_rows, "q4_0", 14336) == 14

@@ -127,7 +127,7 @@ def test_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, ks, par
 
 # (type, columns, rows): Q3_K's and Q2_K's 4-block rows take 4 lanes each, 32 rows per row block
 @pytest.mark.parametrize("qtype,cols,rows", [(T.Q5_K, 1024, 37), (T.Q3_K, 1024, 100), (T.Q2_K, 1024, 100),
-                                             (T.MXFP4, 512, 100), (T.IQ4_XS, 1024, 100)],
+                                             (T.MXFP4, 512, 100), (T.IQ4_XS, 1024, 100), (T.Q8_0, 1024, 37)],
                          ids=lambda v: getattr(v, "name", str(v)))
 def test_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, rows):   # noqa: F811
     """STEPS: several row blocks per workgroup (a table written once, read by every block), the last
@@ -186,6 +186,25 @@ def test_gpu_rows_follow_q4_0_or_q4_k(qtype):
     assert env[name] == MatvecConfig(256, 4, 2, 2, "base")
     gpu.info.int_dot_fast = False
     assert matvec_config(gpu, qtype, 4096, 4096).kernel == "base"
+
+
+def test_q8_0_pair_rows():
+    """Q8_0's gate/up shapes on a GPU with fast integer dots (selection.MATVEC_CONFIGS): 1 row of gate and
+    1 of up per lane, one wave of 256 workgroups (the 7.2B's pair by 14 steps, the 31.5B's by 54); its
+    square, K / V, down and output products keep the rows they had (Q4_0's without the waves)."""
+    gpu = _stand_in_gpu()
+
+    def grid(rows, cols, pair=False):
+        cfg = matvec_config(gpu, T.Q8_0, rows, cols)
+        _, rows_per_wg, parts, steps = mm._matvec_spec(gpu, cfg, "q8_0", cols, 1, False, False, False, pair,
+                                                     rows=rows)
+        return cfg.nr, rows_per_wg, parts, steps, parts * -(-rows // rows_per_wg // steps)
+    assert grid(14336, 4096, pair=True) == (2, 4, 1, 14, 256)
+    assert grid(27648, 5120, pair=True) == (2, 2, 1, 54, 256)
+    assert grid(4096, 4096) == (4, 16, 1, 1, 256) and grid(1024, 4096) == (4, 16, 1, 1, 64)
+    assert grid(32000, 4096) == (4, 16, 1, 1, 2000) and grid(32000, 5120)[:4] == (4, 8, 1, 1)
+    assert grid(4096, 14336) == (4, 32, 14, 1, 1792)
+    assert matvec_config(gpu, T.Q8_0, 14336, 4096, n_tokens=3).kernel == "base"
 
 
 def test_matvec_env_is_read_again_when_it_changes(monkeypatch):

@@ -590,6 +590,18 @@ MATVEC_CONFIGS = (
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", steps=2)),
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows <= cols < 4096,
      MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
+    # Q8_0's gate/up pair (twice Q4_0's bytes a weight): 1 row of each matrix per lane in whole waves of
+    # 256 workgroups (the 7.2B's by 14 steps, the 31.5B's by 54), not 2 rows of each in a workgroup per
+    # row block. H100 tg128, 7.2B Q8_0, one call (LLAMAVK_MATVEC shape entries; the rule below first
+    # and last 272.98 / 271.17): 297.61 / 303.51; by 7 steps (512 workgroups) 297.85, 10 280.48, 20
+    # 293.16, 28 262.34; 256 threads 267.6-275.1; 2 rows of each by 7 steps (Q4_0's rule) 286.86. The
+    # square, K / V and output products keep the rule below (Q4_0's square and K / V rules 270.32; the
+    # output by 8 or 16 steps 303.2-303.4 against 303.5), and so does the down product (7 parts, 2 rows
+    # a lane or 512 threads: 296.8-301.2). 31.5B Q8_0 tg64 (27648 x 5120, 5.4x as many rows as columns;
+    # one call): 68.15 against 55.52 / 55.79 (2 rows of each by 27 steps 60.66, 1 by 27 66.42). Output
+    # products (6.25x and more) were not measured with it.
+    ("gpu", ("q8_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 6 * cols
+     and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", Q40_RULE_TYPES + ("q8_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
      MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp")),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
