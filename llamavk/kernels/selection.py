@@ -599,7 +599,8 @@ MATVEC_CONFIGS = (
     # output by 8 or 16 steps 303.2-303.4 against 303.5), and so does the down product (7 parts, 2 rows
     # a lane or 512 threads: 296.8-301.2). 31.5B Q8_0 tg64 (27648 x 5120, 5.4x as many rows as columns;
     # one call): 68.15 against 55.52 / 55.79 (2 rows of each by 27 steps 60.66, 1 by 27 66.42). Output
-    # products (6.25x and more) were not measured with it.
+    # products (6.25x and more) were not measured with it. Q4_1, Q5_0 and Q5_1 by these rows lose or tie
+    # (7.2B 401.2 / 335.6 / 353.2 against 425.4-430.8 / 372.6-382.4 / 348.6-354.7): they keep Q4_0's.
     ("gpu", ("q8_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 6 * cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     ("gpu", Q40_RULE_TYPES + ("q8_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols <= 8192,
