@@ -576,7 +576,8 @@ MATVEC_CONFIGS = (
     # Q5_K's square products (Q and O) by one row block per workgroup, not Q4_K's 2. H100 tg128, 7.2B
     # Q5_K, one call, twice in alternation (LLAMAVK_MATVEC shape entries): 328.75 / 325.86 against
     # 308.57 / 305.22 (by 1 step where chained, 2 elsewhere: 321.84 / 320.61); Q4_K by 1 step loses
-    # (418.46 / 417.09 against 442.64 / 442.20), Q6_K ties (323.30 against 324.23 / 328.43).
+    # (418.46 / 417.09 against 442.64 / 442.20), Q6_K ties (323.30 against 324.23 / 328.43). 31.5B Q5_K
+    # tg64 (5120 x 5120), one call, twice in alternation: 64.42 / 64.42 against 61.29 / 61.25 by 2 steps.
     ("gpu", ("q5_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
