@@ -578,6 +578,7 @@ MATVEC_CONFIGS = (
     # 308.57 / 305.22 (by 1 step where chained, 2 elsewhere: 321.84 / 320.61); Q4_K by 1 step loses
     # (418.46 / 417.09 against 442.64 / 442.20), Q6_K ties (323.30 against 324.23 / 328.43). 31.5B Q5_K
     # tg64 (5120 x 5120), one call, twice in alternation: 64.42 / 64.42 against 61.29 / 61.25 by 2 steps.
+    # H200, 7.2B: 348.92 / 349.49 against 327.56 / 328.23.
     ("gpu", ("q5_k",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp")),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and rows == cols
@@ -606,7 +607,8 @@ MATVEC_CONFIGS = (
     # output by 8 or 16 steps 303.2-303.4 against 303.5), and so does the down product (7 parts, 2 rows
     # a lane or 512 threads: 296.8-301.2). 31.5B Q8_0 tg64 (27648 x 5120, 5.4x as many rows as columns;
     # one call): 68.15 against 55.52 / 55.79 (2 rows of each by 27 steps 60.66, 1 by 27 66.42). Output
-    # products (6.25x and more) were not measured with it. Q4_1, Q5_0 and Q5_1 by these rows lose or tie
+    # products (6.25x and more) were not measured with it. H200, 7.2B, twice in alternation: 369.88 / 371.47
+    # against 316.19 / 314.77. Q4_1, Q5_0 and Q5_1 by these rows lose or tie
     # (7.2B 401.2 / 335.6 / 353.2 against 425.4-430.8 / 372.6-382.4 / 348.6-354.7): they keep Q4_0's.
     ("gpu", ("q8_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 6 * cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
