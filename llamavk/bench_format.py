@@ -50,21 +50,29 @@ class RunInfo:
 
 def run_info(gpu_names: list[str]) -> RunInfo:
     from . import __version__
-    return RunInfo(_git_commit() or "unknown", __version__, _cpu_name(), ", ".join(gpu_names))
+    return RunInfo(_git_commit(Path(__file__).resolve().parent.parent) or "unknown", __version__, _cpu_name(),
+                   ", ".join(gpu_names))
 
 
-def _git_commit() -> str | None:
-    """Short commit of the llamavk checkout this runs from; None when llamavk is installed (whatever
-    repository a virtual environment sits in is not llamavk's)."""
-    root = Path(__file__).resolve().parent.parent
-    if not (root / "pyproject.toml").is_file() or not (root / ".git").exists():
-        return None
+def _git(root: Path, *args: str) -> str | None:
     try:
-        r = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                           capture_output=True, text=True, timeout=5)
+        r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
-    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _git_commit(root: Path) -> str | None:
+    """Short commit of the llamavk checkout at root, with "-dirty" where its code (llamavk/, shaders/)
+    differs from that commit, so that a figure is never credited to a commit whose code did not run;
+    None when llamavk is installed (whatever repository a virtual environment sits in is not llamavk's)."""
+    if not (root / "pyproject.toml").is_file() or not (root / ".git").exists():
+        return None
+    commit = _git(root, "rev-parse", "--short", "HEAD")
+    if not commit:
+        return None
+    changed = _git(root, "status", "--porcelain", "--untracked-files=no", "--", "llamavk", "shaders")
+    return commit + "-dirty" if changed else commit
 
 
 def _cpu_name() -> str:

@@ -474,3 +474,25 @@ def test_ctrl_c_keeps_the_finished_rows_and_closes_the_json(synthetic_model, mon
     r = cli("-m", str(synthetic_model("llama", "q4_0")), "-p", "8", "-n", "2", "-r", "1", "-o", "json")
     assert r.exit_code == 130 and "Traceback" not in r.output
     assert [(x["n_prompt"], x["n_gen"]) for x in json.loads(r.stdout)] == [(8, 0)]
+
+
+def test_build_commit_says_when_the_code_differs_from_it(tmp_path):
+    """bench's build commit is the checkout's short HEAD, "-dirty" once a tracked file of llamavk/ or
+    shaders/ differs from it (a tree copied onto another machine with an older .git, say); other files
+    and untracked ones do not count; no checkout, no commit."""
+    from llamavk.bench_format import _git_commit
+    assert _git_commit(tmp_path) is None
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "llamavk").mkdir()
+    (tmp_path / "pyproject.toml").write_text("[project]\n")
+    (tmp_path / "llamavk" / "a.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("r\n")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "c"]):
+        subprocess.run(git + args, check=True, capture_output=True)
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert _git_commit(tmp_path) == head
+    (tmp_path / "README.md").write_text("changed\n")
+    (tmp_path / "llamavk" / "new.py").write_text("y = 2\n")
+    assert _git_commit(tmp_path) == head
+    (tmp_path / "llamavk" / "a.py").write_text("x = 2\n")
+    assert _git_commit(tmp_path) == head + "-dirty"
