@@ -608,7 +608,8 @@ MATVEC_CONFIGS = (
     # a lane or 512 threads: 296.8-301.2). 31.5B Q8_0 tg64 (27648 x 5120, 5.4x as many rows as columns;
     # one call): 68.15 against 55.52 / 55.79 (2 rows of each by 27 steps 60.66, 1 by 27 66.42). Output
     # products (6.25x and more) were not measured with it. H200, 7.2B, twice in alternation: 369.88 / 371.47
-    # against 316.19 / 314.77. Q4_1, Q5_0 and Q5_1 by these rows lose or tie
+    # against 316.19 / 314.77; 70B Q8_0 (28672 x 8192, 3.5x) tg64, one call: 41.47 / 41.46 against 33.90 /
+    # 33.87 (llama.cpp -cm2 28.39). Q4_1, Q5_0 and Q5_1 by these rows lose or tie
     # (7.2B 401.2 / 335.6 / 353.2 against 425.4-430.8 / 372.6-382.4 / 348.6-354.7): they keep Q4_0's.
     ("gpu", ("q8_0",), lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 6 * cols
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
