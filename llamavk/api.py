@@ -182,7 +182,7 @@ class Model:
 
     def logits(self, tokens, all: bool = False) -> np.ndarray:
         """Logits of a fresh context: the last token's row (vocab,), or one row per token."""
-        tokens = self._check_tokens(tokens)
+        tokens = self.check_tokens(tokens)
         t0 = time.perf_counter()
         out = self._eval(tokens, 0, all)
         self.n_past = len(tokens)
@@ -190,7 +190,9 @@ class Model:
         self.timings.prompt_tokens = len(tokens)
         return out
 
-    def _check_tokens(self, tokens) -> list[int]:
+    def check_tokens(self, tokens) -> list[int]:
+        """`tokens` as ints, or a UsageError where one is outside the vocabulary or they do not fit the
+        loaded context."""
         tokens = [int(t) for t in tokens]
         if not tokens:
             raise UsageError("no tokens to evaluate")
@@ -207,7 +209,7 @@ class Model:
         """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, or a full context.
         ignore_eos: end-of-generation tokens are never sampled (llama.cpp's --ignore-eos)."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-        tokens = self._check_tokens(tokens)
+        tokens = self.check_tokens(tokens)
         params = SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
         sampler = Sampler(params, history=tokens)
         tm = self.timings

@@ -78,6 +78,18 @@ def test_unknown_device_is_usage_error(synthetic_model):
     one_line_error(run("-m", str(synthetic_model("llama", "q4_0")), "-p", "x", "-dev", "Vulkan9"), 2)
 
 
+def test_negative_context_is_usage_error(synthetic_model):
+    one_line_error(run("-m", str(synthetic_model("llama", "q4_0")), "-p", "x", "-c", "-5"), 2)
+
+
+def test_prompt_longer_than_the_context_fails_before_it_is_printed(synthetic_model):
+    """The error stands alone: nothing of the prompt on stdout before it (llama-completion checks the
+    prompt's length before it prints anything)."""
+    r = run("-m", str(synthetic_model("llama", "q4_0")), "-p", "hello world again and again", "-c", "4")
+    one_line_error(r, 2)
+    assert "do not fit the context of 4" in r.stderr and r.stdout == ""
+
+
 def test_bad_visible_devices_is_one_usage_error(synthetic_model):
     """The early thread's attempt at the default device fails the same way; the load reports it once."""
     import os

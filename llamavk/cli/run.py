@@ -94,6 +94,8 @@ def run(
         n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
         if prompt is not None and file is not None:
             raise UsageError("give either -p or -f, not both")
+        if ctx_size is not None and ctx_size < 0:
+            raise UsageError("-c must be 0 (the model's training context) or more")
         if file is not None:
             from ..perplexity import read_text   # as llama-completion's -f: raw bytes, one final LF dropped
 
@@ -121,7 +123,7 @@ def run(
             tokens = m.tokenize(text["prompt"])
             if not tokens:
                 raise UsageError("the prompt is empty and the model adds no BOS token: nothing to continue")
-            return tokens
+            return m.check_tokens(tokens)   # before the prompt is printed: an error stands on its own line
 
         with LoadProgress(model.name if model else "default model") as progress:
             m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
