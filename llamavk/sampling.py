@@ -7,10 +7,13 @@ are sorted, so a step costs well under a millisecond.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
+from .errors import UsageError
 
 
 @dataclass
@@ -22,6 +25,14 @@ class SamplingParams:
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     seed: int = -1          # -1: a random seed
+
+    def __post_init__(self):
+        # what would turn the draw's probabilities into NaN: a usage error, not a traceback mid-generation
+        for name in ("temp", "top_p", "min_p", "repeat_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise UsageError(f"--{name.replace('_', '-')} must be a finite number")
+        if self.repeat_penalty <= 0:
+            raise UsageError("--repeat-penalty must be above 0 (1.0: off)")
 
 
 class Sampler:

@@ -82,6 +82,14 @@ def test_negative_context_is_usage_error(synthetic_model):
     one_line_error(run("-m", str(synthetic_model("llama", "q4_0")), "-p", "x", "-c", "-5"), 2)
 
 
+def test_sampling_values_that_would_give_nan_are_usage_errors(synthetic_model):
+    path = str(synthetic_model("llama", "q4_0"))
+    for flag, value in (("--repeat-penalty", "0"), ("--repeat-penalty", "-1"), ("--temp", "nan"), ("--top-p", "inf")):
+        r = run("-m", path, "-p", "hi", "-n", "4", "-c", "16", flag, value)
+        one_line_error(r, 2)
+        assert flag in r.stderr and r.stdout == ""
+
+
 def test_prompt_longer_than_the_context_fails_before_it_is_printed(synthetic_model):
     """The error stands alone: nothing of the prompt on stdout before it (llama-completion checks the
     prompt's length before it prints anything)."""

@@ -111,3 +111,14 @@ def test_seeds():
     assert first == [b.sample(LOGITS) for _ in range(50)]
     other = Sampler(params(seed=12))
     assert [other.sample(LOGITS) for _ in range(50)] != first
+
+
+def test_params_that_would_make_nan_probabilities_are_refused():
+    import math
+
+    from llamavk.errors import UsageError
+
+    for bad in (dict(repeat_penalty=0.0), dict(repeat_penalty=-2.0), dict(temp=math.nan), dict(min_p=math.inf)):
+        with pytest.raises(UsageError):
+            SamplingParams(**bad)
+    SamplingParams(temp=0.0, top_k=-1, top_p=2.0, min_p=0.0, repeat_penalty=1.3)   # llama.cpp's "off" values

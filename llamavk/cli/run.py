@@ -96,6 +96,9 @@ def run(
             raise UsageError("give either -p or -f, not both")
         if ctx_size is not None and ctx_size < 0:
             raise UsageError("-c must be 0 (the model's training context) or more")
+        from ..sampling import SamplingParams   # its checks, before the load (generate() makes its own)
+
+        SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
         if file is not None:
             from ..perplexity import read_text   # as llama-completion's -f: raw bytes, one final LF dropped
 
