@@ -38,6 +38,7 @@ import numpy as np
 
 from .bench_format import PRINTERS, Result, devices_text, run_info
 from .errors import LlamavkError, UsageError
+from .gguf_file import check_model_path
 from .llamacpp_compat import FLASH_ATTN_OFF, FLASH_ATTN_ON, check_cache_type, check_gpu_layers, parse_gpu_layers
 
 SPLIT_MODES = ("none", "layer", "row", "tensor", "graph")     # llamavk.split.MODES (a test checks)
@@ -309,10 +310,7 @@ def resolve_model(name: str | None, note=None) -> Path:
             return synthetic_model_path(name)
         finally:
             timer.cancel()
-    path = Path(name).expanduser()
-    if not path.is_file():
-        raise LlamavkError(f"model file not found: {path}")
-    return path
+    return check_model_path(Path(name).expanduser())
 
 
 # llama.cpp's llama_model_ftype_name for general.file_type (llama_ftype values)

@@ -256,13 +256,20 @@ def scan_header(path: Path) -> tuple[list[TensorEntry], int]:
     return list(h.tensors.values()), h.file_size
 
 
+def check_model_path(path: Path) -> Path:
+    """`path`, or the one-line error a user gets for a model path that is not a file."""
+    if path.is_dir():
+        raise LlamavkError(f"{path} is a directory, not a model file")
+    if not path.is_file():
+        raise LlamavkError(f"model file not found: {path}")
+    return path
+
+
 class GGUFFile:
     """A GGUF file opened read-only: checked header, tensors mapped from the file."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise LlamavkError(f"model file not found: {self.path}")
+        self.path = check_model_path(Path(path))
         header = read_header(self.path)
         self.version = header.version
         self.metadata: dict[str, Any] = header.metadata

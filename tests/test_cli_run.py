@@ -64,6 +64,12 @@ def test_missing_model_file(tmp_path):
     one_line_error(run("-m", str(tmp_path / "nope.gguf"), "-p", "x"), 1)
 
 
+def test_model_path_that_is_a_directory(tmp_path):
+    r = run("-m", str(tmp_path), "-p", "x")
+    one_line_error(r, 1)
+    assert "is a directory" in r.stderr
+
+
 def test_not_a_gguf(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"this is not a gguf file at all" * 10)
