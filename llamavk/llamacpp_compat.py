@@ -110,11 +110,13 @@ _HEX = frozenset(b"0123456789abcdefABCDEF")
 
 def process_escapes(text: str) -> str:
     """The prompt with llama.cpp's escape sequences replaced (llama-completion does this by default,
-    for -p, -f and -sys alike). Works on UTF-8 bytes, as llama.cpp does, so `\\xc3\\xa9` is "é"; a
-    result that is not valid UTF-8 is a usage error (llamavk tokenizes text, not bytes)."""
+    for -p, -f and -sys alike). Works on the text's bytes, as llama.cpp does, so `\\xc3\\xa9` is "é"; bytes
+    that are not UTF-8 (`\\xff`) come back as surrogate escapes (tokenizer/stray_bytes.py)."""
     if "\\" not in text:
         return text
-    src = text.encode("utf-8")
+    from .tokenizer.stray_bytes import from_bytes, to_bytes
+
+    src = to_bytes(text)
     out = bytearray()
     i, n = 0, len(src)
     while i < n:
@@ -133,8 +135,4 @@ def process_escapes(text: str) -> str:
         else:                                   # unknown escape: kept, backslash included
             out += src[i:i + 2]
             i += 2
-    try:
-        return out.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError("the prompt's \\x escapes make bytes that are not UTF-8 text "
-                         "(use --no-escape to keep the backslashes)") from None
+    return from_bytes(bytes(out))

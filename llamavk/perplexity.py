@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import UsageError
+from .tokenizer.stray_bytes import from_bytes
 
 
 @dataclass
@@ -137,10 +138,10 @@ def evaluated_tokens(tokens: list[int], n_ctx: int, n_chunks: int, bos_id: int |
 def read_text(path) -> str:
     """A text file for evaluation, read as llama-perplexity's -f reads it: the bytes as they are
     (a UTF-8 byte-order mark and CR LF line ends stay in the text and are tokenized, so the ids equal
-    llama.cpp's on any file), one final LF dropped. Strict UTF-8: a file that is not raises
-    UnicodeDecodeError (llama.cpp would tokenize the stray bytes; llamavk refuses them)."""
+    llama.cpp's on any file), one final LF dropped. Bytes that are not UTF-8 stay in the text as
+    surrogate escapes and are tokenized as llama.cpp tokenizes them (tokenizer/stray_bytes.py)."""
     with open(path, "rb") as f:
         data = f.read()
     if data.endswith(b"\n"):
         data = data[:-1]
-    return data.decode("utf-8")
+    return from_bytes(data)

@@ -78,9 +78,9 @@ def test_process_escapes(text, expected):
     assert process_escapes(text) == expected
 
 
-def test_escape_to_bytes_that_are_not_text_is_a_usage_error():
-    with pytest.raises(UsageError, match="--no-escape"):
-        process_escapes(r"\xff")
+def test_escape_to_bytes_that_are_not_text_keeps_the_bytes():
+    """As llama.cpp: the byte goes to the tokenizer (test_stray_bytes.py), as a surrogate escape."""
+    assert process_escapes(r"a\xff\xc3") == "a\udcff\udcc3"
 
 
 def test_escapes_give_llama_completions_prompt_tokens(smollm2_path):

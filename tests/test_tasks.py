@@ -184,10 +184,12 @@ def test_multiple_choice_file(tmp_path):
     assert read_task_file(path, binary=True) == data + b"\n"        # as is (llama-perplexity's -bf)
     for bad, message in ((data[:-3], "ends inside task 5's second answer set's labels"),
                          (struct.pack("<I", 0), "no multiple-choice tasks"),
-                         (struct.pack("<3I", 1, 8, 1) + b"Q" + struct.pack("<I", 101), "task 1's answers has 101"),
-                         (data[:4 + 4 * 5 + 4] + b"\xff" + data[4 + 4 * 5 + 5:], "not valid UTF-8")):
+                         (struct.pack("<3I", 1, 8, 1) + b"Q" + struct.pack("<I", 101), "task 1's answers has 101")):
         with pytest.raises(LlamavkError, match=message):
             multiple_choice.load(bad, 0, lambda s: None)
+    stray = data[:4 + 4 * 5 + 4] + b"\xff" + data[4 + 4 * 5 + 5:]     # a byte that is not UTF-8: kept, as llama.cpp
+    question = multiple_choice.load(stray, 0, lambda s: None)[0][0]
+    assert question[0] == "\udcff" and question[1:] == MULTIPLE_CHOICE[0][0][1:]
 
 
 # -- batched evaluation ---------------------------------------------------------------------------------------

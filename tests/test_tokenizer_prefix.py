@@ -143,7 +143,7 @@ def test_spm_heads_with_glue_tokens_on_random_text(small_steps, monkeypatch):
     alphabet = list("abhelowré  ") + ["\n"]
     for _ in range(30):
         text = "".join(rng.choice(alphabet, int(rng.integers(200, 600))))
-        one_pass = [tok.bos_id] + tok._spm._ids(tok._spm._merge_heap(("\u2581" + text).replace(" ", "\u2581")))
+        one_pass = [tok.bos_id] + tok._spm.one_pass(("\u2581" + text).replace(" ", "\u2581"))
         check_heads(tok, text, [1, 3, 10, 40, len(one_pass) // 2, len(one_pass)], one_pass)
 
 

@@ -32,6 +32,18 @@ from .load_progress import LoadProgress
 PERF = "llamavk_perf"
 
 
+def write_text(out, text: str) -> None:
+    """Text to stdout; stray bytes (a prompt that is not UTF-8: tokenizer/stray_bytes.py) as the bytes
+    they were, which a strict text stream would refuse."""
+    from ..tokenizer.stray_bytes import has_stray_bytes, to_bytes
+
+    if has_stray_bytes(text) and hasattr(out, "buffer"):
+        out.flush()
+        out.buffer.write(to_bytes(text))
+    else:
+        out.write(text.encode("utf-8", "replace").decode("utf-8") if has_stray_bytes(text) else text)
+
+
 def perf_report(t, total_ms: float) -> list[str]:
     def rate(ms, n):
         return (ms / n if n else 0.0), (1e3 * n / ms if ms > 0 else 0.0)
@@ -140,7 +152,7 @@ def run(
             prompt, tokens = text["prompt"], m.prepared_tokens
             out = sys.stdout
             if display_prompt:
-                out.write(prompt)
+                write_text(out, prompt)
                 out.flush()
             stream = m.tokenizer.stream()
             interrupted = False

@@ -10,7 +10,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import LlamavkError, UsageError
+from ..errors import UsageError
+from ..tokenizer.stray_bytes import from_bytes
 from .evaluate import TaskSequences, evaluate_tasks
 
 Emit = Callable[[str], None]
@@ -89,13 +90,6 @@ def wilson_interval(correct: int, n: int) -> tuple[float, float]:
     return (freq + z * 0.5 - cnf) / (1.0 + z), (freq + z * 0.5 + cnf) / (1.0 + z)
 
 
-def decode_utf8(data: bytes, what: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise LlamavkError(f"{what} is not valid UTF-8 (byte {exc.start})") from None
-
-
 def run_tasks(model, prepared: list[TaskSequences], score_one: Callable[[int, np.ndarray], None]) -> None:
     """Evaluate the prepared tasks on `model` (batched, see evaluate.py) and hand each task's
     log-probabilities to `score_one(index, log_probs)` in order. The batch budget is the loaded
@@ -119,4 +113,4 @@ def read_task_file(path, binary: bool = False) -> bytes | str:
         return data
     if data.endswith(b"\n"):
         data = data[:-1]
-    return decode_utf8(data, str(path))
+    return from_bytes(data)   # bytes that are not UTF-8 are tokenized as llama.cpp does (stray_bytes.py)

@@ -6,7 +6,8 @@ Task file (binary, little endian, llama.cpp's format):
     u32 n_tasks, u32 offset[n_tasks]    (byte offset of each task from the file's start)
     per task: string question, then two answer sets, mc1 (one right answer: the one scored) and
     mc2 (several right answers: read, not scored); an answer set is u32 n (at most 100), n strings,
-    i32 label[n] (1: right); a string is u32 length + that many bytes of UTF-8.
+    i32 label[n] (1: right); a string is u32 length + that many bytes (UTF-8; stray bytes are
+    tokenized as llama.cpp tokenizes them, tokenizer/stray_bytes.py).
 
 With `n_tasks` > 0 and fewer than the file's, that many are drawn with std::mt19937(1) (each draw
 scales the 32-bit number to an index in single precision) and read at their offsets; else all are
@@ -23,7 +24,8 @@ import struct
 import numpy as np
 
 from ..errors import LlamavkError
-from .common import Emit, TaskScore, common_prefix, decode_utf8, first_max, run_tasks
+from ..tokenizer.stray_bytes import from_bytes
+from .common import Emit, TaskScore, common_prefix, first_max, run_tasks
 from .cpp_random import MT19937, scaled_index
 from .evaluate import TaskSequences
 
@@ -48,7 +50,7 @@ class _Reader:
         return struct.unpack("<I", self.take(4, what))[0]
 
     def string(self, what: str) -> str:
-        return decode_utf8(self.take(self.u32(what), what), f"the multiple-choice file's {what}")
+        return from_bytes(self.take(self.u32(what), what))   # not UTF-8: tokenized as llama.cpp does
 
     def answers(self, what: str) -> tuple[list[str], list[int]]:
         n = self.u32(what)

@@ -64,10 +64,11 @@ class BPE:
         self._cache: dict[str, list[int]] = {}
 
     def encode_word(self, word: str) -> list[int]:
-        """Ids for one pre-token word (a Python str of the original text)."""
+        """Ids for one pre-token word (a Python str of the original text; a surrogate in it is a code
+        point llama.cpp's lenient decoder made of stray bytes, encoded back as it does: stray_bytes.py)."""
         ids = self._cache.get(word)
         if ids is None:
-            ids = self._encode_uncached(bytes_to_bpe_text(word.encode("utf-8")))
+            ids = self._encode_uncached(bytes_to_bpe_text(word.encode("utf-8", "surrogatepass")))
             if len(self._cache) < 200_000:  # bound memory on adversarial input
                 self._cache[word] = ids
         return ids

@@ -9,6 +9,7 @@ from .bpe import BPE, bpe_text_to_bytes, parse_merges
 from .pretokenizers import PreTokenizer
 from .special import partition
 from .spm import SPM
+from .stray_bytes import has_stray_bytes, llamacpp_text
 from .stream import StreamDecoder
 from .vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, Vocab, load_vocab
 
@@ -74,9 +75,10 @@ class Tokenizer:
 
     def _fragment_text(self, frag: str, after_special: bool) -> str:
         """A text fragment as the algorithm reads it: SPM's escaped text (spaces as U+2581, the space
-        prefix where the vocabulary adds one), byte-level BPE's as is."""
+        prefix where the vocabulary adds one), byte-level BPE's as is, but for stray bytes (not UTF-8:
+        stray_bytes.py) read as llama.cpp reads them."""
         if self.vocab.model != "llama":
-            return frag
+            return llamacpp_text(frag) if has_stray_bytes(frag) else frag
         if self.vocab.add_space_prefix and after_special:
             frag = " " + frag
         return frag.replace(" ", "\u2581")

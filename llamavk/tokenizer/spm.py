@@ -14,6 +14,9 @@ separately gives the same ids (each side sees its own merges in the same order).
 before every U+2581 (the escaped space), so segments are words and natural text repeats them.
 Short fragments (prompts) merge in one pass, as before.
 
+Text with stray bytes (not UTF-8, stray_bytes.py) merges llama.cpp's byte symbols instead of
+characters, in segments that contain them; a cut that such a symbol could straddle is not made.
+
 Most segments are a few characters long (a word), and a text's first encode runs the merge once per
 distinct word, so short segments take a cheaper path than the heap: the current symbols and the
 score of each adjacent pair in two lists, `max` and `index` (C loops) to find the best pair, the
@@ -27,6 +30,8 @@ from __future__ import annotations
 import heapq
 import math
 import re
+
+from .stray_bytes import has_stray_bytes, spm_cut_is_safe, spm_symbols
 
 SPACE = "\u2581"
 CACHE_LIMIT = 200_000        # cached segments at most: bounds memory on adversarial input
@@ -67,13 +72,13 @@ class SPM:
     def encode(self, text: str) -> list[int]:
         """Ids for an already escaped text fragment."""
         if len(text) < LONG_TEXT:
-            return self._encode_segment(text)
+            return self._encode_any(text)
         out: list[int] = []
         cache = self._cache
         for seg in self._segments(text):
             ids = cache.get(seg)
             if ids is None:
-                ids = self._encode_segment(seg)
+                ids = self._encode_any(seg)
                 if len(cache) < CACHE_LIMIT:
                     cache[seg] = ids
             out.extend(ids)
@@ -82,13 +87,25 @@ class SPM:
     def _segments(self, text: str) -> list[str]:
         """`text` cut before each U+2581 whose preceding character no token has before a U+2581
         (see the module's note: no merge crosses such a cut). One regex split (a zero-width match:
-        a U+2581 ahead, any character but those behind), not a Python loop over the words."""
-        return self._cuts.split(text)
+        a U+2581 ahead, any character but those behind), not a Python loop over the words. With
+        stray bytes, a segment whose last symbol could run past its end takes the next one too."""
+        segs = self._cuts.split(text)
+        if not has_stray_bytes(text):
+            return segs
+        out: list[str] = []
+        for seg in segs:
+            if out and not spm_cut_is_safe(out[-1], len(out[-1])):
+                out[-1] += seg
+            else:
+                out.append(seg)
+        return out
 
     def next_cut(self, text: str, start: int) -> int:
         """The first of _segments' cut positions in `text` at or after `start` (-1: none): the ids of
         text[:cut] and text[cut:], each encoded alone, are those of the whole text."""
-        m = self._cuts.search(text, max(start, 1))
+        pos = max(start, 1)
+        while (m := self._cuts.search(text, pos)) is not None and not spm_cut_is_safe(text, m.start()):
+            pos = m.start() + 1
         return m.start() if m else -1
 
     @property
@@ -99,13 +116,33 @@ class SPM:
             self._cut_pattern = re.compile(f"(?<={behind})(?={SPACE})", re.DOTALL)
         return self._cut_pattern
 
+    def _encode_any(self, text: str) -> list[int]:
+        return self._encode_bytes(text) if has_stray_bytes(text) else self._encode_segment(text)
+
     def _encode_segment(self, text: str) -> list[int]:
         n = len(text)
         if n == 0:
             return []
         if n <= SHORT_SEGMENT and self._scan_ok:
-            return self._ids(self._merge_scan(text))
-        return self._ids(self._merge_heap(text))
+            return self._ids(self._merge_scan(text), self.token_to_id.get)
+        return self.one_pass(text)
+
+    def one_pass(self, text: str) -> list[int]:
+        """Ids of the whole text merged by the heap in one pass, no segments (encode's reference)."""
+        if has_stray_bytes(text):
+            return self._encode_bytes(text)
+        return self._ids(self._merge_heap(list(text), self.token_to_id.get), self.token_to_id.get)
+
+    def _encode_bytes(self, text: str) -> list[int]:
+        """Ids of a text with stray bytes: llama.cpp's byte symbols merged as characters are (a
+        symbol that is not UTF-8 is no token and never merges)."""
+        return self._ids(self._merge_heap(spm_symbols(text), self._bytes_token), self._bytes_token)
+
+    def _bytes_token(self, sym: bytes) -> int | None:
+        try:
+            return self.token_to_id.get(sym.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
 
     def _merge_scan(self, text: str) -> list[str]:
         """The merged symbols of a short text: each step merges the adjacent pair with the best
@@ -131,19 +168,19 @@ class SPM:
                 pair[i - 1] = NO_PAIR if tid is None else scores[tid]
         return syms
 
-    def _merge_heap(self, text: str) -> list[str]:
-        """The merged symbols of any text ("" where a symbol was merged into its left neighbour):
-        candidate pairs in a heap, best score first, leftmost on ties; stale entries skipped."""
-        n = len(text)
-        vocab, scores = self.token_to_id, self.scores
-        syms = list(text)
+    def _merge_heap(self, syms: list, token) -> list:
+        """The merged symbols (characters, or stray_bytes.spm_symbols; emptied where a symbol was
+        merged into its left neighbour): candidate pairs in a heap, best score first, leftmost on
+        ties; stale entries skipped. `token(symbol)` is its id or None."""
+        n = len(syms)
+        scores = self.scores
         nxt = list(range(1, n)) + [-1]
         prv = list(range(-1, n - 1))
         heap: list[tuple[float, int, int, int]] = []
 
         def push(left: int, right: int) -> None:
             joined = syms[left] + syms[right]
-            tid = vocab.get(joined)
+            tid = token(joined)
             if tid is not None:
                 # max score first, then leftmost: heapq is a min-heap, so negate the score
                 heapq.heappush(heap, (-scores[tid], left, right, len(joined)))
@@ -157,7 +194,7 @@ class SPM:
             if not a or not b or len(a) + len(b) != size:
                 continue
             syms[left] = a + b
-            syms[right] = ""
+            syms[right] = a[:0]
             nr = nxt[right]
             nxt[left] = nr
             if nr >= 0:
@@ -168,19 +205,18 @@ class SPM:
                 push(left, nr)
         return syms
 
-    def _ids(self, syms: list[str]) -> list[int]:
-        vocab = self.token_to_id
+    def _ids(self, syms: list, token) -> list[int]:
         out: list[int] = []
         for s in syms:
             if not s:
                 continue
-            tid = vocab.get(s)
+            tid = token(s)
             if tid is not None:
                 out.append(tid)
             else:
-                # Only single characters can be missing (every merge produced a vocab token), so
+                # Only single symbols can be missing (every merge produced a vocab token), so
                 # llama.cpp's "resegment" recursion reduces to byte fallback.
-                for b in s.encode("utf-8"):
+                for b in s if isinstance(s, bytes) else s.encode("utf-8"):
                     bid = self._byte_ids[b]
                     if bid is not None:
                         out.append(bid)
