@@ -151,7 +151,11 @@ class Model:
         return len(self.prepared_tokens)
 
     # -- text ----------------------------------------------------------------------------------
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Ids of a text, or of bytes as llama_tokenize takes them (not UTF-8: tokenizer/stray_bytes.py)."""
+        if isinstance(text, (bytes, bytearray)):
+            from .tokenizer.stray_bytes import from_bytes
+            text = from_bytes(bytes(text))
         return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
 
     def detokenize(self, ids) -> str:
@@ -203,12 +207,12 @@ class Model:
             raise UsageError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx} (use a larger -c)")
         return tokens
 
-    def generate(self, prompt: str | list[int], n: int = -1, *, temp: float = 0.8, top_k: int = 40,
+    def generate(self, prompt: str | bytes | list[int], n: int = -1, *, temp: float = 0.8, top_k: int = 40,
                  top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  repeat_last_n: int = 64, seed: int = -1, ignore_eos: bool = False) -> Iterator[int]:
         """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, or a full context.
         ignore_eos: end-of-generation tokens are never sampled (llama.cpp's --ignore-eos)."""
-        tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        tokens = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
         tokens = self.check_tokens(tokens)
         params = SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
         sampler = Sampler(params, history=tokens)

@@ -147,3 +147,13 @@ def test_run_with_a_prompt_that_is_not_utf8(synthetic_model, smollm2_path):
     err = r.stderr.decode()
     assert r.returncode == 1 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("error: the text's bytes f4 90 80 80")
+
+
+def test_api_takes_bytes(synthetic_model):
+    """Model.tokenize / generate take bytes as llama_tokenize does: the same ids as their text."""
+    import llamavk
+
+    with llamavk.load(str(synthetic_model("llama", "q4_0")), n_ctx=64) as m:
+        data = b"caf\xe9 \xff ok"
+        assert m.tokenize(data) == m.tokenize(from_bytes(data))
+        assert list(m.generate(data, n=2, temp=0.0)) == list(m.generate(from_bytes(data), n=2, temp=0.0))
