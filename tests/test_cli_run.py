@@ -186,3 +186,15 @@ def test_prompt_prepared_during_the_load(synthetic_model):
         assert set(m.runtime.recordings) == before
     with llamavk.load(path, n_ctx=128, n_ubatch=16, warn=lambda m: None) as m:
         assert list(m.generate(tokens, n=6, temp=0)) == got
+
+
+def test_option_errors_are_one_line():
+    """click's own usage errors (unknown option or command, a value of the wrong type, a missing value)
+    are one `error:` line and exit 2, as the commands' own, not typer's box under the usage lines."""
+    for args, says in ((["run", "--foo"], "No such option: --foo (see "),
+                       (["run", "-c", "abc"], "Invalid value for '--ctx-size'"),
+                       (["perplexity", "-f"], "requires an argument"),
+                       (["frobnicate"], "No such command 'frobnicate'")):
+        r = subprocess.run([sys.executable, "-m", "llamavk", *args], capture_output=True, text=True, timeout=600)
+        one_line_error(r, 2)
+        assert says in r.stderr

@@ -62,11 +62,32 @@ def main() -> None:
         from .early import chooses_devices, start_vulkan
         start_vulkan(open_device=not chooses_devices(sys.argv[2:]))
     try:
-        build_app([command] if command in COMMANDS else None)()
-        code = 0
+        code = run_app(build_app([command] if command in COMMANDS else None))
     except SystemExit as exc:
         code = exc.code
     leave(code)
+
+
+def run_app(app) -> int:
+    """Run the app on sys.argv; a usage error click finds (an unknown option, a missing or malformed
+    value) is one `error:` line and exit 2, as the commands' own usage errors (typer would print the
+    usage lines and the message in a box)."""
+    import typer
+
+    # click's UsageError, from the click typer runs on (typer 0.2x carries its own copy)
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    try:
+        code = app(standalone_mode=False)
+    except usage_error as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":     # `llamavk` alone: its help, as typer shows it
+            return app()
+        hint = f" (see {exc.ctx.command_path} -h)" if exc.ctx is not None else ""
+        print(f"error: {exc.format_message()}{hint}", file=sys.stderr)
+        return exc.exit_code
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        return 1
+    return code if isinstance(code, int) else 0
 
 
 def leave(code) -> None:
