@@ -9,6 +9,9 @@
 #   gu      the FFN's gate/up pair (NORM and PAIR)      qkvout  Q/K/V and the output (NORM, no PAIR)
 #   down    the down product's column parts (KSPLIT)    o       the attention's output projection
 #   raw     every product reads its x and stores its bits, no norm weights, no quantization
+#   half    the NORM products (Q/K/V, the output, the gate/up pair) read x' = x * nw as f16 (half the
+#           bytes of x, no norm weights) and 256 partial sums of squares, as if their producer wrote them
+#   halfgu  only the gate/up pair does     halfo  and O reads its x as f16 too
 # Usage: sh benchmarks/bench_x_staging.sh build DIR [TYPES]   (needs glslc; writes DIR/VARIANT/*.spv)
 #        sh benchmarks/bench_x_staging.sh run DIR [TYPES]     (GPU machine; DIR from build, carried over)
 # TYPES default "q4_0 q4_k". Each model ($PRESET, default 8b) is written to $MODELS (default /tmp/m)
@@ -16,7 +19,7 @@
 set -eu
 cmd=$1 dir=$2 types=${3:-q4_0 q4_k}
 root=$(cd "$(dirname "$0")/.." && pwd)
-variants="same nox gu qkvout down o raw"
+variants=${VARIANTS:-same nox gu qkvout down o raw half halfgu halfo}
 if [ "$cmd" = build ]; then
     src=$(mktemp -d)
     cp "$root"/shaders/*.comp "$root"/shaders/*.glsl "$src"/
@@ -32,9 +35,17 @@ new = """#if defined(XRAW)
         }
 #elif !defined(NO_X) && !defined(READ_ONLY)
         if (NOX_COND) {} else
+        if (XHALF_COND) {
+            for (uint k = tid; k < n4 / 2; k += WG) {
+                uvec4 u = floatBitsToUint(x_at(kx / 2 + k));
+                stage(2 * k, vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y)));
+                stage(2 * k + 1, vec4(unpackHalf2x16(u.z), unpackHalf2x16(u.w)));
+            }
+            if (NORM && tid < 64) ss += x_at(tid).x;
+        } else
         if (XFIRST && i == 0) {"""
 assert s.count(old) == 1, "matvec_stream.comp's staging changed: update this patch"
-s = s.replace(old, new).replace('#include "common.glsl"\n', '#include "common.glsl"\n#ifndef NOX_COND\n#define NOX_COND false\n#endif\n', 1)
+s = s.replace(old, new).replace('#include "common.glsl"\n', '#include "common.glsl"\n#ifndef NOX_COND\n#define NOX_COND false\n#endif\n#ifndef XHALF_COND\n#define XHALF_COND false\n#endif\n', 1)
 open(path, "w").write(s)
 EOF
     for v in $variants; do
@@ -42,6 +53,8 @@ EOF
             same) d="NOX_COND=false" ;; nox) d="NOX_COND=true" ;; gu) d="NOX_COND=(NORM&&PAIR)" ;;
             qkvout) d="NOX_COND=(NORM&&!PAIR)" ;; down) d="NOX_COND=(KSPLIT>1)" ;;
             o) d="NOX_COND=(!NORM&&KSPLIT==1)" ;; raw) d="XRAW=1" ;;
+            half) d="XHALF_COND=NORM" ;; halfgu) d="XHALF_COND=(NORM&&PAIR)" ;;
+            halfo) d="XHALF_COND=(KSPLIT==1)" ;;
         esac
         mkdir -p "$dir/$v"
         for t in $types; do
