@@ -209,13 +209,19 @@ class Model:
 
     def generate(self, prompt: str | bytes | list[int], n: int = -1, *, temp: float = 0.8, top_k: int = 40,
                  top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
-                 repeat_last_n: int = 64, seed: int = -1, ignore_eos: bool = False) -> Iterator[int]:
+                 repeat_last_n: int = 64, seed: int = -1, ignore_eos: bool = False,
+                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0, typical_p: float = 1.0,
+                 top_n_sigma: float = -1.0) -> Iterator[int]:
         """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, or a full context.
-        ignore_eos: end-of-generation tokens are never sampled (llama.cpp's --ignore-eos)."""
+        Sampling is llama.cpp's chain (llamavk.sampling; a seed gives its draws); ignore_eos:
+        end-of-generation tokens are never sampled (llama.cpp's --ignore-eos)."""
         tokens = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
         tokens = self.check_tokens(tokens)
-        params = SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
-        sampler = Sampler(params, history=tokens)
+        params = SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed,
+                                presence_penalty, frequency_penalty, typical_p, top_n_sigma)
+        vocab = self.tokenizer.vocab
+        suppress = set(vocab.suppress_ids) | (vocab.eog_ids if ignore_eos else set())
+        sampler = Sampler(params, history=tokens, n_ctx=self.n_ctx, suppress=suppress)
         tm = self.timings
         tm.eval_ms = tm.sample_ms = 0.0
         tm.eval_runs = 0
@@ -225,12 +231,8 @@ class Model:
         tm.prompt_ms, tm.prompt_tokens = (time.perf_counter() - t0) * 1e3, len(tokens)
         produced = 0
         rt = self.runtime
-        banned = np.fromiter(sorted(self.tokenizer.vocab.eog_ids), np.int64) if ignore_eos else None
         while n < 0 or produced < n:
             ts = time.perf_counter()
-            if banned is not None and banned.size:
-                logits = np.array(logits, dtype=np.float32)    # a copy: the runtime's logits are a view
-                logits[banned] = -np.inf
             token = sampler.sample(logits)
             sampler.accept(token)
             tm.sample_ms += (time.perf_counter() - ts) * 1e3

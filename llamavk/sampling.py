@@ -1,19 +1,38 @@
-"""Token sampling on the host, llama.cpp's default chain:
-repeat penalty -> top-k -> top-p -> min-p -> temperature -> draw.  temp <= 0 is greedy.
+"""Token sampling on the host: llama.cpp's default sampler chain (common_sampler over
+llama-sampler.cpp), step for step, its draw included:
 
-Works on the logits of one token (numpy, vocabulary-sized); only the candidates that survive top-k
-are sorted, so a step costs well under a millisecond.
+    suppressed tokens -> penalties -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> temperature -> draw
+
+- Penalties over the last repeat_last_n tokens (the prompt's included; -1: the context): a token's
+  logit divided by the repeat penalty (multiplied where it is <= 0), then less count x frequency
+  penalty and the presence penalty once. Suppressed tokens (GGUF tokenizer.ggml.suppress_tokens)
+  are never drawn.
+- Each filter sees the candidates in llama.cpp's order: token order until a filter sorts them (top-k,
+  top-p, typical's softmax), by logit after, by typicality after typical; min-p on unsorted
+  candidates keeps their order. Probabilities are float32 softmaxes summed in that order.
+- The draw: a std::mt19937 seeded with -s (-1: a random seed), one double per token from two of its
+  words (cpp_random.canonical), the first candidate in order whose running sum of exp(logit - max)
+  reaches that fraction of the total. So with the same seed and flags the tokens are llama-completion's
+  wherever the two engines' logits put no draw on the other side of a candidate's edge.
+- temp <= 0 is greedy: the highest logit after the penalties (and typical, the one filter that can
+  drop it).
+
+A step costs well under a millisecond (numpy over the vocabulary, then over the survivors of top-k).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+import secrets
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import numpy as np
 
+from .cpp_random import MT19937, canonical
 from .errors import UsageError
+
+F32 = np.float32
 
 
 @dataclass
@@ -23,67 +42,148 @@ class SamplingParams:
     top_p: float = 0.95
     min_p: float = 0.05
     repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    seed: int = -1          # -1: a random seed
+    repeat_last_n: int = 64      # -1: the whole context
+    seed: int = -1               # -1: a random seed
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    typical_p: float = 1.0       # 1: off
+    top_n_sigma: float = -1.0    # <= 0: off
 
     def __post_init__(self):
         # what would turn the draw's probabilities into NaN: a usage error, not a traceback mid-generation
-        for name in ("temp", "top_p", "min_p", "repeat_penalty"):
+        for name in ("temp", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
+                     "typical_p", "top_n_sigma"):
             if not math.isfinite(getattr(self, name)):
                 raise UsageError(f"--{name.replace('_', '-')} must be a finite number")
         if self.repeat_penalty <= 0:
             raise UsageError("--repeat-penalty must be above 0 (1.0: off)")
+        if self.repeat_last_n < -1:
+            raise UsageError("--repeat-last-n must be -1 (the context), 0 (off) or more")
+
+    @property
+    def penalizes(self) -> bool:
+        return self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
 
 
 class Sampler:
-    def __init__(self, params: SamplingParams, history=()):
+    def __init__(self, params: SamplingParams, history=(), n_ctx: int | None = None, suppress=()):
         self.p = params
-        self._seed = None if params.seed is None or params.seed < 0 else params.seed
-        self._rng = None
-        n = max(0, params.repeat_last_n)
-        self.recent: deque[int] = deque(list(history)[-n:] if n else [], maxlen=n or None)
+        n = params.repeat_last_n if params.repeat_last_n >= 0 else (n_ctx or 0)
+        self.window = n
+        self.recent: deque[int] = deque()
+        self.counts: Counter[int] = Counter()
+        for t in list(history)[-n:] if n else ():
+            self.accept(t)
+        self._suppress = np.unique(np.asarray(list(suppress), dtype=np.int64))
+        self._rng: MT19937 | None = None
 
     @property
-    def rng(self) -> np.random.Generator:
-        """The generator of the draws, made at the first draw: a greedy run (temp <= 0) never
-        imports numpy.random (start-up time). Only draws use it, so a seed gives the same tokens."""
+    def rng(self) -> MT19937:
+        """The draws' generator, seeded at the first draw (a greedy run never needs it)."""
         if self._rng is None:
-            self._rng = np.random.default_rng(self._seed)
+            seed = self.p.seed if self.p.seed is not None and self.p.seed >= 0 else secrets.randbits(32)
+            self._rng = MT19937(seed & 0xFFFFFFFF)
         return self._rng
 
     def accept(self, token: int) -> None:
-        if self.p.repeat_last_n != 0:
-            self.recent.append(token)
+        """A token of the sequence (prompt or generated): the penalties' window moves on."""
+        if not self.window:
+            return
+        self.counts[token] += 1
+        if len(self.recent) >= self.window:
+            old = self.recent.popleft()
+            self.counts[old] -= 1
+            if not self.counts[old]:
+                del self.counts[old]
+        self.recent.append(token)
 
     def sample(self, logits: np.ndarray) -> int:
         p = self.p
-        logits = np.asarray(logits, dtype=np.float32)
-        if p.repeat_penalty != 1.0 and self.recent:
-            logits = logits.copy()
-            ids = np.fromiter(set(self.recent), dtype=np.int64)
-            vals = logits[ids]
-            logits[ids] = np.where(vals > 0, vals / p.repeat_penalty, vals * p.repeat_penalty)
-        if p.temp <= 0:
-            return int(np.argmax(logits))
-        # top-k (k <= 0: keep all), candidates sorted by logit, descending
-        k = len(logits) if p.top_k <= 0 else min(p.top_k, len(logits))
-        cand = np.argpartition(-logits, k - 1)[:k] if k < len(logits) else np.arange(len(logits))
-        cand = cand[np.argsort(-logits[cand], kind="stable")]
-        vals = logits[cand].astype(np.float64)
-        # top-p on the softmax of the survivors
+        x = np.array(logits, dtype=F32)          # a copy: the filters write into it
+        if self._suppress.size:
+            x[self._suppress] = -np.inf
+        if self.counts and p.penalizes:
+            ids = np.fromiter(self.counts.keys(), np.int64, len(self.counts))
+            n = np.fromiter(self.counts.values(), F32, len(self.counts))
+            v = x[ids]
+            v = np.where(v <= 0, v * F32(p.repeat_penalty), v / F32(p.repeat_penalty))
+            x[ids] = v - (n * F32(p.frequency_penalty) + F32(p.presence_penalty))
+        if p.temp <= 0 and p.typical_p >= 1.0:   # greedy: no filter left can drop the highest logit
+            return int(np.argmax(x))
+        if p.top_n_sigma > 0 and x.size > 1:
+            x = _top_n_sigma(x, p.top_n_sigma)
+        cand, vals, ordered = np.arange(x.size), x, False   # `ordered`: by logit, highest first
+        if p.top_k > 0:
+            k = min(p.top_k, vals.size)
+            if not ordered:
+                top = np.sort(np.argpartition(-vals, k - 1)[:k]) if k < vals.size else np.arange(vals.size)
+                top = top[np.argsort(-vals[top], kind="stable")]
+                cand, vals, ordered = cand[top], vals[top], True
+            cand, vals = cand[:k], vals[:k]
+        if p.typical_p < 1.0:
+            if not ordered:
+                cand, vals, ordered = _by_logit(cand, vals)
+            probs = _softmax(vals)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                surprise = -np.log(probs)
+                # 0 log 0 = 0: tokens top-n-sigma masked (llama.cpp's sum turns NaN there, and its
+                # order of the candidates is then its sort's accident)
+                entropy = np.cumsum(np.where(probs > 0, probs * surprise, F32(0)), dtype=F32)[-1]
+                order = np.argsort(np.abs(surprise - entropy), kind="stable")
+            keep = _count_to(np.cumsum(probs[order], dtype=F32), p.typical_p, strict=True)
+            cand, vals, ordered = cand[order[:keep]], vals[order[:keep]], False
         if p.top_p < 1.0:
             probs = _softmax(vals)
-            keep = int(np.searchsorted(np.cumsum(probs), p.top_p) + 1)
+            if not ordered:
+                order = np.argsort(-vals, kind="stable")
+                cand, vals, probs, ordered = cand[order], vals[order], probs[order], True
+            keep = _count_to(np.cumsum(probs, dtype=F32), p.top_p, strict=False)
             cand, vals = cand[:keep], vals[:keep]
-        # min-p: drop tokens less likely than min_p x the most likely one
         if p.min_p > 0.0:
-            probs = _softmax(vals)
-            keep = max(1, int(np.sum(probs >= p.min_p * probs[0])))
-            cand, vals = cand[:keep], vals[:keep]
-        probs = _softmax(vals / p.temp)
-        return int(cand[self.rng.choice(len(cand), p=probs)])
+            floor = (vals[0] if ordered else vals.max()) + np.log(F32(p.min_p))
+            if ordered:
+                below = np.nonzero(vals[1:] < floor)[0]
+                keep = 1 + below[0] if below.size else vals.size
+                cand, vals = cand[:keep], vals[:keep]
+            else:
+                cand, vals = cand[vals >= floor], vals[vals >= floor]
+        if p.temp <= 0:                          # greedy after typical: the first highest in order
+            return int(cand[np.argmax(vals)])
+        vals = vals / F32(p.temp)
+        return int(cand[self._draw(vals, ordered)])
+
+    def _draw(self, vals: np.ndarray, ordered: bool) -> int:
+        """llama.cpp's dist sampler: index of the candidate the seeded draw lands on."""
+        r = canonical(self.rng)                  # one draw per token, even for a single candidate
+        if vals.size == 1:
+            return 0
+        with np.errstate(invalid="ignore"):
+            w = np.exp(vals - (vals[0] if ordered else vals.max())).astype(np.float64)
+        run = np.cumsum(w)
+        return min(int(np.searchsorted(run, run[-1] * r, side="left")), vals.size - 1)
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max())
-    return e / e.sum()
+def _softmax(vals: np.ndarray) -> np.ndarray:
+    """llama.cpp's float32 softmax of the candidates in their order (the sum accumulated in that order)."""
+    e = np.exp(vals - vals.max())
+    return e / np.cumsum(e, dtype=F32)[-1]
+
+
+def _by_logit(cand: np.ndarray, vals: np.ndarray):
+    order = np.argsort(-vals, kind="stable")
+    return cand[order], vals[order], True
+
+
+def _count_to(cum: np.ndarray, p: float, strict: bool) -> int:
+    """How many candidates until the running probability reaches p (exceeds it, strict): all where it never does."""
+    hit = np.nonzero(cum > F32(p) if strict else cum >= F32(p))[0]
+    return int(hit[0]) + 1 if hit.size else cum.size
+
+
+def _top_n_sigma(x: np.ndarray, n: float) -> np.ndarray:
+    """Logits more than n standard deviations (of the finite ones) below the highest set to -inf."""
+    finite = x[np.isfinite(x)]
+    if not finite.size:
+        return x
+    std = F32(np.sqrt(np.mean((finite.astype(np.float64) - finite.mean(dtype=np.float64)) ** 2)))
+    return np.where(x < finite.max() - F32(n) * std, F32(-np.inf), x)

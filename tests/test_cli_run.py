@@ -6,7 +6,7 @@ import sys
 
 def run(*args, **kw):
     return subprocess.run([sys.executable, "-m", "llamavk", "run", *args], capture_output=True, text=True,
-                          timeout=600, **kw)
+                          errors="replace", timeout=600, **kw)     # a random model's bytes need not be UTF-8
 
 
 def test_greedy_completion_on_smollm2(smollm2_path):
@@ -20,18 +20,20 @@ def test_greedy_completion_on_smollm2(smollm2_path):
 
 def test_sampling_flags_and_seed_reach_the_sampler(synthetic_model):
     """-s and the sampling flags give exactly the API's tokens for the same values (so none is
-    dropped or mixed up on the way); another seed, other text."""
+    dropped or mixed up on the way), written as their bytes; another seed, other text."""
     import llamavk
 
     path = str(synthetic_model("llama", "q4_0"))
-    flags = dict(temp=1.5, top_k=7, top_p=0.9, min_p=0.02)
+    flags = dict(temp=1.5, top_k=7, top_p=0.9, min_p=0.02, typical_p=0.95, top_n_sigma=2.0, repeat_penalty=1.1,
+                 presence_penalty=0.4, frequency_penalty=0.1, repeat_last_n=16)
     cli = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
-    a = run("-m", path, "-p", "hello", "-n", "12", "-s", "7", "-c", "64", *cli)
-    b = run("-m", path, "-p", "hello", "-n", "12", "-s", "8", "-c", "64", *cli)
+    args = [sys.executable, "-m", "llamavk", "run", "-m", path, "-p", "hello", "-n", "12", "-c", "64", *cli]
+    a = subprocess.run(args + ["-s", "7"], capture_output=True, timeout=600)
+    b = subprocess.run(args + ["-s", "8"], capture_output=True, timeout=600)
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
-        want = m.detokenize(list(m.generate("hello", n=12, seed=7, **flags)))
-    assert a.stdout == "hello" + want + "\n" and len(want) > 12
+        want = b"".join(m.tokenizer.token_to_piece(t) for t in m.generate("hello", n=12, seed=7, **flags))
+    assert a.stdout == b"hello" + want + b"\n" and len(want) > 12
     assert b.stdout != a.stdout
 
 
@@ -198,3 +200,18 @@ def test_option_errors_are_one_line():
         r = subprocess.run([sys.executable, "-m", "llamavk", *args], capture_output=True, text=True, timeout=600)
         one_line_error(r, 2)
         assert says in r.stderr
+
+
+def test_verbose_prompt_lists_llama_completions_prompt_tokens(smollm2_path):
+    """--verbose-prompt: the prompt's ids and pieces on stderr, the ids llama-completion's
+    --verbose-prompt prints for the same prompt."""
+    from .llamacpp_ref import llamacpp_prompt_tokens
+
+    r = run("-m", str(smollm2_path), "-p", "Hello, world! 12345", "-n", "1", "--temp", "0", "--verbose-prompt")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    at = lines.index("prompt: 'Hello, world! 12345'")
+    n = int(lines[at + 1].removeprefix("number of tokens in prompt = "))
+    ids = [int(line.split(" -> ")[0]) for line in lines[at + 2:at + 2 + n]]
+    assert ids == llamacpp_prompt_tokens(smollm2_path, "-p", "Hello, world! 12345", "-no-cnv")
+    assert lines[at + 2].endswith("-> 'Hello'")

@@ -379,7 +379,7 @@ def test_metadata_of_wrong_type_or_range(tmp_path):
 
 def _run_cli(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "llamavk", "run", "-m", str(path), "-p", "hello", "-n", "2",
-                           "-c", "32", "--temp", "0"], capture_output=True, text=True, timeout=120)
+                           "-c", "32", "--temp", "0"], capture_output=True, text=True, errors="replace", timeout=120)
 
 
 def test_cli_on_corrupt_files(bases, tmp_path):

@@ -104,7 +104,8 @@ def test_api_rejects_unknown_cache_types(synthetic_model):
 
 
 def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "llamavk", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "llamavk", *args], capture_output=True, text=True, errors="replace",
+                          timeout=timeout)
 
 
 def test_run_verbose_reports_the_smaller_cache(synthetic_model):

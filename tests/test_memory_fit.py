@@ -102,7 +102,8 @@ def test_a_context_larger_than_memory_is_a_one_line_error(synthetic_model):
     """-c 10^9 on the tiny model (2 layers, 2 KV heads of 16): K and V in f16 take 2 x 2 x 10^9 x 32 x 2
     bytes = 238.42 GiB, more than this machine (or any GPU) has."""
     r = subprocess.run([sys.executable, "-m", "llamavk", "run", "-m", str(synthetic_model("llama", "q4_0")),
-                        "-p", "hi", "-n", "1", "-c", "1000000000"], capture_output=True, text=True, timeout=300)
+                        "-p", "hi", "-n", "1", "-c", "1000000000"], capture_output=True, text=True, errors="replace",
+                       timeout=300)
     assert r.returncode == 1, r.stderr
     lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith("warning:")]
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr

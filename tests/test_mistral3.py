@@ -40,10 +40,10 @@ def test_context_past_the_temperature_floor_is_refused(synthetic_model):
     a one-line error; up to it, the model runs."""
     path = synthetic_model("mistral3", "q8_0", **YARN)
     r = subprocess.run([sys.executable, "-m", "llamavk", "run", "-m", str(path), "-p", "hi", "-n", "2", "-c", "512"],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, errors="replace", timeout=600)
     assert r.returncode != 0
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "use -c 256 or less" in errors[0] and "Traceback" not in r.stderr, r.stderr
     r = subprocess.run([sys.executable, "-m", "llamavk", "run", "-m", str(path), "-p", "hi", "-n", "2", "-c", "256",
-                        "--temp", "0"], capture_output=True, text=True, timeout=600)
+                        "--temp", "0"], capture_output=True, text=True, errors="replace", timeout=600)
     assert r.returncode == 0, r.stderr

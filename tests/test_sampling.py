@@ -1,9 +1,11 @@
 """Sampler: greedy, each filter of llama.cpp's chain and temperature against distributions computed by
-hand, the repeat penalty, seeds.
+hand, the penalties, suppressed tokens, seeds and the draw's random numbers (the draws themselves
+against llama-completion's: test_sampling_llamacpp.py).
 
-The chain (llama.cpp's default order): repeat penalty -> top-k -> top-p -> min-p -> temperature ->
-draw, where top-p and min-p see the probabilities at temperature 1 and the temperature reshapes only
-the survivors. Every case below states its distribution as fractions worked out from P.
+The chain (llama.cpp's default order): suppressed tokens -> penalties -> top-n-sigma -> top-k ->
+typical -> top-p -> min-p -> temperature -> draw, where the filters see the probabilities at
+temperature 1 and the temperature reshapes only the survivors. Every case below states its
+distribution as fractions worked out from P.
 """
 
 import numpy as np
@@ -122,3 +124,58 @@ def test_params_that_would_make_nan_probabilities_are_refused():
         with pytest.raises(UsageError):
             SamplingParams(**bad)
     SamplingParams(temp=0.0, top_k=-1, top_p=2.0, min_p=0.0, repeat_penalty=1.3)   # llama.cpp's "off" values
+    for bad in (dict(presence_penalty=math.inf), dict(typical_p=math.nan), dict(repeat_last_n=-2)):
+        with pytest.raises(UsageError):
+            SamplingParams(**bad)
+
+
+def test_frequency_and_presence_penalties():
+    """Window [0, 0, 2], repeat 2, frequency 0.1, presence 0.05: token 0's 1.0 / 2 - (2 x 0.1 + 0.05)
+    = 0.25 and token 2's 0.2 / 2 - (0.1 + 0.05) = -0.05, token 1 (not in the window) keeps 0.3.
+    Frequency 0.3 alone: once 1.0 - 0.3 = 0.7 > 0.5, twice 0.4 < 0.5."""
+    s = Sampler(SamplingParams(temp=0, repeat_penalty=2.0, frequency_penalty=0.1, presence_penalty=0.05,
+                               repeat_last_n=8), history=[0, 0, 2])
+    assert s.sample(np.array([1.0, 0.3, 0.2], dtype=np.float32)) == 1
+    assert s.sample(np.array([1.0, 0.24, 0.2], dtype=np.float32)) == 0
+    s = Sampler(SamplingParams(temp=0, frequency_penalty=0.3, repeat_last_n=8), history=[0])
+    assert s.sample(np.array([1.0, 0.5], dtype=np.float32)) == 0
+    s.accept(0)
+    assert s.sample(np.array([1.0, 0.5], dtype=np.float32)) == 1
+
+
+def test_typical_keeps_the_most_typical_tokens():
+    """P's entropy H = 1.1673 nats; |-log p - H| = 0.474, 0.037, 0.730, 2.05, 3.44: token 1 (0.3) is
+    the most typical, then 0 (0.5). typical 0.2 keeps token 1 alone (0.3 > 0.2), even greedy, where
+    the most likely token is 0; typical 0.5 keeps tokens 1 and 0 (0.3 + 0.5 > 0.5)."""
+    assert Sampler(SamplingParams(temp=0, typical_p=0.2)).sample(LOGITS) == 1
+    assert_distribution(frequencies(params(typical_p=0.5, seed=17)), [0.5, 0.3, 0, 0, 0])
+
+
+def test_top_n_sigma_keeps_logits_within_n_deviations_of_the_best():
+    """Logits 2, 1, 0, -1, -5: mean -0.6, standard deviation sqrt(29.2 / 5) = 2.417; n = 1 keeps
+    logits >= 2 - 2.417 = -0.417 (e^2 : e : 1), n = 2 also -1."""
+    logits = np.array([2, 1, 0, -1, -5], dtype=np.float32)
+    assert_distribution(frequencies(params(top_n_sigma=1.0, seed=18), logits), np.exp([2, 1, 0, -50, -50]) * [1, 1, 1, 0, 0])
+    assert_distribution(frequencies(params(top_n_sigma=2.0, seed=19), logits), np.exp([2, 1, 0, -1, -50]) * [1, 1, 1, 1, 0])
+
+
+def test_suppressed_tokens_are_never_drawn():
+    assert Sampler(SamplingParams(temp=0), suppress=[0]).sample(LOGITS) == 1
+    s = Sampler(params(seed=20), suppress=[0, 2])
+    assert_distribution(np.bincount([s.sample(LOGITS) for _ in range(N)], minlength=5) / N, [0, 0.3, 0, 0.04, 0.01])
+
+
+def test_repeat_last_n_minus_one_is_the_context():
+    s = Sampler(SamplingParams(temp=0, repeat_penalty=4.0, repeat_last_n=-1), history=[0] + [3] * 100, n_ctx=128)
+    assert s.sample(LOGITS) == 1                                          # token 0, 101 tokens back, penalised
+    s = Sampler(SamplingParams(temp=0, repeat_penalty=4.0, repeat_last_n=64), history=[0] + [3] * 100)
+    assert s.sample(LOGITS) == 0
+
+
+def test_draws_are_libstdcxx_canonical_doubles():
+    """std::mt19937's first two words for its default seed 5489 (3499211612, 581869302: the C++
+    standard's engine) make the first double: (w0 + w1 2^32) / 2^64."""
+    from llamavk.cpp_random import MT19937, canonical
+
+    rng = MT19937(5489)
+    assert canonical(rng) == (3499211612 + 581869302 * 2.0 ** 32) / 2.0 ** 64

@@ -223,7 +223,7 @@ def test_a_context_too_large_for_the_mirrored_cache_is_a_one_line_error(syntheti
     assert (cfg.n_layer, cfg.n_head_kv, cfg.head_dim) == (2, 2, 32)
     r = subprocess.run([sys.executable, "-m", "llamavk", "run", "-m", str(path), "-p", "hi", "-n", "1",
                         "-c", "50000000", "-sm", "tensor", "-dev", "Vulkan0,Vulkan0"],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, errors="replace", timeout=300)
     assert r.returncode == 1, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip() and not line.startswith("warning:")]
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr

@@ -23,7 +23,8 @@ def _imported(code: str, names=NOT_ON_RUN_PATH) -> list[str]:
               f"_names = {tuple(names)!r}\n"
               "print(_json.dumps(sorted(n for n in _names if any(m == n or m.startswith(n + '.') "
               "for m in _sys.modules))))\n")
-    r = subprocess.run([sys.executable, "-c", code + report], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code + report], capture_output=True, text=True, errors="replace",
+                       timeout=300)    # a run's bytes need not be UTF-8
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -15,7 +15,7 @@ from llamavk.errors import LlamavkError
 from llamavk.models import load_model_file
 from llamavk.reference import ReferenceModel
 from llamavk.tasks import hellaswag, multiple_choice, read_task_file, winogrande
-from llamavk.tasks.cpp_random import MT19937, scaled_index, uniform_index
+from llamavk.cpp_random import MT19937, scaled_index, uniform_index
 from llamavk.tasks.evaluate import TaskSequences, evaluate_tasks, plan_batches
 
 from .llamacpp_ref import run_tool

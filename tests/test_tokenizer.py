@@ -316,6 +316,15 @@ def test_bad_metadata():
     tok = Tokenizer.from_metadata(spm_meta(CHARS))
     with pytest.raises(LlamavkError):
         tok.token_to_piece(10**6)
+    with pytest.raises(LlamavkError, match="suppress_tokens"):
+        Tokenizer.from_metadata(spm_meta(CHARS, suppress_tokens=["a"]))
+
+
+def test_suppressed_tokens():
+    """tokenizer.ggml.suppress_tokens (never sampled): ids outside the vocabulary dropped, as llama.cpp."""
+    tok = Tokenizer.from_metadata(spm_meta(CHARS, suppress_tokens=[5, -1, 10**6, 2]))
+    assert tok.vocab.suppress_ids == [5, 2]
+    assert Tokenizer.from_metadata(spm_meta(CHARS)).vocab.suppress_ids == []
 
 
 # ---------------------------------------------------------------------------------------------

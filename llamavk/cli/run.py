@@ -5,7 +5,8 @@ llama.cpp's shape. Ctrl-C stops generation cleanly and still prints the timings 
 
 llama.cpp's flags work as in llama-completion (llamavk/llamacpp_compat.py): escapes in -p/-f/-sys
 are processed unless --no-escape; --ignore-eos never samples an end-of-generation token;
---no-display-prompt leaves the prompt out of stdout; -ngl/-fa/-ctk/-ctv are checked; -t,
+--no-display-prompt leaves the prompt out of stdout, --verbose-prompt lists its tokens on stderr;
+the sampling flags are llama.cpp's chain (llamavk/sampling.py); -ngl/-fa/-ctk/-ctv are checked; -t,
 --no-warmup, -no-cnv and --jinja are accepted. --chat (or -sys) renders the model's chat template
 (llamavk/chat_template.py) with the prompt as one user turn, after a system turn with -sys: what
 llama-completion's conversation mode evaluates for a single turn (`-cnv -st --jinja`); the rendered
@@ -30,6 +31,13 @@ from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, 
 from .load_progress import LoadProgress
 
 PERF = "llamavk_perf"
+
+
+def prompt_token_lines(tokenizer, prompt: str, tokens: list[int]) -> list[str]:
+    """llama-completion's --verbose-prompt lines: the prompt, its token count, each id and piece."""
+    lines = [f"prompt: '{prompt}'", f"number of tokens in prompt = {len(tokens)}"]
+    lines += [f"{t:6d} -> '{tokenizer.token_to_piece(t).decode('utf-8', 'replace')}'" for t in tokens]
+    return lines
 
 
 def write_text(out, text: str) -> None:
@@ -68,13 +76,17 @@ def run(
     ctx_size: int = typer.Option(None, "--ctx-size", "-c", help="Context size (default min(training context, 4096); 0: the model's)."),
     batch_size: int = typer.Option(2048, "--batch-size", "-b", help="Logical batch size."),
     ubatch_size: int = typer.Option(512, "--ubatch-size", "-ub", help="Micro-batch size for prompt processing."),
-    seed: int = typer.Option(-1, "--seed", "-s", help="Sampling seed (-1: random)."),
+    seed: int = typer.Option(-1, "--seed", "-s", help="Sampling seed (-1: random); a seed draws as llama.cpp's."),
     temp: float = typer.Option(0.8, "--temp", help="Temperature (0: greedy)."),
     top_k: int = typer.Option(40, "--top-k", help="Top-k sampling (0: off)."),
     top_p: float = typer.Option(0.95, "--top-p", help="Top-p sampling (1.0: off)."),
     min_p: float = typer.Option(0.05, "--min-p", help="Min-p sampling (0.0: off)."),
     repeat_penalty: float = typer.Option(1.0, "--repeat-penalty", help="Penalty for repeated tokens (1.0: off)."),
-    repeat_last_n: int = typer.Option(64, "--repeat-last-n", help="Tokens considered for the repeat penalty."),
+    repeat_last_n: int = typer.Option(64, "--repeat-last-n", help="Tokens the penalties look back on (0: off, -1: the context)."),
+    presence_penalty: float = typer.Option(0.0, "--presence-penalty", help="Subtracted once from a recent token's logit (0.0: off)."),
+    frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", help="Subtracted per occurrence of a recent token (0.0: off)."),
+    typical_p: float = typer.Option(1.0, "--typical", "--typical-p", help="Locally typical sampling, parameter p (1.0: off)."),
+    top_n_sigma: float = typer.Option(-1.0, "--top-nsigma", "--top-n-sigma", help="Top-n-sigma sampling (-1.0: off)."),
     device: str = DEVICE,
     split_mode: str = SPLIT_MODE,
     tensor_split: str = TENSOR_SPLIT,
@@ -86,6 +98,7 @@ def run(
     escape: bool = typer.Option(True, "--escape/--no-escape", "-e", help="Process escapes (\\n, \\t, \\xHH, ...) in the prompt, as llama.cpp does."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Never sample an end-of-generation token."),
     display_prompt: bool = typer.Option(True, "--display-prompt/--no-display-prompt", help="Print the prompt before the completion."),
+    verbose_prompt: bool = typer.Option(False, "--verbose-prompt", help="Print the prompt's tokens to stderr before generating."),
     gpu_layers: str = GPU_LAYERS,
     flash_attn: str = FLASH_ATTN,
     cache_type_k: str = CACHE_TYPE_K,
@@ -110,7 +123,10 @@ def run(
             raise UsageError("-c must be 0 (the model's training context) or more")
         from ..sampling import SamplingParams   # its checks, before the load (generate() makes its own)
 
-        SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
+        sampling = dict(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
+                        repeat_last_n=repeat_last_n, seed=seed, presence_penalty=presence_penalty,
+                        frequency_penalty=frequency_penalty, typical_p=typical_p, top_n_sigma=top_n_sigma)
+        SamplingParams(**sampling)
         if file is not None:
             from ..perplexity import read_text   # as llama-completion's -f: raw bytes, one final LF dropped
 
@@ -150,25 +166,34 @@ def run(
                 for line in describe_model(m):
                     eprint(line)
             prompt, tokens = text["prompt"], m.prepared_tokens
+            if verbose_prompt:
+                for line in prompt_token_lines(m.tokenizer, prompt, tokens):
+                    eprint(line)
             out = sys.stdout
             if display_prompt:
                 write_text(out, prompt)
                 out.flush()
+            # the tokens' bytes as they come, as llama-completion prints them (a character split over
+            # two tokens, or bytes that are not UTF-8, reach the terminal or file unchanged); a text
+            # stream without bytes underneath (a test's) gets the decoded text
+            raw = getattr(out, "buffer", None)
             stream = m.tokenizer.stream()
             interrupted = False
             first = True
             try:
-                for token in m.generate(tokens, n=n_predict, temp=temp, top_k=top_k, top_p=top_p, min_p=min_p,
-                                        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
-                                        ignore_eos=ignore_eos):
-                    out.write(stream.feed(token))
-                    out.flush()
+                for token in m.generate(tokens, n=n_predict, ignore_eos=ignore_eos, **sampling):
+                    if raw is not None:
+                        raw.write(m.tokenizer.token_to_piece(token))
+                        raw.flush()
+                    else:
+                        out.write(stream.feed(token))
+                        out.flush()
                     if first:
                         phases.mark("prompt, first token")
                         first = False
             except KeyboardInterrupt:
                 interrupted = True
-            out.write(stream.flush() + "\n")
+            out.write(("" if raw is not None else stream.flush()) + "\n")
             out.flush()
             phases.mark("generation")
             for line in perf_report(m.timings, (time.perf_counter() - t_start) * 1e3):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..errors import LlamavkError
 from .common import Emit, TaskScore, c_int, common_prefix, first_max, run_tasks, wilson_interval
-from .cpp_random import MT19937, uniform_index
+from ..cpp_random import MT19937, uniform_index
 from .evaluate import TaskSequences
 
 HEADER = "task\tacc_norm\t95% confidence interval"

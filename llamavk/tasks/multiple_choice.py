@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import LlamavkError
 from ..tokenizer.stray_bytes import from_bytes
 from .common import Emit, TaskScore, common_prefix, first_max, run_tasks
-from .cpp_random import MT19937, scaled_index
+from ..cpp_random import MT19937, scaled_index
 from .evaluate import TaskSequences
 
 MAX_ANSWERS = 100

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import LlamavkError
 from .common import Emit, TaskScore, c_int, common_prefix, f32, run_tasks
-from .cpp_random import MT19937, scaled_index
+from ..cpp_random import MT19937, scaled_index
 from .evaluate import TaskSequences
 
 MIN_TRAILING_TOKENS = 3

@@ -68,6 +68,7 @@ class Vocab:
     eog_ids: set[int] = field(default_factory=set)
     special_ids: list[int] = field(default_factory=list)  # control/user-defined/unknown, longest first
     rstrip: set[int] = field(default_factory=set)
+    suppress_ids: list[int] = field(default_factory=list)   # never sampled (tokenizer.ggml.suppress_tokens)
 
 
 def _get(meta: dict[str, Any], key: str, kind: type, default: Any = None) -> Any:
@@ -193,8 +194,11 @@ def load_vocab(meta: dict[str, Any]) -> Vocab:
         for t in ("<unk>", "<s>", "<|endoftext|>"):
             rstrip.discard(token_to_id.get(t, -1))
 
+    # tokens the sampler never draws (llama.cpp: a -inf logit bias); ids outside the vocabulary dropped
+    suppress = [int(t) for t in _get_list(meta, "suppress_tokens", int) or () if 0 <= t < n]
+
     return Vocab(model=model, tokens=tokens, types=types, scores=[float(s) for s in scores],
                  token_to_id=token_to_id, ids=ids, add_bos=add_bos, add_eos=add_eos,
                  add_space_prefix=add_space_prefix, clean_spaces=clean_spaces,
                  ignore_merges=ignore_merges, pre_family=family, merges=merges, eog_ids=eog,
-                 special_ids=special, rstrip=rstrip)
+                 special_ids=special, rstrip=rstrip, suppress_ids=suppress)

@@ -1,14 +1,18 @@
-"""The random numbers llama-perplexity draws to pick tasks, reproduced exactly.
+"""The random numbers llama.cpp draws, reproduced exactly: C++'s `std::mt19937` and libstdc++'s
+reductions of its 32-bit words.
 
-llama-perplexity samples HellaSwag, Winogrande and multiple-choice tasks with C++'s `std::mt19937`
-seeded with 1, so the same task file and count always give the same tasks. To score the same tasks
-we need the same 32-bit stream and the same reduction of each draw to an index:
+llama-perplexity samples HellaSwag, Winogrande and multiple-choice tasks with a `std::mt19937` seeded
+with 1, so the same task file and count always give the same tasks. To score the same tasks we need
+the same 32-bit stream and the same reduction of each draw to an index:
 
 - HellaSwag draws with `std::uniform_int_distribution<size_t>`; libstdc++ (GCC >= 11, the library
   llama.cpp's builds use) reduces a 32-bit engine's draw by Lemire's multiply-and-reject method
   (`uniform_index`).
 - Winogrande and multiple choice scale the draw in single precision: int(2^-32 * float(draw) * float(n))
   (`scaled_index`).
+
+llama.cpp's token sampler (llama-sampler.cpp's dist) draws `std::uniform_real_distribution<double>(0, 1)`
+from a `std::mt19937` seeded with `-s`: libstdc++'s generate_canonical of two words (`canonical`).
 """
 
 from __future__ import annotations
@@ -73,3 +77,16 @@ def scaled_index(rng: MT19937, n: int) -> int:
     chance of 3e-8); C++ would then read past its array, here the last index is taken."""
     x = np.float32(_TWO_TO_MINUS_32 * np.float32(rng())) * np.float32(n)
     return min(int(x), n - 1)
+
+
+_TWO_32, _TWO_64 = 2.0 ** 32, 2.0 ** 64
+
+
+def canonical(rng: MT19937) -> float:
+    """libstdc++'s `std::generate_canonical<double, 53>(rng)` for a 32-bit engine (and so
+    `uniform_real_distribution<double>(0, 1)`): ceil(53 / 32) = 2 words, (w0 + w1 2^32) / 2^64 in
+    double arithmetic, a result rounded up to 1.0 moved to the double just below it."""
+    w0 = rng()
+    w1 = rng()
+    r = (float(w0) + float(w1) * _TWO_32) / _TWO_64
+    return r if r < 1.0 else 1.0 - 2.0 ** -53
