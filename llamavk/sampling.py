@@ -112,14 +112,12 @@ class Sampler:
             return int(np.argmax(x))
         if p.top_n_sigma > 0 and x.size > 1:
             x = _top_n_sigma(x, p.top_n_sigma)
-        cand, vals, ordered = np.arange(x.size), x, False   # `ordered`: by logit, highest first
+        # the candidates: ids and logits in llama.cpp's order (`ordered`: by logit, highest first)
         if p.top_k > 0:
-            k = min(p.top_k, vals.size)
-            if not ordered:
-                top = np.sort(np.argpartition(-vals, k - 1)[:k]) if k < vals.size else np.arange(vals.size)
-                top = top[np.argsort(-vals[top], kind="stable")]
-                cand, vals, ordered = cand[top], vals[top], True
-            cand, vals = cand[:k], vals[:k]
+            cand = _top_k(x, min(p.top_k, x.size))
+            vals, ordered = x[cand], True
+        else:
+            cand, vals, ordered = np.arange(x.size), x, False
         if p.typical_p < 1.0:
             if not ordered:
                 cand, vals, ordered = _by_logit(cand, vals)
@@ -161,6 +159,28 @@ class Sampler:
             w = np.exp(vals - (vals[0] if ordered else vals.max())).astype(np.float64)
         run = np.cumsum(w)
         return min(int(np.searchsorted(run, run[-1] * r, side="left")), vals.size - 1)
+
+
+TOP_K_BANDS = (2.0, 6.0, 16.0)    # see _top_k
+
+
+def _top_k(vals: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k highest values, highest first (equal values in index order). The selection
+    runs on the values within the narrowest of TOP_K_BANDS of the highest that holds k of them (an
+    LLM's top 40 lie within a few units of its best logit), not on the whole vocabulary: a partition
+    of 150k values takes ~0.5 ms, a fifth of a 7B decode step."""
+    if k >= vals.size:
+        return np.argsort(-vals, kind="stable")
+    best = vals.max()
+    for band in TOP_K_BANDS:
+        near = np.flatnonzero(vals >= best - F32(band))
+        if near.size >= k:
+            break
+    else:
+        near = np.arange(vals.size)
+    if near.size > k:
+        near = np.sort(near[np.argpartition(-vals[near], k - 1)[:k]])
+    return near[np.argsort(-vals[near], kind="stable")]
 
 
 def _softmax(vals: np.ndarray) -> np.ndarray:
