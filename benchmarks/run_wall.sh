@@ -8,7 +8,8 @@
 #   (../shared/ref-llamacpp/llamacpp-0c1e570-vk-cm2.tar.xz, unpacked to /tmp/lc); default: that
 #   tarball under .carry/ or ../shared/ref-llamacpp/, else llamavk alone.
 # PRESETS: synthetic models to write (Q4_0), default "8b 1b" (7.2B and 1.1B parameters, vocabulary
-#   32000); files go to ${MODELS:-/tmp/m} and are reused when present.
+#   32000); files go to ${MODELS:-/tmp/m} and are reused when present. RUN_ARGS: the sampling flags
+#   both commands take (default "--temp 0", greedy; "-s 1": llama.cpp's default chain, seeded).
 #
 # Each command runs twice (the second run counts: page cache and driver caches warm); the
 # wall time is measured around the whole process. The llamavk lines to read: "phase ..." (where
@@ -24,6 +25,7 @@ MODELS=${MODELS:-/tmp/m}
 PRESETS=${2:-"8b 1b"}
 PROMPT="Once upon a time"
 N=${N:-128}
+RUN_ARGS=${RUN_ARGS:---temp 0}
 mkdir -p "$MODELS"
 
 LC=${1:-}
@@ -62,18 +64,18 @@ for p in $PRESETS; do
     f=$MODELS/$p-q4_0.gguf
     for i in 1 2; do
         s=$EPOCHREALTIME
-        LLAMAVK_PHASES=1 "$PY" -m llamavk run -m "$f" -p "$PROMPT" -n "$N" --temp 0 >/dev/null 2>/tmp/run_wall.err
+        LLAMAVK_PHASES=1 "$PY" -m llamavk run -m "$f" -p "$PROMPT" -n "$N" $RUN_ARGS >/dev/null 2>/tmp/run_wall.err
         e=$EPOCHREALTIME
         echo "== llamavk run $p run$i: wall $(wall "$s" "$e") s"
-        grep -E "load time|prompt eval|eval time|^phase" /tmp/run_wall.err | sed 's/^llamavk_perf: *//'
+        grep -E "load time|prompt eval|eval time|sampling time|^phase" /tmp/run_wall.err | sed 's/^llamavk_perf: *//'
     done
     if [ -n "$LC" ]; then
         for i in 1 2; do
             s=$EPOCHREALTIME
-            "$LC/llama-completion" -m "$f" -p "$PROMPT" -n "$N" --temp 0 -ngl 99 -no-cnv >/dev/null 2>/tmp/run_wall.err
+            "$LC/llama-completion" -m "$f" -p "$PROMPT" -n "$N" $RUN_ARGS -ngl 99 -no-cnv >/dev/null 2>/tmp/run_wall.err
             e=$EPOCHREALTIME
             echo "== llama-completion $p run$i: wall $(wall "$s" "$e") s"
-            grep -E "load time|prompt eval time|eval time" /tmp/run_wall.err | head -3 | sed 's/.*common_perf_print: *//'
+            grep -E "load time|prompt eval time|eval time|sampling time" /tmp/run_wall.err | head -4 | sed 's/.*common_perf_print: *//'
         done
     fi
 done
