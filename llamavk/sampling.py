@@ -99,10 +99,12 @@ class Sampler:
 
     def sample(self, logits: np.ndarray) -> int:
         p = self.p
-        x = np.array(logits, dtype=F32)          # a copy: the filters write into it
+        penalize = bool(self.counts) and p.penalizes
+        # a copy where logits are written (the runtime's array may be a view of its buffer)
+        x = np.array(logits, dtype=F32) if self._suppress.size or penalize else np.asarray(logits, dtype=F32)
         if self._suppress.size:
             x[self._suppress] = -np.inf
-        if self.counts and p.penalizes:
+        if penalize:
             ids = np.fromiter(self.counts.keys(), np.int64, len(self.counts))
             n = np.fromiter(self.counts.values(), F32, len(self.counts))
             v = x[ids]
