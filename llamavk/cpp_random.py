@@ -12,7 +12,8 @@ the same 32-bit stream and the same reduction of each draw to an index:
   (`scaled_index`).
 
 llama.cpp's token sampler (llama-sampler.cpp's dist) draws `std::uniform_real_distribution<double>(0, 1)`
-from a `std::mt19937` seeded with `-s`: libstdc++'s generate_canonical of two words (`canonical`).
+from a `std::mt19937` seeded with `-s`: libstdc++'s generate_canonical of two words (`canonical`); its
+XTC sampler a float from one word of a generator of its own (`canonical_float`).
 """
 
 from __future__ import annotations
@@ -90,3 +91,11 @@ def canonical(rng: MT19937) -> float:
     w1 = rng()
     r = (float(w0) + float(w1) * _TWO_32) / _TWO_64
     return r if r < 1.0 else 1.0 - 2.0 ** -53
+
+
+def canonical_float(rng: MT19937) -> float:
+    """libstdc++'s `std::generate_canonical<float, 24>(rng)` (`uniform_real_distribution<float>(0, 1)`):
+    one word, float(w) / 2^32 in single precision (the word rounded to 24 bits first), a result
+    rounded up to 1.0 moved to the float just below it."""
+    r = np.float32(rng()) / np.float32(_TWO_32)
+    return float(r) if r < 1.0 else float(np.nextafter(np.float32(1.0), np.float32(0.0)))

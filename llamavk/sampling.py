@@ -1,7 +1,8 @@
 """Token sampling on the host: llama.cpp's default sampler chain (common_sampler over
 llama-sampler.cpp), step for step, its draw included:
 
-    suppressed tokens -> penalties -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> temperature -> draw
+    suppressed tokens -> penalties -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> XTC -> temperature
+    -> draw
 
 - Penalties over the last repeat_last_n tokens (the prompt's included; -1: the context): a token's
   logit divided by the repeat penalty (multiplied where it is <= 0), then less count x frequency
@@ -14,6 +15,9 @@ llama-sampler.cpp), step for step, its draw included:
   words (cpp_random.canonical), the first candidate in order whose running sum of exp(logit - max)
   reaches that fraction of the total. So with the same seed and flags the tokens are llama-completion's
   wherever the two engines' logits put no draw on the other side of a candidate's edge.
+- XTC (exclude top choices, off unless --xtc-probability > 0 and --xtc-threshold <= 0.5): with that
+  probability (a float from a std::mt19937 of its own, seeded as the draw's), every candidate at or
+  above the threshold but the least likely of them is dropped.
 - temp <= 0 is greedy: the highest logit after the penalties (and typical, the one filter that can
   drop it).
 
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cpp_random import MT19937, canonical
+from .cpp_random import MT19937, canonical, canonical_float
 from .errors import UsageError
 
 F32 = np.float32
@@ -48,17 +52,23 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     typical_p: float = 1.0       # 1: off
     top_n_sigma: float = -1.0    # <= 0: off
+    xtc_probability: float = 0.0  # 0: off
+    xtc_threshold: float = 0.1    # > 0.5: off
 
     def __post_init__(self):
         # what would turn the draw's probabilities into NaN: a usage error, not a traceback mid-generation
         for name in ("temp", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
-                     "typical_p", "top_n_sigma"):
+                     "typical_p", "top_n_sigma", "xtc_probability", "xtc_threshold"):
             if not math.isfinite(getattr(self, name)):
                 raise UsageError(f"--{name.replace('_', '-')} must be a finite number")
         if self.repeat_penalty <= 0:
             raise UsageError("--repeat-penalty must be above 0 (1.0: off)")
         if self.repeat_last_n < -1:
             raise UsageError("--repeat-last-n must be -1 (the context), 0 (off) or more")
+
+    @property
+    def xtc(self) -> bool:
+        return self.xtc_probability > 0.0 and self.xtc_threshold <= 0.5
 
     @property
     def penalizes(self) -> bool:
@@ -76,14 +86,25 @@ class Sampler:
             self.accept(t)
         self._suppress = np.unique(np.asarray(list(suppress), dtype=np.int64))
         self._rng: MT19937 | None = None
+        self._xtc_rng: MT19937 | None = None
+
+    def _seeded(self) -> MT19937:
+        seed = self.p.seed if self.p.seed is not None and self.p.seed >= 0 else secrets.randbits(32)
+        return MT19937(seed & 0xFFFFFFFF)
 
     @property
     def rng(self) -> MT19937:
         """The draws' generator, seeded at the first draw (a greedy run never needs it)."""
         if self._rng is None:
-            seed = self.p.seed if self.p.seed is not None and self.p.seed >= 0 else secrets.randbits(32)
-            self._rng = MT19937(seed & 0xFFFFFFFF)
+            self._rng = self._seeded()
         return self._rng
+
+    @property
+    def xtc_rng(self) -> MT19937:
+        """XTC's own generator (llama.cpp seeds it with the same seed)."""
+        if self._xtc_rng is None:
+            self._xtc_rng = self._seeded()
+        return self._xtc_rng
 
     def accept(self, token: int) -> None:
         """A token of the sequence (prompt or generated): the penalties' window moves on."""
@@ -110,7 +131,7 @@ class Sampler:
             v = x[ids]
             v = np.where(v <= 0, v * F32(p.repeat_penalty), v / F32(p.repeat_penalty))
             x[ids] = v - (n * F32(p.frequency_penalty) + F32(p.presence_penalty))
-        if p.temp <= 0 and p.typical_p >= 1.0:   # greedy: no filter left can drop the highest logit
+        if p.temp <= 0 and p.typical_p >= 1.0 and not p.xtc:   # greedy: no filter left drops the highest logit
             return int(np.argmax(x))
         if p.top_n_sigma > 0 and x.size > 1:
             x = _top_n_sigma(x, p.top_n_sigma)
@@ -147,7 +168,14 @@ class Sampler:
                 cand, vals = cand[:keep], vals[:keep]
             else:
                 cand, vals = cand[vals >= floor], vals[vals >= floor]
-        if p.temp <= 0:                          # greedy after typical: the first highest in order
+        if p.xtc and vals.size > 1 and canonical_float(self.xtc_rng) <= p.xtc_probability:
+            if not ordered:
+                cand, vals, ordered = _by_logit(cand, vals)
+            above = np.nonzero(_softmax(vals) < F32(p.xtc_threshold))[0]   # sorted: the first one below
+            last = (above[0] if above.size else vals.size) - 1                # the last at or above it
+            if last > 0:
+                cand, vals = cand[last:], vals[last:]
+        if p.temp <= 0:                          # greedy after typical or XTC: the first highest in order
             return int(cand[np.argmax(vals)])
         vals = vals / F32(p.temp)
         return int(cand[self._draw(vals, ordered)])

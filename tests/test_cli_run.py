@@ -25,7 +25,7 @@ def test_sampling_flags_and_seed_reach_the_sampler(synthetic_model):
 
     path = str(synthetic_model("llama", "q4_0"))
     flags = dict(temp=1.5, top_k=7, top_p=0.9, min_p=0.02, typical_p=0.95, top_n_sigma=2.0, repeat_penalty=1.1,
-                 presence_penalty=0.4, frequency_penalty=0.1, repeat_last_n=16)
+                 presence_penalty=0.4, frequency_penalty=0.1, repeat_last_n=16, xtc_probability=0.5, xtc_threshold=0.2)
     cli = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
     args = [sys.executable, "-m", "llamavk", "run", "-m", path, "-p", "hello", "-n", "12", "-c", "64", *cli]
     a = subprocess.run(args + ["-s", "7"], capture_output=True, timeout=600)

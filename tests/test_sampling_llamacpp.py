@@ -4,7 +4,7 @@ rounding of each other (a quantized one would not: llama.cpp's CPU products quan
 no draw falls on the other side of a candidate's edge in these few tokens. Each configuration takes
 another path of llamavk/sampling.py: the default chain, min-p on candidates in token order (no
 top-k), typical with presence and frequency penalties, top-n-sigma with top-p and min-p, the repeat
-penalty over the whole context, greedy with every penalty."""
+penalty, greedy with every penalty, XTC (its own random numbers)."""
 
 import subprocess
 
@@ -15,7 +15,7 @@ import llamavk
 from .llamacpp_ref import llamacpp_tool
 
 PROMPT = "the master said"
-N = 16                 # tokens compared. Each configuration's first 37-40 tokens were the same here; a
+N = 16                 # tokens compared. Each configuration's first 30-40 tokens were the same here; a
                        # typical-p of 0.9 or a top-n-sigma of 1.5 (set edges in the dense middle of a
                        # random model's 500 logits) parted after 18-20, where the engines' rounding
                        # (llama.cpp's CPU attention takes Q in f16) moved a token across an edge
@@ -26,10 +26,12 @@ CONFIGS = [
     dict(seed=4, temp=0.9, top_n_sigma=0.7, top_p=0.9, min_p=0.01),
     dict(seed=6, temp=0.7, repeat_last_n=8, repeat_penalty=1.3),
     dict(seed=2, temp=0.0, presence_penalty=2.0, frequency_penalty=1.0, repeat_penalty=1.5),
+    dict(seed=3, temp=1.0, xtc_probability=0.9, xtc_threshold=0.02),
 ]
 FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="--min-p",
              typical_p="--typical", top_n_sigma="--top-nsigma", presence_penalty="--presence-penalty",
-             frequency_penalty="--frequency-penalty", repeat_last_n="--repeat-last-n", repeat_penalty="--repeat-penalty")
+             frequency_penalty="--frequency-penalty", repeat_last_n="--repeat-last-n",
+             repeat_penalty="--repeat-penalty", xtc_probability="--xtc-probability", xtc_threshold="--xtc-threshold")
 
 
 def llamacpp_completion(model, config, need: int) -> tuple[bytes, bool]:

@@ -87,6 +87,8 @@ def run(
     frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", help="Subtracted per occurrence of a recent token (0.0: off)."),
     typical_p: float = typer.Option(1.0, "--typical", "--typical-p", help="Locally typical sampling, parameter p (1.0: off)."),
     top_n_sigma: float = typer.Option(-1.0, "--top-nsigma", "--top-n-sigma", help="Top-n-sigma sampling (-1.0: off)."),
+    xtc_probability: float = typer.Option(0.0, "--xtc-probability", help="XTC: chance of dropping the top choices (0.0: off)."),
+    xtc_threshold: float = typer.Option(0.1, "--xtc-threshold", help="XTC: the top choices' least probability (> 0.5: off)."),
     device: str = DEVICE,
     split_mode: str = SPLIT_MODE,
     tensor_split: str = TENSOR_SPLIT,
@@ -125,7 +127,8 @@ def run(
 
         sampling = dict(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
                         repeat_last_n=repeat_last_n, seed=seed, presence_penalty=presence_penalty,
-                        frequency_penalty=frequency_penalty, typical_p=typical_p, top_n_sigma=top_n_sigma)
+                        frequency_penalty=frequency_penalty, typical_p=typical_p, top_n_sigma=top_n_sigma,
+                        xtc_probability=xtc_probability, xtc_threshold=xtc_threshold)
         SamplingParams(**sampling)
         if file is not None:
             from ..perplexity import read_text   # as llama-completion's -f: raw bytes, one final LF dropped
