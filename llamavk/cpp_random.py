@@ -13,7 +13,8 @@ the same 32-bit stream and the same reduction of each draw to an index:
 
 llama.cpp's token sampler (llama-sampler.cpp's dist) draws `std::uniform_real_distribution<double>(0, 1)`
 from a `std::mt19937` seeded with `-s`: libstdc++'s generate_canonical of two words (`canonical`); its
-XTC sampler a float from one word of a generator of its own (`canonical_float`).
+XTC sampler a float from one word of a generator of its own (`canonical_float`); Mirostat draws through
+`std::discrete_distribution` (`discrete`).
 """
 
 from __future__ import annotations
@@ -99,3 +100,15 @@ def canonical_float(rng: MT19937) -> float:
     rounded up to 1.0 moved to the float just below it."""
     r = np.float32(rng()) / np.float32(_TWO_32)
     return float(r) if r < 1.0 else float(np.nextafter(np.float32(1.0), np.float32(0.0)))
+
+
+def discrete(probs: np.ndarray, rng: MT19937) -> int:
+    """libstdc++'s `std::discrete_distribution<int>(probs)(rng)`: the weights normalised in double,
+    their running sums with the last set to 1, the first sum at or above one canonical double. With
+    fewer than two weights it keeps no table and returns 0 without drawing."""
+    if probs.size < 2:
+        return 0
+    w = probs.astype(np.float64)
+    run = np.cumsum(w / np.cumsum(w)[-1])
+    run[-1] = 1.0
+    return int(np.searchsorted(run, canonical(rng), side="left"))

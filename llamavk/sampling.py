@@ -18,6 +18,10 @@ llama-sampler.cpp), step for step, its draw included:
 - XTC (exclude top choices, off unless --xtc-probability > 0 and --xtc-threshold <= 0.5): with that
   probability (a float from a std::mt19937 of its own, seeded as the draw's), every candidate at or
   above the threshold but the least likely of them is dropped.
+- Mirostat (--mirostat 1 or 2; then, as in llama.cpp, neither penalties nor the filters above): the
+  temperature, then the candidates cut to those whose surprise stays within mu (2: by surprise;
+  1: top-k with k from the estimated Zipf exponent), a draw as std::discrete_distribution makes it
+  (cpp_random.discrete), and mu moved by the learning rate towards the target surprise.
 - temp <= 0 is greedy: the highest logit after the penalties (and typical, the one filter that can
   drop it).
 
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cpp_random import MT19937, canonical, canonical_float
+from .cpp_random import MT19937, canonical, canonical_float, discrete
 from .errors import UsageError
 
 F32 = np.float32
@@ -54,15 +58,20 @@ class SamplingParams:
     top_n_sigma: float = -1.0    # <= 0: off
     xtc_probability: float = 0.0  # 0: off
     xtc_threshold: float = 0.1    # > 0.5: off
+    mirostat: int = 0            # 1, 2: Mirostat, Mirostat 2.0 instead of the chain
+    mirostat_tau: float = 5.0    # its target surprise (bits)
+    mirostat_eta: float = 0.1    # its learning rate
 
     def __post_init__(self):
         # what would turn the draw's probabilities into NaN: a usage error, not a traceback mid-generation
         for name in ("temp", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
-                     "typical_p", "top_n_sigma", "xtc_probability", "xtc_threshold"):
+                     "typical_p", "top_n_sigma", "xtc_probability", "xtc_threshold", "mirostat_tau", "mirostat_eta"):
             if not math.isfinite(getattr(self, name)):
                 raise UsageError(f"--{name.replace('_', '-')} must be a finite number")
         if self.repeat_penalty <= 0:
             raise UsageError("--repeat-penalty must be above 0 (1.0: off)")
+        if self.mirostat not in (0, 1, 2):
+            raise UsageError("--mirostat must be 0 (off), 1 (Mirostat) or 2 (Mirostat 2.0)")
         if self.repeat_last_n < -1:
             raise UsageError("--repeat-last-n must be -1 (the context), 0 (off) or more")
 
@@ -87,6 +96,7 @@ class Sampler:
         self._suppress = np.unique(np.asarray(list(suppress), dtype=np.int64))
         self._rng: MT19937 | None = None
         self._xtc_rng: MT19937 | None = None
+        self._mu = F32(2.0 * params.mirostat_tau)    # Mirostat's running bound on the surprise
 
     def _seeded(self) -> MT19937:
         seed = self.p.seed if self.p.seed is not None and self.p.seed >= 0 else secrets.randbits(32)
@@ -125,6 +135,8 @@ class Sampler:
         x = np.array(logits, dtype=F32) if self._suppress.size or penalize else np.asarray(logits, dtype=F32)
         if self._suppress.size:
             x[self._suppress] = -np.inf
+        if p.mirostat:
+            return int(np.argmax(x)) if p.temp <= 0 else self._mirostat(x / F32(p.temp))
         if penalize:
             ids = np.fromiter(self.counts.keys(), np.int64, len(self.counts))
             n = np.fromiter(self.counts.values(), F32, len(self.counts))
@@ -179,6 +191,30 @@ class Sampler:
             return int(cand[np.argmax(vals)])
         vals = vals / F32(p.temp)
         return int(cand[self._draw(vals, ordered)])
+
+    def _mirostat(self, vals: np.ndarray) -> int:
+        """llama.cpp's Mirostat (1) or Mirostat 2.0 (2) on the tempered logits of every token."""
+        p = self.p
+        s = np.sort(vals)[::-1]                       # the softmax over every token, summed in its sorted order
+        probs = _softmax(s)
+        if p.mirostat == 2:
+            over = np.nonzero(-np.log2(probs) > self._mu)[0]
+            keep = max(1, int(over[0]) if over.size else s.size)
+        else:
+            m = min(100 - 1, s.size - 1)              # the Zipf exponent from the 100 likeliest
+            i = np.arange(m, dtype=F32)
+            t = np.log((i + F32(2)) / (i + F32(1)))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                b = np.log(probs[:m] / probs[1:m + 1])
+                s_hat = np.cumsum(t * b, dtype=F32)[-1] / np.cumsum(t * t, dtype=F32)[-1]
+                eps = s_hat - F32(1)
+                k = np.power(eps * np.power(F32(2), self._mu) / (F32(1) - np.power(F32(s.size), -eps)), F32(1) / s_hat)
+            keep = min(max(int(k), 1), s.size) if np.isfinite(k) else s.size
+        cand = _top_k(vals, keep)
+        probs = _softmax(vals[cand])
+        i = discrete(probs, self.rng)
+        self._mu = F32(self._mu - F32(p.mirostat_eta) * (-np.log2(probs[i]) - F32(p.mirostat_tau)))
+        return int(cand[i])
 
     def _draw(self, vals: np.ndarray, ordered: bool) -> int:
         """llama.cpp's dist sampler: index of the candidate the seeded draw lands on."""

@@ -35,6 +35,12 @@ def test_sampling_flags_and_seed_reach_the_sampler(synthetic_model):
         want = b"".join(m.tokenizer.token_to_piece(t) for t in m.generate("hello", n=12, seed=7, **flags))
     assert a.stdout == b"hello" + want + b"\n" and len(want) > 12
     assert b.stdout != a.stdout
+    mirostat = subprocess.run(args[:args.index("-c") + 2] + ["-s", "7", "--mirostat", "2", "--mirostat-lr", "0.2",
+                                                              "--mirostat-ent", "6"], capture_output=True, timeout=600)
+    with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
+        ids = m.generate("hello", n=12, seed=7, mirostat=2, mirostat_eta=0.2, mirostat_tau=6.0)
+        want = b"".join(m.tokenizer.token_to_piece(t) for t in ids)
+    assert mirostat.returncode == 0 and mirostat.stdout == b"hello" + want + b"\n", mirostat.stderr
 
 
 def test_prompt_from_file(tmp_path, synthetic_model):

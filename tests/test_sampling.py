@@ -212,3 +212,30 @@ def test_xtc_draws_are_libstdcxx_floats():
 
     assert canonical_float(Words(3499211612)) == float(np.float32(3499211612) / np.float32(2 ** 32))
     assert canonical_float(Words(0xFFFFFFFF)) == float(np.nextafter(np.float32(1), np.float32(0)))
+
+
+def test_mirostat_2_keeps_what_stays_within_mu_and_moves_mu():
+    """tau 0.5: mu starts at 2 tau = 1 bit; -log2 0.5 = 1 stays, -log2 0.3 = 1.74 does not, so token 0
+    alone; its surprise after renormalising is 0, so mu moves by eta (0.1) x (0 - 0.5) up to 1.05.
+    mu 4 bits (tau 2; p >= 1/16 within: 0.5, 0.3, 0.15): draws from 0.5 : 0.3 : 0.15."""
+    s = Sampler(SamplingParams(temp=1.0, mirostat=2, mirostat_tau=0.5, mirostat_eta=0.1, seed=1))
+    assert s.sample(LOGITS) == 0 and s._mu == np.float32(1.05)
+    s = Sampler(SamplingParams(temp=1.0, mirostat=2, mirostat_tau=2.0, mirostat_eta=0.1, seed=23))
+    draws = []
+    for _ in range(N):
+        s._mu = np.float32(4.0)                  # every draw from the first one's cut
+        draws.append(s.sample(LOGITS))
+    assert_distribution(np.bincount(draws, minlength=5) / N, [0.5, 0.3, 0.15, 0, 0])
+
+
+def test_discrete_is_libstdcxx_discrete_distribution():
+    """The weights' running sums (normalised, the last set to 1) against one canonical double: the
+    first sum at or above it; fewer than two weights draw nothing and give 0."""
+    from llamavk.cpp_random import MT19937, canonical, discrete
+
+    a, b = MT19937(7), MT19937(7)
+    w = np.array([0.2, 0.3, 0.5], dtype=np.float32)
+    for _ in range(200):
+        u = canonical(b)
+        assert discrete(w, a) == (0 if u <= 0.2 else 1 if u <= 0.5 else 2)
+    assert discrete(np.array([1.0], dtype=np.float32), a) == 0 and a() == b()   # nothing drawn
