@@ -179,6 +179,8 @@ class Sampler:
             cand, vals = cand[:keep], vals[:keep]
         if p.min_p > 0.0:
             floor = (vals[0] if ordered else vals.max()) + np.log(F32(p.min_p))
+            if not ordered and not (vals >= floor).any():   # min-p > 1: llama.cpp sorts, keeps the best
+                cand, vals, ordered = _by_logit(cand, vals)
             if ordered:
                 below = np.nonzero(vals[1:] < floor)[0]
                 keep = 1 + below[0] if below.size else vals.size

@@ -239,3 +239,12 @@ def test_discrete_is_libstdcxx_discrete_distribution():
         u = canonical(b)
         assert discrete(w, a) == (0 if u <= 0.2 else 1 if u <= 0.5 else 2)
     assert discrete(np.array([1.0], dtype=np.float32), a) == 0 and a() == b()   # nothing drawn
+
+
+def test_out_of_range_values_still_draw_a_token():
+    """Values llama.cpp accepts without complaint: min-p above 1 keeps the best token (its sorted
+    path), negative top-p and typical-p keep one; nothing ends without a token."""
+    for kw in (dict(min_p=5.0), dict(min_p=5.0, top_k=3), dict(top_p=-1.0), dict(typical_p=-1.0),
+               dict(top_n_sigma=0.001), dict(xtc_probability=1.0, xtc_threshold=0.0)):
+        assert Sampler(params(seed=24, **kw)).sample(LOGITS) in range(5), kw
+    assert Sampler(params(seed=24, min_p=5.0)).sample(LOGITS) == 0
