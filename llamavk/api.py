@@ -27,7 +27,7 @@ from .memory_fit import check_fit, estimate_device_need, free_memory, weight_pro
 from .models import build_graph, load_model_file
 from .runtime import DeviceRuntime
 from .split import DEFAULT_MODE, SplitOptions, build_split_runtime, choose_devices
-from .sampling import Sampler, SamplingParams
+from .sampling import CHAIN, Sampler, SamplingParams
 from .tokenizer import Tokenizer
 from .vk import get_instance
 
@@ -212,7 +212,8 @@ class Model:
                  repeat_last_n: int = 64, seed: int = -1, ignore_eos: bool = False,
                  presence_penalty: float = 0.0, frequency_penalty: float = 0.0, typical_p: float = 1.0,
                  top_n_sigma: float = -1.0, xtc_probability: float = 0.0, xtc_threshold: float = 0.1,
-                 mirostat: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1) -> Iterator[int]:
+                 mirostat: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                 samplers=CHAIN) -> Iterator[int]:
         """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, or a full context.
         Sampling is llama.cpp's chain (llamavk.sampling; a seed gives its draws); ignore_eos:
         end-of-generation tokens are never sampled (llama.cpp's --ignore-eos)."""
@@ -220,7 +221,7 @@ class Model:
         tokens = self.check_tokens(tokens)
         params = SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed,
                                 presence_penalty, frequency_penalty, typical_p, top_n_sigma,
-                                xtc_probability, xtc_threshold, mirostat, mirostat_tau, mirostat_eta)
+                                xtc_probability, xtc_threshold, mirostat, mirostat_tau, mirostat_eta, samplers)
         vocab = self.tokenizer.vocab
         suppress = set(vocab.suppress_ids) | (vocab.eog_ids if ignore_eos else set())
         sampler = Sampler(params, history=tokens, n_ctx=self.n_ctx, suppress=suppress)

@@ -24,8 +24,10 @@ llama-sampler.cpp), step for step, its draw included:
   (cpp_random.discrete), and mu moved by the learning rate towards the target surprise.
 - temp <= 0 is greedy: the highest logit after the penalties (and typical and XTC, the filters that
   can drop it).
-- Not here: DRY (its default multiplier 0 leaves it out of llama.cpp's chain too), a grammar, a
-  custom order (--samplers).
+- --samplers / --sampling-seq reorder or leave out steps as llama.cpp's do (without "temperature"
+  no temperature applies, --temp 0 included).
+- Not here: DRY (its default multiplier 0 leaves it out of llama.cpp's chain too; "dry" in an order
+  is a step that does nothing), infill, adaptive-p, a grammar.
 - Choice: typical after top-n-sigma with masked candidates left (top-k 0) takes 0 log 0 = 0 in the
   entropy; llama.cpp's sum turns NaN there and its candidates' order is its sort's accident.
 
@@ -47,6 +49,38 @@ from .errors import UsageError
 
 F32 = np.float32
 
+# llama.cpp's samplers in its default order (--samplers; --sampling-seq spells them edskypmxt)
+CHAIN = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+_LETTERS = dict(zip("edskypmxt", CHAIN))
+_NAMES = {**{n: n for n in CHAIN}, **{n.replace("_", "-"): n for n in CHAIN}, **{n.replace("_", ""): n for n in CHAIN},
+          "nucleus": "top_p", "temp": "temperature", "typ": "typ_p"}
+_NOT_HERE = {"infill", "adaptive_p", "adaptive-p", "adaptivep", "i", "a"}   # llama.cpp's, not llamavk's
+
+
+def sampler_chain(names) -> tuple[str, ...]:
+    """The samplers' order from llama.cpp's --samplers value ("top_k;temp;...": case-insensitive,
+    kebab-case or without underscores too) or a sequence of such names."""
+    out = []
+    for name in names.split(";") if isinstance(names, str) else names:
+        key = str(name).strip().lower()
+        if not key:
+            continue
+        if key in _NOT_HERE:
+            raise UsageError(f"--samplers: llamavk has no {key} sampler")
+        if key not in _NAMES:
+            raise UsageError(f"--samplers: unknown sampler {name!r} (llama.cpp's: {';'.join(CHAIN)})")
+        out.append(_NAMES[key])
+    return tuple(out)
+
+
+def sampler_sequence(letters: str) -> tuple[str, ...]:
+    """The samplers' order from llama.cpp's --sampling-seq value, one letter each (edskypmxt)."""
+    for ch in letters:
+        if ch not in _LETTERS:
+            raise UsageError(f"--sampling-seq: {'llamavk has no sampler' if ch in _NOT_HERE else 'unknown sampler'} "
+                             f"{ch!r} (llama.cpp's: edskypmxt)")
+    return tuple(_LETTERS[ch] for ch in letters)
+
 
 @dataclass
 class SamplingParams:
@@ -66,6 +100,7 @@ class SamplingParams:
     mirostat: int = 0            # 1, 2: Mirostat, Mirostat 2.0 instead of the chain
     mirostat_tau: float = 5.0    # its target surprise (bits)
     mirostat_eta: float = 0.1    # its learning rate
+    samplers: tuple = CHAIN      # the steps' order (sampler_chain's names)
 
     def __post_init__(self):
         # what would turn the draw's probabilities into NaN: a usage error, not a traceback mid-generation
@@ -75,6 +110,7 @@ class SamplingParams:
                 raise UsageError(f"--{name.replace('_', '-')} must be a finite number")
         if self.repeat_penalty <= 0:
             raise UsageError("--repeat-penalty must be above 0 (1.0: off)")
+        self.samplers = sampler_chain(self.samplers)
         if self.mirostat not in (0, 1, 2):
             raise UsageError("--mirostat must be 0 (off), 1 (Mirostat) or 2 (Mirostat 2.0)")
         if self.repeat_last_n < -1:
@@ -142,62 +178,105 @@ class Sampler:
             x[self._suppress] = -np.inf
         if p.mirostat:
             return int(np.argmax(x)) if p.temp <= 0 else self._mirostat(x / F32(p.temp))
-        if penalize:
-            ids = np.fromiter(self.counts.keys(), np.int64, len(self.counts))
-            n = np.fromiter(self.counts.values(), F32, len(self.counts))
-            v = x[ids]
-            v = np.where(v <= 0, v * F32(p.repeat_penalty), v / F32(p.repeat_penalty))
-            x[ids] = v - (n * F32(p.frequency_penalty) + F32(p.presence_penalty))
-        if p.temp <= 0 and p.typical_p >= 1.0 and not p.xtc:   # greedy: no filter left drops the highest logit
-            return int(np.argmax(x))
-        if p.top_n_sigma > 0 and x.size > 1:
-            x = _top_n_sigma(x, p.top_n_sigma)
-        # the candidates: ids and logits in llama.cpp's order (`ordered`: by logit, highest first)
-        if p.top_k > 0:
-            cand = _top_k(x, min(p.top_k, x.size))
-            vals, ordered = x[cand], True
+        c = _Candidates(x)
+        if p.samplers == CHAIN and p.temp <= 0 and p.typical_p >= 1.0 and not p.xtc:
+            self._penalties(c)                   # greedy: no other step of the chain drops the best
+            return int(np.argmax(c.vals))
+        for step in p.samplers:
+            getattr(self, "_" + step)(c)
+        return c.id(self._draw(c.vals, c.ordered))
+
+    # The steps (llama.cpp's samplers of the same names), each on the candidates as they are
+
+    def _penalties(self, c: "_Candidates") -> None:
+        p = self.p
+        if not (self.counts and p.penalizes):
+            return
+        ids = np.fromiter(self.counts.keys(), np.int64, len(self.counts))
+        if c.cand is None:                       # every token, in token order: the ids are positions
+            pos = ids
         else:
-            cand, vals, ordered = np.arange(x.size), x, False
-        if p.typical_p < 1.0:
-            if not ordered:
-                cand, vals, ordered = _by_logit(cand, vals)
-            probs = _softmax(vals)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                surprise = -np.log(probs)
-                # 0 log 0 = 0: tokens top-n-sigma masked (llama.cpp's sum turns NaN there, and its
-                # order of the candidates is then its sort's accident)
-                entropy = np.cumsum(np.where(probs > 0, probs * surprise, F32(0)), dtype=F32)[-1]
-                order = np.argsort(np.abs(surprise - entropy), kind="stable")
-            keep = _count_to(np.cumsum(probs[order], dtype=F32), p.typical_p, strict=True)
-            cand, vals, ordered = cand[order[:keep]], vals[order[:keep]], False
-        if p.top_p < 1.0:
-            probs = _softmax(vals)
-            if not ordered:
-                order = np.argsort(-vals, kind="stable")
-                cand, vals, probs, ordered = cand[order], vals[order], probs[order], True
-            keep = _count_to(np.cumsum(probs, dtype=F32), p.top_p, strict=False)
-            cand, vals = cand[:keep], vals[:keep]
-        if p.min_p > 0.0:
-            floor = (vals[0] if ordered else vals.max()) + np.log(F32(p.min_p))
-            if not ordered and not (vals >= floor).any():   # min-p > 1: llama.cpp sorts, keeps the best
-                cand, vals, ordered = _by_logit(cand, vals)
-            if ordered:
-                below = np.nonzero(vals[1:] < floor)[0]
-                keep = 1 + below[0] if below.size else vals.size
-                cand, vals = cand[:keep], vals[:keep]
-            else:
-                cand, vals = cand[vals >= floor], vals[vals >= floor]
-        if p.xtc and vals.size > 1 and canonical_float(self.xtc_rng) <= p.xtc_probability:
-            if not ordered:
-                cand, vals, ordered = _by_logit(cand, vals)
-            above = np.nonzero(_softmax(vals) < F32(p.xtc_threshold))[0]   # sorted: the first one below
-            last = (above[0] if above.size else vals.size) - 1                # the last at or above it
-            if last > 0:
-                cand, vals = cand[last:], vals[last:]
-        if p.temp <= 0:                          # greedy after typical or XTC: the first highest in order
-            return int(cand[np.argmax(vals)])
-        vals = vals / F32(p.temp)
-        return int(cand[self._draw(vals, ordered)])
+            pos = np.nonzero(np.isin(c.cand, ids))[0]
+            ids = c.cand[pos]
+        n = np.fromiter((self.counts[t] for t in ids.tolist()), F32, len(ids))
+        v = c.vals[pos]
+        v = np.where(v <= 0, v * F32(p.repeat_penalty), v / F32(p.repeat_penalty))
+        c.vals[pos] = v - (n * F32(p.frequency_penalty) + F32(p.presence_penalty))
+        c.ordered = False
+
+    def _dry(self, c: "_Candidates") -> None:
+        """DRY is not implemented: its default multiplier (0) leaves it out of llama.cpp's chain too."""
+
+    def _top_n_sigma(self, c: "_Candidates") -> None:
+        if self.p.top_n_sigma > 0 and c.vals.size > 1:
+            c.vals = _top_n_sigma(c.vals, self.p.top_n_sigma)
+
+    def _top_k(self, c: "_Candidates") -> None:
+        if self.p.top_k <= 0:
+            return
+        k = min(self.p.top_k, c.vals.size)
+        if c.ordered:
+            c.take(np.arange(k))
+        else:
+            c.take(_top_k(c.vals, k))
+            c.ordered = True
+
+    def _typ_p(self, c: "_Candidates") -> None:
+        if self.p.typical_p >= 1.0:
+            return
+        c.sort()
+        probs = _softmax(c.vals)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            surprise = -np.log(probs)
+            # 0 log 0 = 0: tokens top-n-sigma masked (llama.cpp's sum turns NaN there, and its order
+            # of the candidates is then its sort's accident)
+            entropy = np.cumsum(np.where(probs > 0, probs * surprise, F32(0)), dtype=F32)[-1]
+            order = np.argsort(np.abs(surprise - entropy), kind="stable")
+        keep = _count_to(np.cumsum(probs[order], dtype=F32), self.p.typical_p, strict=True)
+        c.take(order[:keep])
+        c.ordered = False
+
+    def _top_p(self, c: "_Candidates") -> None:
+        if self.p.top_p >= 1.0:
+            return
+        probs = _softmax(c.vals)                 # summed in the candidates' order, then sorted
+        if not c.ordered:
+            order = np.argsort(-c.vals, kind="stable")
+            probs = probs[order]
+            c.take(order)
+            c.ordered = True
+        c.take(np.arange(_count_to(np.cumsum(probs, dtype=F32), self.p.top_p, strict=False)))
+
+    def _min_p(self, c: "_Candidates") -> None:
+        if self.p.min_p <= 0.0:
+            return
+        floor = (c.vals[0] if c.ordered else c.vals.max()) + np.log(F32(self.p.min_p))
+        if not c.ordered and not (c.vals >= floor).any():   # min-p > 1: llama.cpp sorts, keeps the best
+            c.sort()
+        if c.ordered:
+            below = np.nonzero(c.vals[1:] < floor)[0]
+            c.take(np.arange(1 + below[0] if below.size else c.vals.size))
+        else:
+            c.take(np.nonzero(c.vals >= floor)[0])
+
+    def _xtc(self, c: "_Candidates") -> None:
+        p = self.p
+        if not (p.xtc and c.vals.size > 1 and canonical_float(self.xtc_rng) <= p.xtc_probability):
+            return
+        c.sort()
+        above = np.nonzero(_softmax(c.vals) < F32(p.xtc_threshold))[0]   # sorted: the first one below
+        last = (above[0] if above.size else c.vals.size) - 1                # the last at or above it
+        if last > 0:
+            c.take(np.arange(last, c.vals.size))
+
+    def _temperature(self, c: "_Candidates") -> None:
+        if self.p.temp > 0:
+            c.vals = c.vals / F32(self.p.temp)
+        else:                                    # greedy: every candidate but the first best at -inf
+            best = int(np.argmax(c.vals))
+            vals = np.full(c.vals.size, -np.inf, dtype=F32)
+            vals[best] = c.vals[best]
+            c.vals = vals
 
     def _mirostat(self, vals: np.ndarray) -> int:
         """llama.cpp's Mirostat (1) or Mirostat 2.0 (2) on the tempered logits of every token."""
@@ -256,15 +335,32 @@ def _top_k(vals: np.ndarray, k: int) -> np.ndarray:
     return near[np.argsort(-vals[near], kind="stable")]
 
 
+class _Candidates:
+    """The candidates as llama.cpp's token_data_array holds them: ids (None: every token, in token
+    order), their logits, and whether they are sorted by logit, highest first."""
+
+    def __init__(self, logits: np.ndarray):
+        self.cand: np.ndarray | None = None
+        self.vals = logits
+        self.ordered = False
+
+    def take(self, idx: np.ndarray) -> None:
+        self.cand = idx if self.cand is None else self.cand[idx]
+        self.vals = self.vals[idx]
+
+    def sort(self) -> None:
+        if not self.ordered:
+            self.take(np.argsort(-self.vals, kind="stable"))
+            self.ordered = True
+
+    def id(self, i: int) -> int:
+        return int(i if self.cand is None else self.cand[i])
+
+
 def _softmax(vals: np.ndarray) -> np.ndarray:
     """llama.cpp's float32 softmax of the candidates in their order (the sum accumulated in that order)."""
     e = np.exp(vals - vals.max())
     return e / np.cumsum(e, dtype=F32)[-1]
-
-
-def _by_logit(cand: np.ndarray, vals: np.ndarray):
-    order = np.argsort(-vals, kind="stable")
-    return cand[order], vals[order], True
 
 
 def _count_to(cum: np.ndarray, p: float, strict: bool) -> int:

@@ -41,6 +41,15 @@ def test_sampling_flags_and_seed_reach_the_sampler(synthetic_model):
         ids = m.generate("hello", n=12, seed=7, mirostat=2, mirostat_eta=0.2, mirostat_tau=6.0)
         want = b"".join(m.tokenizer.token_to_piece(t) for t in ids)
     assert mirostat.returncode == 0 and mirostat.stdout == b"hello" + want + b"\n", mirostat.stderr
+    base = args[:args.index("-c") + 2] + ["-s", "7", "--temp", "1.5", "--min-p", "0.3"]
+    named = subprocess.run(base + ["--samplers", "temp;top_k;min-p"], capture_output=True, timeout=600)
+    letters = subprocess.run(base + ["--sampling-seq", "tkm"], capture_output=True, timeout=600)
+    with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
+        ids = m.generate("hello", n=12, seed=7, temp=1.5, min_p=0.3, samplers=("temperature", "top_k", "min_p"))
+        want = b"".join(m.tokenizer.token_to_piece(t) for t in ids)
+    assert named.stdout == letters.stdout == b"hello" + want + b"\n", named.stderr + letters.stderr
+    both = subprocess.run(base + ["--samplers", "top_k", "--sampling-seq", "k"], capture_output=True, text=True)
+    assert both.returncode == 2 and "not both" in both.stderr
 
 
 def test_prompt_from_file(tmp_path, synthetic_model):

@@ -248,3 +248,28 @@ def test_out_of_range_values_still_draw_a_token():
                dict(top_n_sigma=0.001), dict(xtc_probability=1.0, xtc_threshold=0.0)):
         assert Sampler(params(seed=24, **kw)).sample(LOGITS) in range(5), kw
     assert Sampler(params(seed=24, min_p=5.0)).sample(LOGITS) == 0
+
+
+def test_sampler_orders_as_llamacpp_names_them():
+    """--samplers takes llama.cpp's names (case-insensitive; kebab-case, no underscores, and its
+    aliases), --sampling-seq its letters; what llamavk lacks or does not know is a usage error."""
+    from llamavk.errors import UsageError
+    from llamavk.sampling import CHAIN, sampler_chain, sampler_sequence
+
+    assert sampler_chain("penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature") == CHAIN
+    assert sampler_sequence("edskypmxt") == CHAIN
+    assert sampler_chain("Top-K;nucleus;minp;TEMP;typ;") == ("top_k", "top_p", "min_p", "temperature", "typ_p")
+    for bad in ("top_k;infill", "top_k;nope"):
+        with pytest.raises(UsageError):
+            sampler_chain(bad)
+    with pytest.raises(UsageError):
+        sampler_sequence("kz")
+
+
+def test_an_order_without_temperature_ignores_temp():
+    """No "temperature" step: --temp 0 is not greedy (llama.cpp's chain then draws at temperature 1).
+    The temperature first: min-p 0.5 sees T 2's probabilities, relative to the best sqrt(p / 0.5) =
+    1, 0.775, 0.548, 0.283, 0.141, so it keeps three (at T 1, 1, 0.6, 0.3, ...: two)."""
+    assert_distribution(frequencies(params(temp=0.0, samplers=("top_k",), seed=25)), P)
+    f = frequencies(params(temp=2.0, min_p=0.5, samplers=("temperature", "min_p"), seed=26))
+    assert_distribution(f, (P ** 0.5) * [1, 1, 1, 0, 0])

@@ -4,7 +4,8 @@ rounding of each other (a quantized one would not: llama.cpp's CPU products quan
 no draw falls on the other side of a candidate's edge in these few tokens. Each configuration takes
 another path of llamavk/sampling.py: the default chain, min-p on candidates in token order (no
 top-k), typical with presence and frequency penalties, top-n-sigma with top-p and min-p, the repeat
-penalty, greedy with every penalty, XTC (its own random numbers), Mirostat 2.0 and Mirostat."""
+penalty, greedy with every penalty, XTC (its own random numbers), Mirostat 2.0 and Mirostat, two other
+orders of the samplers (--samplers)."""
 
 import subprocess
 
@@ -31,12 +32,14 @@ CONFIGS = [
     dict(seed=3, temp=1.0, xtc_probability=0.9, xtc_threshold=0.02),
     dict(seed=15, temp=0.9, mirostat=2, mirostat_tau=6.0, mirostat_eta=0.2),
     dict(seed=16, temp=1.0, mirostat=1, mirostat_tau=7.0, mirostat_eta=0.1),
+    dict(seed=21, temp=1.5, min_p=0.2, samplers="temperature;top_k;min_p"),     # min-p after the temperature
+    dict(seed=25, temp=0.0, samplers="top_k;top_p"),                            # no temperature: --temp 0 unused
 ]
 FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="--min-p",
              typical_p="--typical", top_n_sigma="--top-nsigma", presence_penalty="--presence-penalty",
              frequency_penalty="--frequency-penalty", repeat_last_n="--repeat-last-n",
              repeat_penalty="--repeat-penalty", xtc_probability="--xtc-probability", xtc_threshold="--xtc-threshold",
-             mirostat="--mirostat", mirostat_tau="--mirostat-ent", mirostat_eta="--mirostat-lr")
+             mirostat="--mirostat", mirostat_tau="--mirostat-ent", mirostat_eta="--mirostat-lr", samplers="--samplers")
 
 
 def llamacpp_completion(model, config, need: int) -> tuple[bytes, bool]:

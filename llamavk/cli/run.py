@@ -99,6 +99,11 @@ def run(
                                  help="Mirostat sampling instead of the chain: 1, or 2 (Mirostat 2.0); 0: off."),
     mirostat_eta: float = typer.Option(0.1, "--mirostat-lr", help="Mirostat's learning rate (eta)."),
     mirostat_tau: float = typer.Option(5.0, "--mirostat-ent", help="Mirostat's target entropy (tau)."),
+    samplers: str = typer.Option(None, "--samplers",
+                                 help="The samplers' order, separated by ';' (default penalties;dry;top_n_sigma;"
+                                      "top_k;typ_p;top_p;min_p;xtc;temperature)."),
+    sampling_seq: str = typer.Option(None, "--sampling-seq", "--sampler-seq",
+                                     help="The samplers' order as letters (default edskypmxt)."),
     device: str = DEVICE,
     split_mode: str = SPLIT_MODE,
     tensor_split: str = TENSOR_SPLIT,
@@ -134,13 +139,18 @@ def run(
             raise UsageError("give either -p or -f, not both")
         if ctx_size is not None and ctx_size < 0:
             raise UsageError("-c must be 0 (the model's training context) or more")
-        from ..sampling import SamplingParams   # its checks, before the load (generate() makes its own)
+        from ..sampling import CHAIN, SamplingParams, sampler_chain, sampler_sequence   # checked before the load
+
+        if samplers is not None and sampling_seq is not None:
+            raise UsageError("give either --samplers or --sampling-seq, not both")
+        order = sampler_chain(samplers) if samplers is not None else \
+            sampler_sequence(sampling_seq) if sampling_seq is not None else CHAIN
 
         sampling = dict(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
                         repeat_last_n=repeat_last_n, seed=seed, presence_penalty=presence_penalty,
                         frequency_penalty=frequency_penalty, typical_p=typical_p, top_n_sigma=top_n_sigma,
                         xtc_probability=xtc_probability, xtc_threshold=xtc_threshold, mirostat=mirostat,
-                        mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
+                        mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, samplers=order)
         SamplingParams(**sampling)
         if file is not None:
             from ..perplexity import read_text   # as llama-completion's -f: raw bytes, one final LF dropped
