@@ -171,9 +171,8 @@ class Sampler:
 
     def sample(self, logits: np.ndarray) -> int:
         p = self.p
-        penalize = bool(self.counts) and p.penalizes
         # a copy where logits are written (the runtime's array may be a view of its buffer)
-        x = np.array(logits, dtype=F32) if self._suppress.size or penalize else np.asarray(logits, dtype=F32)
+        x = np.array(logits, dtype=F32) if self._suppress.size or self._penalizing else np.asarray(logits, dtype=F32)
         if self._suppress.size:
             x[self._suppress] = -np.inf
         if p.mirostat:
@@ -188,9 +187,14 @@ class Sampler:
 
     # The steps (llama.cpp's samplers of the same names), each on the candidates as they are
 
+    @property
+    def _penalizing(self) -> bool:
+        """Whether the penalties change any logit now (a penalty set and tokens in the window)."""
+        return bool(self.counts) and self.p.penalizes
+
     def _penalties(self, c: "_Candidates") -> None:
         p = self.p
-        if not (self.counts and p.penalizes):
+        if not self._penalizing:
             return
         ids = np.fromiter(self.counts.keys(), np.int64, len(self.counts))
         if c.cand is None:                       # every token, in token order: the ids are positions

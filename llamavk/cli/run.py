@@ -45,11 +45,13 @@ def write_text(out, text: str) -> None:
     they were, which a strict text stream would refuse."""
     from ..tokenizer.stray_bytes import has_stray_bytes, to_bytes
 
-    if has_stray_bytes(text) and hasattr(out, "buffer"):
+    if not has_stray_bytes(text):
+        out.write(text)
+    elif hasattr(out, "buffer"):
         out.flush()
         out.buffer.write(to_bytes(text))
-    else:
-        out.write(text.encode("utf-8", "replace").decode("utf-8") if has_stray_bytes(text) else text)
+    else:                                        # a text stream alone: the stray bytes as "?"
+        out.write(text.encode("utf-8", "replace").decode("utf-8"))
 
 
 def perf_report(t, total_ms: float) -> list[str]:
@@ -202,7 +204,7 @@ def run(
             # two tokens, or bytes that are not UTF-8, reach the terminal or file unchanged); a text
             # stream without bytes underneath (a test's) gets the decoded text
             raw = getattr(out, "buffer", None)
-            stream = m.tokenizer.stream()
+            stream = m.tokenizer.stream() if raw is None else None
             interrupted = False
             first = True
             try:
