@@ -27,7 +27,7 @@ from .memory_fit import check_fit, estimate_device_need, free_memory, weight_pro
 from .models import build_graph, load_model_file
 from .runtime import DeviceRuntime
 from .split import DEFAULT_MODE, SplitOptions, build_split_runtime, choose_devices
-from .sampling import CHAIN, Sampler, SamplingParams
+from .sampling import Sampler, SamplingParams
 from .tokenizer import Tokenizer
 from .vk import get_instance
 
@@ -207,24 +207,19 @@ class Model:
             raise UsageError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx} (use a larger -c)")
         return tokens
 
-    def generate(self, prompt: str | bytes | list[int], n: int = -1, *, temp: float = 0.8, top_k: int = 40,
-                 top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
-                 repeat_last_n: int = 64, seed: int = -1, ignore_eos: bool = False,
-                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0, typical_p: float = 1.0,
-                 top_n_sigma: float = -1.0, xtc_probability: float = 0.0, xtc_threshold: float = 0.1,
-                 mirostat: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
-                 samplers=CHAIN) -> Iterator[int]:
+    def generate(self, prompt: str | bytes | list[int], n: int = -1, *, ignore_eos: bool = False,
+                 **sampling) -> Iterator[int]:
         """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, or a full context.
-        Sampling is llama.cpp's chain (llamavk.sampling; a seed gives its draws); ignore_eos:
+        Sampling is llama.cpp's chain (llamavk.sampling; a seed gives its draws), configured by
+        SamplingParams' fields as keywords (temp=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=-1,
+        repeat_penalty, typical_p, top_n_sigma, xtc_*, mirostat*, dry_*, samplers, ...); ignore_eos:
         end-of-generation tokens are never sampled (llama.cpp's --ignore-eos)."""
         tokens = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
         tokens = self.check_tokens(tokens)
-        params = SamplingParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed,
-                                presence_penalty, frequency_penalty, typical_p, top_n_sigma,
-                                xtc_probability, xtc_threshold, mirostat, mirostat_tau, mirostat_eta, samplers)
+        params = SamplingParams(**sampling)
         vocab = self.tokenizer.vocab
         suppress = set(vocab.suppress_ids) | (vocab.eog_ids if ignore_eos else set())
-        sampler = Sampler(params, history=tokens, n_ctx=self.n_ctx, suppress=suppress)
+        sampler = Sampler(params, history=tokens, n_ctx=self.n_ctx, suppress=suppress, tokenizer=self.tokenizer)
         tm = self.timings
         tm.eval_ms = tm.sample_ms = 0.0
         tm.eval_runs = 0

@@ -1,8 +1,8 @@
 """Token sampling on the host: llama.cpp's default sampler chain (common_sampler over
 llama-sampler.cpp), step for step, its draw included:
 
-    suppressed tokens -> penalties -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> XTC -> temperature
-    -> draw
+    suppressed tokens -> penalties -> DRY -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> XTC
+    -> temperature -> draw
 
 - Penalties over the last repeat_last_n tokens (the prompt's included; -1: the context): a token's
   logit divided by the repeat penalty (multiplied where it is <= 0), then less count x frequency
@@ -26,8 +26,9 @@ llama-sampler.cpp), step for step, its draw included:
   can drop it).
 - --samplers / --sampling-seq reorder or leave out steps as llama.cpp's do (without "temperature"
   no temperature applies, --temp 0 included).
-- Not here: DRY (its default multiplier 0 leaves it out of llama.cpp's chain too; "dry" in an order
-  is a step that does nothing), infill, adaptive-p, a grammar.
+- DRY (--dry-multiplier > 0): tokens that would extend a repeat of the last --dry-penalty-last-n
+  tokens lose logit by the repeat's length (sampling_dry.py).
+- Not here: infill, adaptive-p, a grammar.
 - Choice: typical after top-n-sigma with masked candidates left (top-k 0) takes 0 log 0 = 0 in the
   entropy; llama.cpp's sum turns NaN there and its candidates' order is its sort's accident.
 
@@ -46,6 +47,7 @@ import numpy as np
 
 from .cpp_random import MT19937, canonical, canonical_float, discrete
 from .errors import UsageError
+from .sampling_dry import DEFAULT_BREAKERS, Dry, breaker_sequences
 
 F32 = np.float32
 
@@ -101,11 +103,17 @@ class SamplingParams:
     mirostat_tau: float = 5.0    # its target surprise (bits)
     mirostat_eta: float = 0.1    # its learning rate
     samplers: tuple = CHAIN      # the steps' order (sampler_chain's names)
+    dry_multiplier: float = 0.0  # DRY (sampling_dry.py); 0: off
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 64  # 0: off
+    dry_sequence_breakers: tuple = DEFAULT_BREAKERS
 
     def __post_init__(self):
         # what would turn the draw's probabilities into NaN: a usage error, not a traceback mid-generation
         for name in ("temp", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
-                     "typical_p", "top_n_sigma", "xtc_probability", "xtc_threshold", "mirostat_tau", "mirostat_eta"):
+                     "typical_p", "top_n_sigma", "xtc_probability", "xtc_threshold", "mirostat_tau", "mirostat_eta",
+                     "dry_multiplier", "dry_base"):
             if not math.isfinite(getattr(self, name)):
                 raise UsageError(f"--{name.replace('_', '-')} must be a finite number")
         if self.repeat_penalty <= 0:
@@ -115,6 +123,9 @@ class SamplingParams:
             raise UsageError("--mirostat must be 0 (off), 1 (Mirostat) or 2 (Mirostat 2.0)")
         if self.repeat_last_n < -1:
             raise UsageError("--repeat-last-n must be -1 (the context), 0 (off) or more")
+        if self.dry_penalty_last_n < 0:
+            raise UsageError("--dry-penalty-last-n must be 0 (off) or more")
+        self.dry_sequence_breakers = tuple(self.dry_sequence_breakers)
 
     @property
     def xtc(self) -> bool:
@@ -126,14 +137,27 @@ class SamplingParams:
 
 
 class Sampler:
-    def __init__(self, params: SamplingParams, history=(), n_ctx: int | None = None, suppress=()):
+    """params' chain over a sequence's logits. history: the tokens before (the prompt), which the
+    penalties and DRY look back on; tokenizer: the one DRY's sequence breakers are read with (needed
+    where DRY is on and has breakers)."""
+
+    def __init__(self, params: SamplingParams, history=(), n_ctx: int | None = None, suppress=(), tokenizer=None):
         self.p = params
         n = params.repeat_last_n if params.repeat_last_n >= 0 else (n_ctx or 0)
         self.window = n
         self.recent: deque[int] = deque()
         self.counts: Counter[int] = Counter()
-        for t in list(history)[-n:] if n else ():
-            self.accept(t)
+        self.dry = Dry(params.dry_multiplier, params.dry_base, params.dry_allowed_length,
+                       params.dry_penalty_last_n, {})
+        if self.dry.enabled and params.dry_sequence_breakers and "dry" in params.samplers and not params.mirostat:
+            if tokenizer is None:
+                raise ValueError("DRY's sequence breakers need the tokenizer")
+            self.dry.breakers = breaker_sequences(tokenizer, params.dry_sequence_breakers)
+        history = list(history)
+        for t in history[-n:] if n else ():
+            self._accept_penalties(t)
+        for t in history[-self.dry.recent.maxlen:] if self.dry.recent.maxlen else ():
+            self.dry.accept(t)
         self._suppress = np.unique(np.asarray(list(suppress), dtype=np.int64))
         self._rng: MT19937 | None = None
         self._xtc_rng: MT19937 | None = None
@@ -158,7 +182,11 @@ class Sampler:
         return self._xtc_rng
 
     def accept(self, token: int) -> None:
-        """A token of the sequence (prompt or generated): the penalties' window moves on."""
+        """A token of the sequence (prompt or generated): the penalties' and DRY's windows move on."""
+        self._accept_penalties(token)
+        self.dry.accept(token)
+
+    def _accept_penalties(self, token: int) -> None:
         if not self.window:
             return
         self.counts[token] += 1
@@ -172,7 +200,8 @@ class Sampler:
     def sample(self, logits: np.ndarray) -> int:
         p = self.p
         # a copy where logits are written (the runtime's array may be a view of its buffer)
-        x = np.array(logits, dtype=F32) if self._suppress.size or self._penalizing else np.asarray(logits, dtype=F32)
+        writes = self._suppress.size or self._penalizing or self.dry.enabled
+        x = np.array(logits, dtype=F32) if writes else np.asarray(logits, dtype=F32)
         if self._suppress.size:
             x[self._suppress] = -np.inf
         if p.mirostat:
@@ -180,6 +209,7 @@ class Sampler:
         c = _Candidates(x)
         if p.samplers == CHAIN and p.temp <= 0 and p.typical_p >= 1.0 and not p.xtc:
             self._penalties(c)                   # greedy: no other step of the chain drops the best
+            self._dry(c)
             return int(np.argmax(c.vals))
         for step in p.samplers:
             getattr(self, "_" + step)(c)
@@ -209,7 +239,15 @@ class Sampler:
         c.ordered = False
 
     def _dry(self, c: "_Candidates") -> None:
-        """DRY is not implemented: its default multiplier (0) leaves it out of llama.cpp's chain too."""
+        longest = self.dry.repeats()
+        if longest is None:                      # nothing to look at (llama.cpp returns before its last step)
+            return
+        for t, length in longest.items():
+            if self.dry.single_token_breaker(t):
+                continue
+            pos = t if c.cand is None else np.nonzero(c.cand == t)[0]
+            c.vals[pos] = c.vals[pos] - self.dry.penalty(length)
+        c.ordered = False
 
     def _top_n_sigma(self, c: "_Candidates") -> None:
         if self.p.top_n_sigma > 0 and c.vals.size > 1:

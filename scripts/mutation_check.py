@@ -32,6 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+DRY_TESTS = ("tests/test_sampling_dry.py", "tests/test_sampling_llamacpp.py", "-k", "dry")
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -80,6 +83,27 @@ MUTANTS = [
     Mutant("sampling-order-ignored", "llamavk/sampling.py",
            "        for step in p.samplers:", "        for step in CHAIN:",
            ("tests/test_sampling.py",), "--samplers' order not followed: always the default chain"),
+    Mutant("dry-next-token-off-by-one", "llamavk/sampling_dry.py",
+           "t = toks[n - 2 - i]", "t = toks[n - 1 - i]",
+           DRY_TESTS, "DRY penalizes the repeat's last token instead of the one that would extend it"),
+    Mutant("dry-breaker-cap-whole-distance", "llamavk/sampling_dry.py",
+           "limit = i - longest", "limit = i",
+           DRY_TESTS, "a breaker's tail not counted: repeats capped one tail too long"),
+    Mutant("dry-breaker-token-penalized", "llamavk/sampling.py",
+           "if self.dry.single_token_breaker(t):\n                continue", "pass",
+           DRY_TESTS, "tokens that are breakers by themselves penalized too"),
+    Mutant("dry-exponent-one-more", "llamavk/sampling_dry.py",
+           "exponent = length - self.allowed", "exponent = length - self.allowed + 1",
+           DRY_TESTS, "DRY's exponent counts the allowed length one short"),
+    Mutant("dry-tail-with-last-head-byte", "llamavk/sampling_dry.py",
+           "tail_ids(s[n:])", "tail_ids(s[n - 1:])",
+           DRY_TESTS, "a breaker's tail tokenized from the head's last byte"),
+    Mutant("dry-greedy-skipped", "llamavk/sampling.py",
+           "            self._dry(c)\n            return int(np.argmax(c.vals))", "            return int(np.argmax(c.vals))",
+           DRY_TESTS, "greedy sampling leaves DRY out"),
+    Mutant("dry-prompt-not-seen", "llamavk/sampling.py",
+           "            self.dry.accept(t)\n", "            pass\n",
+           DRY_TESTS, "DRY's window starts empty: the prompt's repeats not seen"),
     Mutant("sampling-draw-words-swapped", "llamavk/cpp_random.py",
            "r = (float(w0) + float(w1) * _TWO_32) / _TWO_64", "r = (float(w1) + float(w0) * _TWO_32) / _TWO_64",
            ("tests/test_sampling_llamacpp.py",), "the draw's two words in the other order (not libstdc++'s double)"),

@@ -52,6 +52,37 @@ def test_sampling_flags_and_seed_reach_the_sampler(synthetic_model):
     assert both.returncode == 2 and "not both" in both.stderr
 
 
+def test_dry_flags_reach_the_sampler(synthetic_model):
+    """run's DRY flags give the API's tokens for the same values, and each set below gives other tokens
+    than the one before it (so a flag dropped or mixed up would show): the base (--dry-base below 1 is
+    ignored, as llama.cpp does), the allowed length, a breaker given with an escape (a byte that is not
+    UTF-8, then "ar": two tokens), the window. The prompt's greedy completion on this model loops
+    (tests/test_sampling_llamacpp.py)."""
+    import llamavk
+    from llamavk.tokenizer.stray_bytes import from_bytes
+
+    path = str(synthetic_model("llama", "f32"))
+    prompt = "to be: or not to be: that is: to be"
+    cases = [(["--temp", "0", "--dry-multiplier", "0.1", "--dry-base", "0.5"], dict(temp=0, dry_multiplier=0.1)),
+             (["--temp", "0", "--dry-multiplier", "0.1", "--dry-base", "2"], dict(temp=0, dry_multiplier=0.1, dry_base=2.0)),
+             (["--temp", "0", "--dry-multiplier", "0.1", "--dry-base", "2", "--dry-allowed-length", "3"],
+              dict(temp=0, dry_multiplier=0.1, dry_base=2.0, dry_allowed_length=3)),
+             (["--temp", "0", "--dry-multiplier", "1", "--dry-sequence-breaker", "\\xb1ar"],
+              dict(temp=0, dry_multiplier=1.0, dry_sequence_breakers=(from_bytes(b"\xb1ar"),))),
+             (["--temp", "0", "--dry-multiplier", "1"], dict(temp=0, dry_multiplier=1.0)),
+             (["-s", "2", "--temp", "0.5", "--dry-multiplier", "1", "--dry-penalty-last-n", "8"],
+              dict(seed=2, temp=0.5, dry_multiplier=1.0, dry_penalty_last_n=8)),
+             (["-s", "2", "--temp", "0.5", "--dry-multiplier", "1"], dict(seed=2, temp=0.5, dry_multiplier=1.0))]
+    with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
+        want = [b"".join(m.tokenizer.token_to_piece(t) for t in m.generate(prompt, n=24, **kw)) for _, kw in cases]
+    assert all(a != b for a, b in zip(want, want[1:]))
+    for (flags, _), w in zip(cases, want):
+        r = subprocess.run([sys.executable, "-m", "llamavk", "run", "-m", path, "-p", prompt, "-n", "24", "-c", "64",
+                            "--no-display-prompt", *flags], capture_output=True, timeout=600)
+        assert r.returncode == 0 and r.stdout == w + b"\n", (flags, r.stderr)
+        assert (b"--dry-base 0.5 is below 1" in r.stderr) == (flags[-2:] == ["--dry-base", "0.5"])
+
+
 def test_prompt_from_file(tmp_path, synthetic_model):
     f = tmp_path / "prompt.txt"
     f.write_text("hello world")
@@ -107,7 +138,8 @@ def test_negative_context_is_usage_error(synthetic_model):
 
 def test_sampling_values_that_would_give_nan_are_usage_errors(synthetic_model):
     path = str(synthetic_model("llama", "q4_0"))
-    for flag, value in (("--repeat-penalty", "0"), ("--repeat-penalty", "-1"), ("--temp", "nan"), ("--top-p", "inf")):
+    for flag, value in (("--repeat-penalty", "0"), ("--repeat-penalty", "-1"), ("--temp", "nan"), ("--top-p", "inf"),
+                        ("--dry-multiplier", "nan"), ("--dry-penalty-last-n", "-1")):
         r = run("-m", path, "-p", "hi", "-n", "4", "-c", "16", flag, value)
         one_line_error(r, 2)
         assert flag in r.stderr and r.stdout == ""

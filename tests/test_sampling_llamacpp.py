@@ -5,13 +5,17 @@ no draw falls on the other side of a candidate's edge in these few tokens. Each 
 another path of llamavk/sampling.py: the default chain, min-p on candidates in token order (no
 top-k), typical with presence and frequency penalties, top-n-sigma with top-p and min-p, the repeat
 penalty, greedy with every penalty, XTC (its own random numbers), Mirostat 2.0 and Mirostat, two other
-orders of the samplers (--samplers)."""
+orders of the samplers (--samplers), and DRY: greedy and sampled, its length and base, a short window,
+after top-k and min-p, and sequence breakers of one token and of two (a byte token then "▁ar": the tail
+as llama.cpp tokenizes it, with SPM's space prefix) on a prompt whose greedy completion loops. Each DRY
+configuration changes the tokens (test_dry_configurations_matter), so a DRY left out would fail it."""
 
 import subprocess
 
 import pytest
 
 import llamavk
+from llamavk.cli.run import dry_breakers
 
 from .llamacpp_ref import llamacpp_tool
 
@@ -35,11 +39,31 @@ CONFIGS = [
     dict(seed=21, temp=1.5, min_p=0.2, samplers="temperature;top_k;min_p"),     # min-p after the temperature
     dict(seed=25, temp=0.0, samplers="top_k;top_p"),                            # no temperature: --temp 0 unused
 ]
+LOOPS = "to be: or not to be: that is: to be"   # greedy: ... bj <0xB1> ▁ar bj <0xB1> ▁ar ... from token 10
+N_DRY = 24             # tokens compared under DRY, which bites once the loop has begun
+OFF, NO_BREAKERS = dict(dry_multiplier=0.0), dict(dry_sequence_breaker=["none"])
+# (configuration, the changes to it that must change its tokens: what the oracle comparison covers)
+DRY_CASES = [
+    (dict(prompt=LOOPS, seed=1, temp=0.0, dry_multiplier=0.5, dry_allowed_length=1, dry_base=2.5),
+     [OFF, dict(dry_allowed_length=3)]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, dry_multiplier=0.1, dry_base=2.0),
+     [OFF, dict(dry_base=1.75), dict(dry_allowed_length=3)]),
+    (dict(prompt=LOOPS, seed=2, temp=0.5, dry_multiplier=1.0), [OFF, dict(dry_multiplier=0.3)]),
+    (dict(prompt=LOOPS, seed=2, temp=0.5, dry_multiplier=1.0, dry_penalty_last_n=8), [dict(dry_penalty_last_n=64)]),
+    (dict(prompt=LOOPS, seed=3, temp=0.4, top_k=5, dry_multiplier=1.0, samplers="top_k;min_p;dry;temperature"),
+     [OFF, dict(dry_penalty_last_n=8)]),
+    # the breakers stop DRY in the loop: one token, then two (the byte's token and "▁ar")
+    (dict(prompt=LOOPS, seed=1, temp=0.0, dry_multiplier=3.0, dry_sequence_breaker=["bj"]), [NO_BREAKERS]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, dry_multiplier=1.0, dry_sequence_breaker=["\\xb1ar"]), [NO_BREAKERS]),
+]
+DRY_CONFIGS = [c for c, _ in DRY_CASES]
 FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="--min-p",
              typical_p="--typical", top_n_sigma="--top-nsigma", presence_penalty="--presence-penalty",
              frequency_penalty="--frequency-penalty", repeat_last_n="--repeat-last-n",
              repeat_penalty="--repeat-penalty", xtc_probability="--xtc-probability", xtc_threshold="--xtc-threshold",
-             mirostat="--mirostat", mirostat_tau="--mirostat-ent", mirostat_eta="--mirostat-lr", samplers="--samplers")
+             mirostat="--mirostat", mirostat_tau="--mirostat-ent", mirostat_eta="--mirostat-lr", samplers="--samplers",
+             dry_multiplier="--dry-multiplier", dry_base="--dry-base", dry_allowed_length="--dry-allowed-length",
+             dry_penalty_last_n="--dry-penalty-last-n")
 
 
 def llamacpp_completion(model, config, need: int) -> tuple[bytes, bool]:
@@ -48,8 +72,11 @@ def llamacpp_completion(model, config, need: int) -> tuple[bytes, bool]:
     output goes through a logging thread it leaves running at exit (common/log.cpp leaks it), so a
     run can end before the thread has written its last lines, or any: retried until `need` bytes or
     the whole output came out. A longer run than compared gives the thread time to write them."""
-    args = [str(llamacpp_tool("llama-completion")), "-m", str(model), "-p", PROMPT, "-n", str(6 * N), "-ngl", "0",
-            "-t", "2", "-no-cnv", "--no-display-prompt", "-c", "128"]
+    config = dict(config)
+    args = [str(llamacpp_tool("llama-completion")), "-m", str(model), "-p", config.pop("prompt", PROMPT), "-n",
+            str(6 * N), "-ngl", "0", "-t", "2", "-no-cnv", "--no-display-prompt", "-c", "128"]
+    for breaker in config.pop("dry_sequence_breaker", ()):
+        args += ["--dry-sequence-breaker", breaker]
     for key, value in config.items():
         args += [FLAGS[key], str(value)]
     out = b""
@@ -70,15 +97,41 @@ def model(synthetic_model):
     return synthetic_model("llama", "f32")
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def ours(m, config) -> list[int]:
+    """Our first N (N_DRY) tokens for a configuration (its breakers as run's --dry-sequence-breaker
+    takes them)."""
+    config = dict(config)
+    prompt = config.pop("prompt", PROMPT)
+    n = N_DRY if any(k.startswith("dry_") for k in config) else N
+    if "dry_sequence_breaker" in config:
+        config["dry_sequence_breakers"] = dry_breakers(config.pop("dry_sequence_breaker"), escape=True)
+    return list(m.generate(prompt, n=n, **config))
+
+
+def config_id(c) -> str:
+    return ",".join(f"{k}={v}" for k, v in c.items() if k != "prompt") + (",loops" if c.get("prompt") == LOOPS else "")
+
+
+@pytest.mark.parametrize("config", CONFIGS + DRY_CONFIGS, ids=config_id)
 def test_tokens_equal_llama_completions(model, config):
     """Our first N tokens' bytes begin llama-completion's output (are all of it where the end of
     text came first)."""
     with llamavk.load(str(model), n_ctx=128, warn=lambda m: None) as m:
-        ids = list(m.generate(PROMPT, n=N, **config))
-        ours = b"".join(m.tokenizer.token_to_piece(t) for t in ids)
-    theirs, whole = llamacpp_completion(model, config, len(ours) + 1)
-    if len(ids) < N:                              # the end of text: llama.cpp's too, at the same place
-        assert whole and theirs == ours.rstrip(b"\n"), (ours, theirs)
+        ids = ours(m, config)
+        ours_bytes = b"".join(m.tokenizer.token_to_piece(t) for t in ids)
+    theirs, whole = llamacpp_completion(model, config, len(ours_bytes) + 1)
+    if len(ids) < (N_DRY if config in DRY_CONFIGS else N):   # the end of text: llama.cpp's too, at the same place
+        assert whole and theirs == ours_bytes.rstrip(b"\n"), (ours_bytes, theirs)
     else:
-        assert theirs.startswith(ours.rstrip(b"\n")), (ours, theirs)
+        assert theirs.startswith(ours_bytes.rstrip(b"\n")), (ours_bytes, theirs)
+
+
+@pytest.mark.parametrize("case", DRY_CASES, ids=lambda case: config_id(case[0]))
+def test_dry_configurations_matter(model, case):
+    """Each DRY configuration's tokens differ from those with DRY off, or with its length, base,
+    window or breakers changed: the oracle comparison sees what each part does."""
+    config, contrasts = case
+    with llamavk.load(str(model), n_ctx=128, warn=lambda m: None) as m:
+        got = ours(m, config)
+        for change in contrasts:
+            assert got != ours(m, dict(config, **change)), change

@@ -70,6 +70,19 @@ def perf_report(t, total_ms: float) -> list[str]:
     ]
 
 
+def dry_breakers(values: list[str] | None, escape: bool) -> tuple[str, ...]:
+    """--dry-sequence-breaker as llama.cpp reads it: the first one given replaces the defaults,
+    "none" drops every one before it, escapes processed (with -e) after that."""
+    from ..sampling_dry import DEFAULT_BREAKERS
+
+    if not values:
+        return DEFAULT_BREAKERS
+    out: list[str] = []
+    for v in values:
+        out = [] if v == "none" else out + [v]
+    return tuple(process_escapes(v) if escape else v for v in out)
+
+
 def run(
     model: Path = typer.Option(None, "--model", "-m", help="GGUF model file (default: the bundled SmolLM2-135M)."),
     prompt: str = typer.Option(None, "--prompt", "-p", help="Prompt text."),
@@ -101,6 +114,15 @@ def run(
                                  help="Mirostat sampling instead of the chain: 1, or 2 (Mirostat 2.0); 0: off."),
     mirostat_eta: float = typer.Option(0.1, "--mirostat-lr", help="Mirostat's learning rate (eta)."),
     mirostat_tau: float = typer.Option(5.0, "--mirostat-ent", help="Mirostat's target entropy (tau)."),
+    dry_multiplier: float = typer.Option(0.0, "--dry-multiplier", help="DRY repetition penalty's multiplier (0.0: off)."),
+    dry_base: float = typer.Option(1.75, "--dry-base", help="DRY's base (below 1: ignored, as llama.cpp)."),
+    dry_allowed_length: int = typer.Option(2, "--dry-allowed-length",
+                                           help="DRY: repeats longer than this are penalized."),
+    dry_penalty_last_n: int = typer.Option(64, "--dry-penalty-last-n",
+                                           help="DRY: tokens looked back on for repeats (0: off)."),
+    dry_sequence_breaker: list[str] = typer.Option(
+        None, "--dry-sequence-breaker",
+        help="A DRY sequence breaker, repeatable; replaces the defaults ('\\n', ':', '\"', '*'); 'none': none."),
     samplers: str = typer.Option(None, "--samplers",
                                  help="The samplers' order, separated by ';' (default penalties;dry;top_n_sigma;"
                                       "top_k;typ_p;top_p;min_p;xtc;temperature)."),
@@ -152,7 +174,14 @@ def run(
                         repeat_last_n=repeat_last_n, seed=seed, presence_penalty=presence_penalty,
                         frequency_penalty=frequency_penalty, typical_p=typical_p, top_n_sigma=top_n_sigma,
                         xtc_probability=xtc_probability, xtc_threshold=xtc_threshold, mirostat=mirostat,
-                        mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, samplers=order)
+                        mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, samplers=order,
+                        dry_multiplier=dry_multiplier, dry_allowed_length=dry_allowed_length,
+                        dry_penalty_last_n=dry_penalty_last_n,
+                        dry_sequence_breakers=dry_breakers(dry_sequence_breaker, escape))
+        if dry_base >= 1.0:                   # llama.cpp's --dry-base keeps its default below 1
+            sampling["dry_base"] = dry_base
+        else:
+            eprint(f"warning: --dry-base {dry_base} is below 1: ignored (1.75), as llama.cpp does")
         SamplingParams(**sampling)
         if file is not None:
             from ..perplexity import read_text   # as llama-completion's -f: raw bytes, one final LF dropped

@@ -130,14 +130,16 @@ class Tokenizer:
 
     def decode(self, ids: list[int]) -> str:
         """Whole-sequence detokenisation (llama_detokenize with special tokens rendered)."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def decode_bytes(self, ids: list[int]) -> bytes:
+        """decode's bytes, before any UTF-8 decoding (llama_detokenize's text)."""
         parts = [self.token_to_piece(t) for t in ids]
         # SPM models add a space prefix when encoding; drop one leading space of the first piece.
         if parts and self.vocab.add_space_prefix and parts[0].startswith(b" "):
             parts[0] = parts[0][1:]
         data = b"".join(parts)
-        if self.vocab.clean_spaces:
-            data = _clean_spaces(data)
-        return data.decode("utf-8", errors="replace")
+        return _clean_spaces(data) if self.vocab.clean_spaces else data
 
     def stream(self) -> StreamDecoder:
         return StreamDecoder(self.token_to_piece)
