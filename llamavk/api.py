@@ -27,6 +27,7 @@ from .memory_fit import check_fit, estimate_device_need, free_memory, weight_pro
 from .models import build_graph, load_model_file
 from .runtime import DeviceRuntime
 from .split import DEFAULT_MODE, SplitOptions, build_split_runtime, choose_devices
+from .reverse_prompt import ReversePrompts
 from .sampling import Sampler, SamplingParams
 from .tokenizer import Tokenizer
 from .vk import get_instance
@@ -208,21 +209,29 @@ class Model:
         return tokens
 
     def generate(self, prompt: str | bytes | list[int], n: int = -1, *, ignore_eos: bool = False,
-                 **sampling) -> Iterator[int]:
-        """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, or a full context.
-        Sampling is llama.cpp's chain (llamavk.sampling; a seed gives its draws), configured by
-        SamplingParams' fields as keywords (temp=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=-1,
-        repeat_penalty, typical_p, top_n_sigma, xtc_*, mirostat*, dry_*, samplers, ...); ignore_eos:
+                 reverse_prompts=(), **sampling) -> Iterator[int]:
+        """Yield generated token ids: until `n` tokens (-1: no limit), end of generation, a full
+        context, or the token after which the text ends with one of `reverse_prompts` (llama.cpp's -r,
+        reverse_prompt.py; a prompt that ends with one yields nothing). Sampling is llama.cpp's chain
+        (llamavk.sampling; a seed gives its draws), configured by SamplingParams' fields as keywords
+        (temp=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=-1, repeat_penalty, typical_p, top_n_sigma,
+        xtc_*, mirostat*, dry_*, logit_bias=[(token, bias)...], samplers, ...); ignore_eos:
         end-of-generation tokens are never sampled (llama.cpp's --ignore-eos)."""
         tokens = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
         tokens = self.check_tokens(tokens)
         params = SamplingParams(**sampling)
+        for t, _ in params.logit_bias:
+            if not 0 <= t < self.config.n_vocab:
+                raise UsageError(f"logit bias: token id {t} is outside the vocabulary (0..{self.config.n_vocab - 1})")
         vocab = self.tokenizer.vocab
         suppress = set(vocab.suppress_ids) | (vocab.eog_ids if ignore_eos else set())
         sampler = Sampler(params, history=tokens, n_ctx=self.n_ctx, suppress=suppress, tokenizer=self.tokenizer)
+        stop = ReversePrompts(self.tokenizer, reverse_prompts)
         tm = self.timings
-        tm.eval_ms = tm.sample_ms = 0.0
-        tm.eval_runs = 0
+        tm.eval_ms = tm.sample_ms = tm.prompt_ms = 0.0
+        tm.eval_runs = tm.prompt_tokens = 0
+        if stop.seen(tokens):                     # llama-completion checks before the prompt's evaluation
+            return
         t0 = time.perf_counter()
         logits = self._eval(tokens, 0, False)
         self.n_past = len(tokens)
@@ -238,7 +247,7 @@ class Model:
                 return
             produced += 1
             yield token
-            if self.n_past >= self.n_ctx or (n >= 0 and produced >= n):
+            if self.n_past >= self.n_ctx or (n >= 0 and produced >= n) or stop.seen((token,)):
                 return
             te = time.perf_counter()
             rt.run_batch("last", [token], self.n_past)

@@ -1,8 +1,8 @@
 """Token sampling on the host: llama.cpp's default sampler chain (common_sampler over
 llama-sampler.cpp), step for step, its draw included:
 
-    suppressed tokens -> penalties -> DRY -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> XTC
-    -> temperature -> draw
+    logit biases, suppressed tokens -> penalties -> DRY -> top-n-sigma -> top-k -> typical -> top-p -> min-p
+    -> XTC -> temperature -> draw
 
 - Penalties over the last repeat_last_n tokens (the prompt's included; -1: the context): a token's
   logit divided by the repeat penalty (multiplied where it is <= 0), then less count x frequency
@@ -108,6 +108,7 @@ class SamplingParams:
     dry_allowed_length: int = 2
     dry_penalty_last_n: int = 64  # 0: off
     dry_sequence_breakers: tuple = DEFAULT_BREAKERS
+    logit_bias: tuple = ()       # ((token, bias), ...): added to the logits first, in order
 
     def __post_init__(self):
         # what would turn the draw's probabilities into NaN: a usage error, not a traceback mid-generation
@@ -126,6 +127,9 @@ class SamplingParams:
         if self.dry_penalty_last_n < 0:
             raise UsageError("--dry-penalty-last-n must be 0 (off) or more")
         self.dry_sequence_breakers = tuple(self.dry_sequence_breakers)
+        self.logit_bias = tuple((int(t), float(b)) for t, b in self.logit_bias)
+        if any(math.isnan(b) for _, b in self.logit_bias):
+            raise UsageError("--logit-bias: a bias must be a number")
 
     @property
     def xtc(self) -> bool:
@@ -200,8 +204,10 @@ class Sampler:
     def sample(self, logits: np.ndarray) -> int:
         p = self.p
         # a copy where logits are written (the runtime's array may be a view of its buffer)
-        writes = self._suppress.size or self._penalizing or self.dry.enabled
+        writes = self._suppress.size or p.logit_bias or self._penalizing or self.dry.enabled
         x = np.array(logits, dtype=F32) if writes else np.asarray(logits, dtype=F32)
+        for t, b in p.logit_bias:                # llama.cpp's logit-bias sampler: the user's, then suppressed
+            x[t] += F32(b)
         if self._suppress.size:
             x[self._suppress] = -np.inf
         if p.mirostat:

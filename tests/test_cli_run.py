@@ -3,6 +3,10 @@
 import subprocess
 import sys
 
+import pytest
+
+from llamavk.errors import UsageError
+
 
 def run(*args, **kw):
     return subprocess.run([sys.executable, "-m", "llamavk", "run", *args], capture_output=True, text=True,
@@ -32,21 +36,22 @@ def test_sampling_flags_and_seed_reach_the_sampler(synthetic_model):
     b = subprocess.run(args + ["-s", "8"], capture_output=True, timeout=600)
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
-        want = b"".join(m.tokenizer.token_to_piece(t) for t in m.generate("hello", n=12, seed=7, **flags))
+        ids = m.generate("hello", n=12, seed=7, **flags)
+        want = b"".join(m.tokenizer.token_to_piece(t, special=False) for t in ids)
     assert a.stdout == b"hello" + want + b"\n" and len(want) > 12
     assert b.stdout != a.stdout
     mirostat = subprocess.run(args[:args.index("-c") + 2] + ["-s", "7", "--mirostat", "2", "--mirostat-lr", "0.2",
                                                               "--mirostat-ent", "6"], capture_output=True, timeout=600)
     with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
         ids = m.generate("hello", n=12, seed=7, mirostat=2, mirostat_eta=0.2, mirostat_tau=6.0)
-        want = b"".join(m.tokenizer.token_to_piece(t) for t in ids)
+        want = b"".join(m.tokenizer.token_to_piece(t, special=False) for t in ids)
     assert mirostat.returncode == 0 and mirostat.stdout == b"hello" + want + b"\n", mirostat.stderr
     base = args[:args.index("-c") + 2] + ["-s", "7", "--temp", "1.5", "--min-p", "0.3"]
     named = subprocess.run(base + ["--samplers", "temp;top_k;min-p"], capture_output=True, timeout=600)
     letters = subprocess.run(base + ["--sampling-seq", "tkm"], capture_output=True, timeout=600)
     with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
         ids = m.generate("hello", n=12, seed=7, temp=1.5, min_p=0.3, samplers=("temperature", "top_k", "min_p"))
-        want = b"".join(m.tokenizer.token_to_piece(t) for t in ids)
+        want = b"".join(m.tokenizer.token_to_piece(t, special=False) for t in ids)
     assert named.stdout == letters.stdout == b"hello" + want + b"\n", named.stderr + letters.stderr
     both = subprocess.run(base + ["--samplers", "top_k", "--sampling-seq", "k"], capture_output=True, text=True)
     assert both.returncode == 2 and "not both" in both.stderr
@@ -64,7 +69,8 @@ def test_dry_flags_reach_the_sampler(synthetic_model):
     path = str(synthetic_model("llama", "f32"))
     prompt = "to be: or not to be: that is: to be"
     cases = [(["--temp", "0", "--dry-multiplier", "0.1", "--dry-base", "0.5"], dict(temp=0, dry_multiplier=0.1)),
-             (["--temp", "0", "--dry-multiplier", "0.1", "--dry-base", "2"], dict(temp=0, dry_multiplier=0.1, dry_base=2.0)),
+             (["--temp", "0", "--dry-multiplier", "0.1", "--dry-base", "2"],
+              dict(temp=0, dry_multiplier=0.1, dry_base=2.0)),
              (["--temp", "0", "--dry-multiplier", "0.1", "--dry-base", "2", "--dry-allowed-length", "3"],
               dict(temp=0, dry_multiplier=0.1, dry_base=2.0, dry_allowed_length=3)),
              (["--temp", "0", "--dry-multiplier", "1", "--dry-sequence-breaker", "\\xb1ar"],
@@ -74,13 +80,47 @@ def test_dry_flags_reach_the_sampler(synthetic_model):
               dict(seed=2, temp=0.5, dry_multiplier=1.0, dry_penalty_last_n=8)),
              (["-s", "2", "--temp", "0.5", "--dry-multiplier", "1"], dict(seed=2, temp=0.5, dry_multiplier=1.0))]
     with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
-        want = [b"".join(m.tokenizer.token_to_piece(t) for t in m.generate(prompt, n=24, **kw)) for _, kw in cases]
+        want = [b"".join(m.tokenizer.token_to_piece(t, special=False) for t in m.generate(prompt, n=24, **kw))
+                for _, kw in cases]
     assert all(a != b for a, b in zip(want, want[1:]))
     for (flags, _), w in zip(cases, want):
         r = subprocess.run([sys.executable, "-m", "llamavk", "run", "-m", path, "-p", prompt, "-n", "24", "-c", "64",
                             "--no-display-prompt", *flags], capture_output=True, timeout=600)
         assert r.returncode == 0 and r.stdout == w + b"\n", (flags, r.stderr)
         assert (b"--dry-base 0.5 is below 1" in r.stderr) == (flags[-2:] == ["--dry-base", "0.5"])
+
+
+def test_logit_bias_reverse_prompt_and_special_flags(synthetic_model):
+    """-l, -r and -sp reach the sampler and the output as the API's values do. The first case's greedy
+    completion draws <unk> (an unknown-type token): printed as nothing, as llama-completion prints it,
+    or as its text with -sp."""
+    import llamavk
+    from llamavk.cli.run import parse_logit_bias
+
+    path = str(synthetic_model("llama", "f32"))
+    prompt = "to be: or not to be: that is: to be"
+    base = [sys.executable, "-m", "llamavk", "run", "-m", path, "-p", prompt, "-n", "24", "-c", "64",
+            "--no-display-prompt", "--temp", "0"]
+    biased = subprocess.run(base + ["-l", "371-inf"], capture_output=True, timeout=600)
+    special = subprocess.run(base + ["--logit-bias", "371 - inf", "-sp"], capture_output=True, timeout=600)
+    stopped = subprocess.run(base + ["-r", "cfk"], capture_output=True, timeout=600)
+    with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
+        ids = list(m.generate(prompt, n=24, temp=0, logit_bias=[(371, float("-inf"))]))
+        plain = b"".join(m.tokenizer.token_to_piece(t, special=False) for t in ids)
+        texts = b"".join(m.tokenizer.token_to_piece(t) for t in ids)
+        cut = list(m.generate(prompt, n=24, temp=0, reverse_prompts=["cfk"]))
+        assert len(cut) < 24
+        cut_bytes = b"".join(m.tokenizer.token_to_piece(t, special=False) for t in cut)
+    assert 0 in ids and b"<unk>" in texts and b"<unk>" not in plain
+    assert biased.returncode == 0 and biased.stdout == plain + b"\n", biased.stderr
+    assert special.returncode == 0 and special.stdout == texts + b"\n", special.stderr
+    assert stopped.returncode == 0 and stopped.stdout == cut_bytes + b"\n" and cut_bytes.endswith(b"cfk")
+    assert parse_logit_bias("15043+1") == (15043, 1.0) and parse_logit_bias(" 7 - 2.5") == (7, -2.5)
+    for bad in ("15043", "15043*1", "a+1", "1+x"):
+        with pytest.raises(UsageError):
+            parse_logit_bias(bad)
+    one_line_error(run("-m", path, "-p", "hi", "-n", "2", "-c", "16", "-l", "99999+1"), 2)
+    one_line_error(run("-m", path, "-p", "hi", "-n", "2", "-c", "16", "-l", "5+"), 2)
 
 
 def test_prompt_from_file(tmp_path, synthetic_model):

@@ -15,7 +15,8 @@ import subprocess
 import pytest
 
 import llamavk
-from llamavk.cli.run import dry_breakers
+from llamavk.cli.run import dry_breakers, parse_logit_bias
+from llamavk.llamacpp_compat import process_escapes
 
 from .llamacpp_ref import llamacpp_tool
 
@@ -40,7 +41,7 @@ CONFIGS = [
     dict(seed=25, temp=0.0, samplers="top_k;top_p"),                            # no temperature: --temp 0 unused
 ]
 LOOPS = "to be: or not to be: that is: to be"   # greedy: ... bj <0xB1> ▁ar bj <0xB1> ▁ar ... from token 10
-N_DRY = 24             # tokens compared under DRY, which bites once the loop has begun
+N_DRY = 24             # tokens compared under DRY, -l and -r (DRY bites once the loop has begun)
 OFF, NO_BREAKERS = dict(dry_multiplier=0.0), dict(dry_sequence_breaker=["none"])
 # (configuration, the changes to it that must change its tokens: what the oracle comparison covers)
 DRY_CASES = [
@@ -57,6 +58,19 @@ DRY_CASES = [
     (dict(prompt=LOOPS, seed=1, temp=0.0, dry_multiplier=1.0, dry_sequence_breaker=["\\xb1ar"]), [NO_BREAKERS]),
 ]
 DRY_CONFIGS = [c for c, _ in DRY_CASES]
+NO_BIAS, NO_STOP = dict(logit_bias=[]), dict(reverse_prompt=[])
+# -l and -r: biases (one to -inf) where both engines' candidates' edges are far apart (top-k 5 and 8),
+# and reverse prompts found in the text or only in its last token's bytes plus the slack
+FLAG_CASES = [
+    (dict(prompt=LOOPS, seed=1, temp=0.0, logit_bias=["27+5.5", "371-inf"]), [NO_BIAS]),
+    (dict(prompt=LOOPS, seed=3, temp=0.8, top_k=5, min_p=0.0, top_p=1.0, logit_bias=["100+2", "27+1.5"]), [NO_BIAS]),
+    (dict(prompt=LOOPS, seed=3, temp=0.8, top_k=8, min_p=0.1, logit_bias=["100-inf", "371-2"]), [NO_BIAS]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, reverse_prompt=["\\xb1"]), [NO_STOP]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, reverse_prompt=["m\\xe2", "ar"]), [NO_STOP]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, reverse_prompt=["cfk"]), [NO_STOP]),
+]
+FLAG_CONFIGS = [c for c, _ in FLAG_CASES]
+LIST_FLAGS = dict(dry_sequence_breaker="--dry-sequence-breaker", logit_bias="-l", reverse_prompt="-r")
 FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="--min-p",
              typical_p="--typical", top_n_sigma="--top-nsigma", presence_penalty="--presence-penalty",
              frequency_penalty="--frequency-penalty", repeat_last_n="--repeat-last-n",
@@ -75,8 +89,9 @@ def llamacpp_completion(model, config, need: int) -> tuple[bytes, bool]:
     config = dict(config)
     args = [str(llamacpp_tool("llama-completion")), "-m", str(model), "-p", config.pop("prompt", PROMPT), "-n",
             str(6 * N), "-ngl", "0", "-t", "2", "-no-cnv", "--no-display-prompt", "-c", "128"]
-    for breaker in config.pop("dry_sequence_breaker", ()):
-        args += ["--dry-sequence-breaker", breaker]
+    for key, flag in LIST_FLAGS.items():
+        for value in config.pop(key, ()):
+            args += [flag, value]
     for key, value in config.items():
         args += [FLAGS[key], str(value)]
     out = b""
@@ -98,38 +113,44 @@ def model(synthetic_model):
 
 
 def ours(m, config) -> list[int]:
-    """Our first N (N_DRY) tokens for a configuration (its breakers as run's --dry-sequence-breaker
-    takes them)."""
+    """Our first n_compared tokens for a configuration (its list flags as run takes them)."""
+    n = n_compared(config)
     config = dict(config)
     prompt = config.pop("prompt", PROMPT)
-    n = N_DRY if any(k.startswith("dry_") for k in config) else N
     if "dry_sequence_breaker" in config:
         config["dry_sequence_breakers"] = dry_breakers(config.pop("dry_sequence_breaker"), escape=True)
-    return list(m.generate(prompt, n=n, **config))
+    config["logit_bias"] = [parse_logit_bias(v) for v in config.pop("logit_bias", ())]
+    stops = [process_escapes(v) for v in config.pop("reverse_prompt", ())]
+    return list(m.generate(prompt, n=n, reverse_prompts=stops, **config))
+
+
+def n_compared(config) -> int:
+    return N if config in CONFIGS else N_DRY
 
 
 def config_id(c) -> str:
     return ",".join(f"{k}={v}" for k, v in c.items() if k != "prompt") + (",loops" if c.get("prompt") == LOOPS else "")
 
 
-@pytest.mark.parametrize("config", CONFIGS + DRY_CONFIGS, ids=config_id)
+@pytest.mark.parametrize("config", CONFIGS + DRY_CONFIGS + FLAG_CONFIGS, ids=config_id)
 def test_tokens_equal_llama_completions(model, config):
     """Our first N tokens' bytes begin llama-completion's output (are all of it where the end of
     text came first)."""
     with llamavk.load(str(model), n_ctx=128, warn=lambda m: None) as m:
         ids = ours(m, config)
-        ours_bytes = b"".join(m.tokenizer.token_to_piece(t) for t in ids)
+        ours_bytes = b"".join(m.tokenizer.token_to_piece(t, special=False) for t in ids)
     theirs, whole = llamacpp_completion(model, config, len(ours_bytes) + 1)
-    if len(ids) < (N_DRY if config in DRY_CONFIGS else N):   # the end of text: llama.cpp's too, at the same place
+    if len(ids) < n_compared(config):   # the end of text or a reverse prompt: llama.cpp's too, at the same place
         assert whole and theirs == ours_bytes.rstrip(b"\n"), (ours_bytes, theirs)
     else:
         assert theirs.startswith(ours_bytes.rstrip(b"\n")), (ours_bytes, theirs)
 
 
-@pytest.mark.parametrize("case", DRY_CASES, ids=lambda case: config_id(case[0]))
-def test_dry_configurations_matter(model, case):
+@pytest.mark.parametrize("case", DRY_CASES + FLAG_CASES, ids=lambda case: config_id(case[0]))
+def test_configurations_matter(model, case):
     """Each DRY configuration's tokens differ from those with DRY off, or with its length, base,
-    window or breakers changed: the oracle comparison sees what each part does."""
+    window or breakers changed; each -l / -r one's from those without it: the oracle comparison sees
+    what each part does."""
     config, contrasts = case
     with llamavk.load(str(model), n_ctx=128, warn=lambda m: None) as m:
         got = ours(m, config)

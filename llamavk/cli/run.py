@@ -15,6 +15,7 @@ text is what is displayed.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -83,6 +84,17 @@ def dry_breakers(values: list[str] | None, escape: bool) -> tuple[str, ...]:
     return tuple(process_escapes(v) if escape else v for v in out)
 
 
+def parse_logit_bias(value: str) -> tuple[int, float]:
+    """--logit-bias TOKEN_ID(+/-)BIAS as llama.cpp reads it: an integer, a sign, a number ("inf" too)."""
+    m = re.fullmatch(r"\s*([+-]?\d+)\s*([+-])\s*(\S+)\s*", value)
+    try:
+        if m is None:
+            raise ValueError
+        return int(m.group(1)), float(m.group(3)) * (-1.0 if m.group(2) == "-" else 1.0)
+    except ValueError:
+        raise UsageError(f"--logit-bias {value!r}: expected TOKEN_ID(+/-)BIAS, as 15043+1 or 15043-inf") from None
+
+
 def run(
     model: Path = typer.Option(None, "--model", "-m", help="GGUF model file (default: the bundled SmolLM2-135M)."),
     prompt: str = typer.Option(None, "--prompt", "-p", help="Prompt text."),
@@ -123,6 +135,12 @@ def run(
     dry_sequence_breaker: list[str] = typer.Option(
         None, "--dry-sequence-breaker",
         help="A DRY sequence breaker, repeatable; replaces the defaults ('\\n', ':', '\"', '*'); 'none': none."),
+    logit_bias: list[str] = typer.Option(None, "--logit-bias", "-l",
+                                         help="TOKEN_ID(+/-)BIAS added to that token's logit, repeatable "
+                                              "(15043+1, 15043-inf)."),
+    reverse_prompt: list[str] = typer.Option(None, "--reverse-prompt", "-r",
+                                             help="Stop once the text ends with this, repeatable "
+                                                  "(as llama-completion)."),
     samplers: str = typer.Option(None, "--samplers",
                                  help="The samplers' order, separated by ';' (default penalties;dry;top_n_sigma;"
                                       "top_k;typ_p;top_p;min_p;xtc;temperature)."),
@@ -139,6 +157,8 @@ def run(
     escape: bool = typer.Option(True, "--escape/--no-escape", "-e", help="Process escapes (\\n, \\t, \\xHH, ...) in the prompt, as llama.cpp does."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Never sample an end-of-generation token."),
     display_prompt: bool = typer.Option(True, "--display-prompt/--no-display-prompt", help="Print the prompt before the completion."),
+    special: bool = typer.Option(False, "--special", "-sp",
+                                 help="Print control tokens as their text (else as nothing, as llama-completion)."),
     verbose_prompt: bool = typer.Option(False, "--verbose-prompt",
                                         help="Print the prompt's tokens to stderr before generating."),
     gpu_layers: str = GPU_LAYERS,
@@ -177,7 +197,8 @@ def run(
                         mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, samplers=order,
                         dry_multiplier=dry_multiplier, dry_allowed_length=dry_allowed_length,
                         dry_penalty_last_n=dry_penalty_last_n,
-                        dry_sequence_breakers=dry_breakers(dry_sequence_breaker, escape))
+                        dry_sequence_breakers=dry_breakers(dry_sequence_breaker, escape),
+                        logit_bias=[parse_logit_bias(v) for v in logit_bias or ()])
         if dry_base >= 1.0:                   # llama.cpp's --dry-base keeps its default below 1
             sampling["dry_base"] = dry_base
         else:
@@ -233,13 +254,14 @@ def run(
             # two tokens, or bytes that are not UTF-8, reach the terminal or file unchanged); a text
             # stream without bytes underneath (a test's) gets the decoded text
             raw = getattr(out, "buffer", None)
-            stream = m.tokenizer.stream() if raw is None else None
+            stream = m.tokenizer.stream(special) if raw is None else None
             interrupted = False
             first = True
             try:
-                for token in m.generate(tokens, n=n_predict, ignore_eos=ignore_eos, **sampling):
+                stops = [process_escapes(r) if escape else r for r in reverse_prompt or ()]
+                for token in m.generate(tokens, n=n_predict, ignore_eos=ignore_eos, reverse_prompts=stops, **sampling):
                     if raw is not None:
-                        raw.write(m.tokenizer.token_to_piece(token))
+                        raw.write(m.tokenizer.token_to_piece(token, special))
                         raw.flush()
                     else:
                         out.write(stream.feed(token))

@@ -120,9 +120,13 @@ class Tokenizer:
             return raw
         return b""
 
-    def token_to_piece(self, tid: int) -> bytes:
+    def token_to_piece(self, tid: int, special: bool = True) -> bytes:
+        """A token's bytes; special=False: control and unknown tokens are empty (llama.cpp's
+        token_to_piece with special=false, what llama-completion prints without --special)."""
         if not 0 <= tid < self.n_vocab:
             raise LlamavkError(f"token id {tid} out of range (vocabulary has {self.n_vocab} tokens)")
+        if not special and self.vocab.types[tid] in (CONTROL, UNKNOWN):
+            return b""
         piece = self._pieces[tid]
         if piece is None:
             piece = self._pieces[tid] = self._make_piece(tid)
@@ -141,8 +145,8 @@ class Tokenizer:
         data = b"".join(parts)
         return _clean_spaces(data) if self.vocab.clean_spaces else data
 
-    def stream(self) -> StreamDecoder:
-        return StreamDecoder(self.token_to_piece)
+    def stream(self, special: bool = True) -> StreamDecoder:
+        return StreamDecoder(lambda t: self.token_to_piece(t, special))
 
     def is_eog(self, tid: int | None) -> bool:
         return tid is not None and tid in self.vocab.eog_ids
