@@ -52,7 +52,8 @@ class Model:
                  max_gpu: int | None = None, reduce_type: str = "f16", n_ctx: int | None = None,
                  n_batch: int = 2048, n_ubatch: int = 512, n_gpu_layers: int | None = None,
                  verbose: bool = False, warn=None, progress=None, profile: bool = False, prepare_prompt=None,
-                 type_k: str = "f16", type_v: str = "f16", prerecord: str = "generate", while_uploading=None):
+                 type_k: str = "f16", type_v: str = "f16", prerecord: str = "generate", while_uploading=None,
+                 kv_overrides=()):
         """n_gpu_layers: llama.cpp's -ngl, accepted when it means every layer (None, -1 or at least
         the layer count): llamavk has no CPU offload. progress(done_bytes, total_bytes) is called as
         weights reach the devices. prepare_prompt(model) -> token ids, if given, is called during the
@@ -65,7 +66,8 @@ class Model:
         micro-batches; prepare_prompt's tokens are then only kept, e.g. the text tokenized while
         the weights upload). while_uploading(model), if given, is called when the load has nothing
         left to do but wait for the weights, if they are still on their way (one device): host work
-        that can use that time (perplexity counts its whole text there)."""
+        that can use that time (perplexity counts its whole text there). kv_overrides: (key, value)
+        pairs replacing GGUF metadata values (llama.cpp's --override-kv; kv_override.py)."""
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
@@ -73,7 +75,7 @@ class Model:
         n_ubatch = min(n_ubatch, n_batch)   # llama.cpp clamps the micro-batch to the batch
         self.kv_types = kv_types = kv_types_of(type_k, type_v)
         self.path = Path(path) if path else default_model_path()
-        self.file = load_model_file(self.path)
+        self.file = load_model_file(self.path, kv_overrides)
         phases.mark("GGUF parse")
         self.config = cfg = self.file.config
         check_gpu_layers(n_gpu_layers, cfg.n_layer)

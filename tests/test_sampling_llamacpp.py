@@ -16,6 +16,7 @@ import pytest
 
 import llamavk
 from llamavk.cli.run import dry_breakers, parse_logit_bias
+from llamavk.kv_override import parse_kv_override
 from llamavk.llamacpp_compat import process_escapes
 
 from .llamacpp_ref import llamacpp_tool
@@ -58,7 +59,7 @@ DRY_CASES = [
     (dict(prompt=LOOPS, seed=1, temp=0.0, dry_multiplier=1.0, dry_sequence_breaker=["\\xb1ar"]), [NO_BREAKERS]),
 ]
 DRY_CONFIGS = [c for c, _ in DRY_CASES]
-NO_BIAS, NO_STOP = dict(logit_bias=[]), dict(reverse_prompt=[])
+NO_BIAS, NO_STOP, NO_OVERRIDE = dict(logit_bias=[]), dict(reverse_prompt=[]), dict(override_kv=[])
 # -l and -r: biases (one to -inf) where both engines' candidates' edges are far apart (top-k 5 and 8),
 # and reverse prompts found in the text or only in its last token's bytes plus the slack
 FLAG_CASES = [
@@ -68,9 +69,15 @@ FLAG_CASES = [
     (dict(prompt=LOOPS, seed=1, temp=0.0, reverse_prompt=["\\xb1"]), [NO_STOP]),
     (dict(prompt=LOOPS, seed=1, temp=0.0, reverse_prompt=["m\\xe2", "ar"]), [NO_STOP]),
     (dict(prompt=LOOPS, seed=1, temp=0.0, reverse_prompt=["cfk"]), [NO_STOP]),
+    # --override-kv: RoPE's base, the norm's epsilon, no BOS (the metadata read by the model and the vocabulary)
+    (dict(prompt=LOOPS, seed=1, temp=0.0, override_kv=["llama.rope.freq_base=float:1000"]), [NO_OVERRIDE]),
+    (dict(prompt=LOOPS, seed=4, temp=0.8, top_k=5, override_kv=["llama.attention.layer_norm_rms_epsilon=float:0.5",
+                                                                "tokenizer.ggml.add_bos_token=bool:false"]),
+     [NO_OVERRIDE]),
 ]
 FLAG_CONFIGS = [c for c, _ in FLAG_CASES]
-LIST_FLAGS = dict(dry_sequence_breaker="--dry-sequence-breaker", logit_bias="-l", reverse_prompt="-r")
+LIST_FLAGS = dict(dry_sequence_breaker="--dry-sequence-breaker", logit_bias="-l", reverse_prompt="-r",
+                  override_kv="--override-kv")
 FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="--min-p",
              typical_p="--typical", top_n_sigma="--top-nsigma", presence_penalty="--presence-penalty",
              frequency_penalty="--frequency-penalty", repeat_last_n="--repeat-last-n",
@@ -112,16 +119,19 @@ def model(synthetic_model):
     return synthetic_model("llama", "f32")
 
 
-def ours(m, config) -> list[int]:
+def ours(path, config) -> list[int]:
     """Our first n_compared tokens for a configuration (its list flags as run takes them)."""
     n = n_compared(config)
     config = dict(config)
+    overrides = [parse_kv_override(v) for v in config.pop("override_kv", ())]
     prompt = config.pop("prompt", PROMPT)
     if "dry_sequence_breaker" in config:
         config["dry_sequence_breakers"] = dry_breakers(config.pop("dry_sequence_breaker"), escape=True)
     config["logit_bias"] = [parse_logit_bias(v) for v in config.pop("logit_bias", ())]
     stops = [process_escapes(v) for v in config.pop("reverse_prompt", ())]
-    return list(m.generate(prompt, n=n, reverse_prompts=stops, **config))
+    with llamavk.load(str(path), n_ctx=128, warn=lambda m: None, kv_overrides=overrides) as m:
+        ids = list(m.generate(prompt, n=n, reverse_prompts=stops, **config))
+        return ids, b"".join(m.tokenizer.token_to_piece(t, special=False) for t in ids)
 
 
 def n_compared(config) -> int:
@@ -136,9 +146,7 @@ def config_id(c) -> str:
 def test_tokens_equal_llama_completions(model, config):
     """Our first N tokens' bytes begin llama-completion's output (are all of it where the end of
     text came first)."""
-    with llamavk.load(str(model), n_ctx=128, warn=lambda m: None) as m:
-        ids = ours(m, config)
-        ours_bytes = b"".join(m.tokenizer.token_to_piece(t, special=False) for t in ids)
+    ids, ours_bytes = ours(model, config)
     theirs, whole = llamacpp_completion(model, config, len(ours_bytes) + 1)
     if len(ids) < n_compared(config):   # the end of text or a reverse prompt: llama.cpp's too, at the same place
         assert whole and theirs == ours_bytes.rstrip(b"\n"), (ours_bytes, theirs)
@@ -149,10 +157,9 @@ def test_tokens_equal_llama_completions(model, config):
 @pytest.mark.parametrize("case", DRY_CASES + FLAG_CASES, ids=lambda case: config_id(case[0]))
 def test_configurations_matter(model, case):
     """Each DRY configuration's tokens differ from those with DRY off, or with its length, base,
-    window or breakers changed; each -l / -r one's from those without it: the oracle comparison sees
-    what each part does."""
+    window or breakers changed; each -l / -r / --override-kv one's from those without it: the oracle
+    comparison sees what each part does."""
     config, contrasts = case
-    with llamavk.load(str(model), n_ctx=128, warn=lambda m: None) as m:
-        got = ours(m, config)
-        for change in contrasts:
-            assert got != ours(m, dict(config, **change)), change
+    got = ours(model, config)[0]
+    for change in contrasts:
+        assert got != ours(model, dict(config, **change))[0], change

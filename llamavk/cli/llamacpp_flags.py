@@ -15,4 +15,13 @@ CACHE_TYPE_V = typer.Option("f16", "--cache-type-v", "-ctv", help="KV cache type
 THREADS = typer.Option(None, "--threads", "-t", help="Accepted for llama.cpp command lines; no effect "
                                                       "(the GPUs compute, the CPU only orchestrates).")
 NO_WARMUP = typer.Option(False, "--no-warmup", help="Accepted for llama.cpp command lines; no effect.")
+OVERRIDE_KV = typer.Option(None, "--override-kv",
+                           help="KEY=TYPE:VALUE, repeatable: a GGUF metadata value replaced before the model is "
+                                "read (TYPE int, float, bool or str), as llama.cpp's.")
+
+
+def kv_overrides(values) -> list:
+    """--override-kv's values as (key, value) pairs (a UsageError for a malformed one)."""
+    from ..kv_override import parse_kv_override
+    return [parse_kv_override(v) for v in values or ()]
 

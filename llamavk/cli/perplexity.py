@@ -31,7 +31,8 @@ from ..llamacpp_compat import check_common, no_effect_notes
 from . import fast_exit
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
-from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, THREADS
+from .llamacpp_flags import (CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, OVERRIDE_KV, THREADS,
+                             kv_overrides)
 from .load_progress import LoadProgress
 
 TASK_PARALLEL = 4        # llama-perplexity's n_parallel for task scores: the context is 4 * -c
@@ -66,6 +67,7 @@ def perplexity(
     cache_type_v: str = CACHE_TYPE_V,
     threads: int = THREADS,
     no_warmup: bool = NO_WARMUP,
+    override_kv: list[str] = OVERRIDE_KV,
     verbose: bool = VERBOSE,
 ) -> None:
     """Perplexity of a model over a text file, KL divergence against a base run, or task scores, as
@@ -76,6 +78,7 @@ def perplexity(
     phases.mark("imports, arguments")
     with user_errors(verbose):
         n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
+        overrides = kv_overrides(override_kv)
         if verbose:
             for note in no_effect_notes(threads, no_warmup):
                 eprint(note)
@@ -96,7 +99,7 @@ def perplexity(
             with LoadProgress(model.name if model else "default model") as progress:
                 return load(model, devices=device, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=ubatch_size,
                             n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint, progress=progress,
-                            type_k=cache_type_k, type_v=cache_type_v, **kwargs,
+                            type_k=cache_type_k, type_v=cache_type_v, kv_overrides=overrides, **kwargs,
                             **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
 
         if task:

@@ -28,7 +28,8 @@ from ..llamacpp_compat import check_common, no_effect_notes, process_escapes
 from . import fast_exit
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
-from .llamacpp_flags import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, THREADS
+from .llamacpp_flags import (CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, OVERRIDE_KV, THREADS,
+                             kv_overrides)
 from .load_progress import LoadProgress
 
 PERF = "llamavk_perf"
@@ -167,6 +168,7 @@ def run(
     cache_type_v: str = CACHE_TYPE_V,
     threads: int = THREADS,
     no_warmup: bool = NO_WARMUP,
+    override_kv: list[str] = OVERRIDE_KV,
     no_conversation: bool = typer.Option(False, "-no-cnv", "--no-conversation", help="Accepted: run is always one-shot."),
     jinja: bool = typer.Option(False, "--jinja", help="Accepted: --chat always renders the template with jinja2."),
     verbose: bool = VERBOSE,
@@ -179,6 +181,7 @@ def run(
 
     with user_errors(verbose):
         n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
+        overrides = kv_overrides(override_kv)
         if prompt is not None and file is not None:
             raise UsageError("give either -p or -f, not both")
         if ctx_size is not None and ctx_size < 0:
@@ -237,6 +240,7 @@ def run(
             m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
                      n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
                      progress=progress, prepare_prompt=prompt_tokens, type_k=cache_type_k, type_v=cache_type_v,
+                     kv_overrides=overrides,
                      **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         try:
             if verbose:

@@ -44,9 +44,13 @@ def config_from_metadata(metadata: dict, tensor_names=()) -> ModelConfig:
     return refine(cfg, tensor_names) if refine is not None else cfg
 
 
-def load_model_file(path: str | Path) -> ModelFile:
-    """Open and validate a GGUF model. Every problem is a one-line LlamavkError."""
+def load_model_file(path: str | Path, kv_overrides=()) -> ModelFile:
+    """Open and validate a GGUF model. Every problem is a one-line LlamavkError. kv_overrides:
+    (key, value) pairs replacing metadata values first (llama.cpp's --override-kv, kv_override.py)."""
     g = GGUFFile(path)
+    if kv_overrides:
+        from ..kv_override import apply_kv_overrides
+        g.metadata = apply_kv_overrides(g.metadata, kv_overrides)
     cfg = config_from_metadata(g.metadata, g.tensors.keys())
     if cfg.n_layer > len(g.tensors):   # every layer has tensors: a corrupt count, not a model
         raise LlamavkError(f"{g.path}: {cfg.arch}.block_count = {cfg.n_layer}, but the file has only "
