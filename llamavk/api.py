@@ -28,6 +28,7 @@ from .models import build_graph, load_model_file
 from .runtime import DeviceRuntime
 from .split import DEFAULT_MODE, SplitOptions, build_split_runtime, choose_devices
 from .reverse_prompt import ReversePrompts
+from .rope_options import apply_rope_options
 from .sampling import Sampler, SamplingParams
 from .tokenizer import Tokenizer
 from .vk import get_instance
@@ -53,7 +54,7 @@ class Model:
                  n_batch: int = 2048, n_ubatch: int = 512, n_gpu_layers: int | None = None,
                  verbose: bool = False, warn=None, progress=None, profile: bool = False, prepare_prompt=None,
                  type_k: str = "f16", type_v: str = "f16", prerecord: str = "generate", while_uploading=None,
-                 kv_overrides=()):
+                 kv_overrides=(), rope=None):
         """n_gpu_layers: llama.cpp's -ngl, accepted when it means every layer (None, -1 or at least
         the layer count): llamavk has no CPU offload. progress(done_bytes, total_bytes) is called as
         weights reach the devices. prepare_prompt(model) -> token ids, if given, is called during the
@@ -67,7 +68,8 @@ class Model:
         the weights upload). while_uploading(model), if given, is called when the load has nothing
         left to do but wait for the weights, if they are still on their way (one device): host work
         that can use that time (perplexity counts its whole text there). kv_overrides: (key, value)
-        pairs replacing GGUF metadata values (llama.cpp's --override-kv; kv_override.py)."""
+        pairs replacing GGUF metadata values (llama.cpp's --override-kv; kv_override.py). rope: a
+        rope_options.RopeOptions (llama.cpp's --rope-freq-base, --rope-scaling, --yarn-*, ...)."""
         t0 = time.perf_counter()
         warn = warn or (lambda msg: print(msg, file=sys.stderr))
         if n_batch < 1 or n_ubatch < 1:
@@ -76,6 +78,8 @@ class Model:
         self.kv_types = kv_types = kv_types_of(type_k, type_v)
         self.path = Path(path) if path else default_model_path()
         self.file = load_model_file(self.path, kv_overrides)
+        if rope is not None:
+            self.file.config = apply_rope_options(self.file.config, rope)
         phases.mark("GGUF parse")
         self.config = cfg = self.file.config
         check_gpu_layers(n_gpu_layers, cfg.n_layer)

@@ -17,6 +17,7 @@ import pytest
 import llamavk
 from llamavk.cli.run import dry_breakers, parse_logit_bias
 from llamavk.kv_override import parse_kv_override
+from llamavk.rope_options import rope_options
 from llamavk.llamacpp_compat import process_escapes
 
 from .llamacpp_ref import llamacpp_tool
@@ -75,7 +76,24 @@ FLAG_CASES = [
                                                                 "tokenizer.ggml.add_bos_token=bool:false"]),
      [NO_OVERRIDE]),
 ]
+# RoPE's context options (rope_options.py), each changing the tokens: the base, linear and YaRN scaling,
+# YaRN's original context, blend and betas, a blend without the yarn type, scaling switched off
+ROPE_CASES = [
+    (dict(prompt=LOOPS, seed=1, temp=0.0, rope_freq_base=2000), [dict(rope_freq_base=0)]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, rope_freq_scale=0.25), [dict(rope_freq_scale=0)]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, rope_scale=3, rope_scaling="yarn"), [dict(rope_scaling="linear")]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, rope_scale=3, rope_scaling="yarn", yarn_orig_ctx=128),
+     [dict(yarn_orig_ctx=0)]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, rope_scaling="yarn", rope_freq_scale=0.5, yarn_ext_factor=0.5,
+          yarn_beta_fast=8, yarn_beta_slow=2), [dict(yarn_ext_factor=-1)]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, rope_freq_scale=0.5, yarn_ext_factor=0.7, yarn_orig_ctx=64),
+     [dict(yarn_ext_factor=-1)]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, rope_freq_scale=0.5, rope_scaling="none"), [dict(rope_scaling="linear")]),
+]
+FLAG_CASES += ROPE_CASES
 FLAG_CONFIGS = [c for c, _ in FLAG_CASES]
+ROPE_FLAGS = ("rope_freq_base", "rope_freq_scale", "rope_scale", "rope_scaling", "yarn_orig_ctx", "yarn_ext_factor",
+              "yarn_beta_fast", "yarn_beta_slow")
 LIST_FLAGS = dict(dry_sequence_breaker="--dry-sequence-breaker", logit_bias="-l", reverse_prompt="-r",
                   override_kv="--override-kv")
 FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="--min-p",
@@ -84,7 +102,7 @@ FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="
              repeat_penalty="--repeat-penalty", xtc_probability="--xtc-probability", xtc_threshold="--xtc-threshold",
              mirostat="--mirostat", mirostat_tau="--mirostat-ent", mirostat_eta="--mirostat-lr", samplers="--samplers",
              dry_multiplier="--dry-multiplier", dry_base="--dry-base", dry_allowed_length="--dry-allowed-length",
-             dry_penalty_last_n="--dry-penalty-last-n")
+             dry_penalty_last_n="--dry-penalty-last-n", **{k: "--" + k.replace("_", "-") for k in ROPE_FLAGS})
 
 
 def llamacpp_completion(model, config, need: int) -> tuple[bytes, bool]:
@@ -124,12 +142,15 @@ def ours(path, config) -> list[int]:
     n = n_compared(config)
     config = dict(config)
     overrides = [parse_kv_override(v) for v in config.pop("override_kv", ())]
+    rope = rope_options(**{k.removeprefix("rope_"): config.pop(k) for k in ("rope_freq_base", "rope_freq_scale",
+                                                                          "rope_scale") if k in config},
+                        **{k.replace("rope_", ""): config.pop(k) for k in ROPE_FLAGS[3:] if k in config})
     prompt = config.pop("prompt", PROMPT)
     if "dry_sequence_breaker" in config:
         config["dry_sequence_breakers"] = dry_breakers(config.pop("dry_sequence_breaker"), escape=True)
     config["logit_bias"] = [parse_logit_bias(v) for v in config.pop("logit_bias", ())]
     stops = [process_escapes(v) for v in config.pop("reverse_prompt", ())]
-    with llamavk.load(str(path), n_ctx=128, warn=lambda m: None, kv_overrides=overrides) as m:
+    with llamavk.load(str(path), n_ctx=128, warn=lambda m: None, kv_overrides=overrides, rope=rope) as m:
         ids = list(m.generate(prompt, n=n, reverse_prompts=stops, **config))
         return ids, b"".join(m.tokenizer.token_to_piece(t, special=False) for t in ids)
 

@@ -20,6 +20,24 @@ OVERRIDE_KV = typer.Option(None, "--override-kv",
                                 "read (TYPE int, float, bool or str), as llama.cpp's.")
 
 
+ROPE_FREQ_BASE = typer.Option(0.0, "--rope-freq-base", help="RoPE base frequency (0: the model's).")
+ROPE_FREQ_SCALE = typer.Option(0.0, "--rope-freq-scale",
+                               help="RoPE frequency scale: the context expands by 1/N (0: the model's).")
+ROPE_SCALE = typer.Option(0.0, "--rope-scale", help="RoPE context scaling factor N (a frequency scale of 1/N).")
+ROPE_SCALING = typer.Option(None, "--rope-scaling", help="none, linear or yarn (default: the model's, else linear).")
+YARN_ORIG_CTX = typer.Option(0, "--yarn-orig-ctx", help="YaRN: the original context (0: the model's training context).")
+YARN_EXT_FACTOR = typer.Option(-1.0, "--yarn-ext-factor", help="YaRN: the extrapolation mix (negative: 1 for yarn).")
+YARN_BETA_FAST = typer.Option(-1.0, "--yarn-beta-fast", help="YaRN: the low correction dim (negative: the model's).")
+YARN_BETA_SLOW = typer.Option(-1.0, "--yarn-beta-slow", help="YaRN: the high correction dim (negative: the model's).")
+
+
+def rope(freq_base, freq_scale, scale, scaling, orig_ctx, ext_factor, beta_fast, beta_slow):
+    """The RoPE flags as rope_options.RopeOptions."""
+    from ..rope_options import rope_options
+    return rope_options(freq_base, freq_scale, scale, scaling=scaling, yarn_orig_ctx=orig_ctx,
+                        yarn_ext_factor=ext_factor, yarn_beta_fast=beta_fast, yarn_beta_slow=beta_slow)
+
+
 def kv_overrides(values) -> list:
     """--override-kv's values as (key, value) pairs (a UsageError for a malformed one)."""
     from ..kv_override import parse_kv_override

@@ -28,8 +28,9 @@ from ..llamacpp_compat import check_common, no_effect_notes, process_escapes
 from . import fast_exit
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
-from .llamacpp_flags import (CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, OVERRIDE_KV, THREADS,
-                             kv_overrides)
+from .llamacpp_flags import (CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, OVERRIDE_KV,
+                             ROPE_FREQ_BASE, ROPE_FREQ_SCALE, ROPE_SCALE, ROPE_SCALING, THREADS, YARN_BETA_FAST,
+                             YARN_BETA_SLOW, YARN_EXT_FACTOR, YARN_ORIG_CTX, kv_overrides, rope)
 from .load_progress import LoadProgress
 
 PERF = "llamavk_perf"
@@ -169,6 +170,14 @@ def run(
     threads: int = THREADS,
     no_warmup: bool = NO_WARMUP,
     override_kv: list[str] = OVERRIDE_KV,
+    rope_freq_base: float = ROPE_FREQ_BASE,
+    rope_freq_scale: float = ROPE_FREQ_SCALE,
+    rope_scale: float = ROPE_SCALE,
+    rope_scaling: str = ROPE_SCALING,
+    yarn_orig_ctx: int = YARN_ORIG_CTX,
+    yarn_ext_factor: float = YARN_EXT_FACTOR,
+    yarn_beta_fast: float = YARN_BETA_FAST,
+    yarn_beta_slow: float = YARN_BETA_SLOW,
     no_conversation: bool = typer.Option(False, "-no-cnv", "--no-conversation", help="Accepted: run is always one-shot."),
     jinja: bool = typer.Option(False, "--jinja", help="Accepted: --chat always renders the template with jinja2."),
     verbose: bool = VERBOSE,
@@ -182,6 +191,8 @@ def run(
     with user_errors(verbose):
         n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
         overrides = kv_overrides(override_kv)
+        rope_opts = rope(rope_freq_base, rope_freq_scale, rope_scale, rope_scaling, yarn_orig_ctx, yarn_ext_factor,
+                         yarn_beta_fast, yarn_beta_slow)
         if prompt is not None and file is not None:
             raise UsageError("give either -p or -f, not both")
         if ctx_size is not None and ctx_size < 0:
@@ -240,7 +251,7 @@ def run(
             m = load(model, devices=device, n_ctx=ctx_size, n_batch=batch_size,
                      n_ubatch=ubatch_size, n_gpu_layers=n_gpu_layers, verbose=verbose, warn=eprint,
                      progress=progress, prepare_prompt=prompt_tokens, type_k=cache_type_k, type_v=cache_type_v,
-                     kv_overrides=overrides,
+                     kv_overrides=overrides, rope=rope_opts,
                      **split_kwargs(split_mode, tensor_split, main_gpu, max_gpu, reduce_type))
         try:
             if verbose:

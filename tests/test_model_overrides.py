@@ -1,6 +1,7 @@
-"""--override-kv by hand: the argument's forms and errors, the file's types checked, the override reaching
-the configuration, the vocabulary and both commands. Against llama-completion:
-tests/test_sampling_llamacpp.py's --override-kv configurations."""
+"""What the command line changes in a model by hand: --override-kv (the argument's forms and errors, the
+file's types checked, the override reaching the configuration, the vocabulary and both commands) and
+RoPE's context options resolved against the model's. Against llama-completion:
+tests/test_sampling_llamacpp.py's --override-kv and RoPE configurations."""
 
 import subprocess
 import sys
@@ -67,3 +68,33 @@ def test_commands_take_overrides(synthetic_model, tmp_path):
     bad = subprocess.run(cmd + ["run", "-m", path, "-p", "x", "-n", "1", "--override-kv", "llama.rope.freq_base=int:1"],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "type float" in bad.stderr
+
+
+# -- RoPE's context options (rope_options.py); against llama-completion: test_sampling_llamacpp.py
+
+def test_rope_options_resolved_against_the_model(synthetic_model):
+    """A model with YaRN metadata (factor 4): the options replace what they name and keep the rest."""
+    from llamavk.models import load_model_file
+    from llamavk.rope_options import RopeOptions, apply_rope_options, rope_options
+
+    cfg = load_model_file(synthetic_model("llama", "f32", rope_scaling="yarn", rope_factor=4.0)).config
+    s = cfg.rope_scaling
+    assert s.type == "yarn" and s.factor == 4.0
+    assert apply_rope_options(cfg, RopeOptions()) is cfg
+    assert apply_rope_options(cfg, rope_options(scaling="none")).rope_scaling is None
+    half = apply_rope_options(cfg, rope_options(freq_scale=0.5)).rope_scaling
+    assert (half.type, half.factor, half.orig_ctx, half.ext_factor) == ("yarn", 2.0, s.orig_ctx, 1.0)
+    assert apply_rope_options(cfg, rope_options(scale=8)).rope_scaling.factor == 8.0
+    lin = apply_rope_options(cfg, rope_options(scaling="linear")).rope_scaling
+    assert (lin.type, lin.factor, lin.ext_factor) == ("linear", 4.0, 0.0)
+    tuned = apply_rope_options(cfg, rope_options(freq_base=500, yarn_orig_ctx=64, yarn_beta_fast=8,
+                                                 yarn_beta_slow=2, yarn_ext_factor=0.5))
+    t = tuned.rope_scaling
+    assert tuned.rope_base == 500 and (t.orig_ctx, t.beta_fast, t.beta_slow, t.ext_factor) == (64, 8, 2, 0.5)
+    plain = load_model_file(synthetic_model("llama", "f32")).config      # no scaling metadata: linear
+    lin2 = apply_rope_options(plain, rope_options(freq_scale=0.25)).rope_scaling
+    assert (lin2.type, lin2.factor, lin2.orig_ctx) == ("linear", 4.0, plain.n_ctx_train)
+    with pytest.raises(UsageError):
+        rope_options(scaling="ntk")
+    with pytest.raises(UsageError):
+        rope_options(scale=-2)
