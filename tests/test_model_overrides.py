@@ -91,9 +91,14 @@ def test_rope_options_resolved_against_the_model(synthetic_model):
                                                  yarn_beta_slow=2, yarn_ext_factor=0.5))
     t = tuned.rope_scaling
     assert tuned.rope_base == 500 and (t.orig_ctx, t.beta_fast, t.beta_slow, t.ext_factor) == (64, 8, 2, 0.5)
+    # the attention factor: taken without YaRN's blend, the model's own with it
+    assert apply_rope_options(cfg, rope_options(yarn_attn_factor=3)).rope_scaling.attn_factor == s.attn_factor
+    assert apply_rope_options(cfg, rope_options(scaling="linear", yarn_attn_factor=3)).rope_scaling.attn_factor == 3
     plain = load_model_file(synthetic_model("llama", "f32")).config      # no scaling metadata: linear
     lin2 = apply_rope_options(plain, rope_options(freq_scale=0.25)).rope_scaling
     assert (lin2.type, lin2.factor, lin2.orig_ctx) == ("linear", 4.0, plain.n_ctx_train)
+    only_attn = apply_rope_options(plain, rope_options(yarn_attn_factor=2)).rope_scaling
+    assert (only_attn.factor, only_attn.attn_factor, only_attn.ext_factor) == (1.0, 2.0, 0.0)
     with pytest.raises(UsageError):
         rope_options(scaling="ntk")
     with pytest.raises(UsageError):

@@ -89,11 +89,13 @@ ROPE_CASES = [
     (dict(prompt=LOOPS, seed=1, temp=0.0, rope_freq_scale=0.5, yarn_ext_factor=0.7, yarn_orig_ctx=64),
      [dict(yarn_ext_factor=-1)]),
     (dict(prompt=LOOPS, seed=1, temp=0.0, rope_freq_scale=0.5, rope_scaling="none"), [dict(rope_scaling="linear")]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, rope_scale=3, yarn_attn_factor=3), [dict(yarn_attn_factor=-1)]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, rope_scale=3, rope_scaling="yarn", yarn_attn_factor=3), []),  # ignored
 ]
 FLAG_CASES += ROPE_CASES
 FLAG_CONFIGS = [c for c, _ in FLAG_CASES]
 ROPE_FLAGS = ("rope_freq_base", "rope_freq_scale", "rope_scale", "rope_scaling", "yarn_orig_ctx", "yarn_ext_factor",
-              "yarn_beta_fast", "yarn_beta_slow")
+              "yarn_beta_fast", "yarn_beta_slow", "yarn_attn_factor")
 LIST_FLAGS = dict(dry_sequence_breaker="--dry-sequence-breaker", logit_bias="-l", reverse_prompt="-r",
                   override_kv="--override-kv")
 FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="--min-p",

@@ -29,13 +29,16 @@ YARN_ORIG_CTX = typer.Option(0, "--yarn-orig-ctx", help="YaRN: the original cont
 YARN_EXT_FACTOR = typer.Option(-1.0, "--yarn-ext-factor", help="YaRN: the extrapolation mix (negative: 1 for yarn).")
 YARN_BETA_FAST = typer.Option(-1.0, "--yarn-beta-fast", help="YaRN: the low correction dim (negative: the model's).")
 YARN_BETA_SLOW = typer.Option(-1.0, "--yarn-beta-slow", help="YaRN: the high correction dim (negative: the model's).")
+YARN_ATTN_FACTOR = typer.Option(-1.0, "--yarn-attn-factor",
+                                help="RoPE's cos/sin scale without YaRN's blend (negative: 1; with it: its own).")
 
 
-def rope(freq_base, freq_scale, scale, scaling, orig_ctx, ext_factor, beta_fast, beta_slow):
+def rope(freq_base, freq_scale, scale, scaling, orig_ctx, ext_factor, beta_fast, beta_slow, attn_factor):
     """The RoPE flags as rope_options.RopeOptions."""
     from ..rope_options import rope_options
     return rope_options(freq_base, freq_scale, scale, scaling=scaling, yarn_orig_ctx=orig_ctx,
-                        yarn_ext_factor=ext_factor, yarn_beta_fast=beta_fast, yarn_beta_slow=beta_slow)
+                        yarn_ext_factor=ext_factor, yarn_beta_fast=beta_fast, yarn_beta_slow=beta_slow,
+                        yarn_attn_factor=attn_factor)
 
 
 def kv_overrides(values) -> list:

@@ -29,8 +29,8 @@ from . import fast_exit
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
 from .llamacpp_flags import (CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, OVERRIDE_KV,
-                             ROPE_FREQ_BASE, ROPE_FREQ_SCALE, ROPE_SCALE, ROPE_SCALING, THREADS, YARN_BETA_FAST,
-                             YARN_BETA_SLOW, YARN_EXT_FACTOR, YARN_ORIG_CTX, kv_overrides, rope)
+                             ROPE_FREQ_BASE, ROPE_FREQ_SCALE, ROPE_SCALE, ROPE_SCALING, THREADS, YARN_ATTN_FACTOR,
+                             YARN_BETA_FAST, YARN_BETA_SLOW, YARN_EXT_FACTOR, YARN_ORIG_CTX, kv_overrides, rope)
 from .load_progress import LoadProgress
 
 PERF = "llamavk_perf"
@@ -178,6 +178,7 @@ def run(
     yarn_ext_factor: float = YARN_EXT_FACTOR,
     yarn_beta_fast: float = YARN_BETA_FAST,
     yarn_beta_slow: float = YARN_BETA_SLOW,
+    yarn_attn_factor: float = YARN_ATTN_FACTOR,
     no_conversation: bool = typer.Option(False, "-no-cnv", "--no-conversation", help="Accepted: run is always one-shot."),
     jinja: bool = typer.Option(False, "--jinja", help="Accepted: --chat always renders the template with jinja2."),
     verbose: bool = VERBOSE,
@@ -192,7 +193,7 @@ def run(
         n_gpu_layers = check_common(gpu_layers, flash_attn, cache_type_k, cache_type_v)
         overrides = kv_overrides(override_kv)
         rope_opts = rope(rope_freq_base, rope_freq_scale, rope_scale, rope_scaling, yarn_orig_ctx, yarn_ext_factor,
-                         yarn_beta_fast, yarn_beta_slow)
+                         yarn_beta_fast, yarn_beta_slow, yarn_attn_factor)
         if prompt is not None and file is not None:
             raise UsageError("give either -p or -f, not both")
         if ctx_size is not None and ctx_size < 0:
