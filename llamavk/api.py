@@ -221,7 +221,7 @@ class Model:
         reverse_prompt.py; a prompt that ends with one yields nothing). Sampling is llama.cpp's chain
         (llamavk.sampling; a seed gives its draws), configured by SamplingParams' fields as keywords
         (temp=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=-1, repeat_penalty, typical_p, top_n_sigma,
-        xtc_*, mirostat*, dry_*, logit_bias=[(token, bias)...], samplers, ...); ignore_eos:
+        xtc_*, mirostat*, dry_*, logit_bias=[(token, bias)...], grammar (GBNF text), samplers, ...); ignore_eos:
         end-of-generation tokens are never sampled (llama.cpp's --ignore-eos)."""
         tokens = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
         tokens = self.check_tokens(tokens)

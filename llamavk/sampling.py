@@ -28,7 +28,10 @@ llama-sampler.cpp), step for step, its draw included:
   no temperature applies, --temp 0 included).
 - DRY (--dry-multiplier > 0): tokens that would extend a repeat of the last --dry-penalty-last-n
   tokens lose logit by the repeat's length (sampling_dry.py).
-- Not here: infill, adaptive-p, a grammar.
+- A grammar (--grammar, grammar.py) as llama.cpp's common_sampler_sample applies it: the chain draws
+  from every token; a token the grammar refuses is drawn again from the logits with every refused
+  token at -inf (a second draw).
+- Not here: infill, adaptive-p, lazy grammars and their triggers, JSON schemas.
 - Choice: typical after top-n-sigma with masked candidates left (top-k 0) takes 0 log 0 = 0 in the
   entropy; llama.cpp's sum turns NaN there and its candidates' order is its sort's accident.
 
@@ -46,7 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cpp_random import MT19937, canonical, canonical_float, discrete
-from .errors import UsageError
+from .errors import LlamavkError, UsageError
+from .grammar import Grammar, GrammarState
 from .sampling_dry import DEFAULT_BREAKERS, Dry, breaker_sequences
 
 F32 = np.float32
@@ -109,6 +113,7 @@ class SamplingParams:
     dry_penalty_last_n: int = 64  # 0: off
     dry_sequence_breakers: tuple = DEFAULT_BREAKERS
     logit_bias: tuple = ()       # ((token, bias), ...): added to the logits first, in order
+    grammar: str | None = None   # GBNF text (grammar.py): tokens that leave its language are not drawn
 
     def __post_init__(self):
         # what would turn the draw's probabilities into NaN: a usage error, not a traceback mid-generation
@@ -130,6 +135,8 @@ class SamplingParams:
         self.logit_bias = tuple((int(t), float(b)) for t, b in self.logit_bias)
         if any(math.isnan(b) for _, b in self.logit_bias):
             raise UsageError("--logit-bias: a bias must be a number")
+        if self.grammar is not None:
+            Grammar(self.grammar)                # a malformed grammar: a usage error before the load
 
     @property
     def xtc(self) -> bool:
@@ -157,6 +164,11 @@ class Sampler:
             if tokenizer is None:
                 raise ValueError("DRY's sequence breakers need the tokenizer")
             self.dry.breakers = breaker_sequences(tokenizer, params.dry_sequence_breakers)
+        self.grammar: GrammarState | None = None
+        if params.grammar is not None:
+            if tokenizer is None:
+                raise ValueError("a grammar needs the tokenizer")
+            self.grammar = GrammarState(Grammar(params.grammar), tokenizer)
         history = list(history)
         for t in history[-n:] if n else ():
             self._accept_penalties(t)
@@ -186,9 +198,12 @@ class Sampler:
         return self._xtc_rng
 
     def accept(self, token: int) -> None:
-        """A token of the sequence (prompt or generated): the penalties' and DRY's windows move on."""
+        """A generated token: the penalties' and DRY's windows move on, the grammar takes it (the
+        prompt's tokens, given as the history, only enter the windows)."""
         self._accept_penalties(token)
         self.dry.accept(token)
+        if self.grammar is not None:
+            self.grammar.accept(token)
 
     def _accept_penalties(self, token: int) -> None:
         if not self.window:
@@ -202,6 +217,23 @@ class Sampler:
         self.recent.append(token)
 
     def sample(self, logits: np.ndarray) -> int:
+        """The next token. With a grammar, as llama.cpp's common_sampler_sample: the chain draws from
+        every token first; where the grammar refuses that token, the chain runs again (a second draw)
+        on the logits with every refused token at -inf."""
+        token = self._sample(logits)
+        g = self.grammar
+        if g is None or g.allows(token):
+            return token
+        masked = np.array(logits, dtype=F32)
+        masked[g.mask(masked.size)] = -np.inf
+        if self._suppress.size:
+            masked[self._suppress] = -np.inf
+        if not np.isfinite(masked).any():
+            raise LlamavkError("the grammar allows no token here" +
+                               (" (it is complete, and the end of text is suppressed)" if () in g.stacks else ""))
+        return self._sample(masked)
+
+    def _sample(self, logits: np.ndarray) -> int:
         p = self.p
         # a copy where logits are written (the runtime's array may be a view of its buffer)
         writes = self._suppress.size or p.logit_bias or self._penalizing or self.dry.enabled

@@ -123,6 +123,23 @@ def test_logit_bias_reverse_prompt_and_special_flags(synthetic_model):
     one_line_error(run("-m", path, "-p", "hi", "-n", "2", "-c", "16", "-l", "5+"), 2)
 
 
+def test_grammar_flags(synthetic_model, tmp_path):
+    """--grammar-file gives --grammar's tokens; a malformed grammar, both flags, or an unreadable file
+    are one-line usage errors before the load."""
+    path = str(synthetic_model("llama", "f32"))
+    gbnf = 'root ::= "ca" ("f" "é"? | "t") " " [a-c]+ "."'
+    (tmp_path / "g.gbnf").write_text(gbnf + "\n", encoding="utf-8")
+    base = [sys.executable, "-m", "llamavk", "run", "-m", path, "-p", "hi", "-n", "16", "-c", "64",
+            "--no-display-prompt", "-s", "3", "--temp", "1"]
+    inline = subprocess.run(base + ["--grammar", gbnf], capture_output=True, timeout=600)
+    from_file = subprocess.run(base + ["--grammar-file", str(tmp_path / "g.gbnf")], capture_output=True, timeout=600)
+    assert inline.returncode == 0 and inline.stdout == from_file.stdout, inline.stderr + from_file.stderr
+    assert inline.stdout.startswith(b"ca") and inline.stdout.rstrip(b"\n").endswith(b".")
+    for extra in (["--grammar", 'root ::= "a" | nothing'], ["--grammar", "x", "--grammar-file", "y"],
+                  ["--grammar-file", str(tmp_path / "missing.gbnf")]):
+        one_line_error(run("-m", path, "-p", "hi", "-n", "2", "-c", "16", *extra), 2)
+
+
 def test_prompt_from_file(tmp_path, synthetic_model):
     f = tmp_path / "prompt.txt"
     f.write_text("hello world")

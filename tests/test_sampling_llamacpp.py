@@ -92,7 +92,22 @@ ROPE_CASES = [
     (dict(prompt=LOOPS, seed=1, temp=0.0, rope_scale=3, yarn_attn_factor=3), [dict(yarn_attn_factor=-1)]),
     (dict(prompt=LOOPS, seed=1, temp=0.0, rope_scale=3, rope_scaling="yarn", yarn_attn_factor=3), []),  # ignored
 ]
-FLAG_CASES += ROPE_CASES
+# --grammar (grammar.py): the chain's first draw and, where the grammar refuses it, the second one on
+# the masked logits; bytes of a character split over tokens (é and [à-ÿ] through byte tokens)
+NO_GRAMMAR = dict(grammar=None)
+SAMPLED = dict(seed=5, temp=0.7, top_k=0, top_p=1.0, min_p=0.0)
+GRAMMAR_CASES = [
+    (dict(prompt=LOOPS, seed=1, temp=0.0, grammar='root ::= [a-z]+ " " [0-9]{2,4} ("!" | "?")'), [NO_GRAMMAR]),
+    (dict(prompt=LOOPS, seed=3, temp=1.0, grammar='root ::= "yes" | "no"'), [NO_GRAMMAR]),
+    (dict(prompt=LOOPS, seed=3, temp=1.0, grammar='root ::= ("ab" | "cd")* "."'), [NO_GRAMMAR]),
+    (dict(prompt=LOOPS, **SAMPLED, grammar='root ::= [^a-z]{3,8} "x"'), [NO_GRAMMAR]),
+    (dict(prompt=LOOPS, seed=1, temp=0.0, grammar='root ::= "caf" ("é" | "e") " " [à-ÿ]+ "."'), [NO_GRAMMAR]),
+    (dict(prompt=LOOPS, **SAMPLED, grammar='root ::= "caf" ("é" | "e") " " [à-ÿ]+ "."'), [NO_GRAMMAR]),
+    (dict(prompt=LOOPS, **SAMPLED, grammar='root ::= obj\nobj ::= "{" ws ( pair ( "," ws pair )* )? "}"\n'
+          'pair ::= "\\"" [a-z]+ "\\"" ws ":" ws val\nval ::= [0-9]+ | obj\nws ::= [ ]?'), [NO_GRAMMAR]),
+    (dict(prompt=LOOPS, **SAMPLED, grammar='root ::= . . . "z"'), [NO_GRAMMAR]),
+]
+FLAG_CASES += ROPE_CASES + GRAMMAR_CASES
 FLAG_CONFIGS = [c for c, _ in FLAG_CASES]
 ROPE_FLAGS = ("rope_freq_base", "rope_freq_scale", "rope_scale", "rope_scaling", "yarn_orig_ctx", "yarn_ext_factor",
               "yarn_beta_fast", "yarn_beta_slow", "yarn_attn_factor")
@@ -104,7 +119,8 @@ FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="
              repeat_penalty="--repeat-penalty", xtc_probability="--xtc-probability", xtc_threshold="--xtc-threshold",
              mirostat="--mirostat", mirostat_tau="--mirostat-ent", mirostat_eta="--mirostat-lr", samplers="--samplers",
              dry_multiplier="--dry-multiplier", dry_base="--dry-base", dry_allowed_length="--dry-allowed-length",
-             dry_penalty_last_n="--dry-penalty-last-n", **{k: "--" + k.replace("_", "-") for k in ROPE_FLAGS})
+             dry_penalty_last_n="--dry-penalty-last-n", grammar="--grammar",
+             **{k: "--" + k.replace("_", "-") for k in ROPE_FLAGS})
 
 
 def llamacpp_completion(model, config, need: int) -> tuple[bytes, bool]:

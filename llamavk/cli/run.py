@@ -86,6 +86,19 @@ def dry_breakers(values: list[str] | None, escape: bool) -> tuple[str, ...]:
     return tuple(process_escapes(v) if escape else v for v in out)
 
 
+def grammar_text(grammar: str | None, grammar_file: Path | None) -> str | None:
+    """--grammar or --grammar-file's text (not both)."""
+    if grammar is not None and grammar_file is not None:
+        raise UsageError("give either --grammar or --grammar-file, not both")
+    if grammar_file is None:
+        return grammar
+    try:
+        return grammar_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else exc
+        raise UsageError(f"cannot read grammar file {grammar_file}: {why}")
+
+
 def parse_logit_bias(value: str) -> tuple[int, float]:
     """--logit-bias TOKEN_ID(+/-)BIAS as llama.cpp reads it: an integer, a sign, a number ("inf" too)."""
     m = re.fullmatch(r"\s*([+-]?\d+)\s*([+-])\s*(\S+)\s*", value)
@@ -140,6 +153,8 @@ def run(
     logit_bias: list[str] = typer.Option(None, "--logit-bias", "-l",
                                          help="TOKEN_ID(+/-)BIAS added to that token's logit, repeatable "
                                               "(15043+1, 15043-inf)."),
+    grammar: str = typer.Option(None, "--grammar", help="A GBNF grammar the completion must follow (start rule root)."),
+    grammar_file: Path = typer.Option(None, "--grammar-file", help="Read the GBNF grammar from a file."),
     reverse_prompt: list[str] = typer.Option(None, "--reverse-prompt", "-r",
                                              help="Stop once the text ends with this, repeatable "
                                                   "(as llama-completion)."),
@@ -213,7 +228,8 @@ def run(
                         dry_multiplier=dry_multiplier, dry_allowed_length=dry_allowed_length,
                         dry_penalty_last_n=dry_penalty_last_n,
                         dry_sequence_breakers=dry_breakers(dry_sequence_breaker, escape),
-                        logit_bias=[parse_logit_bias(v) for v in logit_bias or ()])
+                        logit_bias=[parse_logit_bias(v) for v in logit_bias or ()],
+                        grammar=grammar_text(grammar, grammar_file))
         if dry_base >= 1.0:                   # llama.cpp's --dry-base keeps its default below 1
             sampling["dry_base"] = dry_base
         else:
