@@ -19,6 +19,10 @@ where a stack is empty; a token whose text is empty or starts with a zero byte n
 
 Repetitions become rules of their own (`x*` as r ::= x r | ""); the stacks differ from llama.cpp's
 where its expansion differs, the language and so the allowed tokens do not.
+
+Cost: a token's check walks its characters through a cache of (stacks, character) steps; the mask of
+every refused token, needed only where the grammar refuses the chain's first draw, takes ~0.1 s on a
+49k vocabulary and ~0.2 s on a 152k one the first time a state is seen, nothing when it recurs.
 """
 
 from __future__ import annotations

@@ -149,8 +149,8 @@ class SamplingParams:
 
 class Sampler:
     """params' chain over a sequence's logits. history: the tokens before (the prompt), which the
-    penalties and DRY look back on; tokenizer: the one DRY's sequence breakers are read with (needed
-    where DRY is on and has breakers)."""
+    penalties and DRY look back on; tokenizer: the one DRY's sequence breakers and a grammar read
+    tokens with (needed where either is on)."""
 
     def __init__(self, params: SamplingParams, history=(), n_ctx: int | None = None, suppress=(), tokenizer=None):
         self.p = params
