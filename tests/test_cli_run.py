@@ -319,3 +319,19 @@ def test_verbose_prompt_lists_llama_completions_prompt_tokens(smollm2_path):
     ids = [int(line.split(" -> ")[0]) for line in lines[at + 2:at + 2 + n]]
     assert ids == llamacpp_prompt_tokens(smollm2_path, "-p", "Hello, world! 12345", "-no-cnv")
     assert lines[at + 2].endswith("-> 'Hello'")
+
+
+def test_option_names_with_underscores_as_llama_cpp_takes_them(synthetic_model):
+    """--repeat_penalty is --repeat-penalty (llama.cpp's parser spells "--" names either way); a value
+    with underscores and an unknown name stay as they are."""
+    from llamavk.cli import build_app, llamacpp_spelling
+
+    app = build_app(["run"])
+    argv = ["run", "--repeat_penalty", "1.3", "-p", "--top_k", "--top_k=5", "--no_such", "--", "--n_predict"]
+    assert llamacpp_spelling(app, argv) == ["run", "--repeat-penalty", "1.3", "-p", "--top_k", "--top-k=5",
+                                            "--no_such", "--", "--n_predict"]
+    path = str(synthetic_model("llama", "f32"))
+    a = run("-m", path, "-p", "hi", "--n_predict", "6", "--temp", "0", "--repeat_penalty", "1.5", "-c", "64")
+    b = run("-m", path, "-p", "hi", "--n-predict", "6", "--temp", "0", "--repeat-penalty", "1.5", "-c", "64")
+    assert a.returncode == 0 and a.stdout == b.stdout and "/     5 runs" in a.stderr, a.stderr
+    assert "error: No such option: --no_such" in run("-m", path, "-p", "hi", "--no_such").stderr

@@ -77,7 +77,7 @@ def run_app(app) -> int:
     # click's UsageError, from the click typer runs on (typer 0.2x carries its own copy)
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     try:
-        code = app(standalone_mode=False)
+        code = app(args=llamacpp_spelling(app, sys.argv[1:]), standalone_mode=False)
     except usage_error as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":     # `llamavk` alone: its help, as typer shows it
             return app()
@@ -88,6 +88,41 @@ def run_app(app) -> int:
         print("error: aborted", file=sys.stderr)
         return 1
     return code if isinstance(code, int) else 0
+
+
+def llamacpp_spelling(app, argv: list[str]) -> list[str]:
+    """The arguments with option names spelled as llama.cpp also takes them: `--repeat_penalty` is
+    `--repeat-penalty` (its parser replaces every "_" of a "--" argument by "-"). Only a name the
+    subcommand has once so replaced is touched, never an option's value."""
+    if not argv or not any(a.startswith("--") and "_" in a for a in argv):
+        return argv
+    import typer.main
+
+    command = getattr(typer.main.get_command(app), "commands", {}).get(argv[0])
+    if command is None:
+        return argv
+    names, takes_value = set(), set()
+    for param in command.params:
+        for opt in list(getattr(param, "opts", ())) + list(getattr(param, "secondary_opts", ())):
+            names.add(opt)
+            if not getattr(param, "is_flag", True):
+                takes_value.add(opt)
+    out = argv[:1]
+    value_next = False
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "--" and not value_next:          # the end of the options: the rest as it is
+            return out + argv[i:]
+        if value_next:
+            out.append(arg)
+            value_next = False
+            continue
+        name, eq, value = arg.partition("=")
+        if name.startswith("--") and "_" in name and name not in names and name.replace("_", "-") in names:
+            name = name.replace("_", "-")
+            arg = name + eq + value
+        out.append(arg)
+        value_next = name in takes_value and not eq
+    return out
 
 
 def leave(code) -> None:
