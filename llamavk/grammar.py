@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from .errors import UsageError
 
-EMPTY_STACKS: frozenset = frozenset()
+MAX_REPETITIONS = 2000     # llama.cpp's MAX_REPETITION_THRESHOLD: {m,n} beyond it is refused
 
 
 class GrammarError(UsageError):
@@ -223,6 +223,8 @@ class _Parser:
                         self.fail("expected }", pos)
                     if hi is not None and hi < lo:
                         self.fail("a repetition's maximum is below its minimum", pos)
+                    if max(lo, hi or 0) > MAX_REPETITIONS:
+                        self.fail(f"more than {MAX_REPETITIONS} repetitions", pos)
                 else:
                     lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[ch]
                 items[-1] = self.repeat(items[-1], lo, hi, name)
@@ -295,7 +297,10 @@ class Grammar:
     def __init__(self, text: str):
         rules, self.root, names = _Parser(text).parse()
         self.rules = rules
-        _check_left_recursion(rules, names)
+        try:
+            _check_left_recursion(rules, names)
+        except RecursionError:
+            raise GrammarError("grammar: rules nested too deeply without a character between them") from None
         # every alternative as a sequence id; a stack frame is (sequence id, index)
         self.seqs: list[tuple] = []
         self.alt_ids: list[list[int]] = []
@@ -328,18 +333,24 @@ class Grammar:
 
     def initial(self) -> frozenset:
         out: set = set()
-        self._expand(self.root, (), out)
+        try:
+            self._expand(self.root, (), out)
+        except RecursionError:
+            raise GrammarError("grammar: rules nested too deeply without a character between them") from None
         return frozenset(out)
 
     def step(self, stacks: frozenset, c: int) -> frozenset:
         """The stacks after one more character."""
         out: set = set()
-        for stack in stacks:
-            if not stack:
-                continue
-            sid, i = stack[-1]
-            if self.seqs[sid][i].matches(c):
-                self._advance(stack[:-1] + (((sid, i + 1),) if i + 1 < len(self.seqs[sid]) else ()), out)
+        try:
+            for stack in stacks:
+                if not stack:
+                    continue
+                sid, i = stack[-1]
+                if self.seqs[sid][i].matches(c):
+                    self._advance(stack[:-1] + (((sid, i + 1),) if i + 1 < len(self.seqs[sid]) else ()), out)
+        except RecursionError:
+            raise GrammarError("grammar: rules nested too deeply without a character between them") from None
         return frozenset(out)
 
     def accepts(self, text: str, complete: bool = True) -> bool:

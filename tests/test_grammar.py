@@ -51,7 +51,8 @@ def test_recursion_through_rules():
     ('x ::= "a"', "no root"), ('root ::= "\\q"', "unknown escape"), ('root ::= "abc', "unterminated"),
     ('root ::= [ab', "unterminated"), ('root ::= ("a"', "expected \\)"), ('root ::= *', "nothing before"),
     ('root ::= "a"{3,2}', "maximum"), ('root ::= "a" <[12]>', "token references"), ('root "a"', "::="),
-    ('root ::= "a" ) "b"', "end of the rule"), ('root ::= "\\x4"', "hex digits")])
+    ('root ::= "a" ) "b"', "end of the rule"), ('root ::= "\\x4"', "hex digits"),
+    ('root ::= "a"{2001}', "more than 2000"), ('root ::= ("a"?){0,1500} "b"', "nested too deeply")])
 def test_parse_errors(bad, why):
     with pytest.raises(GrammarError, match=why):
         Grammar(bad)
