@@ -334,8 +334,8 @@ def test_perplexity_matches_llamacpp(synthetic_model, botchan_text, tmp_path, mo
 
     import llamavk.api as api
 
-    def windowless(p):
-        mf = load_model_file(p)
+    def windowless(p, *overrides):
+        mf = load_model_file(p, *overrides)
         mf.config = dataclasses.replace(mf.config, sliding_window=0)
         return mf
     monkeypatch.setattr(api, "load_model_file", windowless)
