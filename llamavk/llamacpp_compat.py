@@ -87,7 +87,7 @@ def check_common(gpu_layers: str | None, flash_attn: str | None, cache_type_k: s
 
 
 def no_effect_notes(threads: int | None = None, no_warmup: bool = False, no_conversation: bool = False,
-                    jinja: bool = False) -> list[str]:
+                    jinja: bool = False, mlock: bool = False, no_mmap: bool = False) -> list[str]:
     """What -v says about the flags that are accepted only so that llama.cpp command lines run."""
     notes = []
     if threads is not None:
@@ -98,6 +98,10 @@ def no_effect_notes(threads: int | None = None, no_warmup: bool = False, no_conv
         notes.append("-no-cnv: no effect (llamavk run is always one-shot)")
     if jinja:
         notes.append("--jinja: no effect (--chat always renders the template with jinja2)")
+    if mlock:
+        notes.append("--mlock: no effect (the weights live in device memory; the file is only read)")
+    if no_mmap:
+        notes.append("--no-mmap: no effect (the file is read as the weights upload, whichever way)")
     return notes
 
 

@@ -59,8 +59,8 @@ def test_cache_types():
 
 def test_no_effect_notes():
     assert no_effect_notes() == []
-    notes = no_effect_notes(threads=8, no_warmup=True, no_conversation=True, jinja=True)
-    assert [n.split(":")[0] for n in notes] == ["-t 8", "--no-warmup", "-no-cnv", "--jinja"]
+    notes = no_effect_notes(threads=8, no_warmup=True, no_conversation=True, jinja=True, mlock=True, no_mmap=True)
+    assert [n.split(":")[0] for n in notes] == ["-t 8", "--no-warmup", "-no-cnv", "--jinja", "--mlock", "--no-mmap"]
 
 
 # -- -e: escapes ---------------------------------------------------------------------------------
@@ -131,10 +131,10 @@ def test_run_accepts_a_llama_completion_command_line(synthetic_model):
     plain = cli("run", "-m", path, "-p", "hello", "-n", "4", "--temp", "0", "-c", "64")
     assert plain.exit_code == 0, plain.output
     r = cli("run", "-m", path, "-p", "hello", "-n", "4", "--temp", "0", "-c", "64", "-ngl", "99", "-fa", "on",
-            "-ctk", "f16", "-ctv", "f16", "-t", "8", "--no-warmup", "-no-cnv", "-e", "-v")
+            "-ctk", "f16", "-ctv", "f16", "-t", "8", "--no-warmup", "-no-cnv", "-e", "--mlock", "--no-mmap", "-v")
     assert r.exit_code == 0, r.output
     assert r.stdout == plain.stdout
-    for note in no_effect_notes(threads=8, no_warmup=True, no_conversation=True):
+    for note in no_effect_notes(threads=8, no_warmup=True, no_conversation=True, mlock=True, no_mmap=True):
         assert note in r.stderr
 
 

@@ -15,6 +15,8 @@ CACHE_TYPE_V = typer.Option("f16", "--cache-type-v", "-ctv", help="KV cache type
 THREADS = typer.Option(None, "--threads", "-t", help="Accepted for llama.cpp command lines; no effect "
                                                       "(the GPUs compute, the CPU only orchestrates).")
 NO_WARMUP = typer.Option(False, "--no-warmup", help="Accepted for llama.cpp command lines; no effect.")
+MLOCK = typer.Option(False, "--mlock", help="Accepted for llama.cpp command lines; no effect.")
+NO_MMAP = typer.Option(False, "--no-mmap", help="Accepted for llama.cpp command lines; no effect.")
 OVERRIDE_KV = typer.Option(None, "--override-kv",
                            help="KEY=TYPE:VALUE, repeatable: a GGUF metadata value replaced before the model is "
                                 "read (TYPE int, float, bool or str), as llama.cpp's.")

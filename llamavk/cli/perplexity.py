@@ -31,7 +31,7 @@ from ..llamacpp_compat import check_common, no_effect_notes
 from . import fast_exit
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
-from .llamacpp_flags import (CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, OVERRIDE_KV,
+from .llamacpp_flags import (CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MLOCK, NO_MMAP, NO_WARMUP, OVERRIDE_KV,
                              ROPE_FREQ_BASE, ROPE_FREQ_SCALE, ROPE_SCALE, ROPE_SCALING, THREADS, YARN_ATTN_FACTOR,
                              YARN_BETA_FAST, YARN_BETA_SLOW, YARN_EXT_FACTOR, YARN_ORIG_CTX, kv_overrides, rope)
 from .load_progress import LoadProgress
@@ -68,6 +68,8 @@ def perplexity(
     cache_type_v: str = CACHE_TYPE_V,
     threads: int = THREADS,
     no_warmup: bool = NO_WARMUP,
+    mlock: bool = MLOCK,
+    no_mmap: bool = NO_MMAP,
     override_kv: list[str] = OVERRIDE_KV,
     rope_freq_base: float = ROPE_FREQ_BASE,
     rope_freq_scale: float = ROPE_FREQ_SCALE,
@@ -92,7 +94,7 @@ def perplexity(
         rope_opts = rope(rope_freq_base, rope_freq_scale, rope_scale, rope_scaling, yarn_orig_ctx, yarn_ext_factor,
                          yarn_beta_fast, yarn_beta_slow, yarn_attn_factor)
         if verbose:
-            for note in no_effect_notes(threads, no_warmup):
+            for note in no_effect_notes(threads, no_warmup, mlock=mlock, no_mmap=no_mmap):
                 eprint(note)
         if ctx_size < 4:
             raise UsageError("-c must be at least 4")

@@ -28,7 +28,7 @@ from ..llamacpp_compat import check_common, no_effect_notes, process_escapes
 from . import fast_exit
 from .common import (DEVICE, MAIN_GPU, MAX_GPU, REDUCE_TYPE, SPLIT_MODE, TENSOR_SPLIT, VERBOSE, describe_model,
                      eprint, split_kwargs, user_errors)
-from .llamacpp_flags import (CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, NO_WARMUP, OVERRIDE_KV,
+from .llamacpp_flags import (CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MLOCK, NO_MMAP, NO_WARMUP, OVERRIDE_KV,
                              ROPE_FREQ_BASE, ROPE_FREQ_SCALE, ROPE_SCALE, ROPE_SCALING, THREADS, YARN_ATTN_FACTOR,
                              YARN_BETA_FAST, YARN_BETA_SLOW, YARN_EXT_FACTOR, YARN_ORIG_CTX, kv_overrides, rope)
 from .load_progress import LoadProgress
@@ -184,6 +184,8 @@ def run(
     cache_type_v: str = CACHE_TYPE_V,
     threads: int = THREADS,
     no_warmup: bool = NO_WARMUP,
+    mlock: bool = MLOCK,
+    no_mmap: bool = NO_MMAP,
     override_kv: list[str] = OVERRIDE_KV,
     rope_freq_base: float = ROPE_FREQ_BASE,
     rope_freq_scale: float = ROPE_FREQ_SCALE,
@@ -247,7 +249,7 @@ def run(
             prompt = process_escapes(prompt)
             system_prompt = process_escapes(system_prompt) if system_prompt is not None else None
         if verbose:
-            for note in no_effect_notes(threads, no_warmup, no_conversation, jinja):
+            for note in no_effect_notes(threads, no_warmup, no_conversation, jinja, mlock, no_mmap):
                 eprint(note)
         t_start = time.perf_counter()
         text = {"prompt": prompt}
