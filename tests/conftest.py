@@ -74,6 +74,19 @@ def synthetic_model(tmp_path_factory):
     return make
 
 
+@pytest.fixture(scope="session")
+def spm_tokenizer():
+    """The synthetic models' SentencePiece vocabulary of 500 (llamavk.synthetic.synthetic_vocab) as a
+    Tokenizer: control and byte tokens, single characters, ▁-words and 2-letter words."""
+    from llamavk.synthetic import synthetic_vocab
+    from llamavk.tokenizer import Tokenizer
+
+    tokens, scores, types = synthetic_vocab(500)
+    return Tokenizer.from_metadata({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+                                    "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
+                                    "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2})
+
+
 @pytest.fixture(scope="module")
 def dev():
     """A logical device on the machine's first selected Vulkan device (llvmpipe in CI), per module."""

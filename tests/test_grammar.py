@@ -10,8 +10,6 @@ import pytest
 import regex
 
 from llamavk.grammar import CharClass, Grammar, GrammarError, GrammarState, decode_utf8
-from llamavk.synthetic import synthetic_vocab
-from llamavk.tokenizer import Tokenizer
 
 # (GBNF, the same language as a regular expression, the alphabet of the random strings)
 LANGUAGES = [
@@ -77,11 +75,8 @@ def test_partial_character_rule():
 
 
 @pytest.fixture(scope="module")
-def tok():
-    tokens, scores, types = synthetic_vocab(500)
-    return Tokenizer.from_metadata({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
-                                    "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
-                                    "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2})
+def tok(spm_tokenizer):
+    return spm_tokenizer
 
 
 def test_allowed_tokens_are_those_that_keep_a_prefix(tok):

@@ -5,18 +5,13 @@ import pytest
 
 import llamavk
 from llamavk.reverse_prompt import SLACK, WINDOW, ReversePrompts
-from llamavk.synthetic import synthetic_vocab
-from llamavk.tokenizer import Tokenizer
 
 LOOPS = "to be: or not to be: that is: to be"
 
 
 @pytest.fixture(scope="module")
-def tok():
-    tokens, scores, types = synthetic_vocab(500)
-    return Tokenizer.from_metadata({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
-                                    "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
-                                    "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2})
+def tok(spm_tokenizer):
+    return spm_tokenizer
 
 
 def ids(tok, *pieces):

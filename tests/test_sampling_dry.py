@@ -8,7 +8,6 @@ import pytest
 from llamavk.cli.run import dry_breakers
 from llamavk.sampling import Sampler, SamplingParams, _Candidates
 from llamavk.sampling_dry import DEFAULT_BREAKERS, MAX_BREAKER_BYTES, MAX_TAIL_TOKENS, Dry, breaker_sequences
-from llamavk.synthetic import synthetic_vocab
 from llamavk.tokenizer import Tokenizer
 from llamavk.tokenizer.stray_bytes import from_bytes, to_bytes
 
@@ -102,11 +101,8 @@ def expected_sequences(tok, breakers) -> dict:
 
 
 @pytest.fixture(scope="module")
-def spm():
-    tokens, scores, types = synthetic_vocab(500)
-    return Tokenizer.from_metadata({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
-                                    "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
-                                    "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2})
+def spm(spm_tokenizer):
+    return spm_tokenizer
 
 
 @pytest.fixture(scope="module")
