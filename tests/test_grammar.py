@@ -109,3 +109,25 @@ def test_allowed_tokens_are_those_that_keep_a_prefix(tok):
     for piece in "caf":
         fresh.accept(tok.vocab.tokens.index(piece))
     assert fresh.allows(c3) and not fresh.allows(tok.vocab.tokens.index("<0xC4>"))
+
+
+def test_mask_is_every_token_refused_one_by_one(tok, smollm2_path):
+    """The mask (a walk over the sorted texts, whole prefixes refused at once) refuses exactly the
+    tokens `allows` refuses, in states that take few tokens and many, with a character pending or not,
+    on the synthetic SPM vocabulary and SmolLM2's 49k BPE one."""
+    from llamavk.gguf_file import GGUFFile
+    from llamavk.tokenizer import Tokenizer
+
+    smol = Tokenizer.from_metadata(GGUFFile(smollm2_path).metadata)
+    g = Grammar('root ::= "{" ws "\\"" [^"\\\\]* "\\"" ws ":" ws ( [0-9]+ | "é" [à-ÿ]* ) ws "}"\nws ::= [ ]?')
+    pieces = ("{", "▁", '"', "ab", "▁", "c", '"', ":", "▁", "<0xC3>", "<0xA9>")
+    spm_ids = [tok.vocab.tokens.index(p) for p in pieces]
+    smol_ids = smol.encode('{ "name": é', add_special=False)
+    for tokenizer, ids in ((tok, spm_ids), (smol, smol_ids)):
+        state = GrammarState(g, tokenizer)
+        for t in ids:
+            refused = set(state.mask(tokenizer.n_vocab))
+            assert refused == {u for u in range(tokenizer.n_vocab) if not state.allows(u)}
+            assert t not in refused
+            state.accept(t)
+        assert len(state.mask(tokenizer.n_vocab)) < tokenizer.n_vocab     # [à-ÿ]*, ws, "}" are left
