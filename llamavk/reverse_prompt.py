@@ -32,9 +32,6 @@ class ReversePrompts:
                 self.tokens.add(ids[0])
         self.recent: deque[int] = deque(maxlen=WINDOW)
 
-    def __bool__(self) -> bool:
-        return bool(self.texts)
-
     def seen(self, tokens) -> bool:
         """Take the sequence's next tokens; whether its text now ends with a reverse prompt."""
         self.recent.extend(tokens)
