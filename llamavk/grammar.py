@@ -294,11 +294,11 @@ def _check_left_recursion(rules: list[list[tuple]], names: dict[str, int]) -> No
 # -- recognizing ---------------------------------------------------------------------------------
 
 class Grammar:
-    """A parsed grammar: rules as tuples of alternatives, each a tuple of CharClass / rule ids."""
+    """A parsed grammar: every rule's alternatives as sequences (seqs, alt_ids), each a tuple of
+    CharClass / rule ids."""
 
     def __init__(self, text: str):
         rules, self.root, names = _Parser(text).parse()
-        self.rules = rules
         try:
             _check_left_recursion(rules, names)
         except RecursionError:
