@@ -28,7 +28,8 @@ from .models.base import ModelConfig, WeightSpec
 from .quant import quant_info, qtype_from_name, tensor_nbytes
 
 SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
-                   "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
+                   "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s",
+                   "iq1_m")
 MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe", "qwen3next")
 HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
@@ -137,10 +138,15 @@ TINY_GEMMA3 = dict(sliding_window=24, swa_pattern=2)
 # mixes of one K-quant (Q3_K_S/M/L, Q5_K_S/M), the one llama.cpp's loader guesses from the most common
 # tensor type when general.file_type is absent: Q2_K 10, Q3_K_M 12, Q4_K_M 15, Q5_K_M 17.
 _FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q4_1: 3, T.Q8_0: 7, T.Q5_0: 8, T.Q5_1: 9, T.Q2_K: 10,
-              T.Q3_K: 12, T.Q4_K: 15, T.Q5_K: 17, T.Q6_K: 18, T.IQ4_NL: 25, T.IQ4_XS: 30, T.MXFP4: 38}
+              T.Q3_K: 12, T.Q4_K: 15, T.Q5_K: 17, T.Q6_K: 18, T.IQ4_NL: 25, T.IQ4_XS: 30, T.MXFP4: 38,
+              T.IQ2_XXS: 19, T.IQ2_XS: 20, T.IQ3_XXS: 23, T.IQ1_S: 24, T.IQ3_S: 26, T.IQ2_S: 28, T.IQ1_M: 31}
 # Root mean square of the IQ4_NL levels and of MXFP4's doubled E2M1 values (quants.glsl's tables),
 # for scales that give random blocks the requested std.
 _IQ4NL_RMS, _MXFP4_RMS = 67.44, 5.852
+# The lattice types' weight std for d = 1 with every other bit random, jitter included (sqrt(13/12) x
+# the rms of gguf.quants.dequantize over 20,000 such blocks): d = std / this.
+_LATTICE_RMS = {T.IQ2_XXS: 55.4, T.IQ2_XS: 58.2, T.IQ2_S: 58.7, T.IQ3_XXS: 148.3, T.IQ3_S: 146.0,
+                T.IQ1_S: 7.48, T.IQ1_M: 7.50}
 
 
 @dataclass(frozen=True)
@@ -502,6 +508,15 @@ def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int, std: float)
     elif qtype == T.MXFP4:    # e, nibbles[16]: w = 2^(e - 128) KV_MXFP4[q]; powers of two only
         e = np.rint(np.log2(jitter * std / _MXFP4_RMS)) + 128
         blocks[:, 0] = np.clip(e, 2, 254).astype(np.uint8)
+    elif qtype in _LATTICE_RMS:   # d first (IQ1_M: spread over its scale words), random indices, signs, scales
+        d = (jitter * std / _LATTICE_RMS[qtype]).astype(np.float16).view(np.uint16)
+        if qtype == T.IQ1_M:      # the f16 d's nibbles in the top nibbles of the 4 scale words at byte 48
+            words = blocks[:, 48:56].copy().view(np.uint16) & np.uint16(0x0FFF)
+            for k in range(4):
+                words[:, k] |= ((d >> np.uint16(4 * k)) & np.uint16(0xF)) << np.uint16(12)
+            blocks[:, 48:56] = words.view(np.uint8)
+        else:
+            blocks[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
     else:
         raise LlamavkError(f"synthetic weights of type {qtype.name} are not implemented")
     return blocks.reshape(-1)

@@ -2,7 +2,8 @@
 //
 // Select one type with a define: QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q4_1,
 // QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL,
-// QTYPE_IQ4_XS, QTYPE_MXFP4.
+// QTYPE_IQ4_XS, QTYPE_MXFP4, QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S, QTYPE_IQ3_XXS, QTYPE_IQ3_S,
+// QTYPE_IQ1_S, QTYPE_IQ1_M.
 // Include after common.glsl. The weight buffer (one chunk of rows, rows contiguous) is declared here on
 // binding W_BINDING (default 0), aliased as 8/16/32-bit words so each type reads its blocks with the
 // widest loads its block alignment allows (4-byte multiples use uint32; the odd-sized MXFP4 block is
@@ -39,6 +40,9 @@
 //            qs[16s+j], elem 32s+16+j: hi nibble                 x = d*(ls-32)*KV_IQ4NL[q]
 //   MXFP4 17: e (E8M0 exponent byte), qs[16]  nibbles placed as Q4_0's; q is an E2M1 number, the
 //            table holds it doubled, so the scale is 2^(e-128)   x = 2^(e-128)*KV_MXFP4[q]
+//   IQ2_XXS 66, IQ2_XS 74, IQ2_S 82, IQ3_XXS 98, IQ3_S 110, IQ1_S 50, IQ1_M 56: groups of 8 weights
+//            (IQ3: two 4-weight grid entries) as a lattice grid entry (the chunk's GRID_TAIL) times a scale,
+//            with sign bits (IQ2, IQ3) or a +-1/8 shift (IQ1); each layout at its iq_half below
 
 #ifndef W_BINDING
 #define W_BINDING 0
@@ -616,6 +620,103 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
 }
 #endif
 #endif
+
+#elif defined(QTYPE_IQ2_XXS) || defined(QTYPE_IQ2_XS) || defined(QTYPE_IQ2_S) || defined(QTYPE_IQ3_XXS) || \
+      defined(QTYPE_IQ3_S) || defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
+// The lattice types (layouts in the header): a 256-weight super-block in groups of 8 weights, each
+// group one entry of a grid with signs and a scale. Blocks are 2 mod 4 bytes long (IQ1_M's 56 aside),
+// so fields are read as bytes and 16-bit words. iq_half(B, g, h) gives weights 8g + 4h .. 8g + 4h + 3
+// of the super-block at byte B.
+// The grid (up to 2048 entries of 8 signed bytes) follows the chunk's blocks in its buffer, from the
+// first 4-byte boundary (llamavk/kernels/__init__.py GRID_TAIL): a constant array that large would be
+// copied into every invocation's private memory wherever it is indexed by a variable (llvmpipe
+// takes seconds per dispatch), and a buffer of its own would be one more binding in every kernel.
+// Entry i of an 8-byte grid is words 2i, 2i + 1 (bytes 0..3, 4..7); of a 4-byte grid word i.
+#define QK 256
+#define iq_grid(i) wu32[((q_chunk_blocks * IQ_BYTES + 3u) >> 2) + (i)]   // IQ_BYTES: the type's, below
+uint wbyte(uint p) { return uint(wu8[p]); }
+uint whalf(uint p) { return uint(wu16[p >> 1]); }            // p even
+uint wword(uint p) { return u32_at16(p >> 1); }              // p even
+// IQ2_XXS, IQ2_XS, IQ3_XXS keep 7 sign bits per group; the eighth makes the count of minus signs even
+uint ksigns(uint k) { return k | ((bitCount(k) & 1u) << 7); }
+// +1 / -1 for the 4 weights of half h of a group whose 8 sign bits are `bits` (bit j: weight j negative)
+vec4 signs4(uint bits, uint h) {
+    uint b = bits >> (4u * h);
+    return vec4(1.0) - 2.0 * vec4(b & 1u, (b >> 1) & 1u, (b >> 2) & 1u, (b >> 3) & 1u);
+}
+#if defined(QTYPE_IQ2_XXS)
+#define IQ_BYTES 66     // d, then per 32 weights 4 grid indices and a word: 4 x 7 sign bits, a 4-bit scale
+vec4 iq_half(uint B, uint g, uint h) {
+    const uint s = g / 4u, l = g % 4u;
+    const uint aux = wword(B + 6u + 8u * s);
+    const float db = half_bits(whalf(B)) * (0.5 + float(aux >> 28)) * 0.25;
+    const uint idx = wbyte(B + 2u + 8u * s + l);
+    return db * bytes4(iq_grid(2u * idx + h)) * signs4(ksigns((aux >> (7u * l)) & 127u), h);
+}
+#elif defined(QTYPE_IQ2_XS)
+#define IQ_BYTES 74     // d, 32 x (9-bit grid index | 7 sign bits << 9), 16 4-bit scales
+vec4 iq_half(uint B, uint g, uint h) {
+    const uint q = whalf(B + 2u + 2u * g);
+    const uint sc = (wbyte(B + 66u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
+    const float db = half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25;
+    return db * bytes4(iq_grid(2u * (q & 511u) + h)) * signs4(ksigns(q >> 9), h);
+}
+#elif defined(QTYPE_IQ2_S)
+#define IQ_BYTES 82     // d, qs[32] (grid index low bytes), signs[32], qh[8] (2 high bits each), scales[8]
+vec4 iq_half(uint B, uint g, uint h) {
+    const uint idx = wbyte(B + 2u + g) | (((wbyte(B + 66u + g / 4u) >> (2u * (g % 4u))) & 3u) << 8);
+    const uint sc = (wbyte(B + 74u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
+    const float db = half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25;
+    return db * bytes4(iq_grid(2u * idx + h)) * signs4(wbyte(B + 34u + g), h);
+}
+#elif defined(QTYPE_IQ3_XXS)
+#define IQ_BYTES 98     // d, qs[64] (a grid index per 4 weights), per 32 weights a word as IQ2_XXS's
+vec4 iq_half(uint B, uint g, uint h) {
+    const uint s = g / 4u, l = g % 4u;
+    const uint aux = wword(B + 66u + 4u * s);
+    const float db = half_bits(whalf(B)) * (0.5 + float(aux >> 28)) * 0.5;
+    const uint idx = wbyte(B + 2u + 2u * g + h);
+    return db * bytes4(iq_grid(idx)) * signs4(ksigns((aux >> (7u * l)) & 127u), h);
+}
+#elif defined(QTYPE_IQ3_S)
+#define IQ_BYTES 110    // d, qs[64], qh[8] (the 9th index bits), signs[32], scales[4] (per 32 weights)
+vec4 iq_half(uint B, uint g, uint h) {
+    const uint k = 2u * g + h;
+    const uint idx = wbyte(B + 2u + k) | (((wbyte(B + 66u + k / 8u) >> (k % 8u)) & 1u) << 8);
+    const uint s = g / 4u;
+    const uint sc = (wbyte(B + 106u + s / 2u) >> (4u * (s % 2u))) & 15u;
+    const float db = half_bits(whalf(B)) * float(1u + 2u * sc);
+    return db * bytes4(iq_grid(idx)) * signs4(wbyte(B + 74u + g), h);
+}
+#elif defined(QTYPE_IQ1_S)
+#define IQ_BYTES 50     // d, qs[32], per 32 weights a 16-bit word: 4 x 3 index bits, a 3-bit scale, delta's sign
+vec4 iq_half(uint B, uint g, uint h) {
+    const uint qh = whalf(B + 34u + 2u * (g / 4u));
+    const uint idx = wbyte(B + 2u + g) | (((qh >> (3u * (g % 4u))) & 7u) << 8);
+    const float dl = half_bits(whalf(B)) * float(2u * ((qh >> 12) & 7u) + 1u);
+    const float delta = (qh & 0x8000u) != 0u ? -0.125 : 0.125;
+    return dl * (sbytes4(iq_grid(2u * idx + h)) + delta);
+}
+#else   // IQ1_M
+#define IQ_BYTES 56     // qs[32], qh[16] (a nibble per group: 3 index bits, delta's sign), 16 3-bit scales
+                        // in 4 16-bit words whose top nibbles hold the f16 d
+vec4 iq_half(uint B, uint g, uint h) {
+    const uint s0 = whalf(B + 48u), s1 = whalf(B + 50u), s2 = whalf(B + 52u), s3 = whalf(B + 54u);
+    const uint d16 = (s0 >> 12) | ((s1 >> 8) & 0xF0u) | ((s2 >> 4) & 0xF00u) | (s3 & 0xF000u);
+    const uint t = g / 2u;                                   // a scale per 16 weights
+    const uint sc = (whalf(B + 48u + 2u * (t / 4u)) >> (3u * (t % 4u))) & 7u;
+    const float dl = half_bits(d16) * float(2u * sc + 1u);
+    const uint nib = (wbyte(B + 32u + g / 2u) >> (4u * (g % 2u))) & 15u;
+    const uint idx = wbyte(B + g) | ((nib & 7u) << 8);
+    const float delta = (nib & 8u) != 0u ? -0.125 : 0.125;
+    return dl * (sbytes4(iq_grid(2u * idx + h)) + delta);
+}
+#endif
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
+    const uint B = (row * (cols / QK) + u / 8u) * IQ_BYTES, g = 4u * (u % 8u) + i / 2u;
+    a = iq_half(B, g, i % 2u);          // elements 4i .. 4i + 3 of the unit
+    c = iq_half(B, g + 2u, i % 2u);     // elements 16 + 4i ..
+}
 
 #else
 #error "quants.glsl: define one QTYPE_*"

@@ -21,12 +21,16 @@ from llamavk.vk import Buffer, CommandSequence
 QUANTIZABLE = {T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1}
 # Byte offsets of the f16 scale fields of the K-quant and IQ4 blocks (random bytes elsewhere are valid).
 F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,),
-              T.IQ4_NL: (0,), T.IQ4_XS: (0,)}
+              T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.IQ2_XXS: (0,), T.IQ2_XS: (0,), T.IQ2_S: (0,), T.IQ3_XXS: (0,),
+              T.IQ3_S: (0,), T.IQ1_S: (0,)}
+# IQ1_M keeps its f16 scale in the top nibbles of the four 16-bit words from this byte offset.
+SPLIT_F16_FIELDS = {T.IQ1_M: 48}
+LATTICE_TYPES = [T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
 # Byte offsets of E8M0 exponent fields (2^(e-128)): random bytes would reach inf. gguf can quantize
 # MXFP4, but its quantizer never writes code 8 (-0), which random blocks do.
 E8M0_FIELDS = {T.MXFP4: (0,)}
 ALL_TYPES = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
-             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4]
+             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4, *LATTICE_TYPES]
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +53,13 @@ def make_weight(qtype, rows, cols, seed):
             raw[:, :, off:off + 2] = scale.view(np.uint8).reshape(rows, nb, 2)
         for off in E8M0_FIELDS.get(qtype, ()):
             raw[:, :, off] = rng.integers(122, 130, (rows, nb), dtype=np.uint8)
+        if qtype in SPLIT_F16_FIELDS:
+            off = SPLIT_F16_FIELDS[qtype]
+            scale = (rng.uniform(0.5, 1.5, (rows, nb)).astype(np.float16) / np.float16(64)).view(np.uint16)
+            words = raw[:, :, off:off + 8].copy().view(np.uint16) & np.uint16(0x0FFF)
+            for k in range(4):
+                words[:, :, k] |= ((scale >> np.uint16(4 * k)) & np.uint16(0xF)) << np.uint16(12)
+            raw[:, :, off:off + 8] = words.view(np.uint8)
         raw = raw.reshape(rows, -1)
     assert raw.shape == (rows, info.row_bytes(cols))
     ref = np.asarray(quants.dequantize(raw, qtype), dtype=np.float64).reshape(rows, cols)

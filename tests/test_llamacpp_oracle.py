@@ -102,6 +102,14 @@ ORACLE_CASES = [
     ("qwen3next", "f16", {}),
     ("qwen3next", "q4_k", {}),
     ("qwen3next", "f16", {"ssm_fused_in": False}),
+    # the lattice types: grids, sign tables, IQ1's shifts and IQ1_M's scattered f16 scale
+    ("llama", "iq2_xxs", {}),
+    ("qwen2", "iq2_xs", {}),
+    ("qwen3", "iq2_s", {}),
+    ("llama", "iq3_xxs", {}),
+    ("qwen2", "iq3_s", {}),
+    ("qwen3", "iq1_s", {}),
+    ("llama", "iq1_m", {}),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8

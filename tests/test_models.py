@@ -31,18 +31,23 @@ def test_registry():
 
 
 def test_quant_table():
-    assert len(SUPPORTED_TYPES) == 16
+    assert len(SUPPORTED_TYPES) == 23
     # ggml-common.h: block_iq4_nl {d, qs[16]}, block_iq4_xs {d, scales_h, scales_l[4], qs[128]},
     # block_mxfp4 {e, qs[16]}
     assert [(QUANT_INFO[t].block_size, QUANT_INFO[t].type_size) for t in (T.IQ4_NL, T.IQ4_XS, T.MXFP4)] == \
         [(32, 18), (256, 136), (32, 17)]
+    # block_iq2_xxs {d, qs[32] u16}, block_iq2_xs {+ scales[8]}, block_iq2_s {d, qs[64], qh[8], scales[8]},
+    # block_iq3_xxs {d, qs[96]}, block_iq3_s {d, qs[64], qh[8], signs[32], scales[4]},
+    # block_iq1_s {d, qs[32], qh[8] u16}, block_iq1_m {qs[32], qh[16], scales[8]}
+    assert [QUANT_INFO[t].type_size for t in (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M)] == \
+        [66, 74, 82, 98, 110, 50, 56]
     assert (QUANT_INFO[T.Q4_0].block_size, QUANT_INFO[T.Q4_0].type_size) == (32, 18)
     assert (QUANT_INFO[T.Q6_K].block_size, QUANT_INFO[T.Q6_K].type_size) == (256, 210)
     assert (QUANT_INFO[T.F16].block_size, QUANT_INFO[T.F16].type_size) == (1, 2)
     assert QUANT_INFO[T.Q4_K].row_bytes(4096) == 16 * 144
     assert qtype_from_name("q4_k") == T.Q4_K
-    with pytest.raises(LlamavkError, match="IQ2_XS"):
-        quant_info(T.IQ2_XS, "blk.0.attn_q.weight")
+    with pytest.raises(LlamavkError, match="TQ1_0"):
+        quant_info(T.TQ1_0, "blk.0.attn_q.weight")
 
 
 @pytest.mark.parametrize("arch", ARCHS)

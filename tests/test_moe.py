@@ -25,10 +25,11 @@ from llamavk.quant import quant_info
 from llamavk.reference import ReferenceModel, silu, softmax
 from llamavk.vk import Buffer, CommandSequence
 
-from .test_kernels_matmul import host_f32, make_weight, small_cols
+from .test_kernels_matmul import LATTICE_TYPES, host_f32, make_weight, small_cols
 from .vk_fixtures import chainable_stream_kernel, one_token_rows
 
-TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.F16, T.Q4_1, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS, T.MXFP4]
+TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.F16, T.Q4_1, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS, T.MXFP4,
+         *LATTICE_TYPES]
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +239,8 @@ def test_matmul_id_prompt(dev, kc, qtype):
 def test_matmul_id_experts_in_several_buffers(dev, kc, n_tokens):
     run_matmul_id(dev, kc, T.Q4_0, n_tokens, n_expert=7, chunk_experts=3, seed=8)
     run_matmul_id(dev, kc, T.Q8_0, n_tokens, n_expert=7, chunk_experts=2, xslot=True, seed=9)
+    # a lattice type's grid follows each buffer's experts (kernels.GRID_TAIL_ALIGN)
+    run_matmul_id(dev, kc, T.IQ2_XS, n_tokens, n_expert=7, chunk_experts=3, seed=10)
 
 
 def test_matmul_id_sum_needs_one_buffer(dev, kc):

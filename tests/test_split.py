@@ -154,10 +154,11 @@ def test_staging_copies_where_devices_cannot_import_host_memory(references, monk
     assert tokens == want_tokens
 
 
-@pytest.mark.parametrize("qtype", ["iq4_nl", "iq4_xs", "mxfp4"])
+@pytest.mark.parametrize("qtype", ["iq4_nl", "iq4_xs", "mxfp4", "iq2_xs", "iq1_m"])
 def test_split_new_weight_types(synthetic_model, qtype):
-    """IQ4_NL / IQ4_XS / MXFP4 weights cut by rows (row mode) and by columns (tensor mode on 3 devices:
-    IQ4_XS's 256-wide blocks are cut off their edges, so those parts run as f32) give -sm none's answer."""
+    """IQ4_NL / IQ4_XS / MXFP4 / IQ2_XS / IQ1_M weights cut by rows (row mode) and by columns (tensor mode
+    on 3 devices: the 256-wide blocks are cut off their edges, so those parts run as f32; a lattice
+    type's row parts carry its grid) give -sm none's answer."""
     path = synthetic_model("llama", qtype)
     prompt = [int(t) for t in np.random.default_rng(6).integers(0, 500, 40)]
     with quiet(path, n_ctx=64, split_mode="none") as m:

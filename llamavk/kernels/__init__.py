@@ -219,6 +219,22 @@ def to_device_layout(qtype, chunk):
     return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in device_pieces(qtype, chunk)])
 
 
+# The IQ1 / IQ2 / IQ3 types index a fixed grid (llamavk/iq_grids.py) that each chunk's buffer holds
+# after its blocks, from the first GRID_TAIL_ALIGN-byte boundary (shaders/quants.glsl iq_grid).
+GRID_TAIL_ALIGN = 4
+
+
+def grid_tail(qtype):
+    """The bytes a chunk of this type carries after its blocks (a lattice type's grid), or None."""
+    from ..iq_grids import LATTICE_TYPES, grid_bytes
+
+    return grid_bytes(qtype) if qtype in LATTICE_TYPES else None
+
+
+def grid_offset(block_bytes: int) -> int:
+    return -(-block_bytes // GRID_TAIL_ALIGN) * GRID_TAIL_ALIGN
+
+
 def upload_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: int | None = None,
                    experts: int = 0, flush: bool = True) -> QWeight:
     """Copy a weight matrix (raw GGUF blocks, `rows` rows of `cols` elements) to `device`, split into
@@ -249,13 +265,17 @@ def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: 
     row_bytes = quant_info(qtype).row_bytes(cols)
     if data.size != rows * row_bytes:
         raise ValueError(f"weight data is {data.size} bytes, expected {rows} x {row_bytes}")
-    limit = max_chunk_bytes or device.info.max_storage_buffer_range or (1 << 27)
+    grid = grid_tail(qtype)
+    # max_chunk_bytes (tests) bounds the blocks; the device's range, the buffer with its grid
+    limit = max_chunk_bytes or (device.info.max_storage_buffer_range or (1 << 27)) - \
+        (0 if grid is None else GRID_TAIL_ALIGN + grid.size)
     group = rows // experts if experts else 1
     rows_per_chunk = max(1, min(rows, limit // row_bytes)) // group * group or group
     chunks = []
     for start in range(0, rows, rows_per_chunk):
         n = min(rows_per_chunk, rows - start)
-        chunks.append(WeightChunk(Buffer(device, n * row_bytes, blocks=blocks), start, n))
+        size = n * row_bytes if grid is None else grid_offset(n * row_bytes) + grid.size
+        chunks.append(WeightChunk(Buffer(device, size, blocks=blocks), start, n))
 
 
     def fill() -> None:
@@ -267,5 +287,7 @@ def allocate_qweight(device, raw, qtype, rows: int, cols: int, max_chunk_bytes: 
             else:
                 device.transfer.upload_pieces(c.buffer, device_pieces(
                     qtype, data[c.row_start * row_bytes:(c.row_start + c.n_rows) * row_bytes]))
+            if grid is not None:
+                device.transfer.upload_pieces(c.buffer, [grid], offset=grid_offset(c.n_rows * row_bytes))
 
     return QWeight(qtype, rows, cols, tuple(chunks), experts), fill
