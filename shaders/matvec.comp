@@ -30,6 +30,7 @@ layout(constant_id = 7) const bool GLU = false;
 #define MAX_SUBGROUPS 64
 shared float red[MAX_SUBGROUPS][NR_MAX * NT_MAX + NT_MAX];
 
+#define IQ_GRID_SHARED 1     // the lattice types' grid copied into shared memory (quants.glsl)
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
@@ -71,6 +72,10 @@ vec4 xin(uint t, uint k, inout float ss) {
 
 void main() {
     q_chunk_blocks = p.n_rows * (p.cols / QK);
+#if defined(IQ_LATTICE)
+    iq_grid_stage(gl_LocalInvocationIndex, gl_WorkGroupSize.x);
+    barrier();
+#endif
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize;
     uint sg = gl_SubgroupID, kpart = sg % KS, n_groups = gl_NumSubgroups / KS;
@@ -140,6 +145,24 @@ void main() {
                         vec4 a = sbytes_fast(wu32[8 * b + i]), c = sbytes_fast(wu32[8 * b + 4 + i]);
                         [[unroll]] for (uint t = 0; t < NT; ++t) acc[r][t] += d * (dot(a, xa[t]) + dot(c, xc[t]));
 #endif
+                    }
+                }
+            }
+        }
+#elif defined(IQ_LATTICE)
+        // The lattice types by groups of 8 consecutive weights (quants.glsl dequant_group: a group's
+        // scale, signs and index read once for its 8 weights): a subgroup's lanes take a super-block's
+        // 32 groups together.
+        uint n_parts = p.cols / 8;
+        for (uint q0 = kpart * S * U + lane; q0 < n_parts; q0 += KS * S * U) {
+            [[unroll]] for (uint j = 0; j < U; ++j) {
+                uint q = q0 + j * S;
+                if (q < n_parts) {
+                    vec4 a[NR], c[NR];
+                    [[unroll]] for (uint r = 0; r < NR; ++r) dequant_group(rows[r], q, p.cols, a[r], c[r]);
+                    [[unroll]] for (uint t = 0; t < NT; ++t) {
+                        vec4 xa = xin(t, 2 * q, ss[t]), xc = xin(t, 2 * q + 1, ss[t]);
+                        [[unroll]] for (uint r = 0; r < NR; ++r) acc[r][t] += dot(a[r], xa) + dot(c[r], xc);
                     }
                 }
             }

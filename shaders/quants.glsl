@@ -625,98 +625,136 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
       defined(QTYPE_IQ3_S) || defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
 // The lattice types (layouts in the header): a 256-weight super-block in groups of 8 weights, each
 // group one entry of a grid with signs and a scale. Blocks are 2 mod 4 bytes long (IQ1_M's 56 aside),
-// so fields are read as bytes and 16-bit words. iq_half(B, g, h) gives weights 8g + 4h .. 8g + 4h + 3
-// of the super-block at byte B.
+// so fields are read as bytes and 16-bit words. iq_head(B, g) reads group g's scale, signs and grid
+// indices from the super-block at byte B; iq_half / iq_group make its weights from them.
 // The grid (up to 2048 entries of 8 signed bytes) follows the chunk's blocks in its buffer, from the
-// first 4-byte boundary (llamavk/kernels/__init__.py GRID_TAIL): a constant array that large would be
-// copied into every invocation's private memory wherever it is indexed by a variable (llvmpipe
-// takes seconds per dispatch), and a buffer of its own would be one more binding in every kernel.
-// Entry i of an 8-byte grid is words 2i, 2i + 1 (bytes 0..3, 4..7); of a 4-byte grid word i.
+// first 4-byte boundary (llamavk/kernels/__init__.py GRID_TAIL_ALIGN): a constant array that large
+// would be copied into every invocation's private memory wherever it is indexed by a variable
+// (llvmpipe takes seconds per dispatch), and a buffer of its own would be one more binding in every
+// kernel. Entry i of an 8-byte grid is words 2i, 2i + 1 (bytes 0..3, 4..7); of a 4-byte grid word i.
+// IQ_GRID_SHARED (a kernel that copies the grid into shared memory first, iq_grid_stage): read there.
 #define QK 256
-#define iq_grid(i) wu32[((q_chunk_blocks * IQ_BYTES + 3u) >> 2) + (i)]   // IQ_BYTES: the type's, below
+#define IQ_LATTICE 1
 uint wbyte(uint p) { return uint(wu8[p]); }
 uint whalf(uint p) { return uint(wu16[p >> 1]); }            // p even
 uint wword(uint p) { return u32_at16(p >> 1); }              // p even
 // IQ2_XXS, IQ2_XS, IQ3_XXS keep 7 sign bits per group; the eighth makes the count of minus signs even
 uint ksigns(uint k) { return k | ((bitCount(k) & 1u) << 7); }
-// +1 / -1 for the 4 weights of half h of a group whose 8 sign bits are `bits` (bit j: weight j negative)
-vec4 signs4(uint bits, uint h) {
-    uint b = bits >> (4u * h);
-    return vec4(1.0) - 2.0 * vec4(b & 1u, (b >> 1) & 1u, (b >> 2) & 1u, (b >> 3) & 1u);
+// v, the 4 weights of half h of a group whose 8 sign bits are `bits` (bit j: weight j negative), with
+// their signs: the bits xor-ed into the floats' sign bits. Here and in iq_weights no integer is
+// converted to float (a quarter-rate unit on NVIDIA: two conversions per weight held the 7.2B's
+// decode at ~150 t/s); the grid's bytes go through the MAGIC trick.
+vec4 signed4(vec4 v, uint bits, uint h) {
+    const uint b = bits >> (4u * h);
+    return uintBitsToFloat(floatBitsToUint(v) ^ (uvec4(b, b >> 1, b >> 2, b >> 3) << 31));
 }
+// A group: its scale, sign bits (IQ2, IQ3) or shift (IQ1, delta), grid entry (IQ3: entries, one a half).
+struct IqGroup { float d; uint signs; float delta; uint i0; uint i1; };
 #if defined(QTYPE_IQ2_XXS)
 #define IQ_BYTES 66     // d, then per 32 weights 4 grid indices and a word: 4 x 7 sign bits, a 4-bit scale
-vec4 iq_half(uint B, uint g, uint h) {
+#define IQ_GRID_WORDS 512u
+IqGroup iq_head(uint B, uint g) {
     const uint s = g / 4u, l = g % 4u;
     const uint aux = wword(B + 6u + 8u * s);
     const float db = half_bits(whalf(B)) * (0.5 + float(aux >> 28)) * 0.25;
-    const uint idx = wbyte(B + 2u + 8u * s + l);
-    return db * bytes4(iq_grid(2u * idx + h)) * signs4(ksigns((aux >> (7u * l)) & 127u), h);
+    return IqGroup(db, ksigns((aux >> (7u * l)) & 127u), 0.0, wbyte(B + 2u + 8u * s + l), 0u);
 }
 #elif defined(QTYPE_IQ2_XS)
 #define IQ_BYTES 74     // d, 32 x (9-bit grid index | 7 sign bits << 9), 16 4-bit scales
-vec4 iq_half(uint B, uint g, uint h) {
+#define IQ_GRID_WORDS 1024u
+IqGroup iq_head(uint B, uint g) {
     const uint q = whalf(B + 2u + 2u * g);
     const uint sc = (wbyte(B + 66u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
-    const float db = half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25;
-    return db * bytes4(iq_grid(2u * (q & 511u) + h)) * signs4(ksigns(q >> 9), h);
+    return IqGroup(half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25, ksigns(q >> 9), 0.0, q & 511u, 0u);
 }
 #elif defined(QTYPE_IQ2_S)
 #define IQ_BYTES 82     // d, qs[32] (grid index low bytes), signs[32], qh[8] (2 high bits each), scales[8]
-vec4 iq_half(uint B, uint g, uint h) {
+#define IQ_GRID_WORDS 2048u
+IqGroup iq_head(uint B, uint g) {
     const uint idx = wbyte(B + 2u + g) | (((wbyte(B + 66u + g / 4u) >> (2u * (g % 4u))) & 3u) << 8);
     const uint sc = (wbyte(B + 74u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
-    const float db = half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25;
-    return db * bytes4(iq_grid(2u * idx + h)) * signs4(wbyte(B + 34u + g), h);
+    return IqGroup(half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25, wbyte(B + 34u + g), 0.0, idx, 0u);
 }
 #elif defined(QTYPE_IQ3_XXS)
 #define IQ_BYTES 98     // d, qs[64] (a grid index per 4 weights), per 32 weights a word as IQ2_XXS's
-vec4 iq_half(uint B, uint g, uint h) {
+#define IQ_GRID_WORDS 256u
+IqGroup iq_head(uint B, uint g) {
     const uint s = g / 4u, l = g % 4u;
     const uint aux = wword(B + 66u + 4u * s);
     const float db = half_bits(whalf(B)) * (0.5 + float(aux >> 28)) * 0.5;
-    const uint idx = wbyte(B + 2u + 2u * g + h);
-    return db * bytes4(iq_grid(idx)) * signs4(ksigns((aux >> (7u * l)) & 127u), h);
+    const uint idx = whalf(B + 2u + 2u * g);                 // the group's two indices, one per half
+    return IqGroup(db, ksigns((aux >> (7u * l)) & 127u), 0.0, idx & 0xFFu, idx >> 8);
 }
 #elif defined(QTYPE_IQ3_S)
 #define IQ_BYTES 110    // d, qs[64], qh[8] (the 9th index bits), signs[32], scales[4] (per 32 weights)
-vec4 iq_half(uint B, uint g, uint h) {
-    const uint k = 2u * g + h;
-    const uint idx = wbyte(B + 2u + k) | (((wbyte(B + 66u + k / 8u) >> (k % 8u)) & 1u) << 8);
+#define IQ_GRID_WORDS 512u
+IqGroup iq_head(uint B, uint g) {
+    const uint idx = whalf(B + 2u + 2u * g);                 // indices 2g, 2g + 1: their 9th bits in qh
+    const uint hb = wbyte(B + 66u + g / 4u) >> (2u * (g % 4u));
     const uint s = g / 4u;
     const uint sc = (wbyte(B + 106u + s / 2u) >> (4u * (s % 2u))) & 15u;
-    const float db = half_bits(whalf(B)) * float(1u + 2u * sc);
-    return db * bytes4(iq_grid(idx)) * signs4(wbyte(B + 74u + g), h);
+    return IqGroup(half_bits(whalf(B)) * float(1u + 2u * sc), wbyte(B + 74u + g), 0.0,
+                   (idx & 0xFFu) | ((hb & 1u) << 8), (idx >> 8) | ((hb & 2u) << 7));
 }
 #elif defined(QTYPE_IQ1_S)
 #define IQ_BYTES 50     // d, qs[32], per 32 weights a 16-bit word: 4 x 3 index bits, a 3-bit scale, delta's sign
-vec4 iq_half(uint B, uint g, uint h) {
+#define IQ_GRID_WORDS 4096u
+IqGroup iq_head(uint B, uint g) {
     const uint qh = whalf(B + 34u + 2u * (g / 4u));
     const uint idx = wbyte(B + 2u + g) | (((qh >> (3u * (g % 4u))) & 7u) << 8);
     const float dl = half_bits(whalf(B)) * float(2u * ((qh >> 12) & 7u) + 1u);
-    const float delta = (qh & 0x8000u) != 0u ? -0.125 : 0.125;
-    return dl * (sbytes4(iq_grid(2u * idx + h)) + delta);
+    return IqGroup(dl, 0u, (qh & 0x8000u) != 0u ? -0.125 : 0.125, idx, 0u);
 }
 #else   // IQ1_M
 #define IQ_BYTES 56     // qs[32], qh[16] (a nibble per group: 3 index bits, delta's sign), 16 3-bit scales
                         // in 4 16-bit words whose top nibbles hold the f16 d
-vec4 iq_half(uint B, uint g, uint h) {
+#define IQ_GRID_WORDS 4096u
+IqGroup iq_head(uint B, uint g) {
     const uint s0 = whalf(B + 48u), s1 = whalf(B + 50u), s2 = whalf(B + 52u), s3 = whalf(B + 54u);
     const uint d16 = (s0 >> 12) | ((s1 >> 8) & 0xF0u) | ((s2 >> 4) & 0xF00u) | (s3 & 0xF000u);
     const uint t = g / 2u;                                   // a scale per 16 weights
     const uint sc = (whalf(B + 48u + 2u * (t / 4u)) >> (3u * (t % 4u))) & 7u;
-    const float dl = half_bits(d16) * float(2u * sc + 1u);
     const uint nib = (wbyte(B + 32u + g / 2u) >> (4u * (g % 2u))) & 15u;
-    const uint idx = wbyte(B + g) | ((nib & 7u) << 8);
-    const float delta = (nib & 8u) != 0u ? -0.125 : 0.125;
-    return dl * (sbytes4(iq_grid(2u * idx + h)) + delta);
+    return IqGroup(half_bits(d16) * float(2u * sc + 1u), 0u, (nib & 8u) != 0u ? -0.125 : 0.125,
+                   wbyte(B + g) | ((nib & 7u) << 8), 0u);
 }
 #endif
+#if defined(IQ_GRID_SHARED)
+shared uint iq_grid_sh[IQ_GRID_WORDS];
+#define iq_grid(i) iq_grid_sh[i]
+#else
+#define iq_grid(i) wu32[((q_chunk_blocks * IQ_BYTES + 3u) >> 2) + (i)]
+#endif
+// weights 4h .. 4h + 3 of a group
+vec4 iq_weights(IqGroup q, uint h) {
+#if defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
+    return q.d * (sbytes_fast(iq_grid(2u * q.i0 + h)) + q.delta);
+#elif defined(QTYPE_IQ3_XXS) || defined(QTYPE_IQ3_S)
+    return q.d * signed4(ubytes_fast(iq_grid(h == 0u ? q.i0 : q.i1)), q.signs, h);
+#else
+    return q.d * signed4(ubytes_fast(iq_grid(2u * q.i0 + h)), q.signs, h);
+#endif
+}
+vec4 iq_half(uint B, uint g, uint h) { return iq_weights(iq_head(B, g), h); }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     const uint B = (row * (cols / QK) + u / 8u) * IQ_BYTES, g = 4u * (u % 8u) + i / 2u;
     a = iq_half(B, g, i % 2u);          // elements 4i .. 4i + 3 of the unit
     c = iq_half(B, g + 2u, i % 2u);     // elements 16 + 4i ..
 }
+// Weights 8q .. 8q + 7 of chunk-local row `row` (q counts groups of 8 along the row), one group's
+// fields read once: the matrix-vector kernel's unit for these types (matvec.comp IQ_LATTICE).
+void dequant_group(uint row, uint q, uint cols, out vec4 a, out vec4 c) {
+    const IqGroup h = iq_head((row * (cols / QK) + q / 32u) * IQ_BYTES, q % 32u);
+    a = iq_weights(h, 0u);
+    c = iq_weights(h, 1u);
+}
+#if defined(IQ_GRID_SHARED)
+// Every invocation of the workgroup, then a barrier before the first iq_grid.
+void iq_grid_stage(uint tid, uint nthreads) {
+    const uint base = (q_chunk_blocks * IQ_BYTES + 3u) >> 2;
+    for (uint i = tid; i < IQ_GRID_WORDS; i += nthreads) iq_grid_sh[i] = wu32[base + i];
+}
+#endif
 
 #else
 #error "quants.glsl: define one QTYPE_*"

@@ -138,6 +138,17 @@ def test_matvec(dev, kc, qtype):
     run_matmul(dev, kc, qtype, 300, big_cols(qtype), 5, seed=2)
 
 
+@pytest.mark.parametrize("config", ["base:256,4,2,2", "base:512,4,2,2"])
+@pytest.mark.parametrize("qtype", [T.IQ1_S, T.IQ2_S], ids=lambda t: t.name)
+def test_matvec_lattice_gpu_splits(dev, kc, qtype, config, monkeypatch):
+    """The lattice types' GPU work splits (selection.MATVEC_CONFIGS): every thread of a 256- or
+    512-thread workgroup copies its share of the grid into shared memory before any row uses it;
+    rows in several chunks (each with its grid) and a partial last row group."""
+    monkeypatch.setattr(matmul_module, "_MATVEC_ENV", matmul_module.parse_matvec_env(f"{qtype.name.lower()}={config}"))
+    run_matmul(dev, kc, qtype, 70, 4 * 256, 1, seed=3, max_chunk_bytes=24 * quant_info(qtype).row_bytes(4 * 256))
+    run_matmul(dev, kc, qtype, 21, 256, 1, seed=4)
+
+
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
 def test_matmul_tiled(dev, kc, qtype, portable):
     run_matmul(dev, kc, qtype, 37, big_cols(qtype), 17, seed=3)

@@ -646,6 +646,12 @@ MATVEC_CONFIGS = (
      MatvecConfig(wg=256, nr=1, ks=8, u=1)),
     # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
     ("gpu", ("q4_k",), _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide")),
+    # IQ1_S / IQ1_M: every workgroup first copies the 16 KiB grid into shared memory (matvec.comp
+    # IQ_LATTICE), so twice the rows per workgroup: H100 7.2B IQ1_S tg128 210.7 against 190.7 / 190.9
+    # (one call, as the lattice types' other splits: 256 threads with 2 or 8 rows per row group, one
+    # subgroup per row or 4 groups per lane, all slower; IQ2_XXS and IQ3_S with 512 threads 190.5 /
+    # 174.1 against 191.8-193.1 / 179.3-180.4)
+    ("gpu", ("iq1_s", "iq1_m"), _ANY, MatvecConfig(wg=512, nr=4, ks=2, u=2)),
     # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step
     ("gpu", "*", _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=2)),
     # software devices: the smallest unrolling (pipeline compilation there costs more than it saves)
