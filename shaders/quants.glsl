@@ -641,9 +641,8 @@ uint wword(uint p) { return u32_at16(p >> 1); }              // p even
 // IQ2_XXS, IQ2_XS, IQ3_XXS keep 7 sign bits per group; the eighth makes the count of minus signs even
 uint ksigns(uint k) { return k | ((bitCount(k) & 1u) << 7); }
 // v, the 4 weights of half h of a group whose 8 sign bits are `bits` (bit j: weight j negative), with
-// their signs: the bits xor-ed into the floats' sign bits. Here and in iq_weights no integer is
-// converted to float (a quarter-rate unit on NVIDIA: two conversions per weight held the 7.2B's
-// decode at ~150 t/s); the grid's bytes go through the MAGIC trick.
+// their signs: the bits xor-ed into the floats' sign bits. Here and in iq_weights no integer goes
+// through the (quarter-rate) conversion unit: the grid's bytes take the MAGIC trick.
 vec4 signed4(vec4 v, uint bits, uint h) {
     const uint b = bits >> (4u * h);
     return uintBitsToFloat(floatBitsToUint(v) ^ (uvec4(b, b >> 1, b >> 2, b >> 3) << 31));

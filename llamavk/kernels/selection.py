@@ -647,10 +647,11 @@ MATVEC_CONFIGS = (
     # H100: 1.6-2.3x the base kernel on every shape, which loses to its 8-bit scale loads
     ("gpu", ("q4_k",), _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=1, kernel="wide")),
     # IQ1_S / IQ1_M: every workgroup first copies the 16 KiB grid into shared memory (matvec.comp
-    # IQ_LATTICE), so twice the rows per workgroup: H100 7.2B IQ1_S tg128 210.7 against 190.7 / 190.9
-    # (one call, as the lattice types' other splits: 256 threads with 2 or 8 rows per row group, one
-    # subgroup per row or 4 groups per lane, all slower; IQ2_XXS and IQ3_S with 512 threads 190.5 /
-    # 174.1 against 191.8-193.1 / 179.3-180.4)
+    # IQ_LATTICE), so twice the rows per workgroup: H100 7.2B tg128 in alternation, one call, IQ1_S
+    # 210.4 / 211.0 against 191.5 / 190.4, IQ1_M 172.3 / 172.5 against 168.7 / 168.6. The other
+    # splits tried (256 threads with 2 or 8 rows per row group, one subgroup per row, 4 groups per
+    # lane) were slower for IQ1_S, IQ2_XXS and IQ3_S; IQ2_XXS and IQ3_S with 512 threads 190.5 / 174.1
+    # against 191.8-193.1 / 179.3-180.4.
     ("gpu", ("iq1_s", "iq1_m"), _ANY, MatvecConfig(wg=512, nr=4, ks=2, u=2)),
     # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step
     ("gpu", "*", _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=2)),
