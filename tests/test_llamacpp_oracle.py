@@ -102,6 +102,10 @@ ORACLE_CASES = [
     ("qwen3next", "f16", {}),
     ("qwen3next", "q4_k", {}),
     ("qwen3next", "f16", {"ssm_fused_in": False}),
+    # the table types: IQ4_NL's levels, IQ4_XS's 6-bit sub-block scales, MXFP4's E8M0 exponents
+    ("llama", "iq4_nl", {}),
+    ("qwen2", "iq4_xs", {}),
+    ("qwen3", "mxfp4", {}),
     # the lattice types: grids, sign tables, IQ1's shifts and IQ1_M's scattered f16 scale
     ("llama", "iq2_xxs", {}),
     ("qwen2", "iq2_xs", {}),
