@@ -124,6 +124,7 @@ SUPPORTED_TYPES: tuple[T, ...] = (
     T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
     T.IQ4_NL, T.IQ4_XS, T.MXFP4,
     T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M,
+    T.TQ1_0, T.TQ2_0,
 )
 
 QUANT_INFO: dict[T, QuantInfo] = {

@@ -29,7 +29,7 @@ from .quant import quant_info, qtype_from_name, tensor_nbytes
 
 SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
                    "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s",
-                   "iq1_m")
+                   "iq1_m", "tq1_0", "tq2_0")
 MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe", "qwen3next")
 HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
@@ -139,7 +139,8 @@ TINY_GEMMA3 = dict(sliding_window=24, swa_pattern=2)
 # tensor type when general.file_type is absent: Q2_K 10, Q3_K_M 12, Q4_K_M 15, Q5_K_M 17.
 _FILE_TYPE = {T.F32: 0, T.F16: 1, T.Q4_0: 2, T.Q4_1: 3, T.Q8_0: 7, T.Q5_0: 8, T.Q5_1: 9, T.Q2_K: 10,
               T.Q3_K: 12, T.Q4_K: 15, T.Q5_K: 17, T.Q6_K: 18, T.IQ4_NL: 25, T.IQ4_XS: 30, T.MXFP4: 38,
-              T.IQ2_XXS: 19, T.IQ2_XS: 20, T.IQ3_XXS: 23, T.IQ1_S: 24, T.IQ3_S: 26, T.IQ2_S: 28, T.IQ1_M: 31}
+              T.IQ2_XXS: 19, T.IQ2_XS: 20, T.IQ3_XXS: 23, T.IQ1_S: 24, T.IQ3_S: 26, T.IQ2_S: 28, T.IQ1_M: 31,
+              T.TQ1_0: 36, T.TQ2_0: 37}
 # Root mean square of the IQ4_NL levels and of MXFP4's doubled E2M1 values (quants.glsl's tables),
 # for scales that give random blocks the requested std.
 _IQ4NL_RMS, _MXFP4_RMS = 67.44, 5.852
@@ -517,6 +518,11 @@ def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int, std: float)
             blocks[:, 48:56] = words.view(np.uint8)
         else:
             blocks[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
+    elif qtype in (T.TQ1_0, T.TQ2_0):   # trits q - 1 in -1..1, uniform: E[(q - 1)^2] = 2/3; d last
+        if qtype == T.TQ2_0:      # 2-bit fields 0..2 (llama.cpp never writes 3)
+            q = rng.integers(0, 3, (n_blocks, 64, 4), dtype=np.uint8) << (2 * np.arange(4, dtype=np.uint8))
+            blocks[:, :64] = q.sum(axis=2, dtype=np.uint8)
+        put_f16(info.type_size - 2, jitter * std / np.sqrt(_JITTER_MS * 2 / 3))
     else:
         raise LlamavkError(f"synthetic weights of type {qtype.name} are not implemented")
     return blocks.reshape(-1)

@@ -3,7 +3,7 @@
 // Select one type with a define: QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q4_1,
 // QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL,
 // QTYPE_IQ4_XS, QTYPE_MXFP4, QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S, QTYPE_IQ3_XXS, QTYPE_IQ3_S,
-// QTYPE_IQ1_S, QTYPE_IQ1_M.
+// QTYPE_IQ1_S, QTYPE_IQ1_M, QTYPE_TQ1_0, QTYPE_TQ2_0.
 // Include after common.glsl. The weight buffer (one chunk of rows, rows contiguous) is declared here on
 // binding W_BINDING (default 0), aliased as 8/16/32-bit words so each type reads its blocks with the
 // widest loads its block alignment allows (4-byte multiples use uint32; the odd-sized MXFP4 block is
@@ -42,7 +42,8 @@
 //            table holds it doubled, so the scale is 2^(e-128)   x = 2^(e-128)*KV_MXFP4[q]
 //   IQ2_XXS 66, IQ2_XS 74, IQ2_S 82, IQ3_XXS 98, IQ3_S 110, IQ1_S 50, IQ1_M 56: groups of 8 weights
 //            (IQ3: two 4-weight grid entries) as a lattice grid entry (the chunk's GRID_TAIL) times a scale,
-//            with sign bits (IQ2, IQ3) or a +-1/8 shift (IQ1); each layout at its iq_half below
+//            with sign bits (IQ2, IQ3) or a +-1/8 shift (IQ1); each layout at its iq_head below
+//   TQ2_0 66: qs[64] (2-bit q), d; TQ1_0 54: qs[48], qh[4] (base-3 digits), d      x = d*(q-1)
 
 #ifndef W_BINDING
 #define W_BINDING 0
@@ -752,6 +753,45 @@ void dequant_group(uint row, uint q, uint cols, out vec4 a, out vec4 c) {
 void iq_grid_stage(uint tid, uint nthreads) {
     const uint base = (q_chunk_blocks * IQ_BYTES + 3u) >> 2;
     for (uint i = tid; i < IQ_GRID_WORDS; i += nthreads) iq_grid_sh[i] = wu32[base + i];
+}
+#endif
+
+#elif defined(QTYPE_TQ2_0) || defined(QTYPE_TQ1_0)
+// The ternary types (llama.cpp's TQ1_0 / TQ2_0: TriLM and BitNet b1.58 weights), x = d (q - 1) with
+// q in 0..2 (TQ2_0's 2-bit fields allow 3: 2d, which llama.cpp decodes the same way). 256-weight
+// blocks of 66 / 54 bytes (2 mod 4): read as 16-bit words.
+#define QK 256
+#if defined(QTYPE_TQ2_0)
+// qs[64], d: element 128c + 32k + l is bits 2k, 2k + 1 of qs[32c + l]
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
+    const uint b = (row * (cols / QK) + u / 8u) * 33u;      // 66 bytes = 33 16-bit words
+    const float d = half_bits(uint(wu16[b + 32u]));
+    const uint q0 = b + 16u * ((u % 8u) / 4u) + 2u * i, sh = 2u * (u % 4u);
+    a = d * (ubytes_fast((u32_at16(q0) >> sh) & 0x03030303u) - 1.0);
+    c = d * (ubytes_fast((u32_at16(q0 + 8u) >> sh) & 0x03030303u) - 1.0);
+}
+#else
+// qs[48], qh[4], d: base-3 digits, five per qs byte and four per qh byte, digit j of byte v being
+// (((v * 3^j) mod 256) * 3) >> 8. Elements 32j + l (j < 5, l < 32): digit j of qs[l]; 160 + 16j + l
+// (j < 5, l < 16): of qs[32 + l]; 240 + 4j + l (j < 4): of qh[l].
+vec4 trits4(uint w, uint j) {     // digit j of the 4 bytes of w, minus 1
+    const uint m = j == 0u ? 1u : j == 1u ? 3u : j == 2u ? 9u : j == 3u ? 27u : 81u;
+    uvec4 v = (uvec4(w & 0xFFu, (w >> 8) & 0xFFu, (w >> 16) & 0xFFu, w >> 24) * m) & 0xFFu;
+    return vec4((v * 3u) >> 8) - 1.0;
+}
+void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
+    const uint b = (row * (cols / QK) + u / 8u) * 27u, s = u % 8u;   // 54 bytes = 27 16-bit words
+    const float d = half_bits(uint(wu16[b + 26u]));
+    if (s < 5u) {                 // qs[0..31], digit s
+        a = d * trits4(u32_at16(b + 2u * i), s);
+        c = d * trits4(u32_at16(b + 8u + 2u * i), s);
+    } else if (s < 7u) {          // qs[32..47], digits 2 (s - 5) and 2 (s - 5) + 1
+        a = d * trits4(u32_at16(b + 16u + 2u * i), 2u * (s - 5u));
+        c = d * trits4(u32_at16(b + 16u + 2u * i), 2u * (s - 5u) + 1u);
+    } else {                      // qs[32..47] digit 4, then qh[0..3] digit i
+        a = d * trits4(u32_at16(b + 16u + 2u * i), 4u);
+        c = d * trits4(u32_at16(b + 24u), i);
+    }
 }
 #endif
 

@@ -149,11 +149,12 @@ def test_file_type_names():
     assert ftype_name({}, ["F32", "IQ4_NL", "IQ4_NL"]) == "(guessed) IQ4_NL - 4.5 bpw"
     assert ftype_name({}, ["F32", "IQ4_XS", "IQ4_XS"]) == "(guessed) IQ4_XS - 4.25 bpw"
     assert ftype_name({}, ["F32", "MXFP4", "MXFP4"]) == "(guessed) all F32"
-    # the lattice types, as llama-bench (0c1e570, -ngl 0) printed them for synthetic tiny models
+    # the lattice and ternary types, as llama-bench (0c1e570, -ngl 0) printed them for synthetic tiny models
     for ftype, tensor_type, name in ((19, "IQ2_XXS", "IQ2_XXS - 2.0625 bpw"), (20, "IQ2_XS", "IQ2_XS - 2.3125 bpw"),
                                      (28, "IQ2_S", "IQ2_S - 2.5 bpw"), (23, "IQ3_XXS", "IQ3_XXS - 3.0625 bpw"),
                                      (26, "IQ3_S", "IQ3_S - 3.4375 bpw"), (24, "IQ1_S", "IQ1_S - 1.5625 bpw"),
-                                     (31, "IQ1_M", "IQ1_M - 1.75 bpw")):
+                                     (31, "IQ1_M", "IQ1_M - 1.75 bpw"), (36, "TQ1_0", "TQ1_0 - 1.69 bpw ternary"),
+                                     (37, "TQ2_0", "TQ2_0 - 2.06 bpw ternary")):
         assert ftype_name({"general.file_type": ftype}, []) == name
         assert ftype_name({}, ["F32", tensor_type, tensor_type]) == f"(guessed) {name}"
 

@@ -18,7 +18,7 @@ from .vk_fixtures import chainable_stream_kernel
 # the other synthetic weight types, one architecture each
 MORE_TYPES = [("llama", "q4_1"), ("qwen2", "q5_0"), ("qwen3", "q5_1"), ("llama", "q2_k"), ("qwen2", "q3_k"),
               ("qwen3", "q5_k"), ("llama", "iq2_xxs"), ("qwen2", "iq2_xs"), ("qwen3", "iq2_s"), ("llama", "iq3_xxs"),
-              ("qwen2", "iq3_s"), ("qwen3", "iq1_s"), ("llama", "iq1_m")]
+              ("qwen2", "iq3_s"), ("qwen3", "iq1_s"), ("llama", "iq1_m"), ("qwen2", "tq1_0"), ("qwen3", "tq2_0")]
 ARCH_TYPES = [(a, q) for a in ("llama", "qwen2", "qwen3") for q in ("f16", "q8_0", "q4_0", "q4_k", "q6_k")] + \
     [("llama", "iq4_nl"), ("qwen2", "iq4_xs"), ("qwen3", "mxfp4")] + MORE_TYPES   # every 2-D weight of these types
 

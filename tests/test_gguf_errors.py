@@ -103,11 +103,11 @@ def test_unknown_architecture(tmp_path):
 
 
 def test_unsupported_tensor_type(tmp_path):
-    p = write_gguf(tmp_path / "a.gguf", retype={"blk.0.attn_q.weight": T.TQ1_0},
+    p = write_gguf(tmp_path / "a.gguf", retype={"blk.0.attn_q.weight": T.NVFP4},
                    reshape={"blk.0.attn_q.weight": (256, 256)})
-    # shapes are checked after types: TQ1_0 needs 256-element rows, so use a 256-wide tensor
+    # shapes are checked after types: NVFP4 needs 64-element rows, so use a 256-wide tensor
     msg = error_of(p)
-    assert "blk.0.attn_q.weight has type TQ1_0, which llamavk does not support" in msg
+    assert "blk.0.attn_q.weight has type NVFP4, which llamavk does not support" in msg
 
 
 def test_missing_tensor(tmp_path):

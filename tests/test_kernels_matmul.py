@@ -22,7 +22,7 @@ QUANTIZABLE = {T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1}
 # Byte offsets of the f16 scale fields of the K-quant and IQ4 blocks (random bytes elsewhere are valid).
 F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,),
               T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.IQ2_XXS: (0,), T.IQ2_XS: (0,), T.IQ2_S: (0,), T.IQ3_XXS: (0,),
-              T.IQ3_S: (0,), T.IQ1_S: (0,)}
+              T.IQ3_S: (0,), T.IQ1_S: (0,), T.TQ1_0: (52,), T.TQ2_0: (64,)}
 # IQ1_M keeps its f16 scale in the top nibbles of the four 16-bit words from this byte offset.
 SPLIT_F16_FIELDS = {T.IQ1_M: 48}
 LATTICE_TYPES = [T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
@@ -30,7 +30,8 @@ LATTICE_TYPES = [T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ
 # MXFP4, but its quantizer never writes code 8 (-0), which random blocks do.
 E8M0_FIELDS = {T.MXFP4: (0,)}
 ALL_TYPES = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
-             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4, *LATTICE_TYPES]
+             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4, *LATTICE_TYPES,
+             T.TQ1_0, T.TQ2_0]
 
 
 @pytest.fixture(scope="module")

@@ -114,6 +114,9 @@ ORACLE_CASES = [
     ("qwen2", "iq3_s", {}),
     ("qwen3", "iq1_s", {}),
     ("llama", "iq1_m", {}),
+    # the ternary types: TQ1_0's base-3 digits, TQ2_0's 2-bit fields
+    ("qwen2", "tq1_0", {}),
+    ("qwen3", "tq2_0", {}),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8

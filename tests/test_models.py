@@ -31,7 +31,7 @@ def test_registry():
 
 
 def test_quant_table():
-    assert len(SUPPORTED_TYPES) == 23
+    assert len(SUPPORTED_TYPES) == 25
     # ggml-common.h: block_iq4_nl {d, qs[16]}, block_iq4_xs {d, scales_h, scales_l[4], qs[128]},
     # block_mxfp4 {e, qs[16]}
     assert [(QUANT_INFO[t].block_size, QUANT_INFO[t].type_size) for t in (T.IQ4_NL, T.IQ4_XS, T.MXFP4)] == \
@@ -46,8 +46,8 @@ def test_quant_table():
     assert (QUANT_INFO[T.F16].block_size, QUANT_INFO[T.F16].type_size) == (1, 2)
     assert QUANT_INFO[T.Q4_K].row_bytes(4096) == 16 * 144
     assert qtype_from_name("q4_k") == T.Q4_K
-    with pytest.raises(LlamavkError, match="TQ1_0"):
-        quant_info(T.TQ1_0, "blk.0.attn_q.weight")
+    with pytest.raises(LlamavkError, match="NVFP4"):
+        quant_info(T.NVFP4, "blk.0.attn_q.weight")
 
 
 @pytest.mark.parametrize("arch", ARCHS)

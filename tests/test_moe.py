@@ -29,7 +29,7 @@ from .test_kernels_matmul import LATTICE_TYPES, host_f32, make_weight, small_col
 from .vk_fixtures import chainable_stream_kernel, one_token_rows
 
 TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.F16, T.Q4_1, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS, T.MXFP4,
-         *LATTICE_TYPES]
+         *LATTICE_TYPES, T.TQ1_0, T.TQ2_0]
 
 
 @pytest.fixture(scope="module")

@@ -58,8 +58,8 @@ def test_tiny_preset_dims_fit_every_type():
 def test_bad_requests():
     with pytest.raises(LlamavkError, match="preset"):
         synthetic_plan("13b")
-    with pytest.raises(LlamavkError, match="tq1_0"):
-        synthetic_plan("tiny", "tq1_0")
+    with pytest.raises(LlamavkError, match="nvfp4"):
+        synthetic_plan("tiny", "nvfp4")
     with pytest.raises(LlamavkError, match="supported"):
         synthetic_plan("tiny", "q4_0", "gpt2")
     with pytest.raises(LlamavkError, match="block size 256"):

@@ -90,7 +90,7 @@ def cm2_chosen_types() -> tuple[str, ...]:
 # types dequant_f16.comp has (shaders/variants_dequant.py).
 CM2_DEQUANT_KERNEL_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q5_k",
                             "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s",
-                            "iq1_s", "iq1_m")
+                            "iq1_s", "iq1_m", "tq1_0", "tq2_0")
 CM2_DEQUANT_TYPES: tuple[str, ...] = CM2_DEQUANT_KERNEL_TYPES
 CM2_DEQUANT_MIN_TOKENS = 129     # more than one 128-token tile (CM2_TILES)
 
