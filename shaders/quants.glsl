@@ -774,24 +774,27 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 // qs[48], qh[4], d: base-3 digits, five per qs byte and four per qh byte, digit j of byte v being
 // (((v * 3^j) mod 256) * 3) >> 8. Elements 32j + l (j < 5, l < 32): digit j of qs[l]; 160 + 16j + l
 // (j < 5, l < 16): of qs[32 + l]; 240 + 4j + l (j < 4): of qh[l].
-vec4 trits4(uint w, uint j) {     // digit j of the 4 bytes of w, minus 1
-    const uint m = j == 0u ? 1u : j == 1u ? 3u : j == 2u ? 9u : j == 3u ? 27u : 81u;
-    uvec4 v = (uvec4(w & 0xFFu, (w >> 8) & 0xFFu, (w >> 16) & 0xFFu, w >> 24) * m) & 0xFFu;
-    return vec4((v * 3u) >> 8) - 1.0;
+// digit j of the 4 bytes of w, minus 1: the even and the odd bytes each in two 16-bit lanes, where
+// byte * 3^j (<= 255 * 81) and its low byte * 3 cannot carry into the next lane; no branch on the
+// unit (neighbouring lanes take different units) and no integer-to-float conversion (MAGIC)
+vec4 trits4(uint w, uint j) {
+    const uint m = (j == 0u ? 1u : j == 1u ? 3u : j == 2u ? 9u : j == 3u ? 27u : 81u);
+    const uint e = ((((w & 0x00FF00FFu) * m) & 0x00FF00FFu) * 3u >> 8) & 0x00030003u;
+    const uint o = (((((w >> 8) & 0x00FF00FFu) * m) & 0x00FF00FFu) * 3u >> 8) & 0x00030003u;
+    return ubytes_fast(e | (o << 8)) - 1.0;
 }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     const uint b = (row * (cols / QK) + u / 8u) * 27u, s = u % 8u;   // 54 bytes = 27 16-bit words
     const float d = half_bits(uint(wu16[b + 26u]));
-    if (s < 5u) {                 // qs[0..31], digit s
-        a = d * trits4(u32_at16(b + 2u * i), s);
-        c = d * trits4(u32_at16(b + 8u + 2u * i), s);
-    } else if (s < 7u) {          // qs[32..47], digits 2 (s - 5) and 2 (s - 5) + 1
-        a = d * trits4(u32_at16(b + 16u + 2u * i), 2u * (s - 5u));
-        c = d * trits4(u32_at16(b + 16u + 2u * i), 2u * (s - 5u) + 1u);
-    } else {                      // qs[32..47] digit 4, then qh[0..3] digit i
-        a = d * trits4(u32_at16(b + 16u + 2u * i), 4u);
-        c = d * trits4(u32_at16(b + 24u), i);
-    }
+    // s < 5: qs[0..31], digit s; 5, 6: qs[32..47], digits 2 (s - 5) and the next; 7: qs[32..47]
+    // digit 4, then qh[0..3] digit i
+    const bool lo = s < 5u;
+    const uint wa = lo ? b + 2u * i : b + 16u + 2u * i;
+    const uint wc = lo ? b + 8u + 2u * i : s == 7u ? b + 24u : wa;
+    const uint ja = lo ? s : s == 7u ? 4u : 2u * (s - 5u);
+    const uint jc = lo ? s : s == 7u ? i : ja + 1u;
+    a = d * trits4(u32_at16(wa), ja);
+    c = d * trits4(u32_at16(wc), jc);
 }
 #endif
 
