@@ -226,9 +226,9 @@ GRID_TAIL_ALIGN = 4
 
 def grid_tail(qtype):
     """The bytes a chunk of this type carries after its blocks (a lattice type's grid), or None."""
-    from ..iq_grids import LATTICE_TYPES, grid_bytes
+    from ..iq_grids import grid_bytes
 
-    return grid_bytes(qtype) if qtype in LATTICE_TYPES else None
+    return grid_bytes(qtype)
 
 
 def grid_offset(block_bytes: int) -> int:
