@@ -4,6 +4,8 @@
 //   OP_ADD:    out = a + b            (out may alias a or b: residual add in place)
 //   OP_SWIGLU: out = silu(a) * b      a = gate, b = up; silu(g) = g / (1 + exp(-g))
 //   OP_GEGLU:  out = gelu(a) * b      GELU's tanh approximation, as ggml's (gemma3's FFN)
+//   OP_SWIGLU_OAI: out = g sigmoid(alpha g) (u + 1), g = min(a, limit), u = clamp(b, -limit, limit)
+//              (gpt-oss's experts: ggml_swiglu_oai; alpha and limit are push constants)
 // OUT_F16: out in f16 (rounded as convert.comp rounds), for a prompt's down product that reads its x
 // as f16 (kernels/matmul.py record_f16_x): no f32 copy written and converted again.
 layout(local_size_x_id = 0) in;
@@ -16,7 +18,11 @@ layout(std430, binding = 2) writeonly buffer C { float16_t c[]; };
 layout(std430, binding = 2) writeonly buffer C { float c[]; };
 #define STORE(v) (v)
 #endif
+#ifdef OP_SWIGLU_OAI
+layout(push_constant) uniform Push { uint n; float alpha; float limit; } p;
+#else
 layout(push_constant) uniform Push { uint n; } p;
+#endif
 
 void main() {
     const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * gl_WorkGroupSize.x
@@ -34,7 +40,11 @@ void main() {
     const float g = a[i];
     const float u = 0.7978845608 * g * (1.0 + 0.044715 * g * g);
     c[i] = STORE((g - g / (exp(min(2.0 * u, 80.0)) + 1.0)) * b[i]);
+#elif defined(OP_SWIGLU_OAI)
+    const float g = min(a[i], p.limit);
+    const float u = clamp(b[i], -p.limit, p.limit);
+    c[i] = STORE(g / (1.0 + exp(min(-p.alpha * g, 80.0))) * (u + 1.0));
 #else
-#error "define OP_ADD, OP_SWIGLU or OP_GEGLU"
+#error "define OP_ADD, OP_SWIGLU, OP_GEGLU or OP_SWIGLU_OAI"
 #endif
 }

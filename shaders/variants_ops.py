@@ -61,6 +61,8 @@ VARIANTS = {
     "geglu_f32": ("elementwise.comp", {"OP_GEGLU": "1"}),
     "swiglu_f32_to_f16": ("elementwise.comp", {"OP_SWIGLU": "1", "OUT_F16": "1"}),
     "geglu_f32_to_f16": ("elementwise.comp", {"OP_GEGLU": "1", "OUT_F16": "1"}),
+    "swiglu_oai_f32": ("elementwise.comp", {"OP_SWIGLU_OAI": "1"}),
+    "swiglu_oai_f32_to_f16": ("elementwise.comp", {"OP_SWIGLU_OAI": "1", "OUT_F16": "1"}),
     "scale_f32": ("unary.comp", {"OP_SCALE": "1"}),
     "softcap_f32": ("unary.comp", {"OP_SOFTCAP": "1"}),
     "add_bias_f32": ("elementwise_bias.comp", {}),
@@ -72,6 +74,7 @@ VARIANTS = {
     "moe_router_bf16": ("moe_router.comp", {"QTYPE_BF16": "1"}),
     "moe_group": ("moe_group.comp", {}),
     "moe_sum_f32": ("moe_sum.comp", {}),
+    "add_id_f32": ("add_id.comp", {}),
     "scale_sigmoid_f32": ("scale_sigmoid.comp", {}),
 }
 # attention_coop.comp: GL_KHR_cooperative_matrix, which shaderc 2023.2 does not know.

@@ -35,11 +35,18 @@ def geglu(seq, kc, gate, up, out, n: int, out_f16: bool = False) -> None:
     _glu(seq, kc, "geglu", gate, up, out, n, out_f16)
 
 
-def _glu(seq, kc, op: str, gate, up, out, n: int, out_f16: bool) -> None:
+def swiglu_oai(seq, kc, gate, up, out, n: int, alpha: float, limit: float, out_f16: bool = False) -> None:
+    """out[i] = g sigmoid(alpha g) (u + 1) with g = min(gate[i], limit), u = clamp(up[i], -limit, limit)
+    (gpt-oss's experts, ggml_swiglu_oai); out may alias an input (out_f16: as swiglu's)."""
+    _glu(seq, kc, "swiglu_oai", gate, up, out, n, out_f16, struct.pack("<ff", alpha, limit))
+
+
+def _glu(seq, kc, op: str, gate, up, out, n: int, out_f16: bool, extra: bytes = b"") -> None:
     if n <= 0:
         return
-    kernel = kc.get(f"{op}_f32_to_f16" if out_f16 else f"{op}_f32", "rrw", push_size=4, spec=(WG,))
-    seq.dispatch(kernel, [_range(gate), _range(up), _range(out)], _groups(n), struct.pack("<I", n))
+    push = struct.pack("<I", n) + extra
+    kernel = kc.get(f"{op}_f32_to_f16" if out_f16 else f"{op}_f32", "rrw", push_size=len(push), spec=(WG,))
+    seq.dispatch(kernel, [_range(gate), _range(up), _range(out)], _groups(n), push)
 
 
 def scale(seq, kc, x, out, n: int, s: float) -> None:

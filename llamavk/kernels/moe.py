@@ -456,6 +456,18 @@ def moe_sum(seq, kc: KernelCache, y: View, route_view: View, out: View, n_tokens
                  struct.pack("<3I", n_tokens, width, n_used))
 
 
+def add_id(seq, kc: KernelCache, y: View, bias: View, route_view: View, out: View, n_tokens: int, n_used: int,
+           rows: int, n_expert: int) -> None:
+    """out[t, s] = y[t, s] + bias[id(t, s)] (y, out: [n_tokens][n_used][rows], out may be y; bias:
+    [n_expert][rows]): an expert product's per-expert bias (ggml_add_id)."""
+    if n_tokens <= 0:
+        return
+    kernel = kc.get("add_id_f32", "rrrw", push_size=16)
+    n = n_tokens * n_used * rows
+    seq.dispatch(kernel, [y.range, bias.range, route_view.range, out.range], groups_2d((n + 255) // 256),
+                 struct.pack("<4I", n_tokens, rows, n_used, n_expert))
+
+
 def scale_sigmoid(seq, kc: KernelCache, y: View, x: View, w: View, out: View, n_tokens: int, width: int,
                   cols: int) -> None:
     """out[t] = y[t] * sigmoid(w . x[t]) (y, out: [n_tokens][width]; x: [n_tokens][cols])."""
