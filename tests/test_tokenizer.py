@@ -444,3 +444,60 @@ def test_tekken_ids_equal_llamacpp(smollm2_meta, tmp_path):
     split = PreTokenizer("tekken").split
     assert split("getHTTPResponse ΩμέγαΑλφα") == ["get", "HTTPResponse", " ΩμέγαΑλφα"]
     assert split("a/b/\nc") == ["a", "/b", "/\n", "c"]
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-4o (OpenAI's o200k: gpt-oss, Llama 4) against llama.cpp itself, as Tekken above: the same
+# case-split letter runs, with contractions kept on the word and digits in threes; no BOS by default.
+
+GPT4O_TEXTS = TEKKEN_TEXTS + [
+    "DON'T it's They'LL we'Ve I'm YOU'D she'll 'tis o'clock rock'n'roll ÉCOLE'S straße's",
+    "7 42 123 1234 12345 123456 1234567 3.14159 1,000,000 v2 x86_64 ٣٤٥٦ 12½",
+    "a/b/\nc https://example.com/a/b?q=1 //\n\n/* c */\r\n\\path\\",
+    "cafe\u0301 nai\u0308ve \u0301lone NAI\u0308VE Cafe\u0301Bar नमस्ते ที่นี่",
+    "中文Text 日本語のテキスト עברית Ж жЖ ǅungla ǈJ İstanbul ΣΊΣΥΦΟΣ",
+]
+
+
+def test_gpt4o_ids_equal_llamacpp(smollm2_meta, tmp_path):
+    """llama.cpp's ids for pre "gpt-4o" (no BOS, merges not ignored); with Tekken's regex they differ."""
+    from llamavk.synthetic import write_synthetic_model
+    from llamavk.tokenizer.pretokenizers import pre_flags
+
+    from .llamacpp_ref import llamacpp_prompt_tokens
+
+    vocab = {k: v for k, v in smollm2_meta.items() if k.startswith("tokenizer.ggml.")}
+    # no merge makes " Hello" (a token of its own): without ignore_merges nothing may reach it
+    merges = [m for m in vocab["tokenizer.ggml.merges"] if m.replace(" ", "") != "ĠHello"]
+    assert len(merges) == len(vocab["tokenizer.ggml.merges"]) - 1
+    # SmolLM2's vocabulary never joins digits, nor a letter to an apostrophe: tokens (merged first) that
+    # do, so that ids tell GPT-4o's split from Tekken's (digits in threes, contractions on the word)
+    new = ["12", "123", "t'", "N'", "y'"]
+    assert not set(new) & set(vocab["tokenizer.ggml.tokens"])
+    vocab.update({"tokenizer.ggml.pre": "gpt-4o", "tokenizer.ggml.add_bos_token": None,
+                  "tokenizer.ggml.add_space_prefix": None, "tokenizer.ggml.scores": None,
+                  "tokenizer.ggml.tokens": vocab["tokenizer.ggml.tokens"] + new,
+                  "tokenizer.ggml.token_type": vocab["tokenizer.ggml.token_type"] + [1] * len(new),
+                  "tokenizer.ggml.merges": ["1 2", "12 3", "t '", "N '", "y '"] + merges})
+    model = write_synthetic_model(tmp_path / "gpt4o.gguf", "tiny", "q8_0", "llama", metadata=vocab,
+                                  n_vocab=len(vocab["tokenizer.ggml.tokens"]))
+    tok = Tokenizer.from_metadata({k: v for k, v in dict(smollm2_meta, **vocab).items() if v is not None})
+    assert not tok.add_bos
+    rng = np.random.default_rng(11)    # and random text: cased and uncased scripts, marks, digits, apostrophes
+    pool = list("abcXYZéÉßΩωЖжἈ中אǅ0123456789 .,/;:!?'-()\n\t\u0301\u0308") + [
+        "  ", "HelloWorld", "getHTTP", "x86_64", "İs", "'s", "'LL", "'re", "n't", "1234567"]
+    text = " | ".join(GPT4O_TEXTS + ["".join(rng.choice(pool, 120)) for _ in range(4)])
+    ours = tok.encode(text, add_special=True, parse_special=True)
+    ids = {t: vocab["tokenizer.ggml.tokens"].index(t) for t in new + ["ĠHello"]}
+    assert ids["ĠHello"] not in ours and " Hello" in text
+    assert all(ids[t] in ours for t in new), [t for t in new if ids[t] not in ours]
+    assert llamacpp_prompt_tokens(model, "-no-cnv", "-c", "2048", "-p", text) == ours
+    assert all(pre_flags(n) == ("gpt4o", False, False, False) for n in ("gpt-4o", "llama4", "kanana2", "talkie"))
+    split, tekken = PreTokenizer("gpt4o").split, PreTokenizer("tekken").split
+    assert split("getHTTPResponse ΩμέγαΑλφα") == ["get", "HTTPResponse", " ΩμέγαΑλφα"]
+    assert split("a/b/\nc") == ["a", "/b", "/\n", "c"]
+    assert split("DON'T it's They'LL") == ["DON'T", " it's", " They'LL"]
+    assert tekken("DON'T it's They'LL") == ["DON", "'T", " it", "'s", " They", "'LL"]
+    assert split("1234567 12") == ["123", "456", "7", " ", "12"]
+    assert tekken("1234567") == list("1234567")
+    assert split("cafe\u0301x") == ["cafe", "\u0301x"]

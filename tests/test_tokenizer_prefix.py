@@ -102,7 +102,8 @@ def random_text(rng, n_words):
 
 
 @pytest.mark.parametrize("pre", ["default", "gpt2", "llama-bpe", "qwen2", "qwen35", "smollm", "falcon", "bloom",
-                                 "viking", "seed-coder", "bailingmoe", "tekken", "deepseek-llm", "deepseek-coder"])
+                                 "viking", "seed-coder", "bailingmoe", "tekken", "gpt-4o", "deepseek-llm",
+                                 "deepseek-coder"])
 def test_bpe_heads_on_random_text_every_pretokenizer(pre, smollm2_path, small_steps):
     """SmolLM2's byte-level BPE vocabulary under every pre-tokenizer family: random text cut at
     many places (short steps) gives the whole text's first ids."""

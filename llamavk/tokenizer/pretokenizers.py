@@ -61,6 +61,15 @@ _TEKKEN = (
     r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+# OpenAI's o200k (gpt-oss, Llama 4, "gpt-4o"): Tekken's case-split letter runs (the same rewrite of
+# tokenizer.json's classes), each with an optional contraction after it (tokenizer.json's
+# `(?i:'s|...)?`, spelled out as llama.cpp does), and digits in runs of up to three.
+_GPT4O = (
+    r"[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])*(?:(?=\p{L})[^A-Z])+" + _CONTRACTIONS_CI + "?"
+    r"|[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])+(?:(?=\p{L})[^A-Z])*" + _CONTRACTIONS_CI + "?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
 # DeepSeek LLM / Coder (llama architecture): newlines alone first, then letter runs with one
 # whitespace before them, ... -- regexes of explicit ranges, run by llama.cpp on the text as it is.
 # `\Z` where llama.cpp writes `$`: the end of the piece only (Python's `$` also matches before a
@@ -87,15 +96,17 @@ _DEEPSEEK_PUNCT = r"\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u30
 
 # Where every family's split of a text is the splits of its two sides: before a space between two
 # letters. Why, for each pattern above: (1) no match can hold a letter followed by a space (letter
-# runs, digit runs and punctuation runs exclude \s; a space is only ever an optional first character,
-# or part of a whitespace run), so no match crosses the cut; (2) at the space, a match starts: " " +
+# runs, digit runs and punctuation runs exclude \s, and so does GPT-4o's contraction after a letter
+# run, an apostrophe and one or two letters; a space is only ever an optional first character, or
+# part of a whitespace run), so no match crosses the cut; (2) at the space, a match starts: " " +
 # letters is ` ?\p{L}+`, `[^\r\n\p{L}\p{N}]?\p{L}+` (Qwen3.5: with marks), Bloom's ` ?[^...]+`
-# (Tekken: its case-split letter runs) -- only the first regexes of multi-regex sequences
+# (Tekken, GPT-4o: their case-split letter runs) -- only the first regexes of multi-regex sequences
 # (punctuation, digits) match nothing there, and leave the text around the cut to the next regex as
-# one unmatched piece; (3) none of the patterns looks behind (Tekken's look-aheads read only the
-# character they are about to take), so the matches after the cut are found alike in the whole text and in its tail; (4)
-# the one look-ahead, `\s+(?!\S)`, could end a match at the end of the head differently than in the
-# whole text only if the head ended with whitespace, and it ends with a letter.
+# one unmatched piece; (3) none of the patterns looks behind (Tekken's and GPT-4o's look-aheads read
+# only the character they are about to take), so the matches after the cut are found alike in the
+# whole text and in its tail; (4) the one other look-ahead, `\s+(?!\S)`, could end a match at the end
+# of the head differently than in the whole text only if the head ended with whitespace, and it ends
+# with a letter (where GPT-4o's optional contraction finds no apostrophe, in the head as in the whole).
 CUT = r"(?<=\p{L}) (?=\p{L})"
 # DeepSeek LLM's letter runs are its cased letters only (other letters stay in unmatched text, spaces
 # and all): its cuts lie between two of those, where the same four steps hold.
@@ -116,6 +127,7 @@ REGEX_SEQUENCES: dict[str, tuple[str, ...]] = {
     "seed-coder": (_SEED_CODER,),
     "bailingmoe": (_BAILINGMOE,),
     "tekken": (_TEKKEN,),
+    "gpt4o": (_GPT4O,),
     "deepseek-llm": (r"[\r\n]", _DEEPSEEK_LETTERS, _DEEPSEEK_PUNCT, r"\s+\Z", _CJK, r"\p{N}+"),
     "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"),
 }
@@ -153,6 +165,7 @@ _reg(("viking",), "viking", clean=False)
 _reg(("seed-coder",), "seed-coder", clean=False)
 _reg(("bailingmoe", "bailingmoe2", "llada-moe"), "bailingmoe", clean=False)
 _reg(("tekken",), "tekken", clean=False, ignore_merges=True, add_bos=True)
+_reg(("gpt-4o", "llama4", "kanana2", "talkie"), "gpt4o", clean=False)
 _reg(("deepseek-llm",), "deepseek-llm", clean=False)
 _reg(("deepseek-coder",), "deepseek-coder", clean=False)
 # Not in llama.cpp's list of names, but the spec calls the GPT-2 family "gpt2".
