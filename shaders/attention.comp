@@ -26,6 +26,9 @@
 //   P V:    thread = (d4 = 4-dim slice of V, c-group g): O[r] += p[r][c] * v[c] for c = g mod NG
 // At the end the NG c-groups' O are summed through shared memory.
 //
+// SINKS (variants *_sinks, gpt-oss): a per-head logit that joins each row's softmax once, at its
+// end (attention_split.glsl sink_norm): out = O e^(m-M) / (l e^(m-M) + e^(sink-M)), M = max(m, sink).
+//
 // Decode steps (at most 4 query rows per KV head) use attention_decode.comp instead: same bindings,
 // grid and splits, shaped for latency. The end of a workgroup (one split, or the merge of several)
 // is attention_split.glsl.
@@ -66,6 +69,15 @@ layout(std430, binding = 5) coherent buffer OPart { vec4 opart[]; };   // [n_spl
 layout(std430, binding = 6) coherent buffer ML { vec2 ml[]; };         // [n_splits][n_tokens*n_head]
 layout(std430, binding = 7) coherent buffer Count { uint counter[]; }; // [n_row_blocks][n_head_kv], 0 between runs
 shared bool is_last;
+#endif
+#ifdef SINKS
+// the sinks (SINKS): the kernel's last binding, as Vulkan bindings are numbered 0 .. n-1 in
+// kernels/attention.py's order (vk/kernel.py): 8 after the split scratch, else 5
+#ifdef SPLIT
+layout(std430, binding = 8) readonly buffer Sinks { float sinks[]; };   // [n_head]
+#else
+layout(std430, binding = 5) readonly buffer Sinks { float sinks[]; };
+#endif
 #endif
 layout(push_constant) uniform Push {
     uint n_tokens; uint n_head; uint n_head_kv; uint n_splits;

@@ -19,7 +19,8 @@
 // per row, O += P V on the tiles. Which row an accumulator element holds is the implementation's
 // choice (the layout is opaque): it is learned once, by loading a tile whose every element is its row
 // index, and the same element of every tile of that type lies in the same row.
-// At the end O / l goes out through the S area, 32 columns at a time.
+// At the end O / l goes out through the S area, 32 columns at a time; SINKS (variants *_sinks, gpt-oss):
+// each head's sink logit joins the softmax there, once (attention.comp, attention_split.glsl sink_norm).
 // Lane l of a subgroup handles row l / 2, columns (l % 2) * 16 .. + 15 of the subgroup's S tile.
 #ifndef HD
 #define HD 128               // head_dim: a multiple of 16, <= 128 (variants per value)
@@ -50,6 +51,10 @@ layout(std430, binding = 4) writeonly buffer Out { float16_t o[]; };
 #else
 layout(std430, binding = 4) writeonly buffer Out { float o[]; };
 #define STORE(v) (v)
+#endif
+#ifdef SINKS
+// the kernel's last binding (Vulkan bindings numbered 0 .. n-1: kernels/attention.py)
+layout(std430, binding = 5) readonly buffer Sinks { float sinks[]; };   // [n_head]
 #endif
 layout(push_constant) uniform Push {
     uint n_tokens; uint n_head; uint n_head_kv; uint n_splits; uint min_chunk; float scale;
@@ -212,7 +217,14 @@ void main() {
 
     // out = O / l, through this subgroup's S area: 4 tiles (32 columns) at a time.
     l += subgroupShuffleXor(l, 1u);
+#ifdef SINKS
+    // out = O e^(m-M) / (l e^(m-M) + e^(s-M)), M = max(m, s): the head's sink s, not scaled like q.k
+    const float sink = sinks[kvh * n_gqa + (my_row - my_t * n_gqa)];
+    const float m_s = max(m, sink), a_s = exp(m - m_s);
+    const float inv_l = a_s / (l * a_s + exp(sink - m_s));
+#else
     const float inv_l = l > 0.0 ? 1.0 / l : 0.0;
+#endif
     const bool live = my_r < rows_here;
     const uint orow = my_t * p.n_head + kvh * n_gqa + (my_row - my_t * n_gqa);
     [[unroll]] for (uint j0 = 0; j0 < OT; j0 += 4) {

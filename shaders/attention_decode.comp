@@ -4,7 +4,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 // Flash attention for decode: at most 4 query rows per KV head (one token and its GQA heads, or a
 // few tokens of one head), over the f16 (KV_QUANT: or q8_0 / q4_0) KV cache. Same bindings, push constants, grid, split-KV
-// scheme and sliding window as attention.comp (see there); this kernel is shaped for latency
+// scheme, sliding window and sinks (SINKS) as attention.comp (see there); this kernel is shaped for latency
 // instead of reuse.
 //
 // Why a kernel of its own: a decode step gives attention one workgroup per row block, KV head and
@@ -90,6 +90,20 @@ shared bool is_last;
 layout(std430, binding = 8) volatile coherent buffer Chain { uint chain[]; };
 #else
 layout(std430, binding = 5) volatile coherent buffer Chain { uint chain[]; };
+#endif
+#endif
+#ifdef SINKS
+// SINKS (gpt-oss; attention.comp): the kernel's last binding, after Out (4), the split scratch (5-7)
+// and Chain where the variant has them (Vulkan bindings numbered 0 .. n-1: kernels/attention.py).
+// A weight: no step writes it, so a plain read-only binding even in WAIT variants.
+#if defined(SPLIT) && (defined(CHAIN) || defined(WAIT))
+layout(std430, binding = 9) readonly buffer Sinks { float sinks[]; };   // [n_head]
+#elif defined(SPLIT)
+layout(std430, binding = 8) readonly buffer Sinks { float sinks[]; };
+#elif defined(CHAIN) || defined(WAIT)
+layout(std430, binding = 6) readonly buffer Sinks { float sinks[]; };
+#else
+layout(std430, binding = 5) readonly buffer Sinks { float sinks[]; };
 #endif
 #endif
 layout(push_constant) uniform Push {

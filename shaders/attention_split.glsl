@@ -8,9 +8,13 @@
 // per-(row block, KV head) atomic counter; the last one to finish merges all splits
 // (out = sum_s e^(m_s-M) O_s / sum_s e^(m_s-M) l_s) and resets the counter to 0 for the next replay.
 //
+// SINKS (gpt-oss): each row's head has a logit that joins its softmax as one more key of value 0,
+// once, where the row's output is formed (sink_norm): by the only active split, or by the merge of
+// several (a sink per split would count it once per split).
+//
 // The including kernel declares: WG, HD4, BR, NEG; buffers o (binding 4) and, with SPLIT, opart, ml,
-// counter (bindings 5-7, coherent); push constants p.n_tokens, p.n_head, p.n_head_kv, p.n_splits,
-// p.min_chunk, p.window; shared vec4 qs[BR * HD4] and bool is_last.
+// counter (bindings 5-7, coherent), with SINKS sinks[n_head]; push constants p.n_tokens, p.n_head,
+// p.n_head_kv, p.n_splits, p.min_chunk, p.window; shared vec4 qs[BR * HD4] and bool is_last.
 
 // The first position the query at position `pos` may see: its sequence's start (seq_len > 0) or 0,
 // and with a sliding window (p.window = W > 0) no earlier than pos - W + 1.
@@ -50,6 +54,18 @@ void fold_split(inout float mx, inout float den, inout vec4 sum, const vec2 mls,
         mx = m2;
     }
 }
+
+#ifdef SINKS
+// The output row orw (t * n_head + h) is O f from its unnormalised O and softmax state (m, l), the sink
+// s of head h joined: M = max(m, s), f = e^(m-M) / (l e^(m-M) + e^(s-M)) (s not scaled like q.k:
+// llama.cpp's soft_max / flash_attn_ext sinks). The denominator is at least 1: the term of M is e^0.
+float sink_norm(const float m, const float l, const uint orw) {
+    const float s = sinks[orw % p.n_head];
+    const float mx = max(m, s);
+    const float a = exp(m - mx);
+    return a / (l * a + exp(s - mx));
+}
+#endif
 
 // n_span: positions the splits share (n_kv - SplitRange.base).
 void finish_rows(const uint n_span, const uint chunk, const uint split, const uint row0, const uint rows_here,
@@ -100,7 +116,11 @@ void finish_rows(const uint n_span, const uint chunk, const uint split, const ui
                 fold_split(mx, den, sum, ml2, o2, sp + 2 < n_active);
                 fold_split(mx, den, sum, ml3, o3, sp + 3 < n_active);
             }
+#ifdef SINKS
+            o[orw * HD4 + e] = sum * sink_norm(mx, den, orw);
+#else
             o[orw * HD4 + e] = den > 0.0 ? sum / den : vec4(0.0);
+#endif
         }
         return;
     }
@@ -108,8 +128,13 @@ void finish_rows(const uint n_span, const uint chunk, const uint split, const ui
     // a single (active) split: out = O / l
     [[unroll]] for (uint r = 0; r < BR; ++r) {
         if (r < rows_here) {
+#ifdef SINKS
+            const float f = sink_norm(m[r], l[r], orow[r]);
+            for (uint e = tid; e < HD4; e += WG) o[orow[r] * HD4 + e] = qs[r * HD4 + e] * f;
+#else
             for (uint e = tid; e < HD4; e += WG)
                 o[orow[r] * HD4 + e] = l[r] > 0.0 ? qs[r * HD4 + e] / l[r] : vec4(0.0);
+#endif
         }
     }
 }

@@ -77,5 +77,9 @@ VARIANTS = {
     "add_id_f32": ("add_id.comp", {}),
     "scale_sigmoid_f32": ("scale_sigmoid.comp", {}),
 }
+# gpt-oss's attention sinks (a logit per query head joining the softmax once: SINKS, one more binding,
+# the last): every attention kernel above, named with "_sinks" appended (kernels/attention.py)
+VARIANTS.update({f"{_n}_sinks": (_src, {**_defs, "SINKS": "1"})
+                 for _n, (_src, _defs) in list(VARIANTS.items()) if _src.startswith("attention")})
 # attention_coop.comp: GL_KHR_cooperative_matrix, which shaderc 2023.2 does not know.
 COMPILERS = {_n: "glslc-trixie-vulkan1.2" for _n, (_src, _) in VARIANTS.items() if _src == "attention_coop.comp"}

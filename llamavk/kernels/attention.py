@@ -11,6 +11,12 @@ steps and other batches of at most 4 query rows per KV head use a kernel shaped 
 this one's arithmetic, no block-wide softmax reductions). Prompts with one split run on cooperative
 matrices where the device has them (shaders/attention_coop.comp, selection.attention_coop_ok).
 
+Attention sinks (gpt-oss: `sinks`): one f32 logit per query head joins each row's softmax as one more
+key of value 0, once (by the merge where several splits are active), unscaled. They run the
+"_sinks" variant of whichever kernel the plan picks (the name with "_sinks" appended; shader define
+SINKS), the sinks bound last: Vulkan bindings are numbered 0 .. n-1 (vk/kernel.py), so binding 5,
+6 (a decode kernel with CHAIN / WAIT), 8 (split) or 9 (split with CHAIN / WAIT).
+
 Scratch for the split path (partial outputs, their softmax max/sum, and one completion counter per
 (row block, KV head), zeroed at allocation and reset by the kernel after each use) is allocated on
 first use and cached on the KernelCache (`kc.shared("attention splits", shape, ...)`): every recording on
@@ -212,9 +218,12 @@ def writes_f16_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int,
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
               head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None,
               signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes(),
-              out_f16: bool = False, wait=None) -> int:
+              out_f16: bool = False, wait=None, sinks=None) -> int:
     """out = softmax(scale q k^T, causal) v, per query head h over KV head h // (n_head/n_head_kv);
-    scale 0: 1/sqrt(head_dim).
+    scale 0: 1/sqrt(head_dim). `sinks` (gpt-oss; a View, Buffer or (buffer, offset, nbytes)):
+    f32[n_head], head h's logit s_h joined to each of its rows' softmax as a key of value 0:
+    out = sum_j e^(s_j - M) v_j / (sum_j e^(s_j - M) + e^(s_h - M)), M = max(max_j s_j, s_h), s_h
+    not multiplied by scale. It does not change which kernel runs (plan, writes_f16_ok, waits_ok).
 
     q, out: [n_tokens][n_head * head_dim] f32; k_cache, v_cache: [n_ctx][n_head_kv * head_dim] of
     kv_types.k / kv_types.v (f16, or q8_0 / q4_0 blocks: kv_cache.py), read directly.
@@ -238,6 +247,8 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         return 0
     if window < 0:
         raise ValueError(f"attention: window {window} must be >= 0")
+    if sinks is not None and _range(sinks)[2] < 4 * n_head:
+        raise ValueError(f"attention: sinks of {_range(sinks)[2]} bytes, not f32[{n_head}]")
     # a sliding window: the split grid is sized for the positions the batch can see (n_kv - base in
     # attention_split.glsl: window + n_tokens - 1 at most), not for the context
     span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
@@ -268,12 +279,16 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         if wait is not None:
             name = name.replace("_f16", "_wait_f16")
         bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained or wait is not None else "")
-        kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
         bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
         if pl.n_splits > 1:
             bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
         if chained or wait is not None:
             bufs.append((signal or wait).counters)
+        if sinks is not None:   # the last binding, whatever its number (module docstring)
+            name += "_sinks"
+            bindings += "r"
+            bufs.append(_range(sinks))
+        kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
         # the second form runs for other n_kv than the first (each leaves at once where the other
         # works): no barrier between them
         seq.dispatch(kernel, bufs, pl.grid, push, chained=wait is not None or i > 0)
