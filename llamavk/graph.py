@@ -177,11 +177,13 @@ class Graph:
         self._op("rope", [x], None, n_heads=n_heads)
         return x
 
-    def attention(self, q: Tensor, k: Tensor, v: Tensor, window: int = 0, scale: float = 0.0) -> Tensor:
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, window: int = 0, scale: float = 0.0,
+                  sinks: Tensor | None = None) -> Tensor:
         """Append k, v to this layer's KV cache, then causal attention of q over the cache.
         window > 0: position p sees positions p - window + 1 .. p only (sliding-window layers);
-        scale: of q.k (0: 1/sqrt(head_dim))."""
-        attrs = {name: value for name, value in (("window", window), ("scale", scale)) if value}
+        scale: of q.k (0: 1/sqrt(head_dim)); sinks (gpt-oss): per query head one more logit in the
+        softmax, unscaled, whose value is 0."""
+        attrs = {name: value for name, value in (("window", window), ("scale", scale), ("sinks", sinks)) if value}
         return self._op("attention", [q, k, v], q.width, **attrs)
 
     def moe_route(self, logits: Tensor, n_used: int, gating: str, norm: bool, scale: float) -> Tensor:
@@ -196,6 +198,11 @@ class Graph:
         n_used slots' rows side by side."""
         n_used = route.width // 2
         return self._op("matmul_id", [w, x, route], n_used * w.rows)
+
+    def add_id(self, y: Tensor, bias: Tensor, route: Tensor) -> Tensor:
+        """An expert product's per-expert bias: y[t, s] + bias[id[t, s]] (bias: n_expert rows of
+        y's slot width, one vector; ggml_add_id)."""
+        return self._op("add_id", [y, bias, route], y.width)
 
     def moe_sum(self, y: Tensor, route: Tensor) -> Tensor:
         """The weighted sum of a token's expert outputs: sum_s weight[t, s] * y[t, s]."""
@@ -230,6 +237,10 @@ class Graph:
 
     def swiglu(self, gate: Tensor, up: Tensor) -> Tensor:
         return self._op("swiglu", [gate, up], gate.width)
+
+    def swiglu_oai(self, gate: Tensor, up: Tensor, alpha: float, limit: float) -> Tensor:
+        """g sigmoid(alpha g) (u + 1), g = min(gate, limit), u = clamp(up, -limit, limit) (gpt-oss)."""
+        return self._op("swiglu_oai", [gate, up], gate.width, alpha=alpha, limit=limit)
 
     def geglu(self, gate: Tensor, up: Tensor) -> Tensor:
         """gelu(gate) * up with GELU's tanh approximation (gemma3's FFN)."""

@@ -32,6 +32,12 @@ post-norm weight) before the residual add; the FFN is Wdown (gelu_tanh(Wgate h) 
 scaled by cfg.attn_scale; sliding-window layers (cfg.is_swa) see only the last cfg.sliding_window
 positions and turn RoPE by cfg.rope_base_swa without scaling; logits = c tanh(logits / c) where
 cfg.final_logit_softcap = c > 0.
+
+gpt-oss differs: biases on Q/K/V, the output projection, the router and every expert's three
+products (per expert); each query head's softmax has one more logit, its attention sink, with value
+0; the experts' unit is swiglu_oai(g, u) = g' sigmoid(alpha g') (u' + 1), g' = min(g, limit),
+u' = clamp(u, -limit, limit); the router's weights are the softmax over the chosen experts' logits
+(the renormalized softmax); its even layers attend over a sliding window, with the model's RoPE.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import numpy as np
 from .errors import LlamavkError
 from .models.base import ModelConfig, ModelFile
 from .models.blocks import fused_rows
+from .models.gpt_oss import OAI_ALPHA, OAI_LIMIT
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -61,6 +68,12 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     x64 = x.astype(np.float64)
     return (0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64 ** 3)))).astype(np.float32)
+
+
+def swiglu_oai(g: np.ndarray, u: np.ndarray, alpha: float, limit: float) -> np.ndarray:
+    """gpt-oss's gated unit (ggml_swiglu_oai)."""
+    g = np.minimum(g, limit)
+    return g / (1.0 + np.exp(-alpha * g)) * (np.clip(u, -limit, limit) + 1.0)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -225,7 +238,7 @@ class ReferenceModel:
         if self.gemma:
             x = x * np.float32(math.sqrt(c.n_embd))
         for layer in range(c.n_layer):
-            cos, sin = tables[c.is_swa(layer)]
+            cos, sin = tables[c.swa_rope(layer)]
             if c.is_recurrent(layer):
                 x = x + self.post_norm(layer, "attn_post_norm", self.delta_net(layer, x))
             else:
@@ -278,16 +291,22 @@ class ReferenceModel:
         if c.is_swa(layer):                                              # and those out of the window
             mask |= np.arange(n_kv)[None, :] <= q_pos[:, None] - c.sliding_window
         scale = c.attn_scale or 1.0 / math.sqrt(c.head_dim)
+        sinks = w("attn_sinks")                                          # gpt-oss: one more logit per head
         out = np.empty((n, c.n_head, c.head_dim), dtype=np.float32)
         for head in range(c.n_head):
             kv_head = head // c.n_gqa                                    # GQA: shared KV head
             scores = (q[:, head, :] @ keys[:, kv_head, :].T) * scale     # (n, n_kv)
             scores = np.where(mask, -np.inf, scores)
-            out[:, head, :] = softmax(scores) @ values[:, kv_head, :]
+            if sinks is None:
+                out[:, head, :] = softmax(scores) @ values[:, kv_head, :]
+            else:                                                        # the sink's value is 0
+                p = softmax(np.concatenate([scores, np.full((n, 1), sinks[head], np.float32)], axis=1))
+                out[:, head, :] = p[:, :-1] @ values[:, kv_head, :]
         out = out.reshape(n, c.n_head * c.head_dim)
         if gate is not None:
             out = out / (1.0 + np.exp(-gate))
-        return out @ w("o").T
+        out = out @ w("o").T
+        return out if w("o_bias") is None else out + w("o_bias")
 
     def delta_net(self, layer: int, x: np.ndarray) -> np.ndarray:
         """A Gated DeltaNet layer's mixer (before the residual add), token by token over the layer's
@@ -335,6 +354,8 @@ class ReferenceModel:
         """The mixture of experts of one layer for normalized inputs h (n, n_embd)."""
         c, w = self.cfg, (lambda role: self.weight(role, layer))
         logits = (h @ w("router").T).astype(np.float64)                 # (n, n_expert)
+        if w("router_bias") is not None:
+            logits = logits + w("router_bias")
         probs = softmax(logits) if c.expert_gating == "softmax" else 1.0 / (1.0 + np.exp(-logits))
         chosen = np.argsort(-probs, axis=1, kind="stable")[:, :c.n_expert_used]
         weights = np.take_along_axis(probs, chosen, axis=1)
@@ -342,11 +363,14 @@ class ReferenceModel:
             weights = weights / weights.sum(axis=1, keepdims=True)
         weights = weights * c.expert_weights_scale
         gate, up, down = w("gate_exps"), w("up_exps"), w("down_exps")    # (n_expert, rows, cols)
+        zero = np.zeros((c.n_expert, 1), np.float32)                     # the biases, where the model has them
+        bg, bu, bd = (zero if w(r) is None else w(r) for r in ("gate_exps_bias", "up_exps_bias", "down_exps_bias"))
         out = np.zeros_like(h)
         for t in range(h.shape[0]):
             for e, weight in zip(chosen[t], weights[t]):
-                y = silu(gate[e] @ h[t]) * (up[e] @ h[t])
-                out[t] += np.float32(weight) * (down[e] @ y)
+                g, u = gate[e] @ h[t] + bg[e], up[e] @ h[t] + bu[e]
+                y = swiglu_oai(g, u, OAI_ALPHA, OAI_LIMIT) if c.expert_glu == "swiglu_oai" else silu(g) * u
+                out[t] += np.float32(weight) * (down[e] @ y + bd[e])
         if c.n_ff_shexp:
             shared = (silu(h @ w("gate_shexp").T) * (h @ w("up_shexp").T)) @ w("down_shexp").T
             out += shared / (1.0 + np.exp(-(h @ w("router_shexp"))))[:, None]

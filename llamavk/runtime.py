@@ -331,7 +331,7 @@ class DeviceRuntime:
 
     def rope_of(self, layer: int | None) -> rope.RopeParams:
         """The RoPE of a layer: a sliding-window layer's own (gemma3), else the model's."""
-        return self.rope_swa if self.cfg.is_swa(layer) else self.rope
+        return self.rope_swa if self.cfg.swa_rope(layer) else self.rope
 
     def graph_for(self, key: str, n_tokens: int) -> Graph:
         if n_tokens > LARGE_BATCH and f"{key}@large" in self.batch_graphs:
@@ -530,10 +530,11 @@ class DeviceRuntime:
                 f16 = (rows_out == n_tokens and self._feeds_f16_products(ops, i, rows_out, graph.ops, size)
                        and attn_k.writes_f16_ok(kc, n_tokens, n_head, n_head_kv, cfg.head_dim, self.n_ctx, window,
                                                 self.kv_types))
+                sinks = vec(op.attrs["sinks"]) if "sinks" in op.attrs else None
                 n = _write_out(seq, kc, act(op.out), size, f16, lambda out, f16: attn_k.attention(
                     seq, kc, act(q), View.whole(kcache), View.whole(vcache), out, step, n_tokens, n_head, n_head_kv,
                     cfg.head_dim, self.n_ctx, signal=signal, scale=op.attrs.get("scale", 0.0), window=window,
-                    kv_types=self.kv_types, out_f16=f16, wait=attn_wait), rows=rows_out) or 0
+                    kv_types=self.kv_types, out_f16=f16, wait=attn_wait, sinks=sinks), rows=rows_out) or 0
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs
@@ -600,6 +601,17 @@ class DeviceRuntime:
                 glu, size = (elementwise.swiglu if k == "swiglu" else elementwise.geglu), rows_out * gate.width
                 _write_out(seq, kc, act(op.out), size, self._feeds_f16_products(ops, i, rows_out, graph.ops, size),
                            lambda out, f16: glu(seq, kc, act(gate), act(up), out, size, out_f16=f16), rows=rows_out)
+            elif k == "swiglu_oai":
+                gate, up = op.inputs
+                size, a = rows_out * gate.width, op.attrs
+                _write_out(seq, kc, act(op.out), size, self._feeds_f16_products(ops, i, rows_out, graph.ops, size),
+                           lambda out, f16: elementwise.swiglu_oai(seq, kc, act(gate), act(up), out, size, a["alpha"],
+                                                                   a["limit"], out_f16=f16), rows=rows_out)
+            elif k == "add_id":
+                y, bias, route = op.inputs
+                n_used = route.width // 2
+                moe.add_id(seq, kc, act(y), vec(bias), act(route), act(op.out), rows_out, n_used, y.width // n_used,
+                           bias.width // (y.width // n_used))
             elif k == "scale":
                 x = op.inputs[0]
                 elementwise.scale(seq, kc, act(x), act(op.out), rows_out * x.width, op.attrs["scale"])
@@ -921,7 +933,8 @@ def _stored_bytes(weight) -> int:
 
 
 EXCHANGE_OPS = frozenset({"put", "sync", "get", "copy_cols", "reduce"})   # recorded by split/comm.py
-FLOAT_TABLES = frozenset({"ssm_conv"})   # 2-D weights the graph reads as one float32 vector
+# 2-D weights the graph reads as one float32 vector: the DeltaNet taps, gpt-oss's per-expert biases
+FLOAT_TABLES = frozenset({"ssm_conv", "gate_exps_bias", "up_exps_bias", "down_exps_bias"})
 
 
 def weight_part(model, name: str, part):

@@ -30,7 +30,7 @@ from .quant import quant_info, qtype_from_name, tensor_nbytes
 SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
                    "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s",
                    "iq1_m", "tq1_0", "tq2_0")
-MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe", "qwen3next")
+MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe", "qwen3next", "gpt-oss")
 HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
 
@@ -114,6 +114,12 @@ PRESETS: dict[str, Preset] = {
     "0.8b": Preset(n_embd=1024, n_layer=24, n_ff=3584, n_head=8, n_head_kv=2, n_vocab=248320, n_ctx=262144,
                    head_dim=256, rope_dim=64, rope_base=1e7, rms_eps=1e-6, tied_output=True, arch="qwen35",
                    ssm_d_state=128, ssm_n_group=16, ssm_dt_rank=16),
+    # gpt-oss-20b's published shape: dim 2880 (not a multiple of 256), 24 layers, 64 query / 8 KV heads of
+    # 64, 32 experts of 2880, 4 used, windows of 128 on the even layers, YaRN x32 from 4096, vocab 201088
+    "gpt-oss-20b": Preset(n_embd=2880, n_layer=24, n_ff=2880, n_head=64, n_head_kv=8, n_vocab=201088,
+                          n_ctx=131072, head_dim=64, rope_base=150000.0, arch="gpt-oss", n_expert=32,
+                          n_expert_used=4, n_ff_exp=2880, sliding_window=128, rope_scaling="yarn",
+                          rope_factor=32.0, rope_orig_ctx=4096),
     # Qwen3.6-35B-A3B's (= Qwen3.5-35B-A3B's) published shape: dim 2048, 40 layers (30 DeltaNet, 16 key /
     # 32 value heads of 128, 4 taps; 10 attention, 16/2 heads of 256, RoPE on 64), 256 experts of 512,
     # 8 used + a shared expert of 512, vocab 248320, rope base 1e7, router f32 (SPEC §10's MoE rules)
@@ -133,6 +139,8 @@ def tiny_preset(arch: str) -> str:
     return "tiny-moe" if arch in MOE_ARCHS else "tiny"
 # tiny gemma3: local layers see 24 positions (test prompts are longer), every other layer is global
 TINY_GEMMA3 = dict(sliding_window=24, swa_pattern=2)
+# tiny gpt-oss: its even layers see 24 positions (llama.cpp requires the key for this architecture)
+TINY_GPT_OSS = dict(sliding_window=24)
 
 # llama_ftype of a file whose every matrix is that type (38: MXFP4_MOE). Where llama.cpp has several
 # mixes of one K-quant (Q3_K_S/M/L, Q5_K_S/M), the one llama.cpp's loader guesses from the most common
@@ -203,6 +211,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         p = dataclasses.replace(p, n_ff_shexp=p.n_ff_exp)
     if preset in TINY_PRESETS and arch == "gemma3":
         p = dataclasses.replace(p, **TINY_GEMMA3)
+    if preset in TINY_PRESETS and arch == "gpt-oss":
+        p = dataclasses.replace(p, **TINY_GPT_OSS)
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Preset)}
     if unknown:
         raise LlamavkError(f"unknown synthetic model overrides: {', '.join(sorted(unknown))}")
@@ -237,6 +247,9 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         "ssm_qkv": 1 / np.sqrt(E), "ssm_z": 1 / np.sqrt(E), "ssm_beta": 1 / np.sqrt(E),
         "ssm_alpha": 1 / np.sqrt(E), "ssm_conv": 0.5, "ssm_in": 1 / np.sqrt(E), "ssm_ba": 1 / np.sqrt(E),
         "ssm_out": 1 / np.sqrt(max(cfg.ssm_dt_rank * cfg.ssm_d_state, 1)),
+        # gpt-oss's per-expert biases (f32 tables): gate and up ones of std 4, so that swiglu_oai's
+        # limit of 7 clips some of their sums
+        "gate_exps_bias": 4.0, "up_exps_bias": 4.0, "down_exps_bias": 0.1,
     }
     std_by_role["output"] *= p.output_gain
     if not cfg.qk_norm:     # with QK norm, the norm weights carry the gain
@@ -248,7 +261,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
             continue
         # every matrix of the chosen type but the router and the convolution taps, which stay f32 as
         # converters write them
-        t = wtype if len(spec.shape) >= 2 and spec.role not in ("router", "ssm_conv") else T.F32
+        t = wtype if len(spec.shape) >= 2 and spec.role not in ("router", "ssm_conv") \
+            and not spec.role.endswith("_bias") else T.F32
         scale = std_by_role.get(spec.role, 0.0) if len(spec.shape) >= 2 else \
             (p.qk_gain if spec.role in ("q_norm", "k_norm", "q_bias", "k_bias") else 1.0)
         tensors.append(PlannedTensor(spec, t, tensor_nbytes(t, spec.shape), float(scale)))
@@ -298,6 +312,8 @@ def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dic
     if head_dim != p.n_embd // p.n_head or arch in ("qwen3", "qwen3moe", "gemma3") + HYBRID_ARCHS:
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim
+    if arch == "gpt-oss":
+        meta[f"{arch}.attention.sliding_window"] = p.sliding_window
     if arch == "gemma3":
         if p.sliding_window:
             meta[f"{arch}.attention.sliding_window"] = p.sliding_window
@@ -613,6 +629,9 @@ def _vector(rng: np.random.Generator, spec: WeightSpec, arch: str = "llama", gai
         return (gain * (2.0 + 0.2 * rng.standard_normal(spec.shape))).astype(np.float32)
     if spec.role.endswith("_bias"):
         return (rng.standard_normal(spec.shape) * (0.1 * gain)).astype(np.float32)
+    if spec.role == "attn_sinks":        # gpt-oss: 3 +- 2, a sizable share of a head's softmax (a peaked
+        # tiny model scored without its sinks moves by 3%)
+        return (3.0 + 2.0 * rng.standard_normal(spec.shape)).astype(np.float32)
     if spec.role == "router_shexp":      # the shared expert's gate: logits of std ~1
         return (rng.standard_normal(spec.shape) / np.sqrt(spec.shape[0])).astype(np.float32)
     if spec.role == "ssm_dt":            # DeltaNet decay: softplus(alpha + dt) * a, a = -exp(A_log) < 0;
@@ -628,7 +647,7 @@ def parse_synthetic_name(name: str) -> tuple[str, str, str]:
     body = (name.split(":", 1)[1] if name.startswith("synthetic:") else name).lower()
     for preset in sorted(PRESETS, key=len, reverse=True):
         if body.startswith(preset + "-"):
-            parts = body[len(preset) + 1:].split("-")
+            parts = body[len(preset) + 1:].split("-", 1)     # an architecture may hold a dash (gpt-oss)
             if 1 <= len(parts) <= 2 and parts[0] in SYNTHETIC_TYPES:
                 arch = parts[1] if len(parts) == 2 else PRESETS[preset].arch
                 arch_module(arch)

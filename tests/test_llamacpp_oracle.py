@@ -65,6 +65,7 @@ from .llamacpp_ref import llamacpp_perplexity_run, llamacpp_tool
 # f32 and f16 (no 8-bit activations in llama.cpp: tight), and quantized types whose decoding differs
 # (Q4_K's 6-bit packed scales, Q6_K's split bits), and Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K once each.
 MISTRAL3 = dict(rope_scaling="yarn", rope_factor=4.0, rope_orig_ctx=512, yarn_log_mul=1.0, attn_temp_scale=0.1)
+GPT_OSS = dict(rope_scaling="yarn", rope_factor=4.0, rope_orig_ctx=128)
 ORACLE_CASES = [
     ("llama", "f32", {}),
     ("llama", "q4_0", {}),
@@ -117,6 +118,13 @@ ORACLE_CASES = [
     # the ternary types: TQ1_0's base-3 digits, TQ2_0's 2-bit fields
     ("qwen2", "tq1_0", {}),
     ("qwen3", "tq2_0", {}),
+    # gpt-oss: attention sinks, biases everywhere (per expert too), swiglu_oai's limit, windows on the
+    # even layers with the model's RoPE (YaRN, as the released files); f32 (llama.cpp rounds nothing:
+    # the same PPL to 5 digits, KLD ~1e-6) rather than f16, whose activations llama.cpp rounds to f16
+    # before products that the std-4 expert biases and swiglu_oai's (u + 1) amplify (its first chunk
+    # 14% away, KLD 3e-3), and MXFP4 as released
+    ("gpt-oss", "f32", GPT_OSS),
+    ("gpt-oss", "mxfp4", GPT_OSS),
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8

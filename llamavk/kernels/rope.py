@@ -35,8 +35,9 @@ class RopeParams:
     @classmethod
     def from_config(cls, cfg, freqs_view=None, layer: int | None = None) -> "RopeParams":
         """From a llamavk.models.ModelConfig (+ the uploaded rope_freqs tensor, if the model has one);
-        for a sliding-window layer (cfg.is_swa(layer)), its own base and no scaling (gemma3)."""
-        if cfg.is_swa(layer):
+        for a sliding-window layer with RoPE of its own (cfg.swa_rope(layer)), its own base and no
+        scaling (gemma3)."""
+        if cfg.swa_rope(layer):
             return cls(dim=cfg.rope_dim, base=cfg.rope_base_swa, neox=cfg.rope_neox, freqs=freqs_view)
         s = cfg.rope_scaling
         kw = dict(dim=cfg.rope_dim, base=cfg.rope_base, neox=cfg.rope_neox, freqs=freqs_view)

@@ -37,6 +37,9 @@ ROLES = (
     "ssm_in", "ssm_ba",
     # norms of a block's output before its residual add (gemma3: sandwich norms), shape (n_embd,)
     "attn_post_norm", "ffn_post_norm",
+    # gpt-oss: the output projection's and the router's biases, each expert's biases (n_expert, rows),
+    # and per query head the attention sink's logit (n_head,)
+    "o_bias", "router_bias", "gate_exps_bias", "up_exps_bias", "down_exps_bias", "attn_sinks",
 )
 EXPERT_ROLES = frozenset({"gate_exps", "up_exps", "down_exps"})
 
@@ -88,6 +91,9 @@ class ModelConfig:
     expert_norm: bool = False         # the chosen experts' weights renormalized to sum 1
     expert_weights_scale: float = 1.0
     n_ff_shexp: int = 0               # the shared expert's FFN width (0: none)
+    # the experts' gated unit: "swiglu" silu(g) u, or "swiglu_oai" (gpt-oss: ggml_swiglu_oai with
+    # models/gpt_oss.py's alpha and limit)
+    expert_glu: str = "swiglu"
     # Gated DeltaNet hybrids (qwen35, qwen35moe; models/qwen35.py): per layer, whether it is a linear-
     # attention (recurrent) layer; the shapes as llama.cpp reads them from `{arch}.ssm.*`
     recurrent_layers: tuple[bool, ...] = ()
@@ -108,6 +114,7 @@ class ModelConfig:
     sliding_window: int = 0
     swa_layers: tuple[bool, ...] = ()
     rope_base_swa: float = 10000.0
+    swa_rope_own: bool = True         # False: sliding-window layers turn RoPE as the others (gpt-oss)
     attn_scale: float = 0.0           # scale of q.k (0: 1/sqrt(head_dim))
     final_logit_softcap: float = 0.0  # logits = c * tanh(logits / c) (0: none)
     # mistral3's attention temperature scales q from this position on (0: never): the largest
@@ -118,6 +125,10 @@ class ModelConfig:
         """Whether `layer` is a sliding-window layer."""
         return self.sliding_window > 0 and layer is not None and layer < len(self.swa_layers) \
             and self.swa_layers[layer]
+
+    def swa_rope(self, layer: int | None) -> bool:
+        """Whether `layer` turns RoPE by rope_base_swa without scaling (gemma3's local layers)."""
+        return self.swa_rope_own and self.is_swa(layer)
 
     def window(self, layer: int | None) -> int:
         """Positions layer `layer` attends to (its own included); 0: every earlier one."""

@@ -12,10 +12,12 @@ def vec(g: Graph, name: str, n: int, role: str, layer: int | None = None) -> Ten
     return g.weight(name, 1, n, role, layer)
 
 
-def attention(g: Graph, cfg, i: int, h: Tensor, window: int = 0, scale: float = 0.0) -> Tensor:
+def attention(g: Graph, cfg, i: int, h: Tensor, window: int = 0, scale: float = 0.0, sinks: bool = False,
+              o_bias: bool = False) -> Tensor:
     """Self-attention of normalized input h: Q/K/V (+ biases), per-head Q/K norm, RoPE, causal GQA
     attention over this layer's KV cache, output projection. window > 0: each position sees only the
-    last `window` positions (its own included); scale: of q.k (0: 1/sqrt(head_dim))."""
+    last `window` positions (its own included); scale: of q.k (0: 1/sqrt(head_dim)); sinks: each
+    head's attention sink (`attn_sinks.weight`); o_bias: the output projection's bias (gpt-oss)."""
     b, E, D = f"blk.{i}.", cfg.n_embd, cfg.head_dim
     q_out, kv_out = cfg.n_head * D, cfg.n_head_kv * D
 
@@ -30,8 +32,10 @@ def attention(g: Graph, cfg, i: int, h: Tensor, window: int = 0, scale: float = 
         k = g.head_norm(k, vec(g, b + "attn_k_norm.weight", D, "k_norm", i), cfg.n_head_kv, cfg.rms_eps)
     q = g.rope(q, cfg.n_head)
     k = g.rope(k, cfg.n_head_kv)
-    a = g.attention(q, k, v, window=window, scale=scale)
-    return g.matmul(g.weight(b + "attn_output.weight", E, q_out, "o", i), a)
+    sink = vec(g, b + "attn_sinks.weight", cfg.n_head, "attn_sinks", i) if sinks else None
+    a = g.attention(q, k, v, window=window, scale=scale, sinks=sink)
+    return g.matmul(g.weight(b + "attn_output.weight", E, q_out, "o", i), a,
+                    vec(g, b + "attn_output.bias", E, "o_bias", i) if o_bias else None)
 
 
 def swiglu_ffn(g: Graph, cfg, i: int, h: Tensor, n_ff: int | None = None, suffix: str = "",
@@ -45,18 +49,26 @@ def swiglu_ffn(g: Graph, cfg, i: int, h: Tensor, n_ff: int | None = None, suffix
     return g.matmul(g.weight(b + f"ffn_down{suffix}.weight", E, F, roles[2], i), act)
 
 
-def moe_ffn(g: Graph, cfg, i: int, h: Tensor) -> Tensor:
+def moe_ffn(g: Graph, cfg, i: int, h: Tensor, biases: bool = False, alpha: float = 0.0,
+            limit: float = 0.0) -> Tensor:
     """Mixture of experts: the router picks cfg.n_expert_used of cfg.n_expert experts per token;
     their SwiGLU outputs are summed with the router's weights; a shared expert, where the model has
-    one, is added gated by sigmoid(w . h)."""
+    one, is added gated by sigmoid(w . h). biases: the router's and each expert's products' biases
+    (gpt-oss); cfg.expert_glu "swiglu_oai": the experts' unit is swiglu_oai(alpha, limit)."""
     b, E, X, F = f"blk.{i}.", cfg.n_embd, cfg.n_expert, cfg.n_ff_exp
-    logits = g.matmul(g.weight(b + "ffn_gate_inp.weight", X, E, "router", i), h)
+
+    def bias(y, name, rows, role, route):      # one vector of n_expert rows
+        return g.add_id(y, vec(g, b + f"{name}.bias", X * rows, role, i), route) if biases else y
+
+    logits = g.matmul(g.weight(b + "ffn_gate_inp.weight", X, E, "router", i), h,
+                      vec(g, b + "ffn_gate_inp.bias", X, "router_bias", i) if biases else None)
     route = g.moe_route(logits, cfg.n_expert_used, cfg.expert_gating, cfg.expert_norm, cfg.expert_weights_scale)
     gate = g.matmul_id(g.weight(b + "ffn_gate_exps.weight", F, E, "gate_exps", i, experts=X), h, route)
     up = g.matmul_id(g.weight(b + "ffn_up_exps.weight", F, E, "up_exps", i, experts=X), h, route)
-    down = g.matmul_id(g.weight(b + "ffn_down_exps.weight", E, F, "down_exps", i, experts=X),
-                       g.swiglu(gate, up), route)
-    out = g.moe_sum(down, route)
+    gate, up = bias(gate, "ffn_gate_exps", F, "gate_exps_bias", route), bias(up, "ffn_up_exps", F, "up_exps_bias", route)
+    act = g.swiglu_oai(gate, up, alpha, limit) if cfg.expert_glu == "swiglu_oai" else g.swiglu(gate, up)
+    down = g.matmul_id(g.weight(b + "ffn_down_exps.weight", E, F, "down_exps", i, experts=X), act, route)
+    out = g.moe_sum(bias(down, "ffn_down_exps", E, "down_exps_bias", route), route)
     if cfg.n_ff_shexp:
         shared = swiglu_ffn(g, cfg, i, h, cfg.n_ff_shexp, "_shexp", ("gate_shexp", "up_shexp", "down_shexp"))
         gated = g.scale_sigmoid(shared, h, vec(g, b + "ffn_gate_inp_shexp.weight", E, "router_shexp", i))

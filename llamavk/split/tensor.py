@@ -101,7 +101,7 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
     partial = {}                     # model activation -> {device: partial sum or None}
     for op in graph.ops:
         k = op.kind
-        if any(t in partial for t in op.inputs) and not (k in ("moe_sum", "scale_sigmoid", "add")):
+        if any(t in partial for t in op.inputs) and not (k in ("moe_sum", "scale_sigmoid", "add", "add_id")):
             # a partial sum read by an op that is not linear in it (gemma3's norm after attention /
             # the FFN, before the residual add): summed first, in the same one exchange per block
             for t in [t for t in op.inputs if t in partial]:
@@ -141,6 +141,8 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
                     continue
                 if k == "matmul_id":
                     extra_d = [dg.tensor(d, extra[0])]
+                elif w.role in ROW_PARALLEL:      # a bias of the sum (gpt-oss's O): on one device's partial
+                    extra_d = extra if extra and d == first_part(parts) else []
                 else:
                     extra_d = [extra[0].gathered(0, rs)] if extra else []
                 if w.role in ROW_PARALLEL:
@@ -149,6 +151,22 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
                 else:
                     dg.bind(d, op.out, dg.emit(d, k, [w.gathered(0, rs), dg.tensor(d, x)] + extra_d,
                                                slots * sum(b - a for a, b in rs), op.layer))
+        elif k == "add_id" and op.inputs[0] in partial:
+            # a bias of each slot's sum (gpt-oss's down_exps): on one device's partial
+            ps = partial[op.inputs[0]]
+            one = min(d for d, p in ps.items() if p is not None)
+            partial[op.out] = {d: dg.emit(d, k, [p] + [dg.tensor(d, t) for t in op.inputs[1:]], op.out.width, op.layer)
+                               if d == one else p for d, p in ps.items()}
+        elif k == "add_id":                          # per-expert biases of the device's expert rows
+            y, bias, route = op.inputs
+            n_used = route.width // 2
+            F = y.width // n_used
+            for d in devices:
+                if dg.has(d, y):
+                    rs = ranges_of(rows_of[role[y]][d])
+                    b = bias.gathered(0, [(e * F + a, e * F + c) for e in range(bias.width // F) for a, c in rs])
+                    dg.place(d, op, inputs=[dg.tensor(d, y), b, dg.tensor(d, route)])
+            role[op.out] = role[y]
         elif k in ("moe_sum", "scale_sigmoid") and op.inputs[0] in partial:
             # linear in the partial expert outputs: each device's partial of the sum (or gated sum)
             partial[op.out] = {d: dg.emit(d, k, [p] + [dg.tensor(d, t) for t in op.inputs[1:]], op.out.width,
@@ -175,14 +193,16 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
         elif k == "attention":
             for d, (a, b) in enumerate(kv):
                 if b > a:
-                    dg.place(d, op, n_head=(b - a) * group, n_head_kv=b - a)
+                    sinks = {"sinks": op.attrs["sinks"].gathered(0, [(a * group, b * group)])} \
+                        if "sinks" in op.attrs else {}
+                    dg.place(d, op, n_head=(b - a) * group, n_head_kv=b - a, **sinks)
         elif k == "attn_gate":                       # the device's query heads
             for d, (a, b) in enumerate(kv):
                 if b > a and dg.has(d, op.inputs[0]):
                     dg.place(d, op, n_heads=(b - a) * group)
         elif k in DELTANET_OPS:                      # the device's key heads and their value heads
             place_deltanet(dg, cfg, op, kh)
-        elif k in ("swiglu", "geglu"):               # where the device holds a part of the FFN
+        elif k in ("swiglu", "geglu", "swiglu_oai"):  # where the device holds a part of the FFN
             for d in devices:
                 if dg.has(d, op.inputs[0]):
                     dg.place(d, op)
@@ -207,6 +227,11 @@ def build(graph, shares: list[float], blocks: dict, ring: bool, dtype: str) -> D
         if vocab[d][1] > vocab[d][0]:
             dg.set_logits(d, dg.tensor(d, graph.logits))
     return dg
+
+
+def first_part(parts) -> int:
+    """The first device with a part of a split weight (the one that adds a bias of the sum)."""
+    return next(d for d, rs in enumerate(parts) if rs)
 
 
 def ranges_of(part) -> list[tuple[int, int]]:

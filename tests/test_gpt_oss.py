@@ -1,0 +1,147 @@
+"""gpt-oss: its kernels, its config, tiny synthetic models against the numpy reference.
+
+Kernels: swiglu_oai (the clamps on both sides of the limit, large negative gates) and add_id (each
+slot's expert bias, the ids read from route rows as the router writes them) against numpy; outputs
+poisoned with NaN first. Attention sinks: tests/test_kernels_attention_sinks.py.
+
+Models: tiny gpt-oss files (biases everywhere, attention sinks of 3 +- 2, windows of 24 positions on
+the even layers, per-expert gate/up biases of std 4 so that swiglu_oai's limit clips) against
+reference.ReferenceModel: prompts in several micro-batches, and greedy decoding past the windows.
+llama.cpp's CPU scores: tests/test_llamacpp_oracle.py (ORACLE_CASES).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import llamavk
+from llamavk.kernels import KernelCache
+from llamavk.kernels.elementwise import swiglu_oai
+from llamavk.kernels.moe import add_id
+from llamavk.models import config_from_metadata, load_model_file
+from llamavk.models.gpt_oss import OAI_ALPHA, OAI_LIMIT, weight_specs
+from llamavk.reference import ReferenceModel
+from llamavk.reference import swiglu_oai as ref_swiglu_oai
+
+from .test_kernels_ops import poisoned, run, upload
+
+
+@pytest.fixture(scope="module")
+def kc(dev):
+    return KernelCache(dev)
+
+
+# -- kernels -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 1000, 70001])
+def test_swiglu_oai(dev, kc, n):
+    rng = np.random.default_rng(n)
+    g = (rng.standard_normal(n) * 6).astype(np.float32)          # beyond the limit on both sides
+    u = (rng.standard_normal(n) * 6).astype(np.float32)
+    g[:min(n, 4)] = [-200.0, 200.0, 7.5, -7.5][:min(n, 4)]        # exp(-alpha g) past f32 range: no NaN
+    want = ref_swiglu_oai(g.astype(np.float64), u.astype(np.float64), OAI_ALPHA, OAI_LIMIT)
+    assert (np.abs(u) > OAI_LIMIT).sum() > n // 20 or n < 100     # the clamps are exercised
+    out, mem = poisoned(dev, n)
+    run(dev, lambda s: swiglu_oai(s, kc, upload(dev, g), upload(dev, u), out, n, OAI_ALPHA, OAI_LIMIT))
+    np.testing.assert_allclose(mem, want, rtol=2e-5, atol=2e-6)
+    out, mem = poisoned(dev, n)                                   # another alpha and limit
+    run(dev, lambda s: swiglu_oai(s, kc, upload(dev, g), upload(dev, u), out, n, 1.0, 3.0))
+    np.testing.assert_allclose(mem, ref_swiglu_oai(g.astype(np.float64), u.astype(np.float64), 1.0, 3.0),
+                               rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("n_tokens,n_used,rows,n_expert", [(1, 4, 2880, 32), (5, 3, 96, 10), (40, 1, 7, 3)])
+def test_add_id(dev, kc, n_tokens, n_used, rows, n_expert):
+    rng = np.random.default_rng(rows)
+    y = rng.standard_normal((n_tokens, n_used, rows)).astype(np.float32)
+    bias = rng.standard_normal((n_expert, rows)).astype(np.float32)
+    ids = np.stack([rng.permutation(n_expert)[:n_used] for _ in range(n_tokens)]).astype(np.uint32)
+    route = np.concatenate([ids.view(np.float32), rng.random((n_tokens, n_used), dtype=np.float32)], axis=1)
+    out, mem = poisoned(dev, y.size)
+    run(dev, lambda s: add_id(s, kc, upload(dev, y), upload(dev, bias), upload(dev, route), out, n_tokens,
+                              n_used, rows, n_expert))
+    np.testing.assert_array_equal(mem.reshape(y.shape), y + bias[ids])
+
+
+# -- config --------------------------------------------------------------------------------------
+
+def gpt_oss_20b_meta(**kw) -> dict:
+    """gpt-oss-20b's hyper-parameters as its GGUF gives them (no tokenizer: vocab_size instead)."""
+    a = "gpt-oss"
+    meta = {"general.architecture": a, f"{a}.vocab_size": 201088, f"{a}.context_length": 131072,
+            f"{a}.embedding_length": 2880, f"{a}.block_count": 24, f"{a}.feed_forward_length": 2880,
+            f"{a}.attention.head_count": 64, f"{a}.attention.head_count_kv": 8,
+            f"{a}.attention.key_length": 64, f"{a}.attention.value_length": 64,
+            f"{a}.attention.layer_norm_rms_epsilon": 1e-5, f"{a}.rope.freq_base": 150000.0,
+            f"{a}.rope.scaling.type": "yarn", f"{a}.rope.scaling.factor": 32.0,
+            f"{a}.rope.scaling.original_context_length": 4096, f"{a}.attention.sliding_window": 128,
+            f"{a}.expert_count": 32, f"{a}.expert_used_count": 4, f"{a}.expert_feed_forward_length": 2880}
+    meta.update(kw)
+    return meta
+
+
+def test_config_of_gpt_oss_20b():
+    cfg = config_from_metadata(gpt_oss_20b_meta(), ["output.weight"])
+    assert (cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_expert, cfg.n_expert_used, cfg.n_ff_exp) == \
+        (2880, 64, 8, 64, 32, 4, 2880)
+    assert cfg.rope_neox and cfg.qkv_bias and not cfg.qk_norm and cfg.expert_glu == "swiglu_oai"
+    assert cfg.expert_gating == "softmax" and cfg.expert_norm       # the softmax over the chosen logits
+    assert cfg.rope_scaling.type == "yarn" and cfg.rope_scaling.factor == 32.0 and cfg.rope_scaling.orig_ctx == 4096
+    # even layers local (llama.cpp's pattern 2), with the model's RoPE; odd layers global
+    assert [cfg.window(i) for i in range(4)] == [128, 0, 128, 0]
+    assert not any(cfg.swa_rope(i) for i in range(cfg.n_layer))
+    names = {s.name: s for s in weight_specs(cfg)}
+    assert names["blk.3.post_attention_norm.weight"].role == "ffn_norm" and "blk.3.ffn_norm.weight" not in names
+    assert names["blk.0.attn_sinks.weight"].shape == (64,)
+    assert names["blk.0.ffn_gate_exps.bias"].shape == (32, 2880)
+    assert names["blk.0.ffn_down_exps.bias"].shape == (32, 2880)
+    assert names["blk.0.ffn_gate_inp.bias"].shape == (32,) and names["blk.0.attn_output.bias"].shape == (2880,)
+
+
+# -- tiny models against the numpy reference ------------------------------------------------------
+
+def quiet(path, **kw):
+    return llamavk.load(path, warn=lambda m: None, **kw)
+
+
+@pytest.mark.parametrize("qtype", ["f16", "q8_0", "mxfp4", "q4_k"])
+def test_logits_match_reference(synthetic_model, qtype):
+    """A 40-token prompt in micro-batches of 16 (the 24-position windows reach into earlier
+    micro-batches' KV rows): |dlogit| <= 0.003 max|logit|, as for the other architectures."""
+    path = synthetic_model("gpt-oss", qtype)
+    tokens = [int(t) for t in np.random.default_rng(7).integers(0, 500, 40)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    with quiet(path, n_ctx=128, n_ubatch=16) as m:
+        got = m.logits(tokens, all=True)
+        last = m.logits(tokens)
+    tol = 0.003 * np.abs(ref).max()
+    assert np.abs(got - ref).max() <= tol
+    assert np.abs(last - ref[-1]).max() <= tol
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "mxfp4"])
+def test_greedy_decode_past_the_window(synthetic_model, qtype):
+    """12 prompt tokens, then 40 one-token steps: the local layers' windows slide past the start."""
+    path = synthetic_model("gpt-oss", qtype)
+    prompt = [int(t) for t in np.random.default_rng(3).integers(0, 500, 12)]
+    want = ReferenceModel(load_model_file(path)).generate_greedy(prompt, 40)
+    with quiet(path, n_ctx=64) as m:
+        assert list(m.generate(prompt, n=40, temp=0)) == list(want)
+
+
+@pytest.mark.parametrize("mode", ["layer", "row", "tensor", "graph"])
+def test_split_modes(synthetic_model, mode):
+    """Every split mode gives -sm none's logits and greedy tokens: the sinks cut by heads, the output
+    projection's and the down experts' biases added once to the partial sums, the gate / up experts'
+    biases cut with the expert rows (tensor, graph)."""
+    path = synthetic_model("gpt-oss", "q8_0")
+    tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 30)]
+    with quiet(path, n_ctx=64, split_mode="none") as m:
+        want = m.logits(tokens, all=True)
+        want_tokens = list(m.generate(tokens[:8], n=10, temp=0))
+    with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0", split_mode=mode) as m:
+        got = m.logits(tokens, all=True)
+        got_tokens = list(m.generate(tokens[:8], n=10, temp=0))
+    assert np.abs(got - want).max() < 5e-3 * np.abs(want).max()
+    assert got_tokens == want_tokens
