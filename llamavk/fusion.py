@@ -12,6 +12,7 @@ microseconds, as much as reading megabytes. This pass folds into the matrix-vect
 
 - `rms_norm(x, w)` feeding only matmuls  -> each matmul normalises its input itself (attrs norm, eps);
 - `swiglu(g, u)` feeding one matmul      -> the matmul reads silu(g)·u as its input (attr glu);
+- `add_id(matmul_id(...), b)`            -> the expert product adds each slot's expert bias (attr bias);
 - `moe_sum(matmul_id(...))`              -> the expert product sums its weighted slots (attr sum);
 - `moe_route(matmul(Wrouter, ...))`      -> the router product picks the experts itself (attr route);
 - `add(r, matmul(...))`                  -> the matmul writes r + W·x (attr residual).
@@ -33,6 +34,9 @@ rope="q" / "k" / "v"; the attention op gets kv_stored=True): the rope_kv dispatc
 silu(Wg h) * (Wu h) itself: one dispatch for gate and up, and the down product then reads one plain
 vector instead of computing silu(gate) * up from two. The same for a mixture of experts' gate and up
 (`matmul_id` over one route).
+
+gpt-oss's pair: `swiglu_oai(add_id(matmul_id(Wg, h), bg), add_id(matmul_id(Wu, h), bu))` likewise
+becomes one matmul_id with attrs pair, bias, pair_bias and oai (swiglu_oai's alpha and limit).
 
 `fuse_shared_expert` (one-token steps, after `fuse_glu_pairs`, where the device's expert kernels can):
 a mixture of experts with a gated shared expert (qwen35moe) computes
@@ -136,6 +140,8 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
     ops, consumers, producer = _rewrite_state(graph)
     dropped: set[int] = set()
     for op in ops:
+        if op.kind == "swiglu_oai":
+            _fuse_oai_pair(op, consumers, producer, can_pair, dropped)
         if op.kind != "swiglu":
             continue
         g, u = (producer.get(t) for t in op.inputs)
@@ -149,6 +155,27 @@ def fuse_glu_pairs(graph: Graph, can_pair) -> Graph:
             g.out = op.out
             dropped.update((id(u), id(op)))
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
+
+
+def _fuse_oai_pair(op, consumers, producer, can_pair, dropped) -> None:
+    """gpt-oss: swiglu_oai(add_id(matmul_id(Wg, h), bg), add_id(matmul_id(Wu, h), bu)) -> one matmul_id
+    of Wg with attrs pair=Wu, bias=bg, pair_bias=bu, oai=(alpha, limit) writing the unit itself."""
+    adds = [producer.get(t) for t in op.inputs]
+    if not all(a is not None and a.kind == "add_id" and consumers[a.out] == [op] for a in adds):
+        return
+    g, u = (producer.get(a.inputs[0]) for a in adds)
+    if g is None or u is None or g is u or not all(
+            m.kind == "matmul_id" and len(m.inputs) == 3 and not m.attrs and consumers[m.out] == [a]
+            for m, a in zip((g, u), adds)):
+        return
+    route = g.inputs[2]
+    if g.inputs[1:] != u.inputs[1:] or any(a.inputs[2] is not route for a in adds) \
+            or not can_pair(g.inputs[0], u.inputs[0]):
+        return
+    g.attrs.update(pair=u.inputs[0], bias=adds[0].inputs[1], pair_bias=adds[1].inputs[1],
+                   oai=(op.attrs["alpha"], op.attrs["limit"]))
+    g.out = op.out
+    dropped.update((id(u), id(op), *(id(a) for a in adds)))
 
 
 def fuse_delta_net_step(graph: Graph, can_fuse) -> Graph:
@@ -315,9 +342,17 @@ def fuse_for_matvec(graph: Graph, can_sum=lambda weight: True, can_route=lambda 
         elif op.kind == "moe_route":
             logits = op.inputs[0]
             producer = next((p for p in ops if p.out is logits and p.kind == "matmul"), None)
-            if producer is not None and consumers[logits] == [op] and len(producer.inputs) == 2 \
+            if producer is not None and consumers[logits] == [op] and len(producer.inputs) in (2, 3) \
                     and can_route(producer.inputs[0]):
-                producer.attrs["route"] = dict(op.attrs)
+                producer.attrs["route"] = dict(op.attrs)     # a bias (gpt-oss): the router adds it
+                producer.out = op.out
+                dropped.add(id(op))
+        elif op.kind == "add_id":
+            y, bias, route = op.inputs
+            producer = next((p for p in ops if p.out is y and p.kind == "matmul_id"), None)
+            if producer is not None and consumers[y] == [op] and producer.inputs[2] is route \
+                    and not {"bias", "sum", "shexp"} & set(producer.attrs):
+                producer.attrs["bias"] = bias       # gpt-oss: each slot's expert bias, in the product
                 producer.out = op.out
                 dropped.add(id(op))
         elif op.kind == "moe_sum":

@@ -472,12 +472,13 @@ class DeviceRuntime:
                 norm.rms_norm(seq, kc, act(x), act(op.out), n_tokens * n_heads, x.width // n_heads,
                               op.attrs["eps"], vec(w))
             elif k == "matmul" and "route" in op.attrs:     # a router picking the experts itself
-                w, x = op.inputs
+                w, x = op.inputs[:2]
                 r = op.attrs["route"]
                 norm_w, shexp = op.attrs.get("norm"), op.attrs.get("shexp_gate")
                 moe.router(seq, kc, self.weights[w.name], act(x), act(op.out), rows_out, r["n_used"], r["gating"],
                            r["norm"], r["scale"], norm_w=vec(norm_w) if norm_w is not None else None,
-                           eps=op.attrs.get("eps", 0.0), wait=wait, shexp=vec(shexp) if shexp is not None else None)
+                           eps=op.attrs.get("eps", 0.0), wait=wait, shexp=vec(shexp) if shexp is not None else None,
+                           bias=vec(op.inputs[2]) if len(op.inputs) > 2 else None)
             elif k == "matmul":
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
@@ -561,7 +562,8 @@ class DeviceRuntime:
                               glu=act(a["glu"]) if "glu" in a else None, sum_slots=a.get("sum", False),
                               residual=act(a["residual"]) if "residual" in a else None,
                               pair=self.weights[a["pair"].name] if "pair" in a else None, wait=wait, signal=signal,
-                              route_wait=route_wait)
+                              route_wait=route_wait, bias=vec(a["bias"]) if "bias" in a else None,
+                              pair_bias=vec(a["pair_bias"]) if "pair_bias" in a else None, oai=a.get("oai"))
                 if route_wait:
                     route_waiters.add(id(op))
             elif k == "moe_sum":

@@ -68,8 +68,13 @@
 // RWAIT (with WAIT; the experts' gate/up pair after the output projection that picks the experts,
 // matvec_stream.comp ROUTER, kernels/chain.py edge p): the route is the producer's too, so the wait
 // comes first and the route is read after it through a coherent alias; then the weight loads.
+// BIAS (gpt-oss's per-expert biases, ggml_add_id): W's product of slot s gets row r of bias[id(t, s)]
+// (binding 11, f32 [experts][R]) before anything else -- before the unit with PAIR (whose P gets
+// binding 12's), before its route weight with SUM. OAI (with PAIR): the unit is swiglu_oai,
+// g' sigmoid(alpha g') (u' + 1) with g' = min(g, limit), u' = clamp(u, -limit, limit) (push
+// constants), instead of silu(g) u. Both only in the epilogue: the products' loops are unchanged.
 // Specialization: 0 workgroup size, 1 TPR, 2 C, 3 RJ, 4 NORM, 5 GLU, 6 SUM, 7 XSLOT, 8 RESID, 9 PAIR,
-// 10 WAIT, 11 SIGNAL, 12 XS, 13 RED, 14 SHEXP, 15 RWAIT.
+// 10 WAIT, 11 SIGNAL, 12 XS, 13 RED, 14 SHEXP, 15 RWAIT, 16 XFIRST, 17 BIAS, 18 OAI.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TPR = 32;
 layout(constant_id = 2) const uint C = 1;
@@ -91,6 +96,8 @@ layout(constant_id = 15) const bool RWAIT = false;
 // each). Why: a load waits behind the lane's earlier loads, so x read after the weights arrives after
 // them and the workgroup's staging barrier waits with nothing in flight (matvec_stream.comp XFIRST).
 layout(constant_id = 16) const bool XFIRST = false;
+layout(constant_id = 17) const bool BIAS = false;
+layout(constant_id = 18) const bool OAI = false;
 #define XPRE 4
 vec4 xpre[XPRE], npre[XPRE];
 const uint NM = PAIR ? 2 : 1;   // matrices per product
@@ -122,6 +129,8 @@ layout(std430, binding = 9) readonly buffer ShW4 { uvec4 sw4[]; };
 layout(std430, binding = 9) readonly buffer ShWF16 { float16_t swf16[]; };
 layout(std430, binding = 10) readonly buffer ShP4 { uvec4 sp4[]; };
 layout(std430, binding = 10) readonly buffer ShPF16 { float16_t spf16[]; };
+layout(std430, binding = 11) readonly buffer BiasW { float bias_w[]; };   // BIAS: [experts][R] of W
+layout(std430, binding = 12) readonly buffer BiasP { float bias_p[]; };   // BIAS with PAIR: of P
 layout(push_constant) uniform Push {
     uint rows;         // R: rows of one expert
     uint cols;
@@ -135,6 +144,8 @@ layout(push_constant) uniform Push {
     uint signal_slot;  // SIGNAL: this product's counter
     uint sh_rows;      // SHEXP: the shared expert's rows
     uint sh_cols;      // SHEXP: and cols
+    float alpha;       // OAI: swiglu_oai's alpha
+    float limit;       // OAI: and limit
 } p;
 
 // Shared arrays sized by specialization: what a variant does not use takes no shared memory (on
@@ -565,7 +576,12 @@ void main() {
         // weighted slots in order and the residual
         float wt = s < p.n_used ? (RWAIT ? routec[rbase + p.n_used + s] : route[rbase + p.n_used + s]) : 0.0;
         if (c == 0) {
-            [[unroll]] for (uint j = 0; j < RJ; ++j) red[s * p.rows_per_wg + g + G * j] = mine ? acc[0][j] * wt : 0.0;
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint row = r0 + g + G * j;
+                float v = acc[0][j];
+                if (BIAS && mine && row < p.rows) v += bias_w[e * p.rows + row];
+                red[s * p.rows_per_wg + g + G * j] = mine ? v * wt : 0.0;
+            }
         }
         barrier();
         for (uint i = gl_LocalInvocationIndex; i < p.rows_per_wg && r0 + i < p.rows; i += gl_WorkGroupSize.x) {
@@ -580,7 +596,13 @@ void main() {
             uint row = r0 + g + G * j;
             if (row < rows_s) {
                 float v = acc[0][j];
-                if (PAIR) v = v / (1.0 + exp(min(-v, 80.0))) * acc[NM - 1][j];
+                if (BIAS) v += bias_w[e * p.rows + row];
+                if (PAIR && OAI) {
+                    float gv = min(v, p.limit), uv = acc[NM - 1][j] + (BIAS ? bias_p[e * p.rows + row] : 0.0);
+                    v = gv / (1.0 + exp(min(-p.alpha * gv, 80.0))) * (clamp(uv, -p.limit, p.limit) + 1.0);
+                } else if (PAIR) {
+                    v = v / (1.0 + exp(min(-v, 80.0))) * (acc[NM - 1][j] + (BIAS ? bias_p[e * p.rows + row] : 0.0));
+                }
                 uint o = t * tok_out + s * p.rows + row;
                 if (RESID) v += WAIT ? residc[o] : resid[o];
                 y[o] = v;

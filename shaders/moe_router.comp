@@ -16,10 +16,12 @@
 // 7) and writes it as the weight of slot n_used, after the picked ones; its id is n_expert. The route
 // row is then [id_0 .. id_{n_used-1}, n_expert, weight_0 .. weight_{n_used-1}, gate]. It takes no part
 // in the count: the pick does not read it.
+// BIAS (gpt-oss): the logits get the router's bias (f32, binding 8) before the pick.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const bool NORM = false;
 layout(constant_id = 2) const bool WAIT = false;
 layout(constant_id = 3) const bool SHEXP = false;
+layout(constant_id = 4) const bool BIAS = false;
 #define RPF 8
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X { float x[]; };
@@ -30,6 +32,7 @@ layout(std430, binding = 5) volatile coherent buffer Count { uint count[]; };   
 layout(std430, binding = 1) volatile coherent buffer Xc { float xc[]; };           // WAIT: x after the wait
 layout(std430, binding = 6) volatile coherent buffer Chain { uint chain[]; };      // WAIT: the step's counters
 layout(std430, binding = 7) readonly buffer ShexpW { float shw[]; };               // SHEXP: w_shexp
+layout(std430, binding = 8) readonly buffer RBias { float rbias[]; };              // BIAS: per expert
 layout(push_constant) uniform Push {
     uint n_expert; uint cols; uint n_used; uint sigmoid; uint norm; float scale; float eps;
     uint wait_slot; uint wait_n;
@@ -97,7 +100,8 @@ void main() {
         return;
     }
     if (tid == 0) {
-        logits[t * p.n_expert + e] = NORM ? s.x * inversesqrt(s.y / float(p.cols) + p.eps) : s.x;
+        logits[t * p.n_expert + e] = (NORM ? s.x * inversesqrt(s.y / float(p.cols) + p.eps) : s.x)
+                                     + (BIAS ? rbias[e] : 0.0);
         memoryBarrierBuffer();
         last = atomicAdd(count[t], 1u) == p.n_expert - 1;
     }

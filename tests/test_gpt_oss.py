@@ -24,6 +24,7 @@ from llamavk.models.gpt_oss import OAI_ALPHA, OAI_LIMIT, weight_specs
 from llamavk.reference import ReferenceModel
 from llamavk.reference import swiglu_oai as ref_swiglu_oai
 
+from .test_engine import one_token_logits
 from .test_kernels_ops import poisoned, run, upload
 
 
@@ -118,6 +119,29 @@ def test_logits_match_reference(synthetic_model, qtype):
     tol = 0.003 * np.abs(ref).max()
     assert np.abs(got - ref).max() <= tol
     assert np.abs(last - ref[-1]).max() <= tol
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "mxfp4", "q4_k"])
+def test_one_token_steps_fold_the_biases(synthetic_model, qtype):
+    """One-token steps, 30 of them (past the 24-position windows), against the reference: there the
+    router adds its bias itself, gate and up are one product with their biases and swiglu_oai in its
+    epilogue, and the down product sums its slots with theirs (fusion.py) -- all of that checked here."""
+    path = synthetic_model("gpt-oss", qtype)
+    tokens = [int(t) for t in np.random.default_rng(11).integers(0, 500, 30)]
+    ref = ReferenceModel(load_model_file(path)).logits(tokens)
+    with quiet(path, n_ctx=64) as m:
+        ops = [op for op in m.runtime.fused_one["last"].ops if op.layer == 1]
+        kinds = [op.kind for op in ops]
+        assert "add_id" not in kinds and "moe_route" not in kinds
+        if qtype != "mxfp4":            # a type the expert kernel runs as a pair (moe.matvec_id_pairs)
+            pair = next(op for op in ops if op.kind == "matmul_id" and "pair" in op.attrs)
+            assert pair.attrs["oai"] == (OAI_ALPHA, OAI_LIMIT) and "pair_bias" in pair.attrs
+            assert "swiglu_oai" not in kinds
+        else:                           # gate and up apart, each with its bias
+            assert sum(op.kind == "matmul_id" and "bias" in op.attrs for op in ops) == 3
+        assert any(op.kind == "matmul_id" and op.attrs.get("sum") and "bias" in op.attrs for op in ops)
+        got = one_token_logits(m.runtime, tokens)
+    assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("qtype", ["q8_0", "mxfp4"])

@@ -73,11 +73,12 @@ def router_ok(w: QWeight) -> bool:
 
 def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, n_used: int, gating: str,
            norm: bool, scale: float, norm_w: View | None = None, eps: float = 0.0, wait=None,
-           shexp: View | None = None) -> None:
-    """out[t] = the route of token t from its router logits W x'[t] (x' = rms_norm(x[t]) * norm_w where
-    given), product and top-k in one dispatch: n_tokens <= MATVEC_MAX_TOKENS (decode). wait (a
-    chain.Wait, one token): recorded without a barrier after the product writing x. shexp (the shared
-    expert's gate vector, f32): the route gets slot n_used with weight sigmoid(shexp . x'[t])."""
+           shexp: View | None = None, bias: View | None = None) -> None:
+    """out[t] = the route of token t from its router logits W x'[t] (+ bias: f32 per expert; x' =
+    rms_norm(x[t]) * norm_w where given), product and top-k in one dispatch: n_tokens <=
+    MATVEC_MAX_TOKENS (decode). wait (a chain.Wait, one token): recorded without a barrier after the
+    product writing x. shexp (the shared expert's gate vector, f32): the route gets slot n_used with
+    weight sigmoid(shexp . x'[t])."""
     if n_tokens <= 0:
         return
     if not router_ok(w) or n_tokens > MATVEC_MAX_TOKENS:
@@ -93,12 +94,14 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
         filled_buffer(kc.device, np.zeros(MATVEC_MAX_TOKENS, np.uint32))))   # zero between runs (the kernel resets it)
     if wait is not None and n_tokens != 1:
         raise LlamavkError("moe router: chaining without a barrier takes one token")
-    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwwwwr", push_size=36,
-                    spec=(ROUTER_WG, norm_w is not None, wait is not None, shexp is not None))
+    if bias is not None:
+        _check_view(bias, 4 * n_expert, "moe router bias")
+    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwwwwrr", push_size=36,
+                    spec=(ROUTER_WG, norm_w is not None, wait is not None, shexp is not None, bias is not None))
     push = struct.pack("<5I2f2I", n_expert, w.cols, n_used, gating == "sigmoid", bool(norm), scale, eps,
                        wait.slot if wait else 0, wait.n if wait else 0)
     seq.dispatch(kernel, [w.chunks[0].buffer, x.range, (norm_w or x).range, out.range, logits, counts,
-                          wait.counters if wait else counts, (shexp or x).range],
+                          wait.counters if wait else counts, (shexp or x).range, (bias or x).range],
                  (n_expert + (shexp is not None), n_tokens, 1), push, chained=wait is not None)
 
 
@@ -349,7 +352,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
               n_used: int, xslot: bool, groups: View | None = None, norm: View | None = None, eps: float = 0.0,
               glu: View | None = None, sum_slots: bool = False, residual: View | None = None,
               pair: QWeight | None = None, wait=None, signal=None,
-              shexp: tuple[QWeight, QWeight | None] | None = None, route_wait: bool = False) -> int:
+              shexp: tuple[QWeight, QWeight | None] | None = None, route_wait: bool = False,
+              bias: View | None = None, pair_bias: View | None = None, oai: tuple[float, float] | None = None) -> int:
     """y[t, s] = W[id(t, s)] x'[t(, s)] for t < n_tokens, s < n_used (y: [n_tokens][n_used][R]);
     with sum_slots, y[t] = residual[t] + sum_s weight(t, s) W[id(t, s)] x'[t, s] (y: [n_tokens][R]);
     with pair (a second stack of experts P, where matvec_id_pairs allows), y[t, s] =
@@ -366,7 +370,11 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
     shexp = (S, SP) (decode, shexp_slot_ok): slot n_used - 1 is a shared expert, S (its gate with the
     pair SP = its up, or its down with sum_slots) in place of the chosen expert's matrices; its route
     weight is the router's gate (router(shexp=...)). Per token, y (non-summing) and x (xslot) hold the
-    n_used - 1 routed slots' rows, then the shared slot's (S.rows values out / S.cols in)."""
+    n_used - 1 routed slots' rows, then the shared slot's (S.rows values out / S.cols in).
+
+    bias / pair_bias (decode; f32 [experts][R]): W's / P's product of each slot gets its expert's bias
+    row (gpt-oss), before the unit and before the slot's route weight; oai = (alpha, limit) (with pair):
+    the unit is swiglu_oai instead of silu(g) u."""
     if n_tokens <= 0:
         return 0
     if (wait is not None or signal is not None) and (n_tokens != 1 or not matvec_id_chain_ok(w)):
@@ -389,6 +397,14 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
                 or (sh_pair is not None and (sh_pair.qtype, sh_pair.rows, sh_pair.cols) != (sh.qtype, sh_rows, sh_cols)):
             raise LlamavkError("matmul_id: a shared expert slot needs matrices of the experts' type (one that "
                                "matvec_id preloads) in one buffer, in a small batch (kernels/moe.py shexp_slot_ok)")
+    if bias is not None or pair_bias is not None or oai is not None:
+        if n_tokens > MATVEC_MAX_TOKENS or sh is not None or (pair_bias is not None and (pair is None or bias is None)) \
+                or (oai is not None and pair is None):
+            raise LlamavkError("matmul_id: per-expert biases and swiglu_oai are folded into small batches' products "
+                               "(no shared slot; the pair's bias with W's, swiglu_oai with a pair)")
+        _check_view(bias, 4 * w.experts * R, "matmul_id bias")
+        if pair_bias is not None:
+            _check_view(pair_bias, 4 * w.experts * R, "matmul_id pair bias")
     if n_tokens <= MATVEC_MAX_TOKENS:
         if cols % 32:
             raise LlamavkError(f"matmul_id: expert rows of {cols} weights (not a multiple of 32) are not supported")
@@ -413,22 +429,24 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
                 pair is not None, wait is not None, signal is not None, staged,
                 n_used * rows_per_wg if sum_slots else 1, sh is not None, wait is not None and route_wait,
-                matvec_id_xfirst(name, staged, wait, sum_slots and xslot, glu, cols, wg))
+                matvec_id_xfirst(name, staged, wait, sum_slots and xslot, glu, cols, wg),
+                bias is not None, oai is not None)
         # the shared slot's code lives in a variant of its own (matvec_id.comp SHEXP_SLOT)
-        kernel = kc.get(f"mul_mv_id_{name}" + ("_shexp" if sh is not None else ""), "rrrwrrrrwrr",
-                        push_size=48, spec=spec)
+        kernel = kc.get(f"mul_mv_id_{name}" + ("_shexp" if sh is not None else ""), "rrrwrrrrwrrrr",
+                        push_size=56, spec=spec)
         rows_max = R if sum_slots else max(R, sh_rows)
         grid = ((rows_max + rows_per_wg - 1) // rows_per_wg, n_tokens * (1 if sum_slots else n_used), 1)
         pair_chunks = pair.chunks if pair is not None else w.chunks
         chain = wait or signal   # both name the step's counters (else an unused binding)
-        chain_push = struct.pack("<5I", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0,
-                                 sh_rows, sh_cols)
+        chain_push = struct.pack("<5I2f", wait.slot if wait else 0, wait.n if wait else 0, signal.slot if signal else 0,
+                                 sh_rows, sh_cols, *(oai or (0.0, 0.0)))
         for ch, pch in zip(w.chunks, pair_chunks):
             push = struct.pack("<6If", R, cols, n_used, ch.row_start // R, ch.n_rows // R, rows_per_wg, eps)
             sh_buffers = [sh.chunks[0].buffer, (sh_pair or sh).chunks[0].buffer] if sh is not None else [ch.buffer] * 2
             seq.dispatch(kernel, [ch.buffer, x.range, route_view.range, y.range, (norm or x).range,
                                   (residual or x).range, (glu or x).range, pch.buffer,
-                                  chain.counters if chain else y.range] + sh_buffers, grid, push + chain_push,
+                                  chain.counters if chain else y.range] + sh_buffers
+                         + [(bias or x).range, (pair_bias or bias or x).range], grid, push + chain_push,
                          chained=wait is not None)
         return grid[0] * grid[1] * grid[2] if signal is not None else 0
     if norm is not None or glu is not None or sum_slots or residual is not None or pair is not None:
