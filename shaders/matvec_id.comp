@@ -20,7 +20,7 @@
 // Q5_K, Q6_K a quarter super-block of 64, KUNIT): TPR lanes per row (a power of two up to the
 // subgroup), each taking units c + TPR i (i < C) of RJ rows g + G j (G = S / TPR row groups per
 // subgroup); sums meet by xor shuffles over the TPR lanes.
-// Preloaded types (QPRELOAD: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS): every weight load of a
+// Preloaded types (QPRELOAD: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4): every weight load of a
 // lane is issued before any arithmetic, so a subgroup has C x RJ x (PAIR ? 2 : 1) units' loads in
 // flight (the memory-level parallelism that streams the weights; loads issued inside the loop wait
 // one by one); only they run as a gate/up pair, chained (WAIT / SIGNAL) and with the shared slot.
@@ -36,7 +36,8 @@
 //   and the sub-block's 16 quant bytes as 3 uvec2s, a 136-byte block being 8-byte aligned): each
 //   quant byte's two table values (element l: low nibble, l + 16: high) from a table of the 256
 //   bytes' pairs in shared memory (KV_PAIRS: one shared load per two weights, as matmul_coop.comp's
-//   runs) where registers selected them one by one.
+//   runs) where registers selected them one by one. MXFP4 (gpt-oss's experts) as IQ4_NL, with its E2M1
+//   table and its E8M0 exponent byte for d.
 // H100, 30B-A3B tg128 against these types loaded unit by unit: Q4_K 360-366 -> 409, Q5_K 330-333 ->
 // 349-353, Q6_K 330 -> 368-372, IQ4_XS 210 -> 306-312, IQ4_NL 194-195 -> 333-337 (kernels/moe.py).
 // Other types dequantize unit by unit (quants.glsl dequant_unit).
@@ -154,7 +155,7 @@ layout(push_constant) uniform Push {
 shared float red[RED];   // SUM: per slot, the workgroup's rows
 shared vec4 xs[XS > 0 ? XS : 1];   // XS: the staged x' rows (header)
 shared float red_ss[128];          // XS with NORM: per subgroup, its threads' sums of squares
-#if defined(QTYPE_IQ4_NL) || defined(QTYPE_IQ4_XS)
+#if defined(QTYPE_IQ4_NL) || defined(QTYPE_IQ4_XS) || defined(QTYPE_MXFP4)
 #define KV_PAIRS 1  // the table values from a shared table of byte pairs (header)
 #endif
 #if defined(KV_PAIRS)
@@ -252,7 +253,7 @@ float lanes_sum(float v) {
 #elif defined(QTYPE_Q6_K)
 #define NQ 3        // the quarter's two ql uvec4s and its qh uvec4 (+ scale words and d: wsc, wdk)
 #define KUNIT 1
-#elif defined(QTYPE_IQ4_NL)
+#elif defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
 #define NQ 1        // the block's 16 quant bytes (+ d: wd)
 #endif
 #if defined(QPLANAR) || defined(KUNIT) || defined(KV_PAIRS)
@@ -278,8 +279,18 @@ layout(std430, binding = 9) readonly buffer ShW2 { uvec2 sw2[]; };
 layout(std430, binding = 10) readonly buffer ShP2 { uvec2 sp2[]; };
 uvec2 mat_u2(uint mi, uint i) { return mi == 0 ? wiq2[i] : mi == 1 ? pu2[i] : mi == 2 ? sw2[i] : sp2[i]; }
 #endif
-#if defined(KUNIT) || defined(QTYPE_IQ4_NL)
+#if defined(KUNIT) || defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
 uvec4 mat_u4(uint mi, uint i) { return mi == 0 ? wu4[i] : mi == 1 ? pu4[i] : mi == 2 ? sw4[i] : sp4[i]; }
+#endif
+#if defined(QTYPE_MXFP4)
+layout(std430, binding = 7) readonly buffer PairU8 { uint8_t pu8[]; };
+layout(std430, binding = 9) readonly buffer ShW8 { uint8_t sw8[]; };
+layout(std430, binding = 10) readonly buffer ShP8 { uint8_t sp8[]; };
+// MXFP4's E8M0 exponent byte as quants.glsl's q_block_scale reads it (the table holds E2M1 doubled)
+float mat_e8(uint mi, uint i) {
+    uint e = uint(mi == 0 ? wu8[i] : mi == 1 ? pu8[i] : mi == 2 ? sw8[i] : sp8[i]);
+    return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+}
 #endif
 #if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL)
 float mat_f16(uint mi, uint i) { return float(mi == 0 ? wf16[i] : mi == 1 ? pf16[i] : mi == 2 ? swf16[i] : spf16[i]); }
@@ -295,6 +306,9 @@ float mat_f16(uint mi, uint i) { return float(mi == 0 ? wf16[i] : mi == 1 ? pf16
 #elif defined(QTYPE_IQ4_NL)
 // planar: block b's quants (uvec4 b), its f16 d at f16 8 nb + b
 #define LOAD_UNIT(A, MI) { wq[i][A][j][0] = mat_u4(MI, b); wd[i][A][j] = mat_f16(MI, 8 * nb + b); }
+#elif defined(QTYPE_MXFP4)
+// planar: block b's quants (uvec4 b), its exponent byte at byte 16 nb + b
+#define LOAD_UNIT(A, MI) { wq[i][A][j][0] = mat_u4(MI, b); wd[i][A][j] = mat_e8(MI, 16 * nb + b); }
 #elif defined(QTYPE_Q6_K)
 // quarter b % 4 of super-block b / 4 (planar, header): of half h, the l of 16 mm .. 16 mm + 15
 #define LOAD_UNIT(A, MI) { uint ib = b / 4, h = (b / 2) % 2, mm = b % 2; \
@@ -365,7 +379,7 @@ void main() {
 #else
     uvec4 wq[C][NM][RJ][NQ];
 #endif
-#if defined(QPLANAR) || defined(QTYPE_IQ4_NL)
+#if defined(QPLANAR) || defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
     float wd[C][NM][RJ];
 #elif defined(QTYPE_Q6_K)
     uvec2 wsc[C][NM][RJ];   // the half's 8 scale bytes
@@ -377,7 +391,7 @@ void main() {
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint b = wrow[j] * n_units + u;
 #if !defined(QPLANAR)
-#if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL)
+#if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
                 // the planar types' planes are sized by the blocks of the chunk, or of the shared matrix
                 uint nb = sh ? p.sh_rows * (cols_s / QK) : q_chunk_blocks;
 #endif
@@ -412,7 +426,11 @@ void main() {
 #endif
 #if defined(KV_PAIRS)
     for (uint i = gl_LocalInvocationIndex; i < 256u; i += gl_WorkGroupSize.x)
+#if defined(QTYPE_MXFP4)
+        kv_pair[i] = vec2(kv_lookup(KV_MXFP4, i & 15u), kv_lookup(KV_MXFP4, i >> 4));
+#else
         kv_pair[i] = vec2(kv_lookup(KV_IQ4NL, i & 15u), kv_lookup(KV_IQ4NL, i >> 4));
+#endif
     barrier();
 #endif
     if (WAIT && !RWAIT) wait_for_producer();
@@ -441,7 +459,7 @@ void main() {
                 }
             }
         }
-#elif defined(QTYPE_IQ4_NL)
+#elif defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = c + TPR * i;
             if (u < n_units) {

@@ -133,12 +133,9 @@ def test_one_token_steps_fold_the_biases(synthetic_model, qtype):
         ops = [op for op in m.runtime.fused_one["last"].ops if op.layer == 1]
         kinds = [op.kind for op in ops]
         assert "add_id" not in kinds and "moe_route" not in kinds
-        if qtype != "mxfp4":            # a type the expert kernel runs as a pair (moe.matvec_id_pairs)
-            pair = next(op for op in ops if op.kind == "matmul_id" and "pair" in op.attrs)
-            assert pair.attrs["oai"] == (OAI_ALPHA, OAI_LIMIT) and "pair_bias" in pair.attrs
-            assert "swiglu_oai" not in kinds
-        else:                           # gate and up apart, each with its bias
-            assert sum(op.kind == "matmul_id" and "bias" in op.attrs for op in ops) == 3
+        pair = next(op for op in ops if op.kind == "matmul_id" and "pair" in op.attrs)
+        assert pair.attrs["oai"] == (OAI_ALPHA, OAI_LIMIT) and "pair_bias" in pair.attrs
+        assert "swiglu_oai" not in kinds
         assert any(op.kind == "matmul_id" and op.attrs.get("sum") and "bias" in op.attrs for op in ops)
         got = one_token_logits(m.runtime, tokens)
     assert np.abs(got - ref).max() <= 0.003 * np.abs(ref).max()

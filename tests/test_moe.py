@@ -276,7 +276,7 @@ def test_moe_sum_and_shared_gate(dev, kc):
 # -- models ---------------------------------------------------------------------------------------
 
 MODEL_CASES = [("q4_0", {}), ("q8_0", {"n_ff_shexp": 64}), ("q4_k", {}), ("q5_k", {}), ("q6_k", {}), ("iq4_nl", {}),
-               ("iq4_xs", {}), ("f16", {})]
+               ("iq4_xs", {}), ("mxfp4", {}), ("mxfp4", {"n_ff_shexp": 64}), ("f16", {})]
 
 
 @pytest.mark.parametrize("qtype,overrides", MODEL_CASES, ids=[c[0] + ("-shexp" if c[1] else "") for c in MODEL_CASES])
@@ -323,7 +323,7 @@ def test_moe_decode_reads_only_chosen_experts(synthetic_model):
     assert {"sum", "residual"} <= set(ids[1].attrs) and "glu" not in ids[1].attrs
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4"])
 def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch, qtype):
     """Edges e and r (kernels/chain.py): the down product recorded without a barrier after the gate/up
     pair, the router after the output projection, each waiting in its shader for its producer's

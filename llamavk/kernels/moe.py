@@ -242,7 +242,7 @@ MATVEC_ID_UNIT = {"q4_k": (64, 2), "q5_k": (64, 4), "q6_k": (64, 3), "q8_0": (32
 # table of byte pairs): 306.23 / 311.97 against 209.73 / 210.23 (llama.cpp 199.85; LLAMAVK_MVID=4,128
 # 288.89 / 291.93, =16,128 287.39 / 291.46). Q5_K 353.17 / 349.22 against 329.83 / 332.50 (llama.cpp
 # 214.09); IQ4_NL 333.40 / 336.88 against 195.41 / 193.63 (llama.cpp 227.07).
-MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs")
+MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
 
 
 def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tuple[int, int, int]:
