@@ -565,7 +565,23 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uvec4 q = wu4[b];
     [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = d * kv_lookup4(Q_TABLE, (q[k] >> (4u * h)) & 0x0F0F0F0Fu);
 }
-#if defined(RUN_TABLE)
+#if defined(QTYPE_MXFP4)
+// The same run as packed f16 pairs (matmul_coop.comp's order (0, 2), (1, 3)), without a table: an E2M1
+// nibble s e1 e0 m read as the f16 bits s << 15 | (e1 e0 m) << 9 is its value times 2^-14 -- e > 0
+// gives exponent e - 15 and mantissa m / 2, e = 0 the subnormal m 2^-15 -- so one packed multiply by
+// 2^14 (exact) and one by the block's 2^(e8 - 127) (f16; the f32 path's product rounds to the same
+// f16 wherever the weight is a normal f16). Two nibbles of one word per pair: bits 0 and 16, 8 and 24.
+#define HAS_RUN_F16 1
+uint e2m1_f16_pair(uint n) { return ((n & 0x00070007u) << 9) | ((n & 0x00080008u) << 12); }
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    uint b = row * (cols / QK) + u;
+    const f16vec2 d = f16vec2(2.0 * q_block_scale(b)), e2m1 = f16vec2(16384.0);   // 2^(e8 - 127), 2^14
+    uvec4 q = (wu4[b] >> (4u * h)) & 0x0F0F0F0Fu;
+    [[unroll]] for (uint k = 0; k < 4; ++k)
+        w[k] = uvec2(packFloat2x16(unpackFloat2x16(e2m1_f16_pair(q[k])) * e2m1 * d),
+                     packFloat2x16(unpackFloat2x16(e2m1_f16_pair(q[k] >> 8)) * e2m1 * d));
+}
+#elif defined(RUN_TABLE)
 #define HAS_RUN_F16 1   // IQ4_NL (f16 d: d KV rounded once, as the f32 path)
 void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     uint b = row * (cols / QK) + u;
