@@ -298,7 +298,17 @@ def test_tiny_moe_matches_reference(synthetic_model, qtype, overrides):
         for i in range(30, 34):                               # one-token steps: the fused decode form
             m.runtime.run_batch("last", [prompt[i]], i)
             assert np.abs(m.runtime.logits(1)[0] - want[i]).max() < 3e-3 * scale
-        assert list(m.generate(prompt[:12], n=5, temp=0)) == ref.generate_greedy(prompt[:12], 5)
+        got_tokens = list(m.generate(prompt[:12], n=5, temp=0))
+    # the reference's greedy tokens, up to the first near tie of its two best logits (within 1e-4 of
+    # the logits' scale: rounding may pick either; measured 7e-5 in the MXFP4 model with a shared expert)
+    logits, want_tokens = ref.logits(prompt[:12])[-1], []
+    for _ in range(5):
+        top2 = np.sort(logits)[-2:]
+        if top2[1] - top2[0] < 1e-4 * scale:
+            break
+        want_tokens.append(int(np.argmax(logits)))
+        logits = ref.forward([want_tokens[-1]])[-1]
+    assert got_tokens[:len(want_tokens)] == want_tokens
 
 
 def test_moe_decode_reads_only_chosen_experts(synthetic_model):

@@ -44,7 +44,7 @@ MATVEC_ID_WG = 128
 # 4). Yet in the model's decode step 16 loses: tg128 261.8 at 8 against 244.8-253.9 at 16 (same
 # call). So 8. LLAMAVK_MVID=loads,wg overrides (A/B).
 MATVEC_ID_LOADS = 8
-MATVEC_ID_LOADS_2ROWS = 12   # but two rows a lane where that stays within this many (matvec_id_split)
+MATVEC_ID_LOADS_3UNITS = 12  # whole subgroups on rows of 3 units a lane: this many (matvec_id_split)
 MATVEC_ID_RED = 2048    # matvec_id.comp RED at most: slots x rows of a SUM workgroup
 MATVEC_ID_STAGE_MAX = 32768   # bytes of x' a matvec_id.comp workgroup stages at most (XS)
 GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
@@ -259,13 +259,14 @@ def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tup
     tpr = max(exact) if exact else max(tprs)
     c = -(-units // tpr)
     loads = c * (2 if pair else 1) * unit_loads
+    if unit_loads == 1 and c == 3 and tpr == subgroup and not pair and not os.environ.get("LLAMAVK_MVID"):
+        # whole subgroups on rows of 3 single-load units a lane (gpt-oss's down experts, 2880 = 90
+        # blocks): 4 rows a lane, not 2 (a workgroup stages all of x for its rows). H100, gpt-oss-20b
+        # MXFP4 tg128, one call, in alternation: 213.6 / 214.4 -> 267.7 / 270.0 (LLAMAVK_MVID=12,128,
+        # which gives its gate/up pair 2 rows too; 24 and 32 loads, 4 rows each, 254-255). Not for
+        # 30B-A3B's down experts (768 = 24 blocks, 8 lanes a row): 453.7 / 445.2 -> 416.7 / 418.3.
+        loads_max = MATVEC_ID_LOADS_3UNITS
     rj = max(1, min(4, loads_max // loads))
-    if unit_loads == 1 and rj == 1 and 2 * loads <= MATVEC_ID_LOADS_2ROWS:
-        # rows of 3 units a lane (gpt-oss's 2880 = 90 blocks) in a pair: 6 loads, so one row a lane
-        # by the rule above, and a workgroup stages all of x for 4 rows. Two rows a lane: H100,
-        # gpt-oss-20b MXFP4 tg128, one call, in alternation: 213.6 / 214.4 -> 267.7 / 270.0
-        # (LLAMAVK_MVID=12,128; 24 and 32 loads, 3-4 rows, 254-255).
-        rj = 2
     return tpr, c, rj
 
 
