@@ -100,6 +100,23 @@ def test_config_of_gpt_oss_20b():
     assert names["blk.0.ffn_gate_inp.bias"].shape == (32,) and names["blk.0.attn_output.bias"].shape == (2880,)
 
 
+@pytest.mark.parametrize("key,value,message", [
+    ("gpt-oss.attention.sliding_window", None, "sliding_window is missing"),
+    ("gpt-oss.attention.sliding_window", "128", "expected an integer"),
+    ("gpt-oss.expert_used_count", 33, "expert_used_count 33 must be in 1..expert_count"),
+])
+def test_bad_gpt_oss_metadata_is_a_one_line_error(key, value, message):
+    from llamavk.errors import LlamavkError
+
+    meta = gpt_oss_20b_meta()
+    if value is None:
+        del meta[key]
+    else:
+        meta[key] = value
+    with pytest.raises(LlamavkError, match=message):
+        config_from_metadata(meta, ["output.weight"])
+
+
 # -- tiny models against the numpy reference ------------------------------------------------------
 
 def quiet(path, **kw):

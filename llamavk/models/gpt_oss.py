@@ -29,7 +29,8 @@ SWA_PATTERN = 2                        # layer i is local when i % 2 == 0
 def config(meta: dict) -> ModelConfig:
     cfg = common_config(meta, ARCH, rope_neox=True, qkv_bias=True, qk_norm=False,
                         moe=moe_config(meta, ARCH, gating="softmax", norm=True))
-    window = Meta(meta, ARCH).count("{arch}.attention.sliding_window", 0, minimum=0)
+    # required, as llama.cpp requires it: without it the even layers would silently attend to everything
+    window = Meta(meta, ARCH).count("{arch}.attention.sliding_window", minimum=0)
     swa = tuple(i % SWA_PATTERN < SWA_PATTERN - 1 for i in range(cfg.n_layer)) if window else ()
     return dataclasses.replace(cfg, sliding_window=window, swa_layers=swa, swa_rope_own=False,
                                expert_glu="swiglu_oai")
