@@ -297,7 +297,7 @@ def fuse_router_into_products(graph: Graph, can_fold) -> Graph:
     ops, consumers, producer = _rewrite_state(graph)
     dropped: set[int] = set()
     for op in ops:
-        if op.kind != "matmul" or "route" not in op.attrs or len(op.inputs) != 2:
+        if op.kind != "matmul" or "route" not in op.attrs:   # a router (with its bias: gpt-oss)
             continue
         x = op.inputs[1]
         prod = producer.get(x)
@@ -308,7 +308,8 @@ def fuse_router_into_products(graph: Graph, can_fold) -> Graph:
         if not can_fold(prod.inputs[0], op.inputs[0], a["route"]["n_used"], "shexp_gate" in a):
             continue
         prod.attrs["router"] = dict(weight=op.inputs[0], route=a["route"], norm=a.get("norm"),
-                                    eps=a.get("eps", 0.0), shexp_gate=a.get("shexp_gate"))
+                                    eps=a.get("eps", 0.0), shexp_gate=a.get("shexp_gate"),
+                                    bias=op.inputs[2] if len(op.inputs) > 2 else None)
         prod.attrs["route_out"] = op.out
         dropped.add(id(op))
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])

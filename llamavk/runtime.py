@@ -782,7 +782,8 @@ class DeviceRuntime:
         r = a["route"]
         return moe.FoldedRouter(self.weights[a["weight"].name], act(op.attrs["route_out"]), r["n_used"], r["gating"],
                                 r["norm"], r["scale"], vec(a["norm"]) if a["norm"] is not None else None, a["eps"],
-                                vec(a["shexp_gate"]) if a["shexp_gate"] is not None else None)
+                                vec(a["shexp_gate"]) if a["shexp_gate"] is not None else None,
+                                vec(a["bias"]) if a.get("bias") is not None else None)
 
     def _rope_out(self, op, step) -> rope.RopeOut | None:
         """Where a Q/K/V product with RoPE in it (fusion.fuse_rope_into_products) writes: q rotated

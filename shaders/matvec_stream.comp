@@ -231,7 +231,8 @@
 // earliest / latest entry, earliest / latest release of the wait (WAIT; else entry), latest end.
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
-// 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD.
+// 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD, 32 RBIAS (the router's bias,
+// binding 22, added to each logit before the pick: gpt-oss).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -265,6 +266,7 @@ layout(constant_id = 28) const bool REARLY = true;    // router weights loaded w
 layout(constant_id = 29) const uint RTAIL = 1;        // the pick: 0 serial (one subgroup), 1 by ranks (header)
 layout(constant_id = 30) const uint RLOADS = 8;       // partials' vec4 loads in flight per thread (1..16)
 layout(constant_id = 31) const bool RAHEAD = false;   // every block's router weights loaded first (header)
+layout(constant_id = 32) const bool RBIAS = false;    // the router's bias (binding 22) in each logit
 const uint RNC = RNE + (RSH ? 1 : 0) + 1;             // partial columns: logits, gate, sum of squares
 const uint RNC4 = (RNC + 3) / 4;                      // ... as vec4s (the host checks RNC4 <= WG)
 const uint RK = (RNC + WG - 1) / WG;                  // columns per thread
@@ -280,6 +282,7 @@ layout(std430, binding = 18) volatile coherent buffer RouterPart4 { vec4 rpart4[
 layout(std430, binding = 19) volatile coherent buffer RouterCount { uint rcount[]; };  // 0 between runs
 layout(std430, binding = 20) writeonly buffer Route { float route[]; };
 layout(std430, binding = 21) readonly buffer RouterShexp { float rshw[]; };
+layout(std430, binding = 22) readonly buffer RouterBias { float rbias[]; };
 shared vec4 rbuf[WG];          // a row block's x (.x), then the partials' slices
 shared float rtot[RNC4 * 4];   // the summed columns, then the probabilities
 shared uint rpick_id[RNU];
@@ -1402,7 +1405,7 @@ void router_pick_serial(uint half_row) {
     float inv_rms = RNORM ? inversesqrt(rtot[RNC - 1] / float(p.y_stride) + REPS) : 1.0;
     float m = -3.4e38;
     for (uint i = lane; i < RNE; i += S) {
-        float l = rtot[i] * inv_rms;
+        float l = rtot[i] * inv_rms + (RBIAS ? rbias[i] : 0.0);
         rtot[i] = l;
         m = max(m, l);
     }
@@ -1465,7 +1468,7 @@ void router_pick_ranks(uint nsl, uint half_row) {
     for (uint e = tid; e + 1 < RNC; e += WG) {   // the experts' logits and the shared gate's
         float t = 0.0;
         for (uint k = 0; k < nsl; ++k) t += rbuf[e / 4 + RNC4 * k][e % 4];
-        float l = t * inv_rms;
+        float l = t * inv_rms + (RBIAS && e < RNE ? rbias[e] : 0.0);
         float sc = RSIG && e < RNE ? 1.0 / (1.0 + exp(-l)) : l;
         rtot[e] = sc;
         if (e < RNE) rkey[e] = rscore_key(sc);

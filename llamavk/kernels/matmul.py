@@ -316,7 +316,8 @@ def matvec_chain_ok(kc: KernelCache, w: QWeight) -> bool:
 # kernel's own (room left for more of those).
 ROUTER_BINDING0 = 16
 ROUTER_SPEC0 = 20
-ROUTER_BINDINGS = "rrwwwr"   # 16 router matrix, 17 norm weights, 18 partials, 19 count, 20 route, 21 shared gate
+ROUTER_BINDINGS = "rrwwwrr"   # 16 router matrix, 17 norm weights, 18 partials, 19 count, 20 route, 21 shared gate,
+#                               22 bias
 ROUTER_MAX_USED = 32         # the shader's pick (as moe_router.comp's)
 ROUTER_MAX_REGS = 32         # router weights a thread holds for a row block (columns x rows)
 
@@ -360,7 +361,8 @@ def _router_dispatch(kc: KernelCache, router, n_bound: int, filler, writers: int
     scratch, count = router.scratch(kc, writers)
     pad = ROUTER_BINDING0 - n_bound
     bufs = [filler] * pad + [router.w.chunks[0].buffer, (router.norm_w or router.out).range, scratch,
-                             count, router.out.range, (router.shexp or router.out).range]
+                             count, router.out.range, (router.shexp or router.out).range,
+                             (router.bias or router.out).range]
     ahead_fits = steps * -(-router.columns // wg) * rows_per_wg <= ROUTER_MAX_REGS
     return "r" * pad + ROUTER_BINDINGS, router.spec(wg, -(-writers // steps), ahead_fits), bufs
 

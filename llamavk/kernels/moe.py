@@ -181,6 +181,7 @@ class FoldedRouter:
     norm_w: View | None     # the FFN norm's weights: the router reads rms_norm(x) * norm_w
     eps: float
     shexp: View | None      # a shared expert's gate vector: slot n_used, weight sigmoid(shexp . x')
+    bias: View | None = None  # the router's bias (gpt-oss): added to each logit
 
     @property
     def columns(self) -> int:
@@ -195,7 +196,7 @@ class FoldedRouter:
         ahead = mode == "ahead" and ahead_fits
         return (self.w.rows, self.n_used, self.gating == "sigmoid", bool(self.norm), float(self.scale),
                 float(self.eps), self.norm_w is not None, self.shexp is not None, mode == "early",
-                tail, router_tail_loads(wg, self.columns, writers, tail), ahead)
+                tail, router_tail_loads(wg, self.columns, writers, tail), ahead, self.bias is not None)
 
     def scratch(self, kc: KernelCache, writers: int) -> tuple:
         """(partials, count) ranges: [writers][columns rounded up to 4] floats, and the count of
@@ -209,6 +210,8 @@ class FoldedRouter:
             _check_view(self.shexp, 4 * self.w.cols, "folded router shared expert gate")
         if self.norm_w is not None:
             _check_view(self.norm_w, 4 * self.w.cols, "folded router norm")
+        if self.bias is not None:
+            _check_view(self.bias, 4 * self.w.rows, "folded router bias")
         return (part, 0, nbytes), (count, 0, 16)
 
 
