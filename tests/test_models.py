@@ -25,8 +25,8 @@ def tiny_models(tmp_path_factory):
 
 
 def test_registry():
-    assert sorted(ARCHITECTURES) == sorted(ARCHS + ["qwen3moe", "qwen35", "qwen35moe", "gemma3", "mistral3", "qwen2moe", "qwen3next",
-                                                  "gpt-oss"])
+    assert sorted(ARCHITECTURES) == sorted(ARCHS + ["qwen3moe", "qwen35", "qwen35moe", "gemma3", "mistral3", "qwen2moe",
+                                                  "qwen3next", "gpt-oss"])
     for module in ARCHITECTURES.values():
         assert callable(module.config) and callable(module.weight_specs)
 

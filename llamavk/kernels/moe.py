@@ -409,8 +409,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
             raise LlamavkError("matmul_id: a shared expert slot needs matrices of the experts' type (one that "
                                "matvec_id preloads) in one buffer, in a small batch (kernels/moe.py shexp_slot_ok)")
     if bias is not None or pair_bias is not None or oai is not None:
-        if n_tokens > MATVEC_MAX_TOKENS or sh is not None or (pair_bias is not None and (pair is None or bias is None)) \
-                or (oai is not None and pair is None):
+        if n_tokens > MATVEC_MAX_TOKENS or sh is not None or (oai is not None and pair is None) \
+                or (pair_bias is not None and (pair is None or bias is None)):
             raise LlamavkError("matmul_id: per-expert biases and swiglu_oai are folded into small batches' products "
                                "(no shared slot; the pair's bias with W's, swiglu_oai with a pair)")
         _check_view(bias, 4 * w.experts * R, "matmul_id bias")
