@@ -31,6 +31,7 @@ from llamavk.models import config_from_metadata, load_model_file
 from llamavk.reference import ReferenceModel, gelu_tanh
 from llamavk.synthetic import write_synthetic_model
 
+from .test_engine import assert_prompt_logits_match_reference
 from .test_kernels_ops import host, poisoned, record, ref_attention, run, set_step, step_buffer, upload
 
 
@@ -265,15 +266,7 @@ def test_logits_match_reference(synthetic_model, qtype):
     """A 40-token prompt in micro-batches of 16 (the 24-position windows reach into earlier
     micro-batches' KV rows); |dlogit| <= 0.003 max|logit| as for the other architectures
     (tests/test_engine.py)."""
-    path = synthetic_model("gemma3", qtype)
-    tokens = [int(t) for t in np.random.default_rng(7).integers(0, 500, 40)]
-    ref = ReferenceModel(load_model_file(path)).logits(tokens)
-    with quiet(path, n_ctx=128, n_ubatch=16) as m:
-        got = m.logits(tokens, all=True)
-        last = m.logits(tokens)
-    tol = 0.003 * np.abs(ref).max()
-    assert np.abs(got - ref).max() <= tol
-    assert np.abs(last - ref[-1]).max() <= tol
+    assert_prompt_logits_match_reference(synthetic_model("gemma3", qtype))
 
 
 def test_greedy_decode_past_the_window(synthetic_model):

@@ -24,7 +24,7 @@ from llamavk.models.gpt_oss import OAI_ALPHA, OAI_LIMIT, weight_specs
 from llamavk.reference import ReferenceModel
 from llamavk.reference import swiglu_oai as ref_swiglu_oai
 
-from .test_engine import one_token_logits
+from .test_engine import assert_prompt_logits_match_reference, one_token_logits
 from .test_kernels_ops import poisoned, run, upload
 
 
@@ -127,15 +127,7 @@ def quiet(path, **kw):
 def test_logits_match_reference(synthetic_model, qtype):
     """A 40-token prompt in micro-batches of 16 (the 24-position windows reach into earlier
     micro-batches' KV rows): |dlogit| <= 0.003 max|logit|, as for the other architectures."""
-    path = synthetic_model("gpt-oss", qtype)
-    tokens = [int(t) for t in np.random.default_rng(7).integers(0, 500, 40)]
-    ref = ReferenceModel(load_model_file(path)).logits(tokens)
-    with quiet(path, n_ctx=128, n_ubatch=16) as m:
-        got = m.logits(tokens, all=True)
-        last = m.logits(tokens)
-    tol = 0.003 * np.abs(ref).max()
-    assert np.abs(got - ref).max() <= tol
-    assert np.abs(last - ref[-1]).max() <= tol
+    assert_prompt_logits_match_reference(synthetic_model("gpt-oss", qtype))
 
 
 @pytest.mark.parametrize("qtype", ["q8_0", "mxfp4", "q4_k"])

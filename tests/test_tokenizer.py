@@ -419,21 +419,31 @@ TEKKEN_TEXTS = [t for t in TRICKY if t.strip() and "<|" not in t] + [
 ]
 
 
-def test_tekken_ids_equal_llamacpp(smollm2_meta, tmp_path):
+def smollm2_vocab_model(smollm2_meta, path, pre: str, new=(), new_merges=()):
+    """A tiny model with SmolLM2's vocabulary under another pre-tokenizer (no BOS key, no scores),
+    without the merge that makes " Hello" (a token of its own: only ignore_merges' whole-word lookup
+    finds it then), plus `new` tokens whose merges go first: (model path, vocab metadata, Tokenizer)."""
     from llamavk.synthetic import write_synthetic_model
 
-    from .llamacpp_ref import llamacpp_prompt_tokens
-
     vocab = {k: v for k, v in smollm2_meta.items() if k.startswith("tokenizer.ggml.")}
-    # no merge makes " Hello" (a token of its own): only ignore_merges' whole-word lookup finds it
     merges = [m for m in vocab["tokenizer.ggml.merges"] if m.replace(" ", "") != "ĠHello"]
     assert len(merges) == len(vocab["tokenizer.ggml.merges"]) - 1
-    vocab.update({"tokenizer.ggml.pre": "tekken", "tokenizer.ggml.add_bos_token": None,
+    assert not set(new) & set(vocab["tokenizer.ggml.tokens"])
+    vocab.update({"tokenizer.ggml.pre": pre, "tokenizer.ggml.add_bos_token": None,
                   "tokenizer.ggml.add_space_prefix": None, "tokenizer.ggml.scores": None,
-                  "tokenizer.ggml.merges": merges})
-    model = write_synthetic_model(tmp_path / "tekken.gguf", "tiny", "q8_0", "llama", metadata=vocab,
+                  "tokenizer.ggml.tokens": vocab["tokenizer.ggml.tokens"] + list(new),
+                  "tokenizer.ggml.token_type": vocab["tokenizer.ggml.token_type"] + [1] * len(new),
+                  "tokenizer.ggml.merges": list(new_merges) + merges})
+    model = write_synthetic_model(path, "tiny", "q8_0", "llama", metadata=vocab,
                                   n_vocab=len(vocab["tokenizer.ggml.tokens"]))
     tok = Tokenizer.from_metadata({k: v for k, v in dict(smollm2_meta, **vocab).items() if v is not None})
+    return model, vocab, tok
+
+
+def test_tekken_ids_equal_llamacpp(smollm2_meta, tmp_path):
+    from .llamacpp_ref import llamacpp_prompt_tokens
+
+    model, vocab, tok = smollm2_vocab_model(smollm2_meta, tmp_path / "tekken.gguf", "tekken")
     assert tok.add_bos and tok.bos_id == 1
     rng = np.random.default_rng(7)     # and random text of cased and uncased scripts, digits, slashes
     pool = list("abcXYZéÉßΩωЖжἈ中אǅ0123456789 .,/;:!?'-()\n\t") + ["  ", "HelloWorld", "getHTTP", "x86_64", "İs"]
@@ -461,27 +471,16 @@ GPT4O_TEXTS = TEKKEN_TEXTS + [
 
 def test_gpt4o_ids_equal_llamacpp(smollm2_meta, tmp_path):
     """llama.cpp's ids for pre "gpt-4o" (no BOS, merges not ignored); with Tekken's regex they differ."""
-    from llamavk.synthetic import write_synthetic_model
     from llamavk.tokenizer.pretokenizers import pre_flags
 
     from .llamacpp_ref import llamacpp_prompt_tokens
 
-    vocab = {k: v for k, v in smollm2_meta.items() if k.startswith("tokenizer.ggml.")}
-    # no merge makes " Hello" (a token of its own): without ignore_merges nothing may reach it
-    merges = [m for m in vocab["tokenizer.ggml.merges"] if m.replace(" ", "") != "ĠHello"]
-    assert len(merges) == len(vocab["tokenizer.ggml.merges"]) - 1
-    # SmolLM2's vocabulary never joins digits, nor a letter to an apostrophe: tokens (merged first) that
-    # do, so that ids tell GPT-4o's split from Tekken's (digits in threes, contractions on the word)
+    # without ignore_merges nothing may reach " Hello". SmolLM2's vocabulary never joins digits, nor a
+    # letter to an apostrophe: tokens (merged first) that do, so that ids tell GPT-4o's split from
+    # Tekken's (digits in threes, contractions on the word)
     new = ["12", "123", "t'", "N'", "y'"]
-    assert not set(new) & set(vocab["tokenizer.ggml.tokens"])
-    vocab.update({"tokenizer.ggml.pre": "gpt-4o", "tokenizer.ggml.add_bos_token": None,
-                  "tokenizer.ggml.add_space_prefix": None, "tokenizer.ggml.scores": None,
-                  "tokenizer.ggml.tokens": vocab["tokenizer.ggml.tokens"] + new,
-                  "tokenizer.ggml.token_type": vocab["tokenizer.ggml.token_type"] + [1] * len(new),
-                  "tokenizer.ggml.merges": ["1 2", "12 3", "t '", "N '", "y '"] + merges})
-    model = write_synthetic_model(tmp_path / "gpt4o.gguf", "tiny", "q8_0", "llama", metadata=vocab,
-                                  n_vocab=len(vocab["tokenizer.ggml.tokens"]))
-    tok = Tokenizer.from_metadata({k: v for k, v in dict(smollm2_meta, **vocab).items() if v is not None})
+    model, vocab, tok = smollm2_vocab_model(smollm2_meta, tmp_path / "gpt4o.gguf", "gpt-4o", new,
+                                            ["1 2", "12 3", "t '", "N '", "y '"])
     assert not tok.add_bos
     rng = np.random.default_rng(11)    # and random text: cased and uncased scripts, marks, digits, apostrophes
     pool = list("abcXYZéÉßΩωЖжἈ中אǅ0123456789 .,/;:!?'-()\n\t\u0301\u0308") + [
