@@ -29,7 +29,6 @@ from llamavk.kernels.attention import DEC_BLOCK, attention, plan
 from llamavk.kernels.elementwise import geglu, scale, softcap
 from llamavk.models import config_from_metadata, load_model_file
 from llamavk.reference import ReferenceModel, gelu_tanh
-from llamavk.synthetic import write_synthetic_model
 
 from .test_engine import assert_prompt_logits_match_reference
 from .test_kernels_ops import host, poisoned, record, ref_attention, run, set_step, step_buffer, upload
