@@ -413,7 +413,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
                 or (pair_bias is not None and (pair is None or bias is None)):
             raise LlamavkError("matmul_id: per-expert biases and swiglu_oai are folded into small batches' products "
                                "(no shared slot; the pair's bias with W's, swiglu_oai with a pair)")
-        _check_view(bias, 4 * w.experts * R, "matmul_id bias")
+        if bias is not None:
+            _check_view(bias, 4 * w.experts * R, "matmul_id bias")
         if pair_bias is not None:
             _check_view(pair_bias, 4 * w.experts * R, "matmul_id pair bias")
     if n_tokens <= MATVEC_MAX_TOKENS:
