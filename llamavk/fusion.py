@@ -291,9 +291,9 @@ def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True
 
 
 def fuse_router_into_products(graph: Graph, can_fold) -> Graph:
-    """can_fold(product weight, router weight, n_used, shexp) -> bool: whether the device's one-token
-    product of that weight can compute that router (n_used experts per token; shexp: with a shared
-    expert's gate) from the rows it writes."""
+    """can_fold(product weight, router weight, n_used, shexp[, sel_bias]) -> bool: whether the device's
+    one-token product of that weight can compute that router (n_used experts per token; shexp: with a
+    shared expert's gate; sel_bias: with a bias per expert in the pick, glm4moe) from the rows it writes."""
     ops, consumers, producer = _rewrite_state(graph)
     dropped: set[int] = set()
     for op in ops:
@@ -305,7 +305,8 @@ def fuse_router_into_products(graph: Graph, can_fold) -> Graph:
                 or any(k in prod.attrs for k in ("pair", "rope", "route", "router")):
             continue
         a = op.attrs
-        if not can_fold(prod.inputs[0], op.inputs[0], a["route"]["n_used"], "shexp_gate" in a):
+        sel = {"sel_bias": True} if "sel_bias" in a["route"] else {}
+        if not can_fold(prod.inputs[0], op.inputs[0], a["route"]["n_used"], "shexp_gate" in a, **sel):
             continue
         prod.attrs["router"] = dict(weight=op.inputs[0], route=a["route"], norm=a.get("norm"),
                                     eps=a.get("eps", 0.0), shexp_gate=a.get("shexp_gate"),
@@ -367,7 +368,10 @@ def fuse_for_matvec(graph: Graph, can_sum=lambda weight: True, can_route=lambda 
         elif op.kind == "add":
             a, b = op.inputs
             producer = next((p for p in ops if p.out is b and (p.kind == "matmul" or p.attrs.get("sum"))), None)
-            if producer is not None and len(consumers[b]) == 1 and producer.out is not graph.logits:
+            # (a product adding one residual already, e.g. glm4moe's ungated shared expert adding the
+            # routed experts' sum, keeps it: the outer add stays)
+            if producer is not None and len(consumers[b]) == 1 and producer.out is not graph.logits \
+                    and "residual" not in producer.attrs:
                 producer.attrs["residual"] = a
                 producer.out = op.out
                 dropped.add(id(op))

@@ -186,11 +186,15 @@ class Graph:
         attrs = {name: value for name, value in (("window", window), ("scale", scale), ("sinks", sinks)) if value}
         return self._op("attention", [q, k, v], q.width, **attrs)
 
-    def moe_route(self, logits: Tensor, n_used: int, gating: str, norm: bool, scale: float) -> Tensor:
+    def moe_route(self, logits: Tensor, n_used: int, gating: str, norm: bool, scale: float,
+                  sel_bias: Tensor | None = None) -> Tensor:
         """The experts each token runs: router logits -> probabilities (softmax or sigmoid over the
-        experts) -> the n_used most probable -> their weights (renormalized to sum 1 where `norm`,
-        times `scale`). Output per token: n_used expert ids (uint32 bits), then their n_used weights."""
-        return self._op("moe_route", [logits], 2 * n_used, n_used=n_used, gating=gating, norm=norm, scale=scale)
+        experts) -> the n_used most probable (of probability + sel_bias, where given: glm4moe) -> their
+        weights, the probabilities (renormalized to sum 1 where `norm`, times `scale`). Output per
+        token: n_used expert ids (uint32 bits), then their n_used weights."""
+        extra = {"sel_bias": sel_bias} if sel_bias is not None else {}
+        return self._op("moe_route", [logits], 2 * n_used, n_used=n_used, gating=gating, norm=norm, scale=scale,
+                        **extra)
 
     def matmul_id(self, w: Tensor, x: Tensor, route: Tensor) -> Tensor:
         """Each token's products with its chosen experts' matrices: y[t, s] = W[id[t, s]] x[t] (x one

@@ -20,6 +20,9 @@ One transformer block, for every supported architecture:
     E = the n_expert_used largest p; w = p[E] (/ sum p[E] where expert_norm) * expert_weights_scale
     x = x + sum_{e in E} w_e Wdown_e (silu(Wgate_e h) * Wup_e h)
           (+ sigmoid(w_shexp . h) * shared expert's SwiGLU FFN of h, where the model has one)
+
+glm4moe: the first n_layer_dense_lead layers keep the dense FFN; E = the n_expert_used largest
+p + b (b: a bias per expert, for the choice only), w from p as above; the shared expert is not gated.
 logits = Wout rms_norm(x) * output_norm                     Wout = token_embd when tied
 
 The qwen35 hybrids (models/hybrid.py has the math) replace attention in their Gated DeltaNet layers
@@ -345,7 +348,7 @@ class ReferenceModel:
     def feed_forward(self, layer: int, x: np.ndarray) -> np.ndarray:
         c, w = self.cfg, (lambda role: self.weight(role, layer))
         h = rms_norm(x, w("ffn_norm"), c.rms_eps)
-        if c.n_expert:
+        if c.is_moe(layer):
             return self.experts(layer, h)
         act = gelu_tanh if self.gemma else silu
         return (act(h @ w("gate").T) * (h @ w("up").T)) @ w("down").T
@@ -357,7 +360,9 @@ class ReferenceModel:
         if w("router_bias") is not None:
             logits = logits + w("router_bias")
         probs = softmax(logits) if c.expert_gating == "softmax" else 1.0 / (1.0 + np.exp(-logits))
-        chosen = np.argsort(-probs, axis=1, kind="stable")[:, :c.n_expert_used]
+        sel_bias = w("expert_sel_bias")          # glm4moe: ranks probability + bias, weighs by probability
+        score = probs if sel_bias is None else probs + sel_bias
+        chosen = np.argsort(-score, axis=1, kind="stable")[:, :c.n_expert_used]
         weights = np.take_along_axis(probs, chosen, axis=1)
         if c.expert_norm:
             weights = weights / weights.sum(axis=1, keepdims=True)
@@ -373,7 +378,7 @@ class ReferenceModel:
                 out[t] += np.float32(weight) * (down[e] @ y + bd[e])
         if c.n_ff_shexp:
             shared = (silu(h @ w("gate_shexp").T) * (h @ w("up_shexp").T)) @ w("down_shexp").T
-            out += shared / (1.0 + np.exp(-(h @ w("router_shexp"))))[:, None]
+            out += shared / (1.0 + np.exp(-(h @ w("router_shexp"))))[:, None] if c.shexp_gated else shared
         return out
 
     def generate_greedy(self, tokens: list[int], n: int) -> list[int]:

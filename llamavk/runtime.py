@@ -289,8 +289,8 @@ class DeviceRuntime:
         can_shexp = lambda router, *mats: can_route(router) and moe.shexp_slot_ok(  # noqa: E731
             *(self.weights[w.name] for w in mats))
         # and a router in the product writing its input (the output projection), where that kernel can
-        can_fold = lambda prod, router, n_used, shexp: moe.router_fold_ok(  # noqa: E731
-            self.kc, self.weights[prod.name], self.weights[router.name], n_used, shexp)
+        can_fold = lambda prod, router, n_used, shexp, sel_bias=False: moe.router_fold_ok(  # noqa: E731
+            self.kc, self.weights[prod.name], self.weights[router.name], n_used, shexp, sel_bias)
         self.fused_one = {key: fuse_one_token(g, can_pair, can_rope, can_sum, can_route, can_fuse_gdn=can_gdn,
                                               can_shexp=can_shexp, can_fold_router=can_fold) or self.fused[key]
                           for key, g in self.batch_graphs.items()}
@@ -478,7 +478,8 @@ class DeviceRuntime:
                 moe.router(seq, kc, self.weights[w.name], act(x), act(op.out), rows_out, r["n_used"], r["gating"],
                            r["norm"], r["scale"], norm_w=vec(norm_w) if norm_w is not None else None,
                            eps=op.attrs.get("eps", 0.0), wait=wait, shexp=vec(shexp) if shexp is not None else None,
-                           bias=vec(op.inputs[2]) if len(op.inputs) > 2 else None)
+                           bias=vec(op.inputs[2]) if len(op.inputs) > 2 else None,
+                           sel_bias=vec(r["sel_bias"]) if "sel_bias" in r else None)
             elif k == "matmul":
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
@@ -540,7 +541,7 @@ class DeviceRuntime:
                 logits = op.inputs[0]
                 a = op.attrs
                 moe.route(seq, kc, act(logits), act(op.out), rows_out, logits.width, a["n_used"], a["gating"],
-                          a["norm"], a["scale"])
+                          a["norm"], a["scale"], sel_bias=vec(a["sel_bias"]) if "sel_bias" in a else None)
                 if rows_out > matmul.MATVEC_MAX_TOKENS:   # prompts: the expert products go by expert
                     moe.group(seq, kc, act(op.out), self._moe_groups(logits.width, n_tokens), rows_out,
                               a["n_used"], logits.width)
@@ -783,7 +784,8 @@ class DeviceRuntime:
         return moe.FoldedRouter(self.weights[a["weight"].name], act(op.attrs["route_out"]), r["n_used"], r["gating"],
                                 r["norm"], r["scale"], vec(a["norm"]) if a["norm"] is not None else None, a["eps"],
                                 vec(a["shexp_gate"]) if a["shexp_gate"] is not None else None,
-                                vec(a["bias"]) if a.get("bias") is not None else None)
+                                vec(a["bias"]) if a.get("bias") is not None else None,
+                                vec(r["sel_bias"]) if "sel_bias" in r else None)
 
     def _rope_out(self, op, step) -> rope.RopeOut | None:
         """Where a Q/K/V product with RoPE in it (fusion.fuse_rope_into_products) writes: q rotated

@@ -30,7 +30,7 @@ from .quant import quant_info, qtype_from_name, tensor_nbytes
 SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
                    "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s",
                    "iq1_m", "tq1_0", "tq2_0")
-MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe", "qwen3next", "gpt-oss")
+MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe", "qwen3next", "gpt-oss", "glm4moe")
 HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
 
@@ -53,6 +53,11 @@ class Preset:
     n_expert_used: int = 0
     n_ff_exp: int = 0
     n_ff_shexp: int = 0           # a shared expert of this width (0: none)
+    # glm4moe: dense FFN layers before the experts' (n_layer counts them), multi-token-prediction
+    # blocks after the run ones (n_layer counts them too: the file's block_count), the router's scale
+    dense_lead: int = 0
+    nextn: int = 0
+    expert_weights_scale: float = 1.0
     # Gated DeltaNet hybrids (arch qwen35, qwen35moe): key head size, key heads, value heads, conv taps,
     # every full_attention_interval-th layer attends; RoPE on rope_dim dims of each head (None: all)
     ssm_d_state: int = 0
@@ -120,6 +125,13 @@ PRESETS: dict[str, Preset] = {
                           n_ctx=131072, head_dim=64, rope_base=150000.0, arch="gpt-oss", n_expert=32,
                           n_expert_used=4, n_ff_exp=2880, sliding_window=128, rope_scaling="yarn",
                           rope_factor=32.0, rope_orig_ctx=4096),
+    # GLM-4.5-Air's published shape: dim 4096, 46 layers (the first dense, ffn 10944) + 1 NextN block,
+    # 96 query / 8 KV heads of 128 with RoPE on 64 dims, 128 experts of 1408, 8 used + a shared expert
+    # of 1408, vocab 151552, rope base 1e6; `--override n_layer=N` keeps its layers' shape (GLM-4.5's
+    # 355B: 92 + 1 layers, 160 experts, QK norms)
+    "glm-4.5-air": Preset(n_embd=4096, n_layer=47, n_ff=10944, n_head=96, n_head_kv=8, n_vocab=151552,
+                          n_ctx=131072, head_dim=128, rope_dim=64, rope_base=1e6, arch="glm4moe", n_expert=128,
+                          n_expert_used=8, n_ff_exp=1408, n_ff_shexp=1408, dense_lead=1, nextn=1),
     # Qwen3.6-35B-A3B's (= Qwen3.5-35B-A3B's) published shape: dim 2048, 40 layers (30 DeltaNet, 16 key /
     # 32 value heads of 128, 4 taps; 10 attention, 16/2 heads of 256, RoPE on 64), 256 experts of 512,
     # 8 used + a shared expert of 512, vocab 248320, rope base 1e7, router f32 (SPEC §10's MoE rules)
@@ -141,6 +153,8 @@ def tiny_preset(arch: str) -> str:
 TINY_GEMMA3 = dict(sliding_window=24, swa_pattern=2)
 # tiny gpt-oss: its even layers see 24 positions (llama.cpp requires the key for this architecture)
 TINY_GPT_OSS = dict(sliding_window=24)
+# tiny glm4moe: a dense layer, two of experts and a NextN block; a shared expert; a scaled router
+TINY_GLM4MOE = dict(n_layer=4, dense_lead=1, nextn=1, expert_weights_scale=2.5)
 
 # llama_ftype of a file whose every matrix is that type (38: MXFP4_MOE). Where llama.cpp has several
 # mixes of one K-quant (Q3_K_S/M/L, Q5_K_S/M), the one llama.cpp's loader guesses from the most common
@@ -213,11 +227,15 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         p = dataclasses.replace(p, **TINY_GEMMA3)
     if preset in TINY_PRESETS and arch == "gpt-oss":
         p = dataclasses.replace(p, **TINY_GPT_OSS)
+    if preset in TINY_PRESETS and arch == "glm4moe":
+        p = dataclasses.replace(p, **TINY_GLM4MOE, n_ff_shexp=p.n_ff_shexp or p.n_ff_exp)
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Preset)}
     if unknown:
         raise LlamavkError(f"unknown synthetic model overrides: {', '.join(sorted(unknown))}")
     p = dataclasses.replace(p, **overrides)
     head_dim = p.head_dim or p.n_embd // p.n_head
+    if arch == "glm4moe" and p.rope_dim is None:     # RoPE on half of each head, as the released models
+        p = dataclasses.replace(p, rope_dim=head_dim // 2)
     for what, n in (("n_embd", p.n_embd), ("n_ff", p.n_ff), ("n_head*head_dim", p.n_head * head_dim),
                     ("n_ff_exp", p.n_ff_exp), ("n_ff_shexp", p.n_ff_shexp),
                     ("ssm value heads x head size", p.ssm_dt_rank * p.ssm_d_state)):
@@ -256,7 +274,9 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         std_by_role["q"] *= p.qk_gain
         std_by_role["k"] *= p.qk_gain
     tensors = []
-    for spec in arch_module(arch).weight_specs(cfg):
+    file_only = arch_module(arch).nextn_specs(cfg, p.nextn) if p.nextn else []   # glm4moe's NextN blocks
+    std_by_role["nextn"] = 1 / np.sqrt(2 * E)
+    for spec in arch_module(arch).weight_specs(cfg) + file_only:
         if spec.optional:
             continue
         # every matrix of the chosen type but the router and the convolution taps, which stay f32 as
@@ -300,8 +320,13 @@ def _metadata(arch: str, p: Preset, head_dim: int, wtype: T, preset: str) -> dic
     if p.n_expert:
         meta.update({f"{arch}.expert_count": p.n_expert, f"{arch}.expert_used_count": p.n_expert_used,
                      f"{arch}.expert_feed_forward_length": p.n_ff_exp})
-        if p.n_ff_shexp:
+        if p.n_ff_shexp and arch != "glm4moe":       # glm4moe: shared experts of the experts' width (below)
             meta[f"{arch}.expert_shared_feed_forward_length"] = p.n_ff_shexp
+    if arch == "glm4moe":
+        meta.update({f"{arch}.expert_shared_count": p.n_ff_shexp // p.n_ff_exp,
+                     f"{arch}.leading_dense_block_count": p.dense_lead, f"{arch}.nextn_predict_layers": p.nextn,
+                     f"{arch}.expert_gating_func": 2, f"{arch}.expert_weights_norm": True,
+                     f"{arch}.expert_weights_scale": p.expert_weights_scale})
     if p.ssm_d_state:          # the DeltaNet layers, as llama.cpp's converter writes them
         meta.update({f"{arch}.ssm.conv_kernel": p.ssm_d_conv, f"{arch}.ssm.state_size": p.ssm_d_state,
                      f"{arch}.ssm.group_count": p.ssm_n_group, f"{arch}.ssm.time_step_rank": p.ssm_dt_rank,
@@ -627,6 +652,8 @@ def _vector(rng: np.random.Generator, spec: WeightSpec, arch: str = "llama", gai
     window) matters."""
     if arch == "gemma3" and spec.role in ("q_norm", "k_norm"):
         return (gain * (2.0 + 0.2 * rng.standard_normal(spec.shape))).astype(np.float32)
+    if spec.role == "expert_sel_bias":   # glm4moe: +-0.3 against probabilities in (0, 1): it moves choices
+        return (0.3 * rng.standard_normal(spec.shape)).astype(np.float32)
     if spec.role.endswith("_bias"):
         return (rng.standard_normal(spec.shape) * (0.1 * gain)).astype(np.float32)
     if spec.role == "attn_sinks":        # gpt-oss: 3 +- 2, a sizable share of a head's softmax (a peaked

@@ -232,7 +232,8 @@
 // Specialization: 0 WG, 1 NORM, 2 RESID, 3 GLU, 4 TPR, 5 C, 6 RJ, 7 PAIR, 8 KSPLIT, 9 ROPE, 10 STEPS,
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
 // 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD, 32 RBIAS (the router's bias,
-// binding 22, added to each logit before the pick: gpt-oss).
+// binding 22, added to each logit before the pick: gpt-oss), 33 RSELB (glm4moe: the serial pick ranks
+// probability + a bias per expert, binding 23, and weighs by the probability; RTAIL 0 only).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -267,6 +268,7 @@ layout(constant_id = 29) const uint RTAIL = 1;        // the pick: 0 serial (one
 layout(constant_id = 30) const uint RLOADS = 8;       // partials' vec4 loads in flight per thread (1..16)
 layout(constant_id = 31) const bool RAHEAD = false;   // every block's router weights loaded first (header)
 layout(constant_id = 32) const bool RBIAS = false;    // the router's bias (binding 22) in each logit
+layout(constant_id = 33) const bool RSELB = false;    // the pick's bias per expert (binding 23), RTAIL 0
 const uint RNC = RNE + (RSH ? 1 : 0) + 1;             // partial columns: logits, gate, sum of squares
 const uint RNC4 = (RNC + 3) / 4;                      // ... as vec4s (the host checks RNC4 <= WG)
 const uint RK = (RNC + WG - 1) / WG;                  // columns per thread
@@ -283,11 +285,13 @@ layout(std430, binding = 19) volatile coherent buffer RouterCount { uint rcount[
 layout(std430, binding = 20) writeonly buffer Route { float route[]; };
 layout(std430, binding = 21) readonly buffer RouterShexp { float rshw[]; };
 layout(std430, binding = 22) readonly buffer RouterBias { float rbias[]; };
+layout(std430, binding = 23) readonly buffer RouterSelBias { float rselb[]; };
 shared vec4 rbuf[WG];          // a row block's x (.x), then the partials' slices
 shared float rtot[RNC4 * 4];   // the summed columns, then the probabilities
 shared uint rpick_id[RNU];
 shared float rpick_w[RNU];
 shared bool rlast;
+shared float rsel[RSELB ? RNE : 1];              // RSELB: what the serial pick ranks
 shared uint rkey[RTAIL == 1 ? RNE : 1];          // RTAIL 1: the experts' scores as ordered keys
 shared uint rcand_key[RTAIL == 1 ? RNCAND : 1];  // ... the groups' candidates: key, expert
 shared uint rcand_id[RTAIL == 1 ? RNCAND : 1];
@@ -1418,19 +1422,27 @@ void router_pick_serial(uint half_row) {
         sum += v;
     }
     float inv = RSIG ? 1.0 : 1.0 / subgroupAdd(sum);
+    if (RSELB) {   // every lane reads the chosen ones' probabilities below
+        for (uint i = lane; i < RNE; i += S) rsel[i] = rtot[i] * inv + rselb[i];
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+    }
     float chosen_sum = 0.0;
     for (uint k = 0; k < RNU; ++k) {
-        float bv = -2.0;
+        float bv = RSELB ? uintBitsToFloat(0xFF800000u) : -2.0;
         uint bi = 0xFFFFFFFFu;
         for (uint i = lane; i < RNE; i += S) {
-            float v = rtot[i];
+            float v = RSELB ? rsel[i] : rtot[i];
             if (v > bv) { bv = v; bi = i; }   // ascending i: the first of equals stays
         }
         float best = subgroupMax(bv);
         uint id = subgroupMin(bv == best ? bi : 0xFFFFFFFFu);
-        chosen_sum += best * inv;
-        if (lane == 0) { rpick_id[k] = id; rpick_w[k] = best * inv; }
-        if (id % S == lane) rtot[id] = -1.0;   // its owner takes it out (probabilities are >= 0)
+        float w = (RSELB ? rtot[min(id, RNE - 1)] : best) * inv;
+        chosen_sum += w;
+        if (lane == 0) { rpick_id[k] = id; rpick_w[k] = w; }
+        if (id % S == lane) {   // its owner takes it out (probabilities are >= 0; RSELB: keys -inf)
+            if (RSELB) rsel[id] = uintBitsToFloat(0xFF800000u); else rtot[id] = -1.0;
+        }
         subgroupMemoryBarrierShared();
         subgroupBarrier();
     }

@@ -17,11 +17,15 @@
 // row is then [id_0 .. id_{n_used-1}, n_expert, weight_0 .. weight_{n_used-1}, gate]. It takes no part
 // in the count: the pick does not read it.
 // BIAS (gpt-oss): the logits get the router's bias (f32, binding 8) before the pick.
+// SELB (glm4moe): the pick ranks probability + a bias per expert (f32, binding 9); the weights stay
+// the probabilities (moe_route.comp SELB).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const bool NORM = false;
 layout(constant_id = 2) const bool WAIT = false;
 layout(constant_id = 3) const bool SHEXP = false;
 layout(constant_id = 4) const bool BIAS = false;
+layout(constant_id = 5) const bool SELB = false;
+#define NEG_INF uintBitsToFloat(0xFF800000u)
 #define RPF 8
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X { float x[]; };
@@ -33,6 +37,7 @@ layout(std430, binding = 1) volatile coherent buffer Xc { float xc[]; };        
 layout(std430, binding = 6) volatile coherent buffer Chain { uint chain[]; };      // WAIT: the step's counters
 layout(std430, binding = 7) readonly buffer ShexpW { float shw[]; };               // SHEXP: w_shexp
 layout(std430, binding = 8) readonly buffer RBias { float rbias[]; };              // BIAS: per expert
+layout(std430, binding = 9) readonly buffer SelBias { float selb[]; };             // SELB: per expert
 layout(push_constant) uniform Push {
     uint n_expert; uint cols; uint n_used; uint sigmoid; uint norm; float scale; float eps;
     uint wait_slot; uint wait_n;
@@ -44,6 +49,7 @@ shared float red[64];
 shared float red2[64];
 shared bool last;
 shared float prob[MAX_EXPERTS];
+shared float key[SELB ? MAX_EXPERTS : 1];   // SELB: what the pick ranks
 shared uint pick_id[MAX_USED];
 shared float pick_w[MAX_USED];
 
@@ -122,21 +128,25 @@ void main() {
         sum += v;
     }
     float inv = p.sigmoid != 0 ? 1.0 : 1.0 / subgroupAdd(sum);
+    if (SELB) for (uint i = lane; i < p.n_expert; i += S) key[i] = prob[i] * inv + selb[i];
     subgroupMemoryBarrierShared();
     subgroupBarrier();
     float chosen_sum = 0.0;
     for (uint k = 0; k < p.n_used; ++k) {
-        float bv = -2.0;
+        float bv = SELB ? NEG_INF : -2.0;
         uint bi = 0xFFFFFFFFu;
         for (uint i = lane; i < p.n_expert; i += S) {
-            float v = prob[i];
+            float v = SELB ? key[i] : prob[i];
             if (v > bv) { bv = v; bi = i; }
         }
         float best = subgroupMax(bv);
         uint id = subgroupMin(bv == best ? bi : 0xFFFFFFFFu);
-        chosen_sum += best * inv;
-        if (lane == 0) { pick_id[k] = id; pick_w[k] = best * inv; }
-        if (id % S == lane) prob[id] = -1.0;
+        float w = (SELB ? prob[min(id, p.n_expert - 1)] : best) * inv;   // (id past the end: NaN scores)
+        chosen_sum += w;
+        if (lane == 0) { pick_id[k] = id; pick_w[k] = w; }
+        if (id % S == lane) {
+            if (SELB) key[id] = NEG_INF; else prob[id] = -1.0;
+        }
         subgroupMemoryBarrierShared();
         subgroupBarrier();
     }

@@ -316,8 +316,8 @@ def matvec_chain_ok(kc: KernelCache, w: QWeight) -> bool:
 # kernel's own (room left for more of those).
 ROUTER_BINDING0 = 16
 ROUTER_SPEC0 = 20
-ROUTER_BINDINGS = "rrwwwrr"   # 16 router matrix, 17 norm weights, 18 partials, 19 count, 20 route, 21 shared gate,
-#                               22 bias
+ROUTER_BINDINGS = "rrwwwrrr"  # 16 router matrix, 17 norm weights, 18 partials, 19 count, 20 route, 21 shared gate,
+#                               22 bias, 23 the pick's bias per expert
 ROUTER_MAX_USED = 32         # the shader's pick (as moe_router.comp's)
 ROUTER_MAX_REGS = 32         # router weights a thread holds for a row block (columns x rows)
 
@@ -331,7 +331,7 @@ def _stream_shared_bytes(cfg: MatvecConfig, name: str, tpr: int) -> int:
     return xs + 2 * 64 * 8 * 4 + 64 * 4 + MATVEC_STREAM_TABLE_BYTES.get(name, 0)
 
 
-def matvec_router_ok(kc: KernelCache, w: QWeight, router_cols: int, n_used: int) -> bool:
+def matvec_router_ok(kc: KernelCache, w: QWeight, router_cols: int, n_used: int, sel_bias: bool = False) -> bool:
     """Whether w's one-token product can compute a router of `router_cols` partial columns (experts,
     a shared expert's gate, the sum of squares) choosing n_used experts from the rows it writes
     (matvec_stream.comp ROUTER): the stream kernel over one chunk (the whole of x in one dispatch),
@@ -349,6 +349,7 @@ def matvec_router_ok(kc: KernelCache, w: QWeight, router_cols: int, n_used: int)
     # many experts as columns at most)
     shared = _stream_shared_bytes(cfg, type_suffix(w.qtype), tpr) + 16 * cfg.wg + 16 * col4 + 8 * n_used + 4
     shared += 4 * router_cols + 8 * -(-router_cols // 32) * min(n_used, 32) + 4 * 64
+    shared += 4 * router_cols if sel_bias else 0     # RSELB: the serial pick's keys
     return col4 <= cfg.wg and regs <= ROUTER_MAX_REGS and shared <= (kc.info.max_shared_memory or 49152)
 
 
@@ -362,7 +363,7 @@ def _router_dispatch(kc: KernelCache, router, n_bound: int, filler, writers: int
     pad = ROUTER_BINDING0 - n_bound
     bufs = [filler] * pad + [router.w.chunks[0].buffer, (router.norm_w or router.out).range, scratch,
                              count, router.out.range, (router.shexp or router.out).range,
-                             (router.bias or router.out).range]
+                             (router.bias or router.out).range, (router.sel_bias or router.out).range]
     ahead_fits = steps * -(-router.columns // wg) * rows_per_wg <= ROUTER_MAX_REGS
     return "r" * pad + ROUTER_BINDINGS, router.spec(wg, -(-writers // steps), ahead_fits), bufs
 
@@ -483,7 +484,8 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
     if (wait is not None or signal is not None) and (n_tokens != 1 or not matvec_chain_ok(kc, w)):
         raise LlamavkError("matmul: chaining without a barrier takes one token and the stream kernel")
     if router is not None and (n_tokens != 1 or pair is not None or rope is not None or router.w.cols != w.rows
-                               or not matvec_router_ok(kc, w, router.columns, router.n_used)):
+                               or not matvec_router_ok(kc, w, router.columns, router.n_used,
+                                                       router.sel_bias is not None)):
         raise LlamavkError("matmul: a router in the product takes one token, no pair or RoPE, the stream kernel "
                            "over one chunk, and the router's columns as its rows")
     if family != "mul_mv" and (norm is not None or residual is not None or glu is not None):

@@ -51,16 +51,19 @@ GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not u
 
 
 def route(seq, kc: KernelCache, logits: View, out: View, n_tokens: int, n_expert: int, n_used: int,
-          gating: str, norm: bool, scale: float) -> None:
-    """out[t] = the n_used most probable experts' ids and weights from the router's logits[t]."""
+          gating: str, norm: bool, scale: float, sel_bias: View | None = None) -> None:
+    """out[t] = the n_used most probable experts' ids and weights from the router's logits[t]
+    (sel_bias, f32 per expert: the pick ranks probability + sel_bias, glm4moe)."""
     if n_tokens <= 0:
         return
     _check_view(logits, 4 * n_tokens * n_expert, "moe_route logits")
     _check_view(out, 8 * n_tokens * n_used, "moe_route out")
+    if sel_bias is not None:
+        _check_view(sel_bias, 4 * n_expert, "moe_route selection bias")
     sg = kc.info.subgroup_size or 32
-    kernel = kc.get("moe_route_f32", "rw", push_size=24, spec=(sg,))
+    kernel = kc.get("moe_route_f32", "rwr", push_size=24, spec=(sg, sel_bias is not None))
     push = struct.pack("<5If", n_tokens, n_expert, n_used, gating == "sigmoid", bool(norm), scale)
-    seq.dispatch(kernel, [logits.range, out.range], groups_2d(n_tokens), push)
+    seq.dispatch(kernel, [logits.range, out.range, (sel_bias or logits).range], groups_2d(n_tokens), push)
 
 
 ROUTER_TYPES = ("f32", "f16", "bf16")
@@ -74,12 +77,12 @@ def router_ok(w: QWeight) -> bool:
 
 def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, n_used: int, gating: str,
            norm: bool, scale: float, norm_w: View | None = None, eps: float = 0.0, wait=None,
-           shexp: View | None = None, bias: View | None = None) -> None:
+           shexp: View | None = None, bias: View | None = None, sel_bias: View | None = None) -> None:
     """out[t] = the route of token t from its router logits W x'[t] (+ bias: f32 per expert; x' =
     rms_norm(x[t]) * norm_w where given), product and top-k in one dispatch: n_tokens <=
     MATVEC_MAX_TOKENS (decode). wait (a chain.Wait, one token): recorded without a barrier after the
     product writing x. shexp (the shared expert's gate vector, f32): the route gets slot n_used with
-    weight sigmoid(shexp . x'[t])."""
+    weight sigmoid(shexp . x'[t]). sel_bias (f32 per expert): the pick ranks probability + sel_bias."""
     if n_tokens <= 0:
         return
     if not router_ok(w) or n_tokens > MATVEC_MAX_TOKENS:
@@ -97,12 +100,16 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
         raise LlamavkError("moe router: chaining without a barrier takes one token")
     if bias is not None:
         _check_view(bias, 4 * n_expert, "moe router bias")
-    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwwwwrr", push_size=36,
-                    spec=(ROUTER_WG, norm_w is not None, wait is not None, shexp is not None, bias is not None))
+    if sel_bias is not None:
+        _check_view(sel_bias, 4 * n_expert, "moe router selection bias")
+    kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwwwwrrr", push_size=36,
+                    spec=(ROUTER_WG, norm_w is not None, wait is not None, shexp is not None, bias is not None,
+                          sel_bias is not None))
     push = struct.pack("<5I2f2I", n_expert, w.cols, n_used, gating == "sigmoid", bool(norm), scale, eps,
                        wait.slot if wait else 0, wait.n if wait else 0)
     seq.dispatch(kernel, [w.chunks[0].buffer, x.range, (norm_w or x).range, out.range, logits, counts,
-                          wait.counters if wait else counts, (shexp or x).range, (bias or x).range],
+                          wait.counters if wait else counts, (shexp or x).range, (bias or x).range,
+                          (sel_bias or x).range],
                  (n_expert + (shexp is not None), n_tokens, 1), push, chained=wait is not None)
 
 
@@ -157,13 +164,14 @@ def router_fold_enabled() -> bool:
     return router_fold_mode() != "off"
 
 
-def router_fold_ok(kc: KernelCache, product_w: QWeight, router_w: QWeight, n_used: int, shexp: bool) -> bool:
+def router_fold_ok(kc: KernelCache, product_w: QWeight, router_w: QWeight, n_used: int, shexp: bool,
+                   sel_bias: bool = False) -> bool:
     """Whether the one-token product of product_w (writing x) can also compute the router reading x
     (FoldedRouter; matvec_stream.comp ROUTER): an f32 router matrix in one buffer over x's rows, and
     the product's kernel able to (matmul.matvec_router_ok)."""
     return (router_fold_enabled() and type_suffix(router_w.qtype) == "f32" and len(router_w.chunks) == 1
             and not router_w.experts and router_w.cols == product_w.rows and n_used <= router_w.rows
-            and matvec_router_ok(kc, product_w, router_w.rows + shexp + 1, n_used))
+            and matvec_router_ok(kc, product_w, router_w.rows + shexp + 1, n_used, sel_bias))
 
 
 @dataclass(frozen=True)
@@ -182,6 +190,7 @@ class FoldedRouter:
     eps: float
     shexp: View | None      # a shared expert's gate vector: slot n_used, weight sigmoid(shexp . x')
     bias: View | None = None  # the router's bias (gpt-oss): added to each logit
+    sel_bias: View | None = None  # the pick's bias per expert (glm4moe): ranks probability + it
 
     @property
     def columns(self) -> int:
@@ -193,10 +202,12 @@ class FoldedRouter:
         RAHEAD for a product of `wg`-thread workgroups, `writers` of which write x (ahead_fits: a
         thread's router weights of all its row blocks fit its registers)."""
         tail, mode = router_tail_mode(), router_fold_mode()
+        tail = 0 if self.sel_bias is not None else tail      # RSELB: the serial pick only
         ahead = mode == "ahead" and ahead_fits
         return (self.w.rows, self.n_used, self.gating == "sigmoid", bool(self.norm), float(self.scale),
                 float(self.eps), self.norm_w is not None, self.shexp is not None, mode == "early",
-                tail, router_tail_loads(wg, self.columns, writers, tail), ahead, self.bias is not None)
+                tail, router_tail_loads(wg, self.columns, writers, tail), ahead, self.bias is not None,
+                self.sel_bias is not None)
 
     def scratch(self, kc: KernelCache, writers: int) -> tuple:
         """(partials, count) ranges: [writers][columns rounded up to 4] floats, and the count of
@@ -212,6 +223,8 @@ class FoldedRouter:
             _check_view(self.norm_w, 4 * self.w.cols, "folded router norm")
         if self.bias is not None:
             _check_view(self.bias, 4 * self.w.rows, "folded router bias")
+        if self.sel_bias is not None:
+            _check_view(self.sel_bias, 4 * self.w.rows, "folded router selection bias")
         return (part, 0, nbytes), (count, 0, 16)
 
 

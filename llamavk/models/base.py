@@ -40,6 +40,11 @@ ROLES = (
     # gpt-oss: the output projection's and the router's biases, each expert's biases (n_expert, rows),
     # and per query head the attention sink's logit (n_head,)
     "o_bias", "router_bias", "gate_exps_bias", "up_exps_bias", "down_exps_bias", "attn_sinks",
+    # glm4moe (DeepSeek-V3's routing): per expert a bias added to its probability for the choice only
+    # (`exp_probs_b.bias`, n_expert), not to the chosen experts' weights
+    "expert_sel_bias",
+    # tensors a file has and llamavk does not load (glm4moe's multi-token-prediction blocks)
+    "nextn",
 )
 EXPERT_ROLES = frozenset({"gate_exps", "up_exps", "down_exps"})
 
@@ -91,6 +96,10 @@ class ModelConfig:
     expert_norm: bool = False         # the chosen experts' weights renormalized to sum 1
     expert_weights_scale: float = 1.0
     n_ff_shexp: int = 0               # the shared expert's FFN width (0: none)
+    shexp_gated: bool = True          # the shared expert's output times sigmoid(w . h) (qwen2moe, qwen35moe);
+                                      # False: added as it is (glm4moe)
+    expert_sel_bias: bool = False     # the router's choice reads probability + a bias per expert (glm4moe)
+    n_layer_dense_lead: int = 0       # the first layers have a dense FFN of n_ff instead of experts
     # the experts' gated unit: "swiglu" silu(g) u, or "swiglu_oai" (gpt-oss: ggml_swiglu_oai with
     # models/gpt_oss.py's alpha and limit)
     expert_glu: str = "swiglu"
@@ -138,6 +147,10 @@ class ModelConfig:
     def n_gqa(self) -> int:
         """Query heads per KV head."""
         return self.n_head // self.n_head_kv
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether `layer`'s FFN is the mixture of experts (not one of the leading dense layers)."""
+        return self.n_expert > 0 and layer >= self.n_layer_dense_lead
 
     def is_recurrent(self, layer: int) -> bool:
         """Whether `layer` is a Gated DeltaNet layer (recurrent state, no KV cache)."""
@@ -272,6 +285,10 @@ def check_config(cfg: ModelConfig) -> ModelConfig:
         v = getattr(cfg, name)
         if not isinstance(v, int) or isinstance(v, bool) or not lowest <= v <= MAX_COUNT:
             raise LlamavkError(f"bad GGUF metadata: {cfg.arch} model with {name} = {v!r}")
+    if not isinstance(cfg.n_layer_dense_lead, int) or not 0 <= cfg.n_layer_dense_lead <= cfg.n_layer \
+            or (cfg.n_layer_dense_lead and cfg.n_ff < 1):
+        raise LlamavkError(f"bad GGUF metadata: {cfg.arch} model with {cfg.n_layer_dense_lead!r} leading dense "
+                           f"layers of {cfg.n_layer}, feed_forward_length {cfg.n_ff}")
     if cfg.n_head % cfg.n_head_kv:
         raise LlamavkError(f"{cfg.arch}: head_count {cfg.n_head} is not a multiple of head_count_kv "
                            f"{cfg.n_head_kv}")
@@ -379,7 +396,7 @@ def llama_like_specs(cfg: ModelConfig) -> list[WeightSpec]:
                 WeightSpec(b + "attn_k_norm.weight", "k_norm", i, (D,)),
             ]
         specs.append(WeightSpec(b + "ffn_norm.weight", "ffn_norm", i, (E,)))
-        specs += moe_specs(cfg, i) if cfg.n_expert else [
+        specs += moe_specs(cfg, i) if cfg.is_moe(i) else [
             WeightSpec(b + "ffn_gate.weight", "gate", i, (F, E)),
             WeightSpec(b + "ffn_up.weight", "up", i, (F, E)),
             WeightSpec(b + "ffn_down.weight", "down", i, (E, F)),
@@ -397,10 +414,13 @@ def moe_specs(cfg: ModelConfig, i: int) -> list[WeightSpec]:
         WeightSpec(b + "ffn_up_exps.weight", "up_exps", i, (X, F, E)),
         WeightSpec(b + "ffn_down_exps.weight", "down_exps", i, (X, E, F)),
     ]
+    if cfg.expert_sel_bias:
+        specs.append(WeightSpec(b + "exp_probs_b.bias", "expert_sel_bias", i, (X,)))
     if cfg.n_ff_shexp:
         S = cfg.n_ff_shexp
+        if cfg.shexp_gated:
+            specs.append(WeightSpec(b + "ffn_gate_inp_shexp.weight", "router_shexp", i, (E,)))
         specs += [
-            WeightSpec(b + "ffn_gate_inp_shexp.weight", "router_shexp", i, (E,)),
             WeightSpec(b + "ffn_gate_shexp.weight", "gate_shexp", i, (S, E)),
             WeightSpec(b + "ffn_up_shexp.weight", "up_shexp", i, (S, E)),
             WeightSpec(b + "ffn_down_shexp.weight", "down_shexp", i, (E, S)),

@@ -51,9 +51,10 @@ def swiglu_ffn(g: Graph, cfg, i: int, h: Tensor, n_ff: int | None = None, suffix
 
 def moe_ffn(g: Graph, cfg, i: int, h: Tensor, biases: bool = False, alpha: float = 0.0,
             limit: float = 0.0) -> Tensor:
-    """Mixture of experts: the router picks cfg.n_expert_used of cfg.n_expert experts per token;
-    their SwiGLU outputs are summed with the router's weights; a shared expert, where the model has
-    one, is added gated by sigmoid(w . h). biases: the router's and each expert's products' biases
+    """Mixture of experts: the router picks cfg.n_expert_used of cfg.n_expert experts per token (by
+    probability + a bias per expert where cfg.expert_sel_bias: glm4moe); their SwiGLU outputs are
+    summed with the router's weights; a shared expert, where the model has one, is added gated by
+    sigmoid(w . h) (not gated: cfg.shexp_gated False). biases: the router's and each expert's products' biases
     (gpt-oss); cfg.expert_glu "swiglu_oai": the experts' unit is swiglu_oai(alpha, limit)."""
     b, E, X, F = f"blk.{i}.", cfg.n_embd, cfg.n_expert, cfg.n_ff_exp
 
@@ -62,7 +63,9 @@ def moe_ffn(g: Graph, cfg, i: int, h: Tensor, biases: bool = False, alpha: float
 
     logits = g.matmul(g.weight(b + "ffn_gate_inp.weight", X, E, "router", i), h,
                       vec(g, b + "ffn_gate_inp.bias", X, "router_bias", i) if biases else None)
-    route = g.moe_route(logits, cfg.n_expert_used, cfg.expert_gating, cfg.expert_norm, cfg.expert_weights_scale)
+    sel_bias = vec(g, b + "exp_probs_b.bias", X, "expert_sel_bias", i) if cfg.expert_sel_bias else None
+    route = g.moe_route(logits, cfg.n_expert_used, cfg.expert_gating, cfg.expert_norm, cfg.expert_weights_scale,
+                        sel_bias=sel_bias)
     gate = g.matmul_id(g.weight(b + "ffn_gate_exps.weight", F, E, "gate_exps", i, experts=X), h, route)
     up = g.matmul_id(g.weight(b + "ffn_up_exps.weight", F, E, "up_exps", i, experts=X), h, route)
     gate = bias(gate, "ffn_gate_exps", F, "gate_exps_bias", route)
@@ -72,8 +75,9 @@ def moe_ffn(g: Graph, cfg, i: int, h: Tensor, biases: bool = False, alpha: float
     out = g.moe_sum(bias(down, "ffn_down_exps", E, "down_exps_bias", route), route)
     if cfg.n_ff_shexp:
         shared = swiglu_ffn(g, cfg, i, h, cfg.n_ff_shexp, "_shexp", ("gate_shexp", "up_shexp", "down_shexp"))
-        gated = g.scale_sigmoid(shared, h, vec(g, b + "ffn_gate_inp_shexp.weight", E, "router_shexp", i))
-        out = g.add(out, gated)
+        if cfg.shexp_gated:
+            shared = g.scale_sigmoid(shared, h, vec(g, b + "ffn_gate_inp_shexp.weight", E, "router_shexp", i))
+        out = g.add(out, shared)
     return out
 
 

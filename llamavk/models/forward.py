@@ -2,7 +2,8 @@
 
 Architecture differences are flags of ModelConfig: QKV biases (qwen2), per-head Q/K RMS norm before
 RoPE (qwen3), RoPE ordering (normal for llama, NEOX for qwen), tied output, and a mixture of experts
-in place of the dense FFN (n_expert > 0: qwen3moe). The blocks are in blocks.py.
+in place of the dense FFN (n_expert > 0: qwen3moe; after n_layer_dense_lead dense layers:
+glm4moe). The blocks are in blocks.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ def llama_like(cfg, all_logits: bool = False, mixer=None, ffn_norm: str = "ffn_n
     their own); ffn_norm: the GGUF name of the norm before the FFN (role ffn_norm either way)."""
     g = Graph(cfg)
     E, V = cfg.n_embd, cfg.n_vocab
-    ffn = moe_ffn if cfg.n_expert else swiglu_ffn
     mixer = mixer or attention
     x = g.embed(g.weight("token_embd.weight", V, E, "token_embd"))
     for i in range(cfg.n_layer):
@@ -25,7 +25,7 @@ def llama_like(cfg, all_logits: bool = False, mixer=None, ffn_norm: str = "ffn_n
         h = g.rms_norm(x, vec(g, b + "attn_norm.weight", E, "attn_norm", i), cfg.rms_eps)
         x = g.add(x, mixer(g, cfg, i, h))
         h = g.rms_norm(x, vec(g, b + f"{ffn_norm}.weight", E, "ffn_norm", i), cfg.rms_eps)
-        x = g.add(x, ffn(g, cfg, i, h))
+        x = g.add(x, (moe_ffn if cfg.is_moe(i) else swiglu_ffn)(g, cfg, i, h))
     g.layer = None
     if not all_logits:
         x = g.last_row(x)
