@@ -39,13 +39,13 @@ gpt-oss's pair: `swiglu_oai(add_id(matmul_id(Wg, h), bg), add_id(matmul_id(Wu, h
 becomes one matmul_id with attrs pair, bias, pair_bias and oai (swiglu_oai's alpha and limit).
 
 `fuse_shared_expert` (one-token steps, after `fuse_glu_pairs`, where the device's expert kernels can):
-a mixture of experts with a gated shared expert (qwen35moe) computes
-    out = sum_k w_k * expert_k(h) + sigmoid(w_gate . h) * shared(h)
+a mixture of experts with a shared expert, gated (qwen35moe) or not (glm4moe), computes
+    out = sum_k w_k * expert_k(h) + sigmoid(w_gate . h) * shared(h)     (or + shared(h))
 as router, gate/up pair, down + sum, and beside them the shared gate/up, its down, scale_sigmoid
 and an add: the norm h feeds five ops, so it cannot fold into the products, and the shared branch
 adds dependent stages. The shared expert becomes one more slot of the routed products instead: the
-router writes sigmoid(w_gate . h) as the weight of slot n_used (attr shexp_gate; route rows one slot
-wider), the gate/up pair computes the shared slot too (attrs shexp, shexp_pair: its matrices;
+router writes sigmoid(w_gate . h) as the weight of slot n_used (attr shexp_gate; ungated: 1, attr
+shexp_one; route rows one slot wider), the gate/up pair computes the shared slot too (attrs shexp, shexp_pair: its matrices;
 output per token: the routed slots' rows, then the shared slot's), and the down product sums all
 slots (attrs sum, shexp). `fuse_for_matvec` then folds the norm into router and pair and the
 residual add into the down product: 3 dependent stages for the FFN instead of 6-7.
@@ -220,17 +220,25 @@ def fuse_shared_expert(graph: Graph, can_fuse) -> Graph:
             and set(p.attrs) == set(attrs)
         return p if ok else None
 
-    for ss in ops:
-        if ss.kind != "scale_sigmoid" or id(ss) in dropped:
+    for add in ops:
+        if add.kind != "add" or id(add) in dropped or add.inputs[0] is add.inputs[1]:
             continue
-        y_sh, h, w_gate = ss.inputs
-        add = consumers[ss.out][0] if len(consumers[ss.out]) == 1 else None
-        if add is None or add.kind != "add" or ss.out not in add.inputs or add.inputs[0] is add.inputs[1]:
+        # the shared expert's output: gated (scale_sigmoid of its down product) or not (glm4moe)
+        side = [p for p in map(producer.get, add.inputs) if p is not None and p.kind in ("scale_sigmoid", "matmul")]
+        ss = next((p for p in side if p.kind == "scale_sigmoid"), None)
+        if ss is not None:
+            y_sh, h, w_gate = ss.inputs
+            down_sh = only(y_sh, "matmul", ss)
+            shared_out = ss.out
+        else:
+            down_sh = next((p for p in side if len(p.inputs) == 2 and not p.attrs), None)
+            y_sh, w_gate = (down_sh.out, None) if down_sh is not None else (None, None)
+            shared_out = y_sh
+        if down_sh is None or consumers[shared_out] != [add]:
             continue
-        m = add.inputs[1] if add.inputs[0] is ss.out else add.inputs[0]
-        down_sh = only(y_sh, "matmul", ss)
+        m = add.inputs[1] if add.inputs[0] is shared_out else add.inputs[0]
         msum = only(m, "moe_sum", add)
-        if down_sh is None or msum is None:
+        if msum is None:
             continue
         # the shared gate/up: one paired product, or two products and their swiglu
         gu = only(down_sh.inputs[1], "matmul", down_sh, attrs=("pair",))
@@ -255,14 +263,19 @@ def fuse_shared_expert(graph: Graph, can_fuse) -> Graph:
                 or pair.inputs[2] is not route or sorted(map(id, consumers[route])) != sorted(map(id, (pair, down, msum))):
             continue
         router = only(mr.inputs[0], "matmul", mr, attrs=())
-        if router is None or any(t is not h for t in [router.inputs[1], pair.inputs[1]] + shared_inputs):
+        h = pair.inputs[1]
+        if router is None or any(t is not h for t in [router.inputs[1], pair.inputs[1]] + shared_inputs) \
+                or (ss is not None and ss.inputs[1] is not h):
             continue
         if not can_fuse(router.inputs[0], pair.inputs[0], pair.attrs["pair"], down.inputs[0], gate_sh, up_sh,
                         down_sh.inputs[0]):
             continue
         wide_route = Tensor(f"{route.name}+shexp", route.width + 2, layer=route.layer)
         router.attrs["route"] = dict(mr.attrs)
-        router.attrs["shexp_gate"] = w_gate
+        if w_gate is not None:
+            router.attrs["shexp_gate"] = w_gate
+        else:
+            router.attrs["shexp_one"] = True          # the shared slot's weight is 1
         router.out = wide_route
         wide_act = Tensor(f"{pair.out.name}+shexp", pair.out.width + gate_sh.rows, layer=pair.out.layer)
         pair.inputs = pair.inputs[:2] + (wide_route,)
@@ -271,14 +284,14 @@ def fuse_shared_expert(graph: Graph, can_fuse) -> Graph:
         down.inputs = (down.inputs[0], wide_act, wide_route)
         down.attrs.update(sum=True, shexp=down_sh.inputs[0])
         down.out = add.out
-        dropped.update(id(o) for o in shared_ops + [mr, msum, ss, add])
+        dropped.update(id(o) for o in shared_ops + [mr, msum, add] + ([ss] if ss is not None else []))
     return _graph_like(graph, [op for op in ops if id(op) not in dropped])
 
 
 def fuse_one_token(graph: Graph, can_pair, can_rope, can_sum=lambda weight: True,
                    can_route=lambda weight: True, can_fuse_gdn=lambda head_dim, d_conv: False,
                    can_shexp=lambda *weights: False,
-                   can_fold_router=lambda product, router, n_used, shexp: False) -> Graph | None:
+                   can_fold_router=lambda product, router, n_used, shexp, **kw: False) -> Graph | None:
     """The one-token step's graph: pairs, RoPE and a shared expert in the products and DeltaNet's
     middle in one op, where the device can, then the decode fusions and routers in the products
     writing their inputs; None where none applies (the step then takes fuse_for_matvec's graph)."""
@@ -310,6 +323,7 @@ def fuse_router_into_products(graph: Graph, can_fold) -> Graph:
             continue
         prod.attrs["router"] = dict(weight=op.inputs[0], route=a["route"], norm=a.get("norm"),
                                     eps=a.get("eps", 0.0), shexp_gate=a.get("shexp_gate"),
+                                    shexp_one=a.get("shexp_one", False),
                                     bias=op.inputs[2] if len(op.inputs) > 2 else None)
         prod.attrs["route_out"] = op.out
         dropped.add(id(op))

@@ -479,7 +479,8 @@ class DeviceRuntime:
                            r["norm"], r["scale"], norm_w=vec(norm_w) if norm_w is not None else None,
                            eps=op.attrs.get("eps", 0.0), wait=wait, shexp=vec(shexp) if shexp is not None else None,
                            bias=vec(op.inputs[2]) if len(op.inputs) > 2 else None,
-                           sel_bias=vec(r["sel_bias"]) if "sel_bias" in r else None)
+                           sel_bias=vec(r["sel_bias"]) if "sel_bias" in r else None,
+                           shexp_one=op.attrs.get("shexp_one", False))
             elif k == "matmul":
                 w, x = op.inputs[0], op.inputs[1]
                 bias = vec(op.inputs[2]) if len(op.inputs) > 2 else None
@@ -785,7 +786,7 @@ class DeviceRuntime:
                                 r["norm"], r["scale"], vec(a["norm"]) if a["norm"] is not None else None, a["eps"],
                                 vec(a["shexp_gate"]) if a["shexp_gate"] is not None else None,
                                 vec(a["bias"]) if a.get("bias") is not None else None,
-                                vec(r["sel_bias"]) if "sel_bias" in r else None)
+                                vec(r["sel_bias"]) if "sel_bias" in r else None, a.get("shexp_one", False))
 
     def _rope_out(self, op, step) -> rope.RopeOut | None:
         """Where a Q/K/V product with RoPE in it (fusion.fuse_rope_into_products) writes: q rotated

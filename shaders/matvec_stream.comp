@@ -233,7 +233,8 @@
 // 11 XFIRST, 12 WAIT, 13 SIGNAL, 14 PHASE; ROUTER: 20 RNE, 21 RNU, 22 RSIG, 23 RRENORM, 24 RSCALE,
 // 25 REPS, 26 RNORM, 27 RSH, 28 REARLY, 29 RTAIL, 30 RLOADS, 31 RAHEAD, 32 RBIAS (the router's bias,
 // binding 22, added to each logit before the pick: gpt-oss), 33 RSELB (glm4moe: the serial pick ranks
-// probability + a bias per expert, binding 23, and weighs by the probability; RTAIL 0 only).
+// probability + a bias per expert, binding 23, and weighs by the probability; RTAIL 0 only), 34 RSH1
+// (glm4moe's ungated shared expert: slot RNU with id RNE and weight 1, no gate column).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 512;
 layout(constant_id = 1) const bool NORM = false;
@@ -269,6 +270,7 @@ layout(constant_id = 30) const uint RLOADS = 8;       // partials' vec4 loads in
 layout(constant_id = 31) const bool RAHEAD = false;   // every block's router weights loaded first (header)
 layout(constant_id = 32) const bool RBIAS = false;    // the router's bias (binding 22) in each logit
 layout(constant_id = 33) const bool RSELB = false;    // the pick's bias per expert (binding 23), RTAIL 0
+layout(constant_id = 34) const bool RSH1 = false;     // a shared expert's slot of weight 1 (not with RSH)
 const uint RNC = RNE + (RSH ? 1 : 0) + 1;             // partial columns: logits, gate, sum of squares
 const uint RNC4 = (RNC + 3) / 4;                      // ... as vec4s (the host checks RNC4 <= WG)
 const uint RK = (RNC + WG - 1) / WG;                  // columns per thread
@@ -1456,6 +1458,10 @@ void router_pick_serial(uint half_row) {
         route[RNU] = uintBitsToFloat(RNE);
         route[half_row + RNU] = 1.0 / (1.0 + exp(-logit));
     }
+    if (RSH1 && lane == 0) {  // an ungated shared expert (moe_router.comp SHONE)
+        route[RNU] = uintBitsToFloat(RNE);
+        route[half_row + RNU] = 1.0;
+    }
     if (lane == 0) rcount[0] = 0u;
 }
 
@@ -1528,9 +1534,9 @@ void router_pick_ranks(uint nsl, uint half_row) {
         route[half_row + k] = v * (RRENORM ? RSCALE / chosen : (RSIG ? RSCALE : RSCALE / total));
     }
     if (tid == 0) {
-        if (RSH) {   // the shared expert's gate (moe_router.comp SHEXP)
+        if (RSH || RSH1) {   // the shared expert's slot (moe_router.comp SHEXP, SHONE)
             route[RNU] = uintBitsToFloat(RNE);
-            route[half_row + RNU] = 1.0 / (1.0 + exp(-rtot[RNE]));
+            route[half_row + RNU] = RSH ? 1.0 / (1.0 + exp(-rtot[RNE])) : 1.0;
         }
         rcount[0] = 0u;
     }
@@ -1565,7 +1571,7 @@ void router_finish(uint widx, uint n_writers) {
     }
     rbuf[tid] = acc4;
     barrier();
-    uint half_row = RSH ? RNU + 1 : RNU;   // route row: half_row ids, then their weights
+    uint half_row = RSH || RSH1 ? RNU + 1 : RNU;   // route row: half_row ids, then their weights
     if (RTAIL == 1) {
         router_pick_ranks(nsl, half_row);
         return;

@@ -17,6 +17,8 @@
 // row is then [id_0 .. id_{n_used-1}, n_expert, weight_0 .. weight_{n_used-1}, gate]. It takes no part
 // in the count: the pick does not read it.
 // BIAS (gpt-oss): the logits get the router's bias (f32, binding 8) before the pick.
+// SHONE (glm4moe's ungated shared expert as one more slot): the pick writes slot n_used with id
+// n_expert and weight 1 (no gate, no workgroup of its own; route rows as with SHEXP).
 // SELB (glm4moe): the pick ranks probability + a bias per expert (f32, binding 9); the weights stay
 // the probabilities (moe_route.comp SELB).
 layout(local_size_x_id = 0) in;
@@ -25,6 +27,7 @@ layout(constant_id = 2) const bool WAIT = false;
 layout(constant_id = 3) const bool SHEXP = false;
 layout(constant_id = 4) const bool BIAS = false;
 layout(constant_id = 5) const bool SELB = false;
+layout(constant_id = 6) const bool SHONE = false;
 #define NEG_INF uintBitsToFloat(0xFF800000u)
 #define RPF 8
 #include "quants.glsl"
@@ -96,7 +99,7 @@ void main() {
         acc += (shared_gate ? shw[c] : wfloat(e * p.cols + c)) * v;
     }
     vec2 s = wg_sum(acc, ss);
-    uint half_row = SHEXP ? p.n_used + 1 : p.n_used;   // route row: half_row ids, then their weights
+    uint half_row = SHEXP || SHONE ? p.n_used + 1 : p.n_used;   // route row: half_row ids, then their weights
     if (shared_gate) {
         if (tid == 0) {
             float logit = NORM ? s.x * inversesqrt(s.y / float(p.cols) + p.eps) : s.x;
@@ -155,6 +158,10 @@ void main() {
     for (uint k = lane; k < p.n_used; k += S) {
         route[ob + k] = uintBitsToFloat(pick_id[k]);
         route[ob + half_row + k] = pick_w[k] * f;
+    }
+    if (SHONE && lane == 0) {
+        route[ob + p.n_used] = uintBitsToFloat(p.n_expert);
+        route[ob + half_row + p.n_used] = 1.0;
     }
     if (lane == 0) count[t] = 0u;
 }

@@ -100,7 +100,7 @@ def test_truncated_tensor_data(tmp_path, missing):
 def test_unknown_architecture(tmp_path):
     msg = error_of(write_gguf(tmp_path / "a.gguf", arch="mamba"))
     assert "'mamba'" in msg
-    assert "gemma3, gpt-oss, llama, mistral3, qwen2, qwen2moe, qwen3, qwen35, qwen35moe, qwen3moe" in msg
+    assert "gemma3, glm4moe, gpt-oss, llama, mistral3, qwen2, qwen2moe, qwen3, qwen35, qwen35moe, qwen3moe" in msg
 
 
 def test_unsupported_tensor_type(tmp_path):

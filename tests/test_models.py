@@ -26,7 +26,7 @@ def tiny_models(tmp_path_factory):
 
 def test_registry():
     assert sorted(ARCHITECTURES) == sorted(ARCHS + ["qwen3moe", "qwen35", "qwen35moe", "gemma3", "mistral3", "qwen2moe",
-                                                  "qwen3next", "gpt-oss"])
+                                                  "qwen3next", "gpt-oss", "glm4moe"])
     for module in ARCHITECTURES.values():
         assert callable(module.config) and callable(module.weight_specs)
 

@@ -49,10 +49,12 @@ def route_rows(ids, weights):
     return np.concatenate([np.asarray(ids, np.uint32).view(np.float32), np.asarray(weights, np.float32)], axis=1)
 
 
-def reference_route(logits, n_used, gating, norm, scale):
+def reference_route(logits, n_used, gating, norm, scale, sel_bias=None):
+    """sel_bias (glm4moe): the pick ranks probability + sel_bias; the weights stay the probabilities."""
     x = logits.astype(np.float64)
     probs = softmax(x) if gating == "softmax" else 1.0 / (1.0 + np.exp(-x))
-    ids = np.argsort(-probs, axis=1, kind="stable")[:, :n_used]
+    keys = probs if sel_bias is None else probs + sel_bias.astype(np.float64)
+    ids = np.argsort(-keys, axis=1, kind="stable")[:, :n_used]
     w = np.take_along_axis(probs, ids, axis=1)
     if norm:
         w = w / w.sum(axis=1, keepdims=True)
@@ -94,6 +96,53 @@ def test_router_product_and_pick_in_one_dispatch(dev, kc, qtype, gating, norm):
         seq = CommandSequence(dev).begin()
         moe.router(seq, kc, w, device_array(dev, x), View.whole(out), n_tokens, n_used, gating, norm, 1.5,
                    norm_w=device_array(dev, nw), eps=1e-5)
+        seq.end().run()
+        got = out.array(np.float32, n_tokens * 2 * n_used).reshape(n_tokens, 2 * n_used)
+        np.testing.assert_array_equal(got[:, :n_used].view(np.uint32), ids)
+        np.testing.assert_allclose(got[:, n_used:], weights, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("gating,norm,scale,bias_std", [("sigmoid", True, 2.5, 0.3), ("softmax", True, 1.0, 0.02),
+                                                        ("sigmoid", False, 1.0, 3.0)])
+@pytest.mark.parametrize("n_expert,n_used", [(128, 8), (10, 3), (300, 8)])
+def test_route_with_selection_bias(dev, kc, gating, norm, scale, bias_std, n_expert, n_used):
+    """moe_route.comp SELB (glm4moe): experts picked by probability + a bias per expert (of either
+    sign; std 3: every key of some negative, where the unbiased pick's "chosen" mark -1 would win),
+    weighted by their probabilities. The bias must change picks, else the case proves nothing."""
+    n_tokens = 5
+    rng = np.random.default_rng(n_expert + n_used)
+    logits = rng.standard_normal((n_tokens, n_expert)).astype(np.float32) * 2
+    bias = (rng.standard_normal(n_expert) * bias_std).astype(np.float32)
+    out = host_f32(dev, n_tokens * 2 * n_used)
+    seq = CommandSequence(dev).begin()
+    moe.route(seq, kc, device_array(dev, logits), View.whole(out), n_tokens, n_expert, n_used, gating, norm, scale,
+              sel_bias=device_array(dev, bias))
+    seq.end().run()
+    got = out.array(np.float32, n_tokens * 2 * n_used).reshape(n_tokens, 2 * n_used)
+    ids, w = reference_route(logits, n_used, gating, norm, scale, bias)
+    assert (ids != reference_route(logits, n_used, gating, norm, scale)[0]).any()
+    np.testing.assert_array_equal(got[:, :n_used].view(np.uint32), ids)
+    np.testing.assert_allclose(got[:, n_used:], w, rtol=2e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("gating", ["sigmoid", "softmax"])
+def test_router_with_selection_bias(dev, kc, gating):
+    """moe_router.comp SELB: the product, then the pick by probability + bias, weights without it."""
+    n_tokens, n_expert, cols, n_used = 3, 70, 96, 6
+    rng = np.random.default_rng(31)
+    raw, wref = make_weight(T.F32, n_expert, cols, 32)
+    w = upload_qweight(dev, raw, T.F32, n_expert, cols)
+    nw = rng.uniform(0.05, 0.15, cols).astype(np.float32)
+    bias = (rng.standard_normal(n_expert) * (0.3 if gating == "sigmoid" else 0.02)).astype(np.float32)
+    for rep in range(2):
+        x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
+        h = x.astype(np.float64) / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * nw
+        ids, weights = reference_route(h @ wref.T, n_used, gating, True, 2.5, bias)
+        assert (ids != reference_route(h @ wref.T, n_used, gating, True, 2.5)[0]).any()
+        out = host_f32(dev, n_tokens * 2 * n_used)
+        seq = CommandSequence(dev).begin()
+        moe.router(seq, kc, w, device_array(dev, x), View.whole(out), n_tokens, n_used, gating, True, 2.5,
+                   norm_w=device_array(dev, nw), eps=1e-5, sel_bias=device_array(dev, bias))
         seq.end().run()
         got = out.array(np.float32, n_tokens * 2 * n_used).reshape(n_tokens, 2 * n_used)
         np.testing.assert_array_equal(got[:, :n_used].view(np.uint32), ids)

@@ -77,6 +77,32 @@ def test_router_writes_the_shared_gate(dev, kc, qtype, n_tokens):
         assert 0.05 < gate.min() and gate.max() < 0.95     # the test's gate does not saturate
 
 
+@pytest.mark.parametrize("n_tokens", [1, 3])
+def test_router_writes_the_ungated_slot(dev, kc, n_tokens):
+    """glm4moe's shared expert is not gated (moe_router.comp SHONE): slot n_used holds id n_expert and
+    weight 1, beside a pick by probability + a bias per expert (SELB)."""
+    n_expert, cols, n_used = 70, 96, 5
+    rng = np.random.default_rng(33)
+    raw, wref = make_weight(T.F32, n_expert, cols, 34)
+    w = upload_qweight(dev, raw, T.F32, n_expert, cols)
+    nw = rng.uniform(0.05, 0.15, cols).astype(np.float32)
+    bias = (rng.standard_normal(n_expert) * 0.3).astype(np.float32)
+    for _ in range(2):
+        x = rng.standard_normal((n_tokens, cols)).astype(np.float32)
+        h = x.astype(np.float64) / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-6) * nw
+        ids, weights = reference_route(h @ wref.T, n_used, "sigmoid", True, 2.5, bias)
+        out = host_f32(dev, n_tokens * 2 * (n_used + 1))
+        seq = CommandSequence(dev).begin()
+        moe.router(seq, kc, w, device_array(dev, x), View.whole(out), n_tokens, n_used, "sigmoid", True, 2.5,
+                   norm_w=device_array(dev, nw), eps=1e-6, sel_bias=device_array(dev, bias), shexp_one=True)
+        seq.end().run()
+        got = out.array(np.float32, n_tokens * 2 * (n_used + 1)).reshape(n_tokens, 2 * (n_used + 1))
+        np.testing.assert_array_equal(got[:, :n_used + 1].view(np.uint32),
+                                      np.concatenate([ids, np.full((n_tokens, 1), n_expert)], 1))
+        np.testing.assert_allclose(got[:, n_used + 1:-1], weights, rtol=1e-4, atol=1e-6)
+        np.testing.assert_array_equal(got[:, -1], 1.0)
+
+
 def check(got, ref, what):
     assert np.isfinite(got).all(), f"{what}: some outputs were not written"
     err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
@@ -238,6 +264,25 @@ def test_rewrite_of_the_one_token_ffn(tiny_config, pair_shared):
     assert len(graph.ops) - len(one.ops) >= 8 * cfg.n_layer
 
 
+def test_rewrite_of_the_ungated_shared_expert(tmp_path):
+    """glm4moe: add(moe_sum, shared down) becomes the same three products, the router writing the
+    shared slot's weight 1 (attr shexp_one, no gate vector); the dense first layer keeps its FFN."""
+    from llamavk.synthetic import tiny_preset, write_synthetic_model
+    path = tmp_path / "tiny-glm4moe.gguf"
+    write_synthetic_model(path, tiny_preset("glm4moe"), "q4_0", "glm4moe", seed=1)
+    cfg = load_model_file(path).config
+    one = fuse_one_token(build_graph(cfg), lambda g, u: True, lambda w: False, can_shexp=lambda *w: True)
+    assert [describe(op)[:2] for op in ffn_ops(one, 0)] == [("matmul", "gate"), ("matmul", "down")]
+    for layer in range(1, cfg.n_layer):
+        ops = ffn_ops(one, layer)
+        assert [describe(op) for op in ops] == [
+            ("matmul", "router", ("eps", "norm", "route", "shexp_one")),
+            ("matmul_id", "gate_exps", ("eps", "norm", "pair", "shexp", "shexp_pair")),
+            ("matmul_id", "down_exps", ("residual", "shexp", "sum"))]
+        assert "sel_bias" in ops[0].attrs["route"] and ops[0].out.width == 2 * (3 + 1)
+    assert not any(op.kind in ("add", "moe_sum", "moe_route") for op in one.ops if op.layer)
+
+
 def test_rewrite_keeps_the_graph_where_it_cannot(tiny_config):
     """Refused by the device (can_shexp False), or without the routed pair: the shared branch stays
     as it is (scale_sigmoid, its products, the add) in every layer."""
@@ -278,6 +323,25 @@ def test_decode_with_the_shared_slot_matches_reference(synthetic_model, monkeypa
         got[fuse], rt = decode_rows(path, prompt)
         one = rt.fused_one["last"]
         assert sum("shexp" in op.attrs for op in one.ops) == (2 * rt.cfg.n_layer if fuse == "1" else 0)
+        assert np.abs(got[fuse] - want).max() < 3e-3 * scale
+    assert np.abs(got["1"] - got["0"]).max() < PATHS_TOL * scale
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_k"])
+def test_decode_with_the_ungated_slot_matches_reference(synthetic_model, monkeypatch, qtype):
+    """Tiny glm4moe: one-token steps with its ungated shared expert as a slot of weight 1 against the
+    numpy reference and against the unfused graph (shared expert products of their own and an add)."""
+    path = synthetic_model("glm4moe", qtype)
+    prompt = [int(t) for t in np.random.default_rng(4).integers(3, 500, 6)]
+    want = ReferenceModel(load_model_file(path)).logits(prompt)
+    scale = np.abs(want).max()
+    got = {}
+    for fuse in ("1", "0"):
+        monkeypatch.setenv("LLAMAVK_SHEXP_FUSE", fuse)
+        got[fuse], rt = decode_rows(path, prompt)
+        one = rt.fused_one["last"]
+        n_moe = rt.cfg.n_layer - rt.cfg.n_layer_dense_lead
+        assert sum("shexp" in op.attrs for op in one.ops) == (2 * n_moe if fuse == "1" else 0)
         assert np.abs(got[fuse] - want).max() < 3e-3 * scale
     assert np.abs(got["1"] - got["0"]).max() < PATHS_TOL * scale
 

@@ -39,10 +39,11 @@ def kc(dev):
     return KernelCache(dev)
 
 
-def check_route(route, h, wr, n_used, half, gating, renorm, scale, gate, n_expert):
+def check_route(route, h, wr, n_used, half, gating, renorm, scale, gate, n_expert, sel_bias=None):
     """The route row written (ids, then weights from `half`; with a shared expert's gate: its slot
-    n_expert and sigmoid(h . gate) last) against numpy's router over h, in float64; -> numpy's ids."""
-    ids, weights = reference_route((h @ wr.T.astype(np.float64))[None], n_used, gating, renorm, scale)
+    n_expert and sigmoid(h . gate) last) against numpy's router over h, in float64 (sel_bias: picked
+    by probability + it); -> numpy's ids."""
+    ids, weights = reference_route((h @ wr.T.astype(np.float64))[None], n_used, gating, renorm, scale, sel_bias)
     got = route.array(np.float32, 2 * half)
     np.testing.assert_array_equal(got[:n_used].view(np.uint32), ids[0])
     np.testing.assert_allclose(got[half:half + n_used], weights[0], rtol=1e-4, atol=1e-6)
@@ -103,6 +104,14 @@ CASES["q4_0-10x3-parts-shexp-late"] = CASES["q4_0-10x3-parts-shexp"]
 CASES["q4_0-10x3-steps-shexp-ahead"] = (T.Q4_0, 100, 416, 10, 3, "softmax", True, 1.0, True, True,
                                         MatvecConfig(64, 2, 1, 1, "stream", steps=3))
 CASES["q4_0-128x8-dp-steps-ahead"] = CASES["q4_0-128x8-dp-steps"]
+# glm4moe's router: sigmoid, picked by probability + a bias per expert (RSELB), renormalized, scaled
+CASES["q8_0-70x8-sigmoid-steps-selb"] = (T.Q8_0, 100, 416, 70, 8, "sigmoid", True, 2.5, True, False,
+                                         MatvecConfig(64, 2, 1, 1, "stream", steps=3))
+CASES["q4_0-128x8-dp-steps-selb-ahead"] = (T.Q4_0, 200, 1024, 128, 8, "sigmoid", True, 1.0, True, False,
+                                           MatvecConfig(64, 2, 1, 1, "stream_dp", steps=2))
+# ... with its ungated shared expert: slot n_used of weight 1 (RSH1)
+CASES["q4_k-128x8-selb-sh1"] = (T.Q4_K, 37, 768, 128, 8, "sigmoid", True, 2.5, True, False,
+                                MatvecConfig(64, 2, 1, 1, "stream"))
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -128,16 +137,21 @@ def test_router_in_product(dev, kc, monkeypatch, case):
     rw = upload_qweight(dev, wr.view(np.uint8).reshape(n_expert, -1), T.F32, n_expert, rows)
     nw = rng.uniform(0.5, 1.5, rows).astype(np.float32)
     gate = (rng.standard_normal(rows) / np.sqrt(rows)).astype(np.float32)
-    assert moe.router_fold_ok(kc, qw, rw, n_used, with_shexp)
-    half = n_used + with_shexp
+    sel = (rng.standard_normal(n_expert) * 0.3).astype(np.float32) if "-selb" in case else None
+    one = case.endswith("-sh1")              # an ungated shared expert's slot
+    assert moe.router_fold_ok(kc, qw, rw, n_used, with_shexp, sel is not None)
+    half = n_used + (with_shexp or one)
     norm_v = View.whole(f32(dev, nw)) if with_norm else None
     gate_v = View.whole(f32(dev, gate)) if with_shexp else None
+    sel_v = View.whole(f32(dev, sel)) if sel is not None else None
+    moved = 0     # routes the selection bias changed (else the case proves nothing about it)
     for rep in range(2):   # the count must be back at 0 for the second run
         x = (rng.standard_normal(cols) * 3).astype(np.float32)
         res = rng.standard_normal(rows).astype(np.float32)
         Y = f32(dev, np.full(rows, np.nan))
         route = f32(dev, np.full(2 * half, np.nan))
-        folded = moe.FoldedRouter(rw, View.whole(route), n_used, gating, renorm, scale, norm_v, eps, gate_v)
+        folded = moe.FoldedRouter(rw, View.whole(route), n_used, gating, renorm, scale, norm_v, eps, gate_v,
+                                  sel_bias=sel_v, shexp_one=one)
         seq = CommandSequence(dev).begin()
         matmul(seq, kc, qw, View.whole(f32(dev, x)), View.whole(Y), 1, residual=View.whole(f32(dev, res)),
                router=folded)
@@ -149,21 +163,30 @@ def test_router_in_product(dev, kc, monkeypatch, case):
         # the route from the y written, in float64
         yd = y.astype(np.float64)
         h = yd / np.sqrt((yd ** 2).mean() + eps) * nw if with_norm else yd
-        check_route(route, h, wr, n_used, half, gating, renorm, scale, gate if with_shexp else None, n_expert)
+        ids = check_route(route, h, wr, n_used, half, gating, renorm, scale, gate if with_shexp else None,
+                          n_expert, sel)
+        if one:
+            assert route.array(np.float32, 2 * half)[n_used].view(np.uint32) == n_expert
+            assert route.array(np.float32, 2 * half)[-1] == 1.0
+        if sel is not None:
+            plain = reference_route((h @ wr.T.astype(np.float64))[None], n_used, gating, renorm, scale)[0]
+            moved += not np.array_equal(ids, plain)
         counts = kc._shared["router fold count"][0]
         assert (np.frombuffer(counts.read(), dtype=np.uint32) == 0).all()
         # the router's own dispatch (moe_router.comp) over the same y: the same experts and weights
         unfused = f32(dev, np.full(2 * half, np.nan))
         seq = CommandSequence(dev).begin()
         moe.router(seq, kc, rw, View.whole(Y), View.whole(unfused), 1, n_used, gating, renorm, scale,
-                   norm_w=norm_v, eps=eps, shexp=gate_v)
+                   norm_w=norm_v, eps=eps, shexp=gate_v, sel_bias=sel_v, shexp_one=one)
         seq.end().run()
         other = unfused.array(np.float32, 2 * half)
         got = route.array(np.float32, 2 * half)
         np.testing.assert_array_equal(got[:half].view(np.uint32), other[:half].view(np.uint32))
         np.testing.assert_allclose(got[half:], other[half:], rtol=1e-5, atol=1e-7)
+    assert moved or sel is None
     specs = [spec for kname, spec in kc._kernels if kname.startswith("mul_mv_stream") and "_router_" in kname]
-    assert any(spec[20] == n_expert and spec[28] == (not late and not ahead) and spec[31] == ahead for spec in specs)
+    assert any(spec[20] == n_expert and spec[28] == (not late and not ahead) and spec[31] == ahead
+               and spec[33] == (sel is not None) and spec[34] == one for spec in specs)
 
 
 # The last workgroup's pick (matvec_stream.comp RTAIL, LLAMAVK_ROUTER_TAIL): route rows against

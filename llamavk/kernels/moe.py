@@ -77,12 +77,14 @@ def router_ok(w: QWeight) -> bool:
 
 def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, n_used: int, gating: str,
            norm: bool, scale: float, norm_w: View | None = None, eps: float = 0.0, wait=None,
-           shexp: View | None = None, bias: View | None = None, sel_bias: View | None = None) -> None:
+           shexp: View | None = None, bias: View | None = None, sel_bias: View | None = None,
+           shexp_one: bool = False) -> None:
     """out[t] = the route of token t from its router logits W x'[t] (+ bias: f32 per expert; x' =
     rms_norm(x[t]) * norm_w where given), product and top-k in one dispatch: n_tokens <=
     MATVEC_MAX_TOKENS (decode). wait (a chain.Wait, one token): recorded without a barrier after the
     product writing x. shexp (the shared expert's gate vector, f32): the route gets slot n_used with
-    weight sigmoid(shexp . x'[t]). sel_bias (f32 per expert): the pick ranks probability + sel_bias."""
+    weight sigmoid(shexp . x'[t]); shexp_one (an ungated shared expert, glm4moe): slot n_used with weight
+    1. sel_bias (f32 per expert): the pick ranks probability + sel_bias."""
     if n_tokens <= 0:
         return
     if not router_ok(w) or n_tokens > MATVEC_MAX_TOKENS:
@@ -90,7 +92,9 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
                            f"{MATVEC_MAX_TOKENS} tokens (else the product, then moe_route)")
     n_expert = w.rows
     _check_view(x, 4 * n_tokens * w.cols, "moe router x")
-    _check_view(out, 8 * n_tokens * (n_used + (shexp is not None)), "moe router out")
+    if shexp is not None and shexp_one:
+        raise LlamavkError("moe router: a shared expert is gated or not, not both")
+    _check_view(out, 8 * n_tokens * (n_used + (shexp is not None or shexp_one)), "moe router out")
     if shexp is not None:
         _check_view(shexp, 4 * w.cols, "moe router shared expert gate")
     logits, counts = kc.shared("moe router", n_expert, lambda: (
@@ -104,7 +108,7 @@ def router(seq, kc: KernelCache, w: QWeight, x: View, out: View, n_tokens: int, 
         _check_view(sel_bias, 4 * n_expert, "moe router selection bias")
     kernel = kc.get(f"moe_router_{type_suffix(w.qtype)}", "rrrwwwwrrr", push_size=36,
                     spec=(ROUTER_WG, norm_w is not None, wait is not None, shexp is not None, bias is not None,
-                          sel_bias is not None))
+                          sel_bias is not None, shexp_one))
     push = struct.pack("<5I2f2I", n_expert, w.cols, n_used, gating == "sigmoid", bool(norm), scale, eps,
                        wait.slot if wait else 0, wait.n if wait else 0)
     seq.dispatch(kernel, [w.chunks[0].buffer, x.range, (norm_w or x).range, out.range, logits, counts,
@@ -191,6 +195,7 @@ class FoldedRouter:
     shexp: View | None      # a shared expert's gate vector: slot n_used, weight sigmoid(shexp . x')
     bias: View | None = None  # the router's bias (gpt-oss): added to each logit
     sel_bias: View | None = None  # the pick's bias per expert (glm4moe): ranks probability + it
+    shexp_one: bool = False   # an ungated shared expert (glm4moe): slot n_used of weight 1
 
     @property
     def columns(self) -> int:
@@ -207,7 +212,7 @@ class FoldedRouter:
         return (self.w.rows, self.n_used, self.gating == "sigmoid", bool(self.norm), float(self.scale),
                 float(self.eps), self.norm_w is not None, self.shexp is not None, mode == "early",
                 tail, router_tail_loads(wg, self.columns, writers, tail), ahead, self.bias is not None,
-                self.sel_bias is not None)
+                self.sel_bias is not None, self.shexp_one)
 
     def scratch(self, kc: KernelCache, writers: int) -> tuple:
         """(partials, count) ranges: [writers][columns rounded up to 4] floats, and the count of
@@ -216,7 +221,8 @@ class FoldedRouter:
         nbytes = 16 * writers * -(-self.columns // 4)
         part = kc.shared("router fold partials", nbytes, lambda: Buffer(kc.device, nbytes))
         count = kc.shared("router fold count", 0, lambda: filled_buffer(kc.device, np.zeros(4, np.uint32)))
-        _check_view(self.out, 4 * 2 * (self.n_used + (self.shexp is not None)), "folded router route")
+        _check_view(self.out, 4 * 2 * (self.n_used + (self.shexp is not None or self.shexp_one)),
+                    "folded router route")
         if self.shexp is not None:
             _check_view(self.shexp, 4 * self.w.cols, "folded router shared expert gate")
         if self.norm_w is not None:
