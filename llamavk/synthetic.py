@@ -127,8 +127,8 @@ PRESETS: dict[str, Preset] = {
                           rope_factor=32.0, rope_orig_ctx=4096),
     # GLM-4.5-Air's published shape: dim 4096, 46 layers (the first dense, ffn 10944) + 1 NextN block,
     # 96 query / 8 KV heads of 128 with RoPE on 64 dims, 128 experts of 1408, 8 used + a shared expert
-    # of 1408, vocab 151552, rope base 1e6; `--override n_layer=N` keeps its layers' shape (GLM-4.5's
-    # 355B: 92 + 1 layers, 160 experts, QK norms)
+    # of 1408, vocab 151552, rope base 1e6 (make_synthetic_model.py --layers N: N - 1 of its layers and the
+    # NextN block; GLM-4.5's 355B: 92 + 1 layers, 160 experts, QK norms)
     "glm-4.5-air": Preset(n_embd=4096, n_layer=47, n_ff=10944, n_head=96, n_head_kv=8, n_vocab=151552,
                           n_ctx=131072, head_dim=128, rope_dim=64, rope_base=1e6, arch="glm4moe", n_expert=128,
                           n_expert_used=8, n_ff_exp=1408, n_ff_shexp=1408, dense_lead=1, nextn=1),

@@ -271,8 +271,10 @@ MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
 def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tuple[int, int, int]:
     """matvec_id.comp's (TPR lanes per row, C units per lane, RJ rows per lane) for rows of `cols`
     weights: whole rows in at most 4 units per lane, without idle lanes where a power of two up to
-    the subgroup divides the row's units; rows per lane as far as a lane's weight loads stay <= 8
-    (16-byte loads per unit: MATVEC_ID_UNIT, else one; a pair twice as many)."""
+    the subgroup divides the row's units, else a whole subgroup (GLM-4.5-Air's 1408-wide down experts,
+    44 units: 32 lanes of 2, 20 slots idle; 16 lanes of 3, 4 idle, lost: H200, tg128 of 8 of its
+    layers, in alternation, 718.2 / 723.4 against 728.1 / 738.0); rows per lane as far as a lane's
+    weight loads stay <= 8 (16-byte loads per unit: MATVEC_ID_UNIT, else one; a pair twice as many)."""
     loads_max = matvec_id_tuning()[0]
     unit_w, unit_loads = MATVEC_ID_UNIT.get(type_name, (32, 1))
     units = cols // unit_w
