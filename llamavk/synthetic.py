@@ -58,6 +58,7 @@ class Preset:
     dense_lead: int = 0
     nextn: int = 0
     expert_weights_scale: float = 1.0
+    qk_norm: bool = False         # glm4moe: per-head Q/K norms (GLM-4.5's 355B; the file's tensors decide)
     # Gated DeltaNet hybrids (arch qwen35, qwen35moe): key head size, key heads, value heads, conv taps,
     # every full_attention_interval-th layer attends; RoPE on rope_dim dims of each head (None: all)
     ssm_d_state: int = 0
@@ -249,6 +250,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
     names = [] if p.tied_output else ["output.weight"]
     if arch == "qwen3next" and p.ssm_fused_in:     # the layout models/qwen3next.py picks by tensor names
         names.append("blk.0.ssm_in.weight")
+    if arch == "glm4moe" and p.qk_norm:            # likewise models/glm4moe.py's Q/K norms
+        names.append("blk.0.attn_q_norm.weight")
     cfg = config_from_metadata({"general.architecture": arch, **meta}, names)
     E = cfg.n_embd
     std_by_role = {

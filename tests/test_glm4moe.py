@@ -82,11 +82,14 @@ def quiet(path, **kw):
     return llamavk.load(path, warn=lambda m: None, **kw)
 
 
-@pytest.mark.parametrize("qtype", ["f16", "q8_0", "q4_0", "q4_k"])
-def test_logits_match_reference(synthetic_model, qtype):
-    """A 40-token prompt in micro-batches of 16: |dlogit| <= 0.003 max|logit|."""
-    path = synthetic_model("glm4moe", qtype)
-    assert load_model_file(path).config.n_layer == 3        # 4 blocks in the file, the NextN one not run
+@pytest.mark.parametrize("qtype,qk_norm", [("f16", False), ("q8_0", False), ("q4_0", False), ("q4_k", False),
+                                           ("q8_0", True)])
+def test_logits_match_reference(synthetic_model, qtype, qk_norm):
+    """A 40-token prompt in micro-batches of 16: |dlogit| <= 0.003 max|logit|; with per-head Q/K norms
+    (GLM-4.5's 355B) too."""
+    path = synthetic_model("glm4moe", qtype, **({"qk_norm": True} if qk_norm else {}))
+    cfg = load_model_file(path).config
+    assert cfg.n_layer == 3 and cfg.qk_norm == qk_norm      # 4 blocks in the file, the NextN one not run
     assert_prompt_logits_match_reference(path)
 
 

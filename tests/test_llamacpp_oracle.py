@@ -134,6 +134,7 @@ ORACLE_CASES = [
     ("glm4moe", "f32", {}),
     ("glm4moe", "f16", {}),
     ("glm4moe", "q4_0", {}),
+    ("glm4moe", "f16", {"qk_norm": True}),        # GLM-4.5's 355B: per-head Q/K norms
 ]
 PEAKED = dict(qk_gain=3.0, output_gain=2.0)
 N_CTX, N_CHUNKS = 64, 8
@@ -201,7 +202,8 @@ def score_both(path, text_file, n_ctx: int = N_CTX, n_chunks: int = N_CHUNKS, ca
 
 
 @pytest.mark.parametrize("arch,qtype,overrides", ORACLE_CASES,
-                         ids=[f"{a}-{q}" + "".join(f"-{k}{v}" for k, v in o.items() if k in ("head_dim", "ssm_fused_in"))
+                         ids=[f"{a}-{q}" + "".join(f"-{k}{v}" for k, v in o.items()
+                                                  if k in ("head_dim", "ssm_fused_in", "qk_norm"))
                               for a, q, o in ORACLE_CASES])
 def test_perplexity_matches_llamacpp(synthetic_model, tmp_path, arch, qtype, overrides):
     llamacpp_tool("llama-perplexity")      # skips, with the reason, where the build is not at hand
