@@ -27,6 +27,28 @@ def quiet_load(path, **kw):
     return llamavk.load(path, warn=lambda msg: None, **kw)
 
 
+def assert_greedy_matches_reference(path, n: int, seed: int = 3) -> None:
+    """12 random prompt tokens, then n greedy one-token steps: the numpy reference's tokens."""
+    prompt = [int(t) for t in np.random.default_rng(seed).integers(0, 500, 12)]
+    want = ReferenceModel(load_model_file(path)).generate_greedy(prompt, n)
+    with quiet_load(path, n_ctx=64) as m:
+        assert list(m.generate(prompt, n=n, temp=0)) == list(want)
+
+
+def assert_split_mode_matches_none(path, mode: str) -> None:
+    """Split mode `mode` over two virtual devices of Vulkan0 against -sm none: a 30-token prompt's
+    logits within 5e-3 max|logit| and 10 greedy tokens equal."""
+    tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 30)]
+    with quiet_load(path, n_ctx=64, split_mode="none") as m:
+        want = m.logits(tokens, all=True)
+        want_tokens = list(m.generate(tokens[:8], n=10, temp=0))
+    with quiet_load(path, n_ctx=64, devices="Vulkan0,Vulkan0", split_mode=mode) as m:
+        got = m.logits(tokens, all=True)
+        got_tokens = list(m.generate(tokens[:8], n=10, temp=0))
+    assert np.abs(got - want).max() < 5e-3 * np.abs(want).max()
+    assert got_tokens == want_tokens
+
+
 def one_token_logits(rt, tokens) -> np.ndarray:
     """The logits of each token decoded as a one-token step after the ones before it."""
     rows = []

@@ -30,7 +30,7 @@ from llamavk.kernels.elementwise import geglu, scale, softcap
 from llamavk.models import config_from_metadata, load_model_file
 from llamavk.reference import ReferenceModel, gelu_tanh
 
-from .test_engine import assert_prompt_logits_match_reference
+from .test_engine import assert_greedy_matches_reference, assert_prompt_logits_match_reference
 from .test_kernels_ops import host, poisoned, record, ref_attention, run, set_step, step_buffer, upload
 
 
@@ -270,11 +270,7 @@ def test_logits_match_reference(synthetic_model, qtype):
 
 def test_greedy_decode_past_the_window(synthetic_model):
     """12 prompt tokens, then 40 one-token steps: the local layers' windows slide past the start."""
-    path = synthetic_model("gemma3", "q8_0")
-    prompt = [int(t) for t in np.random.default_rng(3).integers(0, 500, 12)]
-    want = ReferenceModel(load_model_file(path)).generate_greedy(prompt, 40)
-    with quiet(path, n_ctx=64) as m:
-        assert list(m.generate(prompt, n=40, temp=0)) == list(want)
+    assert_greedy_matches_reference(synthetic_model("gemma3", "q8_0"), 40)
 
 
 def test_softcap_tied_output_and_query_scalar(synthetic_model):

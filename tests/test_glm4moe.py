@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import llamavk
-from llamavk.errors import LlamavkError
 from llamavk.models import config_from_metadata, load_model_file
 from llamavk.models.glm4moe import weight_specs
 from llamavk.reference import ReferenceModel
 
-from .test_engine import assert_prompt_logits_match_reference, one_token_logits
+from .test_engine import (assert_greedy_matches_reference, assert_prompt_logits_match_reference,
+                          assert_split_mode_matches_none, one_token_logits, quiet_load)
+from .test_models import assert_metadata_error
 
 
 def glm45_air_meta(**kw) -> dict:
@@ -67,19 +67,10 @@ def test_config_of_glm45_air():
     ("glm4moe.feed_forward_length", None, "leading dense layers of 46, feed_forward_length 0"),
 ])
 def test_bad_glm4moe_metadata_is_a_one_line_error(key, value, message):
-    meta = glm45_air_meta()
-    if value is None:
-        del meta[key]
-    else:
-        meta[key] = value
-    with pytest.raises(LlamavkError, match=message):
-        config_from_metadata(meta, ["output.weight"])
+    assert_metadata_error(glm45_air_meta(), key, value, message)
 
 
 # -- tiny models against the numpy reference ------------------------------------------------------
-
-def quiet(path, **kw):
-    return llamavk.load(path, warn=lambda m: None, **kw)
 
 
 @pytest.mark.parametrize("qtype,qk_norm", [("f16", False), ("q8_0", False), ("q4_0", False), ("q4_k", False),
@@ -101,7 +92,7 @@ def test_one_token_steps(synthetic_model, qtype):
     path = synthetic_model("glm4moe", qtype)
     tokens = [int(t) for t in np.random.default_rng(11).integers(0, 500, 30)]
     ref = ReferenceModel(load_model_file(path)).logits(tokens)
-    with quiet(path, n_ctx=64) as m:
+    with quiet_load(path, n_ctx=64) as m:
         ops = [op for op in m.runtime.fused_one["last"].ops if op.layer == 1]
         assert "moe_route" not in [op.kind for op in ops]
         routes = [op.attrs.get("route") or op.attrs["router"]["route"] for op in ops
@@ -112,24 +103,11 @@ def test_one_token_steps(synthetic_model, qtype):
 
 
 def test_greedy_decode(synthetic_model):
-    path = synthetic_model("glm4moe", "q8_0")
-    prompt = [int(t) for t in np.random.default_rng(3).integers(0, 500, 12)]
-    want = ReferenceModel(load_model_file(path)).generate_greedy(prompt, 30)
-    with quiet(path, n_ctx=64) as m:
-        assert list(m.generate(prompt, n=30, temp=0)) == list(want)
+    assert_greedy_matches_reference(synthetic_model("glm4moe", "q8_0"), 30)
 
 
 @pytest.mark.parametrize("mode", ["layer", "row", "tensor", "graph"])
 def test_split_modes(synthetic_model, mode):
     """Every split mode gives -sm none's logits and greedy tokens: the dense layer and the shared
     expert cut like a dense FFN, the selection bias read whole by each device's router."""
-    path = synthetic_model("glm4moe", "q8_0")
-    tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 30)]
-    with quiet(path, n_ctx=64, split_mode="none") as m:
-        want = m.logits(tokens, all=True)
-        want_tokens = list(m.generate(tokens[:8], n=10, temp=0))
-    with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0", split_mode=mode) as m:
-        got = m.logits(tokens, all=True)
-        got_tokens = list(m.generate(tokens[:8], n=10, temp=0))
-    assert np.abs(got - want).max() < 5e-3 * np.abs(want).max()
-    assert got_tokens == want_tokens
+    assert_split_mode_matches_none(synthetic_model("glm4moe", "q8_0"), mode)

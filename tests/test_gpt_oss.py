@@ -24,7 +24,9 @@ from llamavk.models.gpt_oss import OAI_ALPHA, OAI_LIMIT, weight_specs
 from llamavk.reference import ReferenceModel
 from llamavk.reference import swiglu_oai as ref_swiglu_oai
 
-from .test_engine import assert_prompt_logits_match_reference, one_token_logits
+from .test_engine import (assert_greedy_matches_reference, assert_prompt_logits_match_reference,
+                          assert_split_mode_matches_none, one_token_logits)
+from .test_models import assert_metadata_error
 from .test_kernels_ops import poisoned, run, upload
 
 
@@ -106,15 +108,7 @@ def test_config_of_gpt_oss_20b():
     ("gpt-oss.expert_used_count", 33, "expert_used_count 33 must be in 1..expert_count"),
 ])
 def test_bad_gpt_oss_metadata_is_a_one_line_error(key, value, message):
-    from llamavk.errors import LlamavkError
-
-    meta = gpt_oss_20b_meta()
-    if value is None:
-        del meta[key]
-    else:
-        meta[key] = value
-    with pytest.raises(LlamavkError, match=message):
-        config_from_metadata(meta, ["output.weight"])
+    assert_metadata_error(gpt_oss_20b_meta(), key, value, message)
 
 
 # -- tiny models against the numpy reference ------------------------------------------------------
@@ -153,11 +147,7 @@ def test_one_token_steps_fold_the_biases(synthetic_model, qtype):
 @pytest.mark.parametrize("qtype", ["q8_0", "mxfp4"])
 def test_greedy_decode_past_the_window(synthetic_model, qtype):
     """12 prompt tokens, then 40 one-token steps: the local layers' windows slide past the start."""
-    path = synthetic_model("gpt-oss", qtype)
-    prompt = [int(t) for t in np.random.default_rng(3).integers(0, 500, 12)]
-    want = ReferenceModel(load_model_file(path)).generate_greedy(prompt, 40)
-    with quiet(path, n_ctx=64) as m:
-        assert list(m.generate(prompt, n=40, temp=0)) == list(want)
+    assert_greedy_matches_reference(synthetic_model("gpt-oss", qtype), 40)
 
 
 @pytest.mark.parametrize("mode", ["layer", "row", "tensor", "graph"])
@@ -165,13 +155,4 @@ def test_split_modes(synthetic_model, mode):
     """Every split mode gives -sm none's logits and greedy tokens: the sinks cut by heads, the output
     projection's and the down experts' biases added once to the partial sums, the gate / up experts'
     biases cut with the expert rows (tensor, graph)."""
-    path = synthetic_model("gpt-oss", "q8_0")
-    tokens = [int(t) for t in np.random.default_rng(9).integers(0, 500, 30)]
-    with quiet(path, n_ctx=64, split_mode="none") as m:
-        want = m.logits(tokens, all=True)
-        want_tokens = list(m.generate(tokens[:8], n=10, temp=0))
-    with quiet(path, n_ctx=64, devices="Vulkan0,Vulkan0", split_mode=mode) as m:
-        got = m.logits(tokens, all=True)
-        got_tokens = list(m.generate(tokens[:8], n=10, temp=0))
-    assert np.abs(got - want).max() < 5e-3 * np.abs(want).max()
-    assert got_tokens == want_tokens
+    assert_split_mode_matches_none(synthetic_model("gpt-oss", "q8_0"), mode)

@@ -24,6 +24,18 @@ def tiny_models(tmp_path_factory):
             for a in ARCHS for t in TYPES}
 
 
+def assert_metadata_error(meta: dict, key: str, value, message: str) -> None:
+    """config_from_metadata of meta with key set to value (None: deleted) is a one-line LlamavkError
+    matching message."""
+    meta = dict(meta)
+    if value is None:
+        del meta[key]
+    else:
+        meta[key] = value
+    with pytest.raises(LlamavkError, match=message):
+        config_from_metadata(meta, ["output.weight"])
+
+
 def test_registry():
     assert sorted(ARCHITECTURES) == sorted(ARCHS + ["qwen3moe", "qwen35", "qwen35moe", "gemma3", "mistral3", "qwen2moe",
                                                   "qwen3next", "gpt-oss", "glm4moe"])

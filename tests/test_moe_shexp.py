@@ -306,32 +306,16 @@ def decode_rows(path, prompt, **env):
 PATHS_TOL = 5e-4
 
 
-@pytest.mark.parametrize("qtype,overrides", [("q4_0", {}), ("q8_0", {"n_ff_shexp": 128}), ("q4_k", {}), ("q6_k", {}),
-                                             ("iq4_xs", {})],
-                         ids=["q4_0-shared-narrower", "q8_0-shared-wider", "q4_k", "q6_k", "iq4_xs"])
-def test_decode_with_the_shared_slot_matches_reference(synthetic_model, monkeypatch, qtype, overrides):
+@pytest.mark.parametrize("arch,qtype,overrides", [
+    ("qwen35moe", "q4_0", {}), ("qwen35moe", "q8_0", {"n_ff_shexp": 128}), ("qwen35moe", "q4_k", {}),
+    ("qwen35moe", "q6_k", {}), ("qwen35moe", "iq4_xs", {}), ("glm4moe", "q8_0", {}), ("glm4moe", "q4_k", {})],
+    ids=["q4_0-shared-narrower", "q8_0-shared-wider", "q4_k", "q6_k", "iq4_xs", "glm4moe-q8_0", "glm4moe-q4_k"])
+def test_decode_with_the_shared_slot_matches_reference(synthetic_model, monkeypatch, arch, qtype, overrides):
     """Tiny qwen35moe (routed experts 96 wide, the shared one 64 or 128; 256 for the 256-weight block
-    types): one-token steps with the shared expert folded in against the numpy reference and against
-    the unfused graph."""
-    path = synthetic_model("qwen35moe", qtype, seed=3, **overrides)
-    prompt = [int(t) for t in np.random.default_rng(4).integers(3, 500, 6)]
-    want = ReferenceModel(load_model_file(path)).logits(prompt)
-    scale = np.abs(want).max()
-    got = {}
-    for fuse in ("1", "0"):
-        monkeypatch.setenv("LLAMAVK_SHEXP_FUSE", fuse)
-        got[fuse], rt = decode_rows(path, prompt)
-        one = rt.fused_one["last"]
-        assert sum("shexp" in op.attrs for op in one.ops) == (2 * rt.cfg.n_layer if fuse == "1" else 0)
-        assert np.abs(got[fuse] - want).max() < 3e-3 * scale
-    assert np.abs(got["1"] - got["0"]).max() < PATHS_TOL * scale
-
-
-@pytest.mark.parametrize("qtype", ["q8_0", "q4_k"])
-def test_decode_with_the_ungated_slot_matches_reference(synthetic_model, monkeypatch, qtype):
-    """Tiny glm4moe: one-token steps with its ungated shared expert as a slot of weight 1 against the
-    numpy reference and against the unfused graph (shared expert products of their own and an add)."""
-    path = synthetic_model("glm4moe", qtype)
+    types), and tiny glm4moe (its shared expert ungated: a slot of weight 1, after a dense first layer):
+    one-token steps with the shared expert folded in against the numpy reference and against the
+    unfused graph."""
+    path = synthetic_model(arch, qtype, seed=3, **overrides)
     prompt = [int(t) for t in np.random.default_rng(4).integers(3, 500, 6)]
     want = ReferenceModel(load_model_file(path)).logits(prompt)
     scale = np.abs(want).max()
