@@ -53,9 +53,9 @@ def test_config_of_glm45_air():
     assert names["blk.5.post_attention_norm.weight"].role == "ffn_norm" and "blk.5.ffn_norm.weight" not in names
     assert not any(n.startswith("blk.46.") for n in names)
     # GLM-4.5 (355B) has per-head Q/K norms: picked by the tensors present; gating 0 (absent) is sigmoid
-    big = config_from_metadata(glm45_air_meta(**{"glm4moe.expert_gating_func": 0}),
+    big = config_from_metadata(glm45_air_meta(**{"glm4moe.expert_gating_func": 0, "glm4moe.expert_weights_scale": 2.5}),
                                ["output.weight", "blk.0.attn_q_norm.weight"])
-    assert big.qk_norm and big.expert_gating == "sigmoid"
+    assert big.qk_norm and big.expert_gating == "sigmoid" and big.expert_weights_scale == 2.5
 
 
 @pytest.mark.parametrize("key,value,message", [
