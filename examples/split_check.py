@@ -32,7 +32,7 @@ def decode_logits(m, prompt, tokens) -> np.ndarray:
 
 
 CASES = [("llama", "q4_0"), ("qwen2", "q8_0"), ("qwen3", "q4_k"), ("llama", "q6_k"), ("qwen3moe", "q4_0"),
-         ("qwen35", "q8_0"), ("qwen35moe", "q8_0")]
+         ("qwen35", "q8_0"), ("qwen35moe", "q8_0"), ("gpt-oss", "mxfp4"), ("glm4moe", "q8_0")]
 
 
 def main() -> int:
