@@ -319,11 +319,13 @@ def decode_rows(path, prompt):
 
 
 @pytest.mark.parametrize("arch,qtype", [("qwen3moe", "q4_0"), ("qwen3moe", "q4_k"), ("qwen35moe", "q4_0"),
-                                        ("qwen35moe", "q8_0"), ("gpt-oss", "q8_0"), ("gpt-oss", "mxfp4")])
+                                        ("qwen35moe", "q8_0"), ("gpt-oss", "q8_0"), ("gpt-oss", "mxfp4"),
+                                        ("glm4moe", "q8_0"), ("glm4moe", "q4_k")])
 def test_decode_with_router_in_product(synthetic_model, monkeypatch, arch, qtype):
     """The one-token step with each MoE layer's router in the product writing its input (the output
     projection; qwen35moe's DeltaNet layers: ssm_out, with the shared expert's gate; gpt-oss's router
-    with its bias, after an output projection with a bias of its own): logits equal
+    with its bias, after an output projection with a bias of its own; glm4moe's picking by probability +
+    a bias per expert, with its ungated shared expert's slot, after a dense first layer): logits equal
     the numpy reference and the unfused step's (the same experts: another pick moves a logit by far
     more), one dispatch fewer per layer."""
     chainable_stream_kernel(monkeypatch)
@@ -335,13 +337,16 @@ def test_decode_with_router_in_product(synthetic_model, monkeypatch, arch, qtype
     monkeypatch.setenv("LLAMAVK_ROUTER_FUSE", "0")
     plain, n_plain, plain_ops, _ = decode_rows(path, prompt)
     folded = [op for op in ops if "router" in op.attrs]
-    assert len(folded) == cfg.n_layer and not any("route" in op.attrs for op in ops)
+    n_moe = cfg.n_layer - cfg.n_layer_dense_lead
+    assert len(folded) == n_moe and not any("route" in op.attrs for op in ops)
     assert {op.inputs[0].role for op in folded} == ({"o", "ssm_out"} if arch == "qwen35moe" else {"o"})
     assert all(("shexp_gate" in op.attrs["router"] and op.attrs["router"]["shexp_gate"] is not None)
                == (arch == "qwen35moe") for op in folded)
     assert all((op.attrs["router"]["bias"] is not None) == (arch == "gpt-oss") for op in folded)   # its bias
+    assert all(("sel_bias" in op.attrs["router"]["route"]) == op.attrs["router"]["shexp_one"] == (arch == "glm4moe")
+               for op in folded)
     assert not any("router" in op.attrs for op in plain_ops)
-    assert n_plain - n_fused == cfg.n_layer, (n_plain, n_fused)
+    assert n_plain - n_fused == n_moe, (n_plain, n_fused)
     assert np.abs(got - want).max() < 3e-3 * scale
     # 1e-5 on llvmpipe; on NVIDIA the products take x as two int8 levels (DOT8), so the router's
     # other summation order moves a weight by an ulp, which can move a later int8 rounding: the H100
