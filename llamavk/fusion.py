@@ -47,8 +47,8 @@ adds dependent stages. The shared expert becomes one more slot of the routed pro
 router writes sigmoid(w_gate . h) as the weight of slot n_used (attr shexp_gate; ungated: 1, attr
 shexp_one; route rows one slot wider), the gate/up pair computes the shared slot too (attrs shexp,
 shexp_pair: its matrices; output per token: the routed slots' rows, then the shared slot's), and the
-down product sums all slots (attrs sum, shexp). `fuse_for_matvec` then folds the norm into router and pair and the
-residual add into the down product: 3 dependent stages for the FFN instead of 6-7.
+down product sums all slots (attrs sum, shexp). `fuse_for_matvec` then folds the norm into router
+and pair and the residual add into the down product: 3 dependent stages for the FFN instead of 6-7.
 
 `fuse_router_into_products` (one-token steps, after `fuse_for_matvec`, where the device's kernel can):
 a router picking the experts itself (attr route) whose input x is written by a product (the output
