@@ -280,6 +280,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         std_by_role["q"] *= p.qk_gain
         std_by_role["k"] *= p.qk_gain
     tensors = []
+    if (p.nextn or p.dense_lead) and arch != "glm4moe":
+        raise LlamavkError(f"synthetic {arch} models have no NextN blocks or leading dense layers (glm4moe has)")
     file_only = arch_module(arch).nextn_specs(cfg, p.nextn) if p.nextn else []   # glm4moe's NextN blocks
     std_by_role["nextn"] = 1 / np.sqrt(2 * E)
     for spec in arch_module(arch).weight_specs(cfg) + file_only:

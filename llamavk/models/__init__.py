@@ -18,8 +18,8 @@ from ..quant import quant_info
 from . import gemma3, glm4moe, gpt_oss, llama, mistral3, qwen2, qwen2moe, qwen3, qwen3moe, qwen3next, qwen35, qwen35moe
 from .base import ModelConfig, ModelFile, RopeScaling, WeightSpec, check_config
 
-ARCHITECTURES: dict[str, ModuleType] = {m.ARCH: m for m in (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, mistral3, qwen2moe,
-                                                       qwen3next, gpt_oss, glm4moe)}
+ARCHITECTURES: dict[str, ModuleType] = {m.ARCH: m for m in (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3,
+                                                            mistral3, qwen2moe, qwen3next, gpt_oss, glm4moe)}
 
 __all__ = ["ARCHITECTURES", "ModelConfig", "ModelFile", "RopeScaling", "WeightSpec",
            "arch_module", "build_graph", "config_from_metadata", "load_model_file"]

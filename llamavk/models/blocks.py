@@ -54,8 +54,9 @@ def moe_ffn(g: Graph, cfg, i: int, h: Tensor, biases: bool = False, alpha: float
     """Mixture of experts: the router picks cfg.n_expert_used of cfg.n_expert experts per token (by
     probability + a bias per expert where cfg.expert_sel_bias: glm4moe); their SwiGLU outputs are
     summed with the router's weights; a shared expert, where the model has one, is added gated by
-    sigmoid(w . h) (not gated: cfg.shexp_gated False). biases: the router's and each expert's products' biases
-    (gpt-oss); cfg.expert_glu "swiglu_oai": the experts' unit is swiglu_oai(alpha, limit)."""
+    sigmoid(w . h) (not gated: cfg.shexp_gated False). biases: the router's and each expert's
+    products' biases (gpt-oss); cfg.expert_glu "swiglu_oai": the experts' unit is swiglu_oai(alpha,
+    limit)."""
     b, E, X, F = f"blk.{i}.", cfg.n_embd, cfg.n_expert, cfg.n_ff_exp
 
     def bias(y, name, rows, role, route):      # one vector of n_expert rows
