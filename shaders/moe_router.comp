@@ -28,7 +28,6 @@ layout(constant_id = 3) const bool SHEXP = false;
 layout(constant_id = 4) const bool BIAS = false;
 layout(constant_id = 5) const bool SELB = false;
 layout(constant_id = 6) const bool SHONE = false;
-#define NEG_INF uintBitsToFloat(0xFF800000u)
 #define RPF 8
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X { float x[]; };
@@ -51,10 +50,7 @@ layout(push_constant) uniform Push {
 shared float red[64];
 shared float red2[64];
 shared bool last;
-shared float prob[MAX_EXPERTS];
-shared float key[SELB ? MAX_EXPERTS : 1];   // SELB: what the pick ranks
-shared uint pick_id[MAX_USED];
-shared float pick_w[MAX_USED];
+#include "moe_pick.glsl"
 
 // the sum over the workgroup of every thread's v (and w)
 vec2 wg_sum(float v, float w) {
@@ -117,45 +113,12 @@ void main() {
     barrier();
     if (!last) return;   // uniform: another workgroup picks this token's experts
     memoryBarrierBuffer();
-    // the pick, by the first subgroup (moe_route.comp's algorithm)
+    // the pick, by the first subgroup (moe_pick.glsl)
     if (gl_SubgroupID != 0) return;
-    uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize, base = t * p.n_expert;
-    float m = -3.4e38;
-    for (uint i = lane; i < p.n_expert; i += S) m = max(m, logits[base + i]);
-    m = subgroupMax(m);
-    float sum = 0.0;
-    for (uint i = lane; i < p.n_expert; i += S) {
-        float v = logits[base + i];
-        v = p.sigmoid != 0 ? 1.0 / (1.0 + exp(-v)) : exp(v - m);
-        prob[i] = v;
-        sum += v;
-    }
-    float inv = p.sigmoid != 0 ? 1.0 : 1.0 / subgroupAdd(sum);
-    if (SELB) for (uint i = lane; i < p.n_expert; i += S) key[i] = prob[i] * inv + selb[i];
-    subgroupMemoryBarrierShared();
-    subgroupBarrier();
-    float chosen_sum = 0.0;
-    for (uint k = 0; k < p.n_used; ++k) {
-        float bv = SELB ? NEG_INF : -2.0;
-        uint bi = 0xFFFFFFFFu;
-        for (uint i = lane; i < p.n_expert; i += S) {
-            float v = SELB ? key[i] : prob[i];
-            if (v > bv) { bv = v; bi = i; }
-        }
-        float best = subgroupMax(bv);
-        uint id = subgroupMin(bv == best ? bi : 0xFFFFFFFFu);
-        float w = (SELB ? prob[min(id, p.n_expert - 1)] : best) * inv;   // (id past the end: NaN scores)
-        chosen_sum += w;
-        if (lane == 0) { pick_id[k] = id; pick_w[k] = w; }
-        if (id % S == lane) {
-            if (SELB) key[id] = NEG_INF; else prob[id] = -1.0;
-        }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
-    }
-    float f = p.norm != 0 ? p.scale / chosen_sum : p.scale;
+    uint lane = gl_SubgroupInvocationID;
+    float f = moe_pick(t * p.n_expert, p.n_expert, p.n_used, p.sigmoid != 0, p.norm != 0, p.scale);
     uint ob = t * 2 * half_row;
-    for (uint k = lane; k < p.n_used; k += S) {
+    for (uint k = lane; k < p.n_used; k += gl_SubgroupSize) {
         route[ob + k] = uintBitsToFloat(pick_id[k]);
         route[ob + half_row + k] = pick_w[k] * f;
     }
