@@ -226,6 +226,17 @@
 // aligned uvec4s would read 8 bytes past it at o = 0; a 32-weight unit would load 3 times per 16 qs
 // bytes): 6 loads per 128 weights, as Q4_K's 3 per 64; the run is in place at o = 8 and 2 words on
 // at o = 0 (one select per word).
+// IQ2_XXS, IQ3_XXS (stored planar: llamavk/kernels/__init__.py PLANES; the bytes after d, then the d
+// plane): a unit is a quarter of a super-block, 64 weights, sub-blocks 2m and 2m + 1 (m = unit % 4),
+// each 4 groups of 8 weights under one scale d (0.5 + top 4 bits of its word) / 4 (IQ3_XXS / 2).
+// IQ2_XXS: the unit is the block's uvec4 m (per sub-block a word of 4 grid indices, one per group,
+// and a word of 4 x 7 sign bits and the scale); IQ3_XXS: its uvec4 m of qs (16 indices of 4-weight
+// grid entries, two per group) and the uvec2 of its sub-blocks' sign-and-scale words. The grid
+// (quants.glsl: after the chunk's blocks) is copied into shared memory by every workgroup while its
+// first weight loads are in flight (quants.glsl iq_grid_stage), with a table of the 128 sign
+// patterns as byte masks (iqs: the eighth sign makes the count of minus signs even); a group's 8
+// weights are then two grid words (IQ2: bytes 8, 25, 43) whose bytes the mask negates, as signed
+// bytes for DOT8 (x's 32-value scale and the weights' sub-block scale coincide) or the f32 form.
 // CLOCK (variants *_clock; the split timeline, llamavk/split/clock.py): binding 12 takes the device clock's
 // low 32 bits (clockRealtime2x32EXT) per workgroup, atomically into stamps[8 * p.stamp_slot + 3..7]:
 // earliest / latest entry, earliest / latest release of the wait (WAIT; else entry), latest end.
@@ -303,6 +314,9 @@ const uint RSTEPS = RAHEAD ? STEPS : 1;
 float rwv[RSTEPS][RK][RROWS];  // this thread's router weights of the current row block (RAHEAD: and the next ones')
 #endif
 
+#if defined(QTYPE_IQ2_XXS) || defined(QTYPE_IQ3_XXS)
+#define IQ_GRID_SHARED 1   // quants.glsl's grid read from shared memory (header: IQ2_XXS, IQ3_XXS)
+#endif
 #include "quants.glsl"
 #extension GL_KHR_shader_subgroup_shuffle : require
 #ifdef DOT8
@@ -429,8 +443,16 @@ layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #if defined(QTYPE_Q5_0) || defined(QTYPE_Q5_1)
 #define HEAD_QH 1   // the fifth bits, one word per block
 #endif
+#elif defined(QTYPE_IQ2_XXS) || defined(QTYPE_IQ3_XXS)
+#define UNIT 64     // a quarter of a super-block (header: IQ2_XXS, IQ3_XXS)
+#define NQ 1        // the unit's uvec4 (IQ3_XXS: its qs; the sign-and-scale words: wt below)
+#define IQ_STREAM 1
+#if defined(QTYPE_IQ3_XXS)
+layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
+layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
+#endif
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4 or IQ4_XS"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4, IQ4_XS, IQ2_XXS or IQ3_XXS"
 #endif
 #if (defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)) && !defined(HALF_BLOCK)
 #define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
@@ -622,6 +644,9 @@ uint wo[C][RJ];    // the block's byte offset in its uvec4 (136 b mod 16: 0 or 8
 uvec2 wt[C][RJ];   // the last 8 bytes of the unit's qs run
 #elif defined(LEGACY_HEAD)
 uvec2 wh[C][RJ];   // the block's head: d | m << 16 (Q4_1, Q5_1; Q5_0 d), qh (Q5_0, Q5_1)
+#elif defined(QTYPE_IQ3_XXS)
+uvec2 wt[C][RJ];   // the unit's two sign-and-scale words
+float wd[C][RJ];
 #elif !defined(Q4K_LIKE)
 float wd[C][RJ];
 #endif
@@ -762,6 +787,18 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                     wt[i][j] = wu2[e8];
                 }
                 wo[i][j] = bb & 15u;
+#elif defined(IQ_STREAM)
+                // quarter m of super-block ib (header: IQ2_XXS, IQ3_XXS): its uvec4 of the block's
+                // bytes after d (IQ3_XXS: of qs, and the uvec2 of its sign-and-scale words), d
+                uint uu = u0 + u, ib = row * (row_units / 4) + uu / 4, m = uu % 4;
+#if defined(QTYPE_IQ2_XXS)
+                uint q0 = 4 * ib + m, d16 = 32 * q_chunk_blocks + ib;
+#else
+                uint q0 = 6 * ib + m, t0 = 12 * ib + 8 + m, d16 = 48 * q_chunk_blocks + ib;
+                wt[i][j] = second ? pu2[t0] : wu2[t0];
+#endif
+                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
+                wd[i][j] = float(second ? pf16[d16] : wf16[d16]);
 #elif defined(LEGACY_HEAD)
                 // block b's uvec4 of quants (Q4_0's), its head from the head plane
                 uint b = row * row_units + u0 + u;
@@ -971,6 +1008,50 @@ float iq4xs_scale(uint hw0, uint hw1, uint s) {
 }
 #endif
 
+#if defined(IQ_STREAM)
+// IQ2_XXS, IQ3_XXS (header): entry k of iqs, the 8 weights' sign bits k | parity << 7 as byte masks
+// (0xFF: negative). Written with the grid by every workgroup while its first weight loads are in
+// flight; read after the x staging's barrier.
+shared uvec2 iqs[128];
+void iq_tables_fill() {
+    iq_grid_stage(gl_LocalInvocationIndex, WG);
+    for (uint k = gl_LocalInvocationIndex; k < 128u; k += WG) {
+        uint b = ksigns(k);
+        iqs[k] = uvec2(((b & 15u) * 0x00204081u) & 0x01010101u, ((b >> 4) * 0x00204081u) & 0x01010101u) * 255u;
+    }
+}
+
+// Bytes b (+ b: 8, 25, 43 or IQ3's grid values, all below 128) negated where the mask byte is 0xFF:
+// ~b + 1 = -b, and no byte carries into the next (b > 0).
+uint iq_signed(uint g, uint m) { return (g ^ m) + (m & 0x01010101u); }
+
+// Group l (< 4) of sub-block s (< 2) of unit i, row j: its 8 weights as signed bytes (lo: weights
+// 0..3, hi: 4..7) and the sub-block's sign-and-scale word.
+void iq_group(uint i, uint j, uint s, uint l, out uint lo, out uint hi) {
+#if defined(QTYPE_IQ2_XXS)
+    uint aux = wq[i][j][0][2 * s + 1], gi = (wq[i][j][0][2 * s] >> (8 * l)) & 0xFFu;
+    uint g0 = iq_grid(2u * gi), g1 = iq_grid(2u * gi + 1u);
+#else
+    uint aux = s == 0 ? wt[i][j].x : wt[i][j].y, iw = wq[i][j][0][2 * s + l / 2] >> (16 * (l % 2));
+    uint g0 = iq_grid(iw & 0xFFu), g1 = iq_grid((iw >> 8) & 0xFFu);
+#endif
+    uvec2 m = iqs[(aux >> (7 * l)) & 127u];
+    lo = iq_signed(g0, m.x);
+    hi = iq_signed(g1, m.y);
+}
+
+// Sub-block s's scale (0.5 + its 4 bits) / 4 (IQ3_XXS / 2; d apart)
+float iq_scale(uint i, uint j, uint s) {
+#if defined(QTYPE_IQ2_XXS)
+    uint aux = wq[i][j][0][2 * s + 1];
+    return (0.5 + float(aux >> 28)) * 0.25;
+#else
+    uint aux = s == 0 ? wt[i][j].x : wt[i][j].y;
+    return (0.5 + float(aux >> 28)) * 0.5;
+#endif
+}
+#endif
+
 // acc[j] += the products of this lane's unit i (of x chunk i, staged) with its loaded weights.
 void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint u = c + TPR * i;
@@ -989,7 +1070,30 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
     }
 #elif defined(DOT8)
-#if defined(QTYPE_IQ4_XS)
+#if defined(IQ_STREAM)
+    // one group (2 words of x, each level) at a time, every row's sums at once; a scale per 32 weights
+    float t[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] = 0.0;
+    [[unroll]] for (uint s = 0; s < 2; ++s) {
+        float sx = xsd[s * TPR + c].x;
+        int hs[RJ], ls[RJ];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
+        [[unroll]] for (uint l = 0; l < 4; ++l) {
+            uint w = 8 * s + 2 * l;
+            uint xa = xqh[w * TPR + c], xb = xql[w * TPR + c];
+            uint xc = xqh[(w + 1) * TPR + c], xd = xql[(w + 1) * TPR + c];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint lo, hi;
+                iq_group(i, j, s, l, lo, hi);
+                hs[j] += dot_ss(lo, xa, 0) + dot_ss(hi, xc, 0);
+                ls[j] += dot_ss(lo, xb, 0) + dot_ss(hi, xd, 0);
+            }
+        }
+        [[unroll]] for (uint j = 0; j < RJ; ++j)
+            t[j] += iq_scale(i, j, s) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * t[j];
+#elif defined(QTYPE_IQ4_XS)
     // one word of x (each level, low and high nibbles) at a time, every row's sums at once; a scale
     // per 32 weights, no offset
     uint h = (u0 + u) % 2;
@@ -1176,7 +1280,22 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
 #else
     uint sw = c & 7u;
-#if defined(QTYPE_IQ4_XS)
+#if defined(IQ_STREAM)
+    [[unroll]] for (uint s = 0; s < 2; ++s) {
+        float tg[RJ];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
+        [[unroll]] for (uint l = 0; l < 4; ++l) {
+            uint w = 8 * s + 2 * l;
+            vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((w + 1) ^ sw)];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint lo, hi;
+                iq_group(i, j, s, l, lo, hi);
+                tg[j] += dot(sbytes_fma(lo), xa) + dot(sbytes_fma(hi), xc);
+            }
+        }
+        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * iq_scale(i, j, s) * tg[j];
+    }
+#elif defined(QTYPE_IQ4_XS)
     uint h = (u0 + u) % 2;
     uint qw[RJ][16], hw0[RJ], hw1[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) iq4xs_unit(i, j, qw[j], hw0[j], hw1[j]);
@@ -1627,6 +1746,9 @@ void product() {
 #endif
 #if defined(KV_TABLE)
     kv_table_fill();   // read after the staging barrier below
+#endif
+#if defined(IQ_STREAM)
+    iq_tables_fill();  // read after the staging barrier below
 #endif
     if (WAIT && !XFIRST) wait_for_producer();
 

@@ -19,7 +19,7 @@
 //       a quarter of a unit: a = w[i], c = w[i + 4] (i < 4) -- the matrix-vector kernel gives each
 //       thread one quarter so that neighbouring threads read neighbouring words of a block.
 // Block layouts (bytes) follow gguf/quants.py (ggml-common.h); Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
-// MXFP4 and Q6_K are stored planar (below):
+// MXFP4, Q6_K, IQ2_XXS and IQ3_XXS are stored planar (below):
 //   Q8_0 34: d f16, q int8[32]                      x = d*q
 //   Q4_0 18: d, qs[16]   elem j: lo nibble of qs[j], elem j+16: hi nibble      x = d*(q-8)
 //   Q4_1 20: d, m, qs[16]                           x = d*q + m
@@ -642,8 +642,11 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
       defined(QTYPE_IQ3_S) || defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
 // The lattice types (layouts in the header): a 256-weight super-block in groups of 8 weights, each
 // group one entry of a grid with signs and a scale. Blocks are 2 mod 4 bytes long (IQ1_M's 56 aside),
-// so fields are read as bytes and 16-bit words. iq_head(B, g) reads group g's scale, signs and grid
-// indices from the super-block at byte B; iq_half / iq_group make its weights from them.
+// so fields are read as bytes and 16-bit words. iq_head(b, g) reads group g's scale, signs and grid
+// indices from super-block b of the chunk; iq_half / iq_group make its weights from them.
+// IQ2_XXS and IQ3_XXS are stored planar (llamavk/kernels/__init__.py PLANES): per chunk, every
+// block's bytes after d (64 / 96: 16-byte aligned, so the one-token kernel reads them as uvec4s:
+// matvec_stream.comp IQ2_XXS), then every d (f16).
 // The grid (up to 2048 entries of 8 signed bytes) follows the chunk's blocks in its buffer, from the
 // first 4-byte boundary (llamavk/kernels/__init__.py GRID_TAIL_ALIGN): a constant array that large
 // would be copied into every invocation's private memory wherever it is indexed by a variable
@@ -669,16 +672,18 @@ struct IqGroup { float d; uint signs; float delta; uint i0; uint i1; };
 #if defined(QTYPE_IQ2_XXS)
 #define IQ_BYTES 66     // d, then per 32 weights 4 grid indices and a word: 4 x 7 sign bits, a 4-bit scale
 #define IQ_GRID_WORDS 512u
-IqGroup iq_head(uint B, uint g) {
+// planar: the 64 bytes after d at word 16 b, d at f16 index 32 n + b
+IqGroup iq_head(uint b, uint g) {
     const uint s = g / 4u, l = g % 4u;
-    const uint aux = wword(B + 6u + 8u * s);
-    const float db = half_bits(whalf(B)) * (0.5 + float(aux >> 28)) * 0.25;
-    return IqGroup(db, ksigns((aux >> (7u * l)) & 127u), 0.0, wbyte(B + 2u + 8u * s + l), 0u);
+    const uint aux = wu32[16u * b + 2u * s + 1u];
+    const float db = half_bits(uint(wu16[32u * q_chunk_blocks + b])) * (0.5 + float(aux >> 28)) * 0.25;
+    return IqGroup(db, ksigns((aux >> (7u * l)) & 127u), 0.0, (wu32[16u * b + 2u * s] >> (8u * l)) & 0xFFu, 0u);
 }
 #elif defined(QTYPE_IQ2_XS)
 #define IQ_BYTES 74     // d, 32 x (9-bit grid index | 7 sign bits << 9), 16 4-bit scales
 #define IQ_GRID_WORDS 1024u
-IqGroup iq_head(uint B, uint g) {
+IqGroup iq_head(uint b, uint g) {
+    const uint B = b * IQ_BYTES;
     const uint q = whalf(B + 2u + 2u * g);
     const uint sc = (wbyte(B + 66u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
     return IqGroup(half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25, ksigns(q >> 9), 0.0, q & 511u, 0u);
@@ -686,7 +691,8 @@ IqGroup iq_head(uint B, uint g) {
 #elif defined(QTYPE_IQ2_S)
 #define IQ_BYTES 82     // d, qs[32] (grid index low bytes), signs[32], qh[8] (2 high bits each), scales[8]
 #define IQ_GRID_WORDS 2048u
-IqGroup iq_head(uint B, uint g) {
+IqGroup iq_head(uint b, uint g) {
+    const uint B = b * IQ_BYTES;
     const uint idx = wbyte(B + 2u + g) | (((wbyte(B + 66u + g / 4u) >> (2u * (g % 4u))) & 3u) << 8);
     const uint sc = (wbyte(B + 74u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
     return IqGroup(half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25, wbyte(B + 34u + g), 0.0, idx, 0u);
@@ -694,17 +700,19 @@ IqGroup iq_head(uint B, uint g) {
 #elif defined(QTYPE_IQ3_XXS)
 #define IQ_BYTES 98     // d, qs[64] (a grid index per 4 weights), per 32 weights a word as IQ2_XXS's
 #define IQ_GRID_WORDS 256u
-IqGroup iq_head(uint B, uint g) {
+// planar: the 96 bytes after d (qs, then the 8 words) at word 24 b, d at f16 index 48 n + b
+IqGroup iq_head(uint b, uint g) {
     const uint s = g / 4u, l = g % 4u;
-    const uint aux = wword(B + 66u + 4u * s);
-    const float db = half_bits(whalf(B)) * (0.5 + float(aux >> 28)) * 0.5;
-    const uint idx = whalf(B + 2u + 2u * g);                 // the group's two indices, one per half
+    const uint aux = wu32[24u * b + 16u + s];
+    const float db = half_bits(uint(wu16[48u * q_chunk_blocks + b])) * (0.5 + float(aux >> 28)) * 0.5;
+    const uint idx = uint(wu16[48u * b + g]);                // the group's two indices, one per half
     return IqGroup(db, ksigns((aux >> (7u * l)) & 127u), 0.0, idx & 0xFFu, idx >> 8);
 }
 #elif defined(QTYPE_IQ3_S)
 #define IQ_BYTES 110    // d, qs[64], qh[8] (the 9th index bits), signs[32], scales[4] (per 32 weights)
 #define IQ_GRID_WORDS 512u
-IqGroup iq_head(uint B, uint g) {
+IqGroup iq_head(uint b, uint g) {
+    const uint B = b * IQ_BYTES;
     const uint idx = whalf(B + 2u + 2u * g);                 // indices 2g, 2g + 1: their 9th bits in qh
     const uint hb = wbyte(B + 66u + g / 4u) >> (2u * (g % 4u));
     const uint s = g / 4u;
@@ -715,7 +723,8 @@ IqGroup iq_head(uint B, uint g) {
 #elif defined(QTYPE_IQ1_S)
 #define IQ_BYTES 50     // d, qs[32], per 32 weights a 16-bit word: 4 x 3 index bits, a 3-bit scale, delta's sign
 #define IQ_GRID_WORDS 4096u
-IqGroup iq_head(uint B, uint g) {
+IqGroup iq_head(uint b, uint g) {
+    const uint B = b * IQ_BYTES;
     const uint qh = whalf(B + 34u + 2u * (g / 4u));
     const uint idx = wbyte(B + 2u + g) | (((qh >> (3u * (g % 4u))) & 7u) << 8);
     const float dl = half_bits(whalf(B)) * float(2u * ((qh >> 12) & 7u) + 1u);
@@ -725,7 +734,8 @@ IqGroup iq_head(uint B, uint g) {
 #define IQ_BYTES 56     // qs[32], qh[16] (a nibble per group: 3 index bits, delta's sign), 16 3-bit scales
                         // in 4 16-bit words whose top nibbles hold the f16 d
 #define IQ_GRID_WORDS 4096u
-IqGroup iq_head(uint B, uint g) {
+IqGroup iq_head(uint b, uint g) {
+    const uint B = b * IQ_BYTES;
     const uint s0 = whalf(B + 48u), s1 = whalf(B + 50u), s2 = whalf(B + 52u), s3 = whalf(B + 54u);
     const uint d16 = (s0 >> 12) | ((s1 >> 8) & 0xF0u) | ((s2 >> 4) & 0xF00u) | (s3 & 0xF000u);
     const uint t = g / 2u;                                   // a scale per 16 weights
@@ -751,16 +761,16 @@ vec4 iq_weights(IqGroup q, uint h) {
     return q.d * signed4(ubytes_fast(iq_grid(2u * q.i0 + h)), q.signs, h);
 #endif
 }
-vec4 iq_half(uint B, uint g, uint h) { return iq_weights(iq_head(B, g), h); }
+vec4 iq_half(uint b, uint g, uint h) { return iq_weights(iq_head(b, g), h); }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
-    const uint B = (row * (cols / QK) + u / 8u) * IQ_BYTES, g = 4u * (u % 8u) + i / 2u;
-    a = iq_half(B, g, i % 2u);          // elements 4i .. 4i + 3 of the unit
-    c = iq_half(B, g + 2u, i % 2u);     // elements 16 + 4i ..
+    const uint b = row * (cols / QK) + u / 8u, g = 4u * (u % 8u) + i / 2u;
+    a = iq_half(b, g, i % 2u);          // elements 4i .. 4i + 3 of the unit
+    c = iq_half(b, g + 2u, i % 2u);     // elements 16 + 4i ..
 }
 // Weights 8q .. 8q + 7 of chunk-local row `row` (q counts groups of 8 along the row), one group's
 // fields read once: the matrix-vector kernel's unit for these types (matvec.comp IQ_LATTICE).
 void dequant_group(uint row, uint q, uint cols, out vec4 a, out vec4 c) {
-    const IqGroup h = iq_head((row * (cols / QK) + q / 32u) * IQ_BYTES, q % 32u);
+    const IqGroup h = iq_head(row * (cols / QK) + q / 32u, q % 32u);
     a = iq_weights(h, 0u);
     c = iq_weights(h, 1u);
 }

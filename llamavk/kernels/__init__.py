@@ -182,7 +182,11 @@ PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17),
 # 2-byte alignment in every other block) as ql + qh (192 bytes: 12 aligned uvec4s), the 16 int8
 # scales (one aligned uvec4) and d (f16), so that the one-token kernel reads each with one aligned
 # load (shaders/matvec_stream.comp: Q6_K).
-PLANES = {"Q6_K": (210, ((0, 192), (192, 208), (208, 210)))}
+# IQ2_XXS's 66- and IQ3_XXS's 98-byte blocks (2 mod 16) as the bytes after d (64 / 96: 4 / 6 aligned
+# uvec4s) and d: the one-token kernel reads a 64-weight unit's grid indices, signs and scales as one
+# aligned uvec4 (IQ3_XXS: and a uvec2), matvec_stream.comp IQ2_XXS / IQ3_XXS.
+PLANES = {"Q6_K": (210, ((0, 192), (192, 208), (208, 210))),
+          "IQ2_XXS": (66, ((2, 66), (0, 2))), "IQ3_XXS": (98, ((2, 98), (0, 2)))}
 
 
 def planes(qtype) -> tuple | None:
