@@ -226,17 +226,22 @@
 // aligned uvec4s would read 8 bytes past it at o = 0; a 32-weight unit would load 3 times per 16 qs
 // bytes): 6 loads per 128 weights, as Q4_K's 3 per 64; the run is in place at o = 8 and 2 words on
 // at o = 0 (one select per word).
-// IQ2_XXS, IQ3_XXS (stored planar: llamavk/kernels/__init__.py PLANES; the bytes after d, then the d
-// plane): a unit is a quarter of a super-block, 64 weights, sub-blocks 2m and 2m + 1 (m = unit % 4),
-// each 4 groups of 8 weights under one scale d (0.5 + top 4 bits of its word) / 4 (IQ3_XXS / 2).
-// IQ2_XXS: the unit is the block's uvec4 m (per sub-block a word of 4 grid indices, one per group,
-// and a word of 4 x 7 sign bits and the scale); IQ3_XXS: its uvec4 m of qs (16 indices of 4-weight
-// grid entries, two per group) and the uvec2 of its sub-blocks' sign-and-scale words. The grid
-// (quants.glsl: after the chunk's blocks) is copied into shared memory by every workgroup while its
-// first weight loads are in flight (quants.glsl iq_grid_stage), with a table of the 128 sign
-// patterns as byte masks (iqs: the eighth sign makes the count of minus signs even); a group's 8
-// weights are then two grid words (IQ2: bytes 8, 25, 43) whose bytes the mask negates, as signed
-// bytes for DOT8 (x's 32-value scale and the weights' sub-block scale coincide) or the f32 form.
+// IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S (the lattice types but IQ1's; stored planar:
+// llamavk/kernels/__init__.py PLANES, quants.glsl): a unit is a quarter m of a super-block, 64
+// weights, sub-blocks 2m and 2m + 1 of 4 groups of 8 weights, a scale per sub-block or per 16
+// weights (IQ2_XS, IQ2_S). A lane loads: IQ2_XXS the block's uvec4 m (per sub-block a word of 4 grid
+// indices, one per group, and a word of 4 x 7 sign bits and the scale); IQ3_XXS its uvec4 m of qs
+// (16 indices of 4-weight entries, two per group) and the uvec2 of its sub-blocks' sign-and-scale
+// words; IQ2_XS its uvec4 of 8 16-bit (9-bit index | 7 sign bits) words and the 2 scale bytes;
+// IQ2_S the uvec2s of its 8 index low bytes and 8 sign bytes, the 16-bit words of its index high bits
+// and scales; IQ3_S its uvec4 of qs, its qh bytes (the indices' 9th bits) as a 16-bit word, its sign
+// bytes as 2 words and the block's scale word; every type d. The grid (quants.glsl: after the
+// chunk's blocks) is copied into shared memory by every workgroup while its first weight loads are
+// in flight (quants.glsl iq_grid_stage), with a table of the sign patterns as byte masks (iqs: 128
+// patterns whose eighth sign makes the count of minus signs even, or IQ2_S's / IQ3_S's 256 sign
+// bytes); a group's 8 weights are then two grid words (bytes below 128) whose bytes the mask negates,
+// as signed bytes for DOT8 (x's 32-value scale holds for a sub-block; per 16 weights two sums) or the
+// f32 form.
 // CLOCK (variants *_clock; the split timeline, llamavk/split/clock.py): binding 12 takes the device clock's
 // low 32 bits (clockRealtime2x32EXT) per workgroup, atomically into stamps[8 * p.stamp_slot + 3..7]:
 // earliest / latest entry, earliest / latest release of the wait (WAIT; else entry), latest end.
@@ -314,8 +319,10 @@ const uint RSTEPS = RAHEAD ? STEPS : 1;
 float rwv[RSTEPS][RK][RROWS];  // this thread's router weights of the current row block (RAHEAD: and the next ones')
 #endif
 
-#if defined(QTYPE_IQ2_XXS) || defined(QTYPE_IQ3_XXS)
-#define IQ_GRID_SHARED 1   // quants.glsl's grid read from shared memory (header: IQ2_XXS, IQ3_XXS)
+#if defined(QTYPE_IQ2_XXS) || defined(QTYPE_IQ3_XXS) || defined(QTYPE_IQ2_XS) || defined(QTYPE_IQ2_S) || \
+    defined(QTYPE_IQ3_S)
+#define IQ_STREAM 1        // header: IQ2_XXS ...
+#define IQ_GRID_SHARED 1   // quants.glsl's grid read from shared memory
 #endif
 #include "quants.glsl"
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -338,7 +345,8 @@ layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
 layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };      // PAIR: the up matrix
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
-#if defined(QTYPE_Q6_K) || defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K) || defined(QTYPE_Q4_1) || defined(QTYPE_Q5_0)
+#if defined(QTYPE_Q6_K) || defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K) || defined(QTYPE_Q4_1) || defined(QTYPE_Q5_0) || \
+    defined(IQ_STREAM)
 layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
 layout(std430, binding = 7) readonly buffer PairU16 { uint16_t pu16[]; };
 #endif
@@ -443,16 +451,13 @@ layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #if defined(QTYPE_Q5_0) || defined(QTYPE_Q5_1)
 #define HEAD_QH 1   // the fifth bits, one word per block
 #endif
-#elif defined(QTYPE_IQ2_XXS) || defined(QTYPE_IQ3_XXS)
-#define UNIT 64     // a quarter of a super-block (header: IQ2_XXS, IQ3_XXS)
-#define NQ 1        // the unit's uvec4 (IQ3_XXS: its qs; the sign-and-scale words: wt below)
-#define IQ_STREAM 1
-#if defined(QTYPE_IQ3_XXS)
+#elif defined(IQ_STREAM)
+#define UNIT 64     // a quarter of a super-block (header: IQ2_XXS ...)
+#define NQ 1        // the unit's uvec4 (IQ2_S: its two uvec2s; the other fields: wt below)
 layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
 layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
-#endif
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4, IQ4_XS, IQ2_XXS or IQ3_XXS"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4, IQ4_XS or a lattice type but IQ1's"
 #endif
 #if (defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)) && !defined(HALF_BLOCK)
 #define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
@@ -644,8 +649,9 @@ uint wo[C][RJ];    // the block's byte offset in its uvec4 (136 b mod 16: 0 or 8
 uvec2 wt[C][RJ];   // the last 8 bytes of the unit's qs run
 #elif defined(LEGACY_HEAD)
 uvec2 wh[C][RJ];   // the block's head: d | m << 16 (Q4_1, Q5_1; Q5_0 d), qh (Q5_0, Q5_1)
-#elif defined(QTYPE_IQ3_XXS)
-uvec2 wt[C][RJ];   // the unit's two sign-and-scale words
+#elif defined(IQ_STREAM)
+uvec4 wt[C][RJ];   // the unit's fields beside wq (header): IQ3_XXS its sign-and-scale words; IQ2_XS its scale
+                   // bytes; IQ2_S its qh | scales << 16; IQ3_S its sign words, qh | scale byte << 16
 float wd[C][RJ];
 #elif !defined(Q4K_LIKE)
 float wd[C][RJ];
@@ -788,16 +794,33 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 }
                 wo[i][j] = bb & 15u;
 #elif defined(IQ_STREAM)
-                // quarter m of super-block ib (header: IQ2_XXS, IQ3_XXS): its uvec4 of the block's
-                // bytes after d (IQ3_XXS: of qs, and the uvec2 of its sign-and-scale words), d
-                uint uu = u0 + u, ib = row * (row_units / 4) + uu / 4, m = uu % 4;
+                // quarter m of super-block ib (header: IQ2_XXS ...; the planes: quants.glsl iq_head)
+                uint uu = u0 + u, ib = row * (row_units / 4) + uu / 4, m = uu % 4, n = q_chunk_blocks;
 #if defined(QTYPE_IQ2_XXS)
-                uint q0 = 4 * ib + m, d16 = 32 * q_chunk_blocks + ib;
-#else
-                uint q0 = 6 * ib + m, t0 = 12 * ib + 8 + m, d16 = 48 * q_chunk_blocks + ib;
-                wt[i][j] = second ? pu2[t0] : wu2[t0];
-#endif
+                uint q0 = 4 * ib + m, d16 = 32 * n + ib;
                 wq[i][j][0] = second ? pu4[q0] : wu4[q0];
+#elif defined(QTYPE_IQ3_XXS)
+                uint q0 = 6 * ib + m, t0 = 12 * ib + 8 + m, d16 = 48 * n + ib;
+                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
+                wt[i][j].xy = second ? pu2[t0] : wu2[t0];
+#elif defined(QTYPE_IQ2_XS)
+                uint q0 = 4 * ib + m, s16 = 32 * n + 4 * ib + m, d16 = 36 * n + ib;
+                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
+                wt[i][j].x = uint(second ? pu16[s16] : wu16[s16]);
+#elif defined(QTYPE_IQ2_S)
+                uint q0 = 10 * ib + m, h16 = 40 * ib + 32 + m, d16 = 40 * n + ib;
+                wq[i][j][0] = second ? uvec4(pu2[q0], pu2[q0 + 4]) : uvec4(wu2[q0], wu2[q0 + 4]);
+                wt[i][j].x = second ? uint(pu16[h16]) | (uint(pu16[h16 + 4]) << 16)
+                                    : uint(wu16[h16]) | (uint(wu16[h16 + 4]) << 16);
+#else   // IQ3_S
+                uint q0 = 4 * ib + m, r32 = 16 * n + 11 * ib, d16 = 54 * n + ib;
+                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
+                uint qh = uint(second ? pu16[2 * r32 + m] : wu16[2 * r32 + m]);
+                uint sc = ((second ? pu32[r32 + 10] : wu32[r32 + 10]) >> (8 * m)) & 0xFFu;
+                wt[i][j].x = second ? pu32[r32 + 2 + 2 * m] : wu32[r32 + 2 + 2 * m];
+                wt[i][j].y = second ? pu32[r32 + 3 + 2 * m] : wu32[r32 + 3 + 2 * m];
+                wt[i][j].z = qh | (sc << 16);
+#endif
                 wd[i][j] = float(second ? pf16[d16] : wf16[d16]);
 #elif defined(LEGACY_HEAD)
                 // block b's uvec4 of quants (Q4_0's), its head from the head plane
@@ -1009,14 +1032,19 @@ float iq4xs_scale(uint hw0, uint hw1, uint s) {
 #endif
 
 #if defined(IQ_STREAM)
-// IQ2_XXS, IQ3_XXS (header): entry k of iqs, the 8 weights' sign bits k | parity << 7 as byte masks
-// (0xFF: negative). Written with the grid by every workgroup while its first weight loads are in
-// flight; read after the x staging's barrier.
-shared uvec2 iqs[128];
+// (header: IQ2_XXS ...) entry k of iqs, the 8 weights' sign bits as byte masks (0xFF: negative): k |
+// parity << 7, or (IQ2_S, IQ3_S) the sign byte k. Written with the grid by every workgroup while its
+// first weight loads are in flight; read after the x staging's barrier.
+#if defined(QTYPE_IQ2_S) || defined(QTYPE_IQ3_S)
+#define IQ_SIGNS 256u
+#else
+#define IQ_SIGNS 128u
+#endif
+shared uvec2 iqs[IQ_SIGNS];
 void iq_tables_fill() {
     iq_grid_stage(gl_LocalInvocationIndex, WG);
-    for (uint k = gl_LocalInvocationIndex; k < 128u; k += WG) {
-        uint b = ksigns(k);
+    for (uint k = gl_LocalInvocationIndex; k < IQ_SIGNS; k += WG) {
+        uint b = IQ_SIGNS == 128u ? ksigns(k) : k;
         iqs[k] = uvec2(((b & 15u) * 0x00204081u) & 0x01010101u, ((b >> 4) * 0x00204081u) & 0x01010101u) * 255u;
     }
 }
@@ -1026,28 +1054,43 @@ void iq_tables_fill() {
 uint iq_signed(uint g, uint m) { return (g ^ m) + (m & 0x01010101u); }
 
 // Group l (< 4) of sub-block s (< 2) of unit i, row j: its 8 weights as signed bytes (lo: weights
-// 0..3, hi: 4..7) and the sub-block's sign-and-scale word.
+// 0..3, hi: 4..7).
 void iq_group(uint i, uint j, uint s, uint l, out uint lo, out uint hi) {
+    uvec4 q = wq[i][j][0], t = wt[i][j];
 #if defined(QTYPE_IQ2_XXS)
-    uint aux = wq[i][j][0][2 * s + 1], gi = (wq[i][j][0][2 * s] >> (8 * l)) & 0xFFu;
+    uint gi = (q[2 * s] >> (8 * l)) & 0xFFu, sg = (q[2 * s + 1] >> (7 * l)) & 127u;
     uint g0 = iq_grid(2u * gi), g1 = iq_grid(2u * gi + 1u);
-#else
-    uint aux = s == 0 ? wt[i][j].x : wt[i][j].y, iw = wq[i][j][0][2 * s + l / 2] >> (16 * (l % 2));
+#elif defined(QTYPE_IQ3_XXS)
+    uint iw = q[2 * s + l / 2] >> (16 * (l % 2)), sg = (t[s] >> (7 * l)) & 127u;
     uint g0 = iq_grid(iw & 0xFFu), g1 = iq_grid((iw >> 8) & 0xFFu);
+#elif defined(QTYPE_IQ2_XS)
+    uint v = q[2 * s + l / 2] >> (16 * (l % 2)), gi = v & 511u, sg = (v >> 9) & 127u;
+    uint g0 = iq_grid(2u * gi), g1 = iq_grid(2u * gi + 1u);
+#elif defined(QTYPE_IQ2_S)
+    uint gi = ((q[s] >> (8 * l)) & 0xFFu) | (((t.x >> (8 * s + 2 * l)) & 3u) << 8), sg = (q[2 + s] >> (8 * l)) & 0xFFu;
+    uint g0 = iq_grid(2u * gi), g1 = iq_grid(2u * gi + 1u);
+#else   // IQ3_S
+    uint iw = q[2 * s + l / 2] >> (16 * (l % 2)), hb = t.z >> (8 * s + 2 * l), sg = (t[s] >> (8 * l)) & 0xFFu;
+    uint g0 = iq_grid((iw & 0xFFu) | ((hb & 1u) << 8)), g1 = iq_grid(((iw >> 8) & 0xFFu) | ((hb & 2u) << 7));
 #endif
-    uvec2 m = iqs[(aux >> (7 * l)) & 127u];
+    uvec2 m = iqs[sg];
     lo = iq_signed(g0, m.x);
     hi = iq_signed(g1, m.y);
 }
 
-// Sub-block s's scale (0.5 + its 4 bits) / 4 (IQ3_XXS / 2; d apart)
-float iq_scale(uint i, uint j, uint s) {
+// The scale of groups 2h, 2h + 1 of sub-block s (d apart): (0.5 + 4 bits) / 4 (IQ3_XXS / 2), IQ3_S 1 + 2 x 4 bits
+float iq_scale(uint i, uint j, uint s, uint h) {
+    uvec4 q = wq[i][j][0], t = wt[i][j];
 #if defined(QTYPE_IQ2_XXS)
-    uint aux = wq[i][j][0][2 * s + 1];
-    return (0.5 + float(aux >> 28)) * 0.25;
+    return (0.5 + float(q[2 * s + 1] >> 28)) * 0.25;
+#elif defined(QTYPE_IQ3_XXS)
+    return (0.5 + float(t[s] >> 28)) * 0.5;
+#elif defined(QTYPE_IQ2_XS)
+    return (0.5 + float((t.x >> (8 * s + 4 * h)) & 15u)) * 0.25;
+#elif defined(QTYPE_IQ2_S)
+    return (0.5 + float((t.x >> (16 + 8 * s + 4 * h)) & 15u)) * 0.25;
 #else
-    uint aux = s == 0 ? wt[i][j].x : wt[i][j].y;
-    return (0.5 + float(aux >> 28)) * 0.5;
+    return float(1u + 2u * ((t.z >> (16 + 4 * s)) & 15u));
 #endif
 }
 #endif
@@ -1076,21 +1119,23 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] = 0.0;
     [[unroll]] for (uint s = 0; s < 2; ++s) {
         float sx = xsd[s * TPR + c].x;
-        int hs[RJ], ls[RJ];
-        [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
-        [[unroll]] for (uint l = 0; l < 4; ++l) {
-            uint w = 8 * s + 2 * l;
-            uint xa = xqh[w * TPR + c], xb = xql[w * TPR + c];
-            uint xc = xqh[(w + 1) * TPR + c], xd = xql[(w + 1) * TPR + c];
-            [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                uint lo, hi;
-                iq_group(i, j, s, l, lo, hi);
-                hs[j] += dot_ss(lo, xa, 0) + dot_ss(hi, xc, 0);
-                ls[j] += dot_ss(lo, xb, 0) + dot_ss(hi, xd, 0);
+        [[unroll]] for (uint h = 0; h < 2; ++h) {   // 16 weights: IQ2_XS's and IQ2_S's scales
+            int hs[RJ], ls[RJ];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
+            [[unroll]] for (uint l = 2 * h; l < 2 * h + 2; ++l) {
+                uint w = 8 * s + 2 * l;
+                uint xa = xqh[w * TPR + c], xb = xql[w * TPR + c];
+                uint xc = xqh[(w + 1) * TPR + c], xd = xql[(w + 1) * TPR + c];
+                [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                    uint lo, hi;
+                    iq_group(i, j, s, l, lo, hi);
+                    hs[j] += dot_ss(lo, xa, 0) + dot_ss(hi, xc, 0);
+                    ls[j] += dot_ss(lo, xb, 0) + dot_ss(hi, xd, 0);
+                }
             }
+            [[unroll]] for (uint j = 0; j < RJ; ++j)
+                t[j] += iq_scale(i, j, s, h) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
         }
-        [[unroll]] for (uint j = 0; j < RJ; ++j)
-            t[j] += iq_scale(i, j, s) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * t[j];
 #elif defined(QTYPE_IQ4_XS)
@@ -1281,19 +1326,19 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #else
     uint sw = c & 7u;
 #if defined(IQ_STREAM)
-    [[unroll]] for (uint s = 0; s < 2; ++s) {
+    [[unroll]] for (uint s = 0; s < 4; ++s) {   // 16 weights at a time: sub-block s / 2, half s % 2
         float tg[RJ];
         [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
-        [[unroll]] for (uint l = 0; l < 4; ++l) {
-            uint w = 8 * s + 2 * l;
+        [[unroll]] for (uint l = 2 * (s % 2); l < 2 * (s % 2) + 2; ++l) {
+            uint w = 8 * (s / 2) + 2 * l;
             vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((w + 1) ^ sw)];
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint lo, hi;
-                iq_group(i, j, s, l, lo, hi);
+                iq_group(i, j, s / 2, l, lo, hi);
                 tg[j] += dot(sbytes_fma(lo), xa) + dot(sbytes_fma(hi), xc);
             }
         }
-        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * iq_scale(i, j, s) * tg[j];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * iq_scale(i, j, s / 2, s % 2) * tg[j];
     }
 #elif defined(QTYPE_IQ4_XS)
     uint h = (u0 + u) % 2;

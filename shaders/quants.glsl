@@ -644,9 +644,10 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
 // group one entry of a grid with signs and a scale. Blocks are 2 mod 4 bytes long (IQ1_M's 56 aside),
 // so fields are read as bytes and 16-bit words. iq_head(b, g) reads group g's scale, signs and grid
 // indices from super-block b of the chunk; iq_half / iq_group make its weights from them.
-// IQ2_XXS and IQ3_XXS are stored planar (llamavk/kernels/__init__.py PLANES): per chunk, every
-// block's bytes after d (64 / 96: 16-byte aligned, so the one-token kernel reads them as uvec4s:
-// matvec_stream.comp IQ2_XXS), then every d (f16).
+// IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S and IQ3_S are stored planar (llamavk/kernels/__init__.py PLANES):
+// per chunk, planes of every block's fields, d last, so that the one-token kernel reads a 64-weight
+// unit's fields with aligned uvec4 / uvec2 loads (matvec_stream.comp IQ2_XXS); each iq_head below
+// says where its fields are.
 // The grid (up to 2048 entries of 8 signed bytes) follows the chunk's blocks in its buffer, from the
 // first 4-byte boundary (llamavk/kernels/__init__.py GRID_TAIL_ALIGN): a constant array that large
 // would be copied into every invocation's private memory wherever it is indexed by a variable
@@ -682,20 +683,22 @@ IqGroup iq_head(uint b, uint g) {
 #elif defined(QTYPE_IQ2_XS)
 #define IQ_BYTES 74     // d, 32 x (9-bit grid index | 7 sign bits << 9), 16 4-bit scales
 #define IQ_GRID_WORDS 1024u
+// planar: the 64 bytes of indices and signs at byte 64 b, the 8 scale bytes at 64 n + 8 b, d at f16 36 n + b
 IqGroup iq_head(uint b, uint g) {
-    const uint B = b * IQ_BYTES;
-    const uint q = whalf(B + 2u + 2u * g);
-    const uint sc = (wbyte(B + 66u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
-    return IqGroup(half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25, ksigns(q >> 9), 0.0, q & 511u, 0u);
+    const uint n = q_chunk_blocks, q = uint(wu16[32u * b + g]);
+    const uint sc = (wbyte(64u * n + 8u * b + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
+    return IqGroup(half_bits(uint(wu16[36u * n + b])) * (0.5 + float(sc)) * 0.25, ksigns(q >> 9), 0.0, q & 511u, 0u);
 }
 #elif defined(QTYPE_IQ2_S)
 #define IQ_BYTES 82     // d, qs[32] (grid index low bytes), signs[32], qh[8] (2 high bits each), scales[8]
 #define IQ_GRID_WORDS 2048u
+// planar: the 80 bytes after d at byte 80 b (qs, signs, qh, scales), d at f16 40 n + b
 IqGroup iq_head(uint b, uint g) {
-    const uint B = b * IQ_BYTES;
-    const uint idx = wbyte(B + 2u + g) | (((wbyte(B + 66u + g / 4u) >> (2u * (g % 4u))) & 3u) << 8);
-    const uint sc = (wbyte(B + 74u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
-    return IqGroup(half_bits(whalf(B)) * (0.5 + float(sc)) * 0.25, wbyte(B + 34u + g), 0.0, idx, 0u);
+    const uint B = 80u * b;
+    const uint idx = wbyte(B + g) | (((wbyte(B + 64u + g / 4u) >> (2u * (g % 4u))) & 3u) << 8);
+    const uint sc = (wbyte(B + 72u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
+    return IqGroup(half_bits(uint(wu16[40u * q_chunk_blocks + b])) * (0.5 + float(sc)) * 0.25, wbyte(B + 32u + g),
+                   0.0, idx, 0u);
 }
 #elif defined(QTYPE_IQ3_XXS)
 #define IQ_BYTES 98     // d, qs[64] (a grid index per 4 weights), per 32 weights a word as IQ2_XXS's
@@ -711,13 +714,14 @@ IqGroup iq_head(uint b, uint g) {
 #elif defined(QTYPE_IQ3_S)
 #define IQ_BYTES 110    // d, qs[64], qh[8] (the 9th index bits), signs[32], scales[4] (per 32 weights)
 #define IQ_GRID_WORDS 512u
+// planar: qs at byte 64 b, the other 44 bytes (qh, signs, scales) at 64 n + 44 b, d at f16 54 n + b
 IqGroup iq_head(uint b, uint g) {
-    const uint B = b * IQ_BYTES;
-    const uint idx = whalf(B + 2u + 2u * g);                 // indices 2g, 2g + 1: their 9th bits in qh
-    const uint hb = wbyte(B + 66u + g / 4u) >> (2u * (g % 4u));
+    const uint n = q_chunk_blocks, R = 64u * n + 44u * b;
+    const uint idx = uint(wu16[32u * b + g]);                // indices 2g, 2g + 1: their 9th bits in qh
+    const uint hb = wbyte(R + g / 4u) >> (2u * (g % 4u));
     const uint s = g / 4u;
-    const uint sc = (wbyte(B + 106u + s / 2u) >> (4u * (s % 2u))) & 15u;
-    return IqGroup(half_bits(whalf(B)) * float(1u + 2u * sc), wbyte(B + 74u + g), 0.0,
+    const uint sc = (wbyte(R + 40u + s / 2u) >> (4u * (s % 2u))) & 15u;
+    return IqGroup(half_bits(uint(wu16[54u * n + b])) * float(1u + 2u * sc), wbyte(R + 8u + g), 0.0,
                    (idx & 0xFFu) | ((hb & 1u) << 8), (idx >> 8) | ((hb & 2u) << 7));
 }
 #elif defined(QTYPE_IQ1_S)

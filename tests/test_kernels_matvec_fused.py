@@ -104,9 +104,11 @@ def dot8_levels(x, group=32):
 
 
 def run_fused(dev, kc, qtype, rows, cols, n_tokens, seed, chunked=False, bias=False, norm=False, resid=False,
-              glu=False, pair=False, tol=1e-3, x_levels=False):
+              glu=False, pair=False, tol=1e-3, x_levels=False, per_term=False):
     """x_levels: the reference takes x as the DOT8 form rounds it (no fused input; an int: per that
-    many values instead of 32): the kernel's own arithmetic, apart from the rounding it is built on."""
+    many values instead of 32): the kernel's own arithmetic, apart from the rounding it is built on.
+    per_term: the error relative to the largest row sum of |w| |x'| (what bounds a sum's f32
+    rounding, whatever its terms cancel to) rather than to the largest result."""
     eps = 1e-5
     rng = np.random.default_rng(seed)
     raw, w = make_weight(qtype, rows, cols, seed=seed)
@@ -137,7 +139,7 @@ def run_fused(dev, kc, qtype, rows, cols, n_tokens, seed, chunked=False, bias=Fa
         want = want + b
         kw.update(bias=View.whole(f32(dev, b)))
     want = want + xd @ w.T
-    scale = np.abs(want).max()
+    scale = (np.abs(xd) @ np.abs(w).T).max() if per_term else np.abs(want).max()
     if pair:   # y = silu(W x') * (P x'), P of W's type, shape and chunking; errors of both products
         raw_p, wp = make_weight(qtype, rows, cols, seed=seed + 100)
         kw.update(pair=upload_qweight(dev, raw_p, qtype, rows, cols,

@@ -26,8 +26,8 @@ from .test_kernels_matvec_fused import kc_variants, run_fused  # noqa: F401 (a f
 # blocks: every nibble, MXFP4's -0 (code 8) included. IQ4_XS half super-blocks: 6 per row (3 blocks:
 # rows alternate the blocks' offsets 0 and 8 in their uvec4s), 36 (two x chunks at 64 threads, f32).
 # Q4_1 / Q5_0 / Q5_1 blocks: as IQ4_NL's (3 per row: Q5_0's 6-byte heads at both 4-byte offsets).
-# IQ2_XXS / IQ3_XXS quarter super-blocks (64 weights, random blocks: every grid index and sign
-# pattern): 12 per row (idle lanes), 72 (two x chunks at 64 threads in the f32 form).
+# The lattice types' quarter super-blocks (64 weights, random blocks: every grid index, high bit and
+# sign pattern): 12 per row (idle lanes), 72 (two x chunks at 64 threads in the f32 form).
 # (llvmpipe compiles each layout anew: few.)
 STREAM_CASES = [(T.Q5_K, 768, 2), (T.Q5_K, 256, 4), (T.Q5_K, 4608, 4),
                 (T.Q3_K, 3328, 2), (T.Q3_K, 8192, 2),
@@ -36,11 +36,13 @@ STREAM_CASES = [(T.Q5_K, 768, 2), (T.Q5_K, 256, 4), (T.Q5_K, 4608, 4),
                 (T.IQ4_XS, 768, 2), (T.IQ4_XS, 4608, 2),
                 (T.Q4_1, 96, 2), (T.Q4_1, 4608, 4), (T.Q5_0, 96, 2), (T.Q5_0, 4608, 4),
                 (T.Q5_1, 96, 2), (T.Q5_1, 4608, 4),
-                (T.IQ2_XXS, 768, 2), (T.IQ2_XXS, 4608, 4), (T.IQ3_XXS, 768, 2), (T.IQ3_XXS, 4608, 4)]
+                (T.IQ2_XXS, 768, 2), (T.IQ2_XXS, 4608, 4), (T.IQ3_XXS, 768, 2), (T.IQ3_XXS, 4608, 4),
+                (T.IQ2_XS, 768, 2), (T.IQ2_XS, 4608, 4), (T.IQ2_S, 768, 2), (T.IQ2_S, 4608, 4),
+                (T.IQ3_S, 768, 2), (T.IQ3_S, 4608, 4)]
 # the types whose weights are table values of random bytes (the lattice types: grid entries with
 # random signs): a single row's random-walk sum may be small, so its check takes x as the DOT8 form
 # rounds it
-TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS, T.IQ2_XXS, T.IQ3_XXS)
+TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS, T.IQ2_XXS, T.IQ3_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_S)
 # the types that take Q4_0's GPU rows; the others Q4_K's (selection.Q40_RULE_TYPES, Q4K_RULE_TYPES)
 Q40_LIKE = (T.IQ4_NL, T.MXFP4, T.Q4_1, T.Q5_0, T.Q5_1)
 # the types whose GPU rows take the half-super-block form (selection.HALF_RULE_TYPES)
@@ -78,8 +80,10 @@ def _check_products(dev, kc_variants, monkeypatch, qtype, cols, rj, kernel):   #
     assert tpr * (c - 1) < cols // mm._stream_unit(kernel, name)[0] <= tpr * c
     tol = _tol(kernel)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=1, chunked=True, bias=True, tol=tol)
-    if qtype in TABLE_TYPES:   # one row, x as the DOT8 form rounds it: the kernel's own arithmetic
-        run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=1e-5, x_levels=kernel == "stream_dp")
+    if qtype in TABLE_TYPES:   # one row, x as the DOT8 form rounds it: the kernel's own arithmetic (its
+        # terms cancel: the error against their magnitudes; a wrong weight is ~2e-4 of them, f32 ~1e-7)
+        run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=1e-6, x_levels=kernel == "stream_dp",
+                  per_term=True)
     else:
         run_fused(dev, kc_variants, qtype, 1, cols, 1, seed=2, tol=tol)
     run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=11, bias=True, norm=True, resid=True, tol=tol)
@@ -107,7 +111,8 @@ PARTS_CASES = [(T.Q5_K, 4608, 32, 9, "stream"), (T.Q5_K, 4608, 32, 9, "stream_dp
                (T.Q6_K, 4096, 16, 4, "stream"),
                (T.Q4_1, 4608, 16, 9, "stream_dp+xfirst"), (T.Q5_0, 4608, 16, 9, "stream"),
                (T.Q5_1, 4608, 16, 9, "stream_dp"),
-               (T.IQ2_XXS, 4096, 16, 4, "stream_dp+xfirst"), (T.IQ3_XXS, 4096, 16, 4, "stream")]
+               (T.IQ2_XXS, 4096, 16, 4, "stream_dp+xfirst"), (T.IQ3_XXS, 4096, 16, 4, "stream"),
+               (T.IQ2_S, 4096, 16, 4, "stream_dp"), (T.IQ3_S, 4096, 16, 4, "stream_dp+xfirst")]
 
 
 @pytest.mark.parametrize("qtype,cols,ks,parts,kernel", PARTS_CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -133,7 +138,7 @@ def test_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, ks, par
 # (type, columns, rows): Q3_K's and Q2_K's 4-block rows take 4 lanes each, 32 rows per row block
 @pytest.mark.parametrize("qtype,cols,rows", [(T.Q5_K, 1024, 37), (T.Q3_K, 1024, 100), (T.Q2_K, 1024, 100),
                                              (T.MXFP4, 512, 100), (T.IQ4_XS, 1024, 100), (T.Q8_0, 1024, 37),
-                                             (T.IQ3_XXS, 1024, 100)],
+                                             (T.IQ3_XXS, 1024, 100), (T.IQ2_XS, 1024, 100)],
                          ids=lambda v: getattr(v, "name", str(v)))
 def test_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, rows):   # noqa: F811
     """STEPS: several row blocks per workgroup (a table written once, read by every block), the last

@@ -182,11 +182,16 @@ PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17),
 # 2-byte alignment in every other block) as ql + qh (192 bytes: 12 aligned uvec4s), the 16 int8
 # scales (one aligned uvec4) and d (f16), so that the one-token kernel reads each with one aligned
 # load (shaders/matvec_stream.comp: Q6_K).
-# IQ2_XXS's 66- and IQ3_XXS's 98-byte blocks (2 mod 16) as the bytes after d (64 / 96: 4 / 6 aligned
-# uvec4s) and d: the one-token kernel reads a 64-weight unit's grid indices, signs and scales as one
-# aligned uvec4 (IQ3_XXS: and a uvec2), matvec_stream.comp IQ2_XXS / IQ3_XXS.
+# The lattice types' blocks (2 mod 16 bytes) so that the one-token kernel reads a 64-weight unit's
+# fields with aligned loads (matvec_stream.comp IQ2_XXS): IQ2_XXS's and IQ3_XXS's bytes after d
+# (64 / 96: a unit's indices, signs and scales one uvec4; IQ3_XXS's signs and scales a uvec2), IQ2_S's
+# (80: indices, signs as uvec2s, its high bits and scales as 16-bit words), IQ2_XS's indices and
+# signs (64: a uvec4) apart from its 8 scale bytes, IQ3_S's qs (64: a uvec4) apart from its other 44
+# bytes (qh, signs, scales: words); d last.
 PLANES = {"Q6_K": (210, ((0, 192), (192, 208), (208, 210))),
-          "IQ2_XXS": (66, ((2, 66), (0, 2))), "IQ3_XXS": (98, ((2, 98), (0, 2)))}
+          "IQ2_XXS": (66, ((2, 66), (0, 2))), "IQ3_XXS": (98, ((2, 98), (0, 2))),
+          "IQ2_XS": (74, ((2, 66), (66, 74), (0, 2))), "IQ2_S": (82, ((2, 82), (0, 2))),
+          "IQ3_S": (110, ((2, 66), (66, 110), (0, 2)))}
 
 
 def planes(qtype) -> tuple | None:

@@ -496,12 +496,15 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # against 237.1 with the half-super-block form's old rule (LLAMAVK_MATVEC=q6_k=stream_dp_h:256,2,16,1,1,1,
 # that form on the planar layout; wg=256, nr=2, ks=16, xfirst on every shape) and llama.cpp -cm2's
 # 232.1 (H100 before, GGUF layout: 191.0 against 218.8).
-# IQ2_XXS and IQ3_XXS (planar, a quarter super-block per unit as Q4_K's, the lattice grid in shared
-# memory) take them too: H200, 7.2B tg128, one call, twice in alternation, against the base kernel they
-# ran before (LLAMAVK_MATVEC=iq2_xxs=base:256,4,2,2) and 4 rows a lane for the 4096-wide products:
-# IQ2_XXS 354.0 / 354.3 against 196.8 / 195.3 and 318.4 / 316.1; IQ3_XXS 283.2 / 284.7 against
-# 193.0 / 192.5 and 283.2 / 283.0 (llama.cpp -cm2 221.9, 211.8).
-Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs", "q6_k", "iq2_xxs", "iq3_xxs")
+# The lattice types but IQ1's (planar, a quarter super-block per unit as Q4_K's, the grid in shared
+# memory: matvec_stream.comp IQ2_XXS) take them too: H200, 7.2B tg128, one call per pair of types, twice
+# in alternation, against the base kernel they ran before (LLAMAVK_MATVEC=iq2_xxs=base:256,4,2,2):
+# IQ2_XXS 354.0 / 354.3 against 196.8 / 195.3 (4 rows a lane for the 4096-wide products 318.4 /
+# 316.1), IQ3_XXS 283.2 / 284.7 against 193.0 / 192.5 (283.2 / 283.0); another call: IQ2_XS 338.8 /
+# 334.6 against 194.6 / 194.2, IQ3_S 304.2 / 301.7 against 178.9 / 180.1, IQ2_S 311.9 / 312.6 against
+# 183.1 / 183.6 (llama.cpp -cm2 221.9, 211.8, 202.5, 174.8, 153.2).
+Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs", "q6_k", "iq2_xxs", "iq3_xxs", "iq2_xs", "iq2_s",
+                  "iq3_s")
 # The types that take Q4_0's stream-kernel rules (same wg / nr / ks / wave / steps / xfirst for the
 # same shapes): IQ4_NL and MXFP4 are stored planar as Q4_0 and load as it does, their weights table
 # values of the nibbles (matvec_stream.comp). H100, 7.2B tg128 against the base kernel
