@@ -226,7 +226,7 @@
 // aligned uvec4s would read 8 bytes past it at o = 0; a 32-weight unit would load 3 times per 16 qs
 // bytes): 6 loads per 128 weights, as Q4_K's 3 per 64; the run is in place at o = 8 and 2 words on
 // at o = 0 (one select per word).
-// IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S (the lattice types but IQ1's; stored planar:
+// IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S (the lattice types, IQ1's below; stored planar:
 // llamavk/kernels/__init__.py PLANES, quants.glsl): a unit is a quarter m of a super-block, 64
 // weights, sub-blocks 2m and 2m + 1 of 4 groups of 8 weights, a scale per sub-block or per 16
 // weights (IQ2_XS, IQ2_S). A lane loads: IQ2_XXS the block's uvec4 m (per sub-block a word of 4 grid
@@ -241,7 +241,13 @@
 // patterns whose eighth sign makes the count of minus signs even, or IQ2_S's / IQ3_S's 256 sign
 // bytes); a group's 8 weights are then two grid words (bytes below 128) whose bytes the mask negates,
 // as signed bytes for DOT8 (x's 32-value scale holds for a sub-block; per 16 weights two sums) or the
-// f32 form.
+// f32 form. IQ1_S (planar: its 48 bytes after d) and IQ1_M (56-byte blocks, 8-byte aligned as they
+// are): a lane loads its unit's 8 index low bytes as a uvec2, their high bits (IQ1_S: 2 16-bit words
+// of 3 bits each, a scale and delta's sign per sub-block; IQ1_M: 8 nibbles of 3 bits and delta's
+// sign) as a word, and d (IQ1_M: the block's 4 scale words, d in their top nibbles). A weight is
+// dl (g + delta), g in -1, 0, 1 and delta +-1/8, so its 8 (g + delta) = 8 g +- 1 is a signed byte:
+// the grid is staged as 8 (g + 1) per byte (0, 8, 16; iq1_grid_stage), from which a subtraction
+// without borrows gives 8 g + 1 or 8 g - 1, and the scale takes the 1/8.
 // CLOCK (variants *_clock; the split timeline, llamavk/split/clock.py): binding 12 takes the device clock's
 // low 32 bits (clockRealtime2x32EXT) per workgroup, atomically into stamps[8 * p.stamp_slot + 3..7]:
 // earliest / latest entry, earliest / latest release of the wait (WAIT; else entry), latest end.
@@ -320,7 +326,7 @@ float rwv[RSTEPS][RK][RROWS];  // this thread's router weights of the current ro
 #endif
 
 #if defined(QTYPE_IQ2_XXS) || defined(QTYPE_IQ3_XXS) || defined(QTYPE_IQ2_XS) || defined(QTYPE_IQ2_S) || \
-    defined(QTYPE_IQ3_S)
+    defined(QTYPE_IQ3_S) || defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
 #define IQ_STREAM 1        // header: IQ2_XXS ...
 #define IQ_GRID_SHARED 1   // quants.glsl's grid read from shared memory
 #endif
@@ -457,7 +463,7 @@ layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
 layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4, IQ4_XS or a lattice type but IQ1's"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4, IQ4_XS or a lattice type"
 #endif
 #if (defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)) && !defined(HALF_BLOCK)
 #define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
@@ -812,6 +818,17 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 wq[i][j][0] = second ? uvec4(pu2[q0], pu2[q0 + 4]) : uvec4(wu2[q0], wu2[q0 + 4]);
                 wt[i][j].x = second ? uint(pu16[h16]) | (uint(pu16[h16 + 4]) << 16)
                                     : uint(wu16[h16]) | (uint(wu16[h16 + 4]) << 16);
+#elif defined(QTYPE_IQ1_S)
+                uint q0 = 6 * ib + m, h32 = 12 * ib + 8 + m, d16 = 24 * n + ib;
+                wq[i][j][0] = second ? uvec4(pu2[q0], pu32[h32], 0u) : uvec4(wu2[q0], wu32[h32], 0u);
+#elif defined(QTYPE_IQ1_M)
+                // the block's 56 bytes: qs, qh, the 4 scale words (d in their top nibbles)
+                uint q0 = 7 * ib + m, h32 = 14 * ib + 8 + m, s0 = 7 * ib + 6;
+                uvec2 sc = second ? pu2[s0] : wu2[s0];
+                wq[i][j][0] = second ? uvec4(pu2[q0], pu32[h32], 0u) : uvec4(wu2[q0], wu32[h32], 0u);
+                wq[i][j][0].w = (m % 2 == 0 ? (m < 2 ? sc.x : sc.y) : (m < 2 ? sc.x >> 16 : sc.y >> 16)) & 0xFFFFu;
+                uint d16 = ((sc.x >> 12) & 0xFu) | ((sc.x >> 24) & 0xF0u)
+                         | ((sc.y >> 4) & 0xF00u) | ((sc.y >> 16) & 0xF000u);
 #else   // IQ3_S
                 uint q0 = 4 * ib + m, r32 = 16 * n + 11 * ib, d16 = 54 * n + ib;
                 wq[i][j][0] = second ? pu4[q0] : wu4[q0];
@@ -821,7 +838,11 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 wt[i][j].y = second ? pu32[r32 + 3 + 2 * m] : wu32[r32 + 3 + 2 * m];
                 wt[i][j].z = qh | (sc << 16);
 #endif
+#if defined(QTYPE_IQ1_M)
+                wd[i][j] = unpackHalf2x16(d16).x;
+#else
                 wd[i][j] = float(second ? pf16[d16] : wf16[d16]);
+#endif
 #elif defined(LEGACY_HEAD)
                 // block b's uvec4 of quants (Q4_0's), its head from the head plane
                 uint b = row * row_units + u0 + u;
@@ -1037,12 +1058,24 @@ float iq4xs_scale(uint hw0, uint hw1, uint s) {
 // first weight loads are in flight; read after the x staging's barrier.
 #if defined(QTYPE_IQ2_S) || defined(QTYPE_IQ3_S)
 #define IQ_SIGNS 256u
+#elif defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
+#define IQ_SIGNS 0u     // no signs: the grid staged as 8 (g + 1) (header: IQ1_S)
 #else
 #define IQ_SIGNS 128u
 #endif
-shared uvec2 iqs[IQ_SIGNS];
+shared uvec2 iqs[max(IQ_SIGNS, 1u)];
 void iq_tables_fill() {
+#if defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
+    // each byte g (-1, 0, 1) as 8 (g + 1): (g & 0x7F) + 1 cannot carry, the sign bit xor-ed back
+    // gives g + 1 (0xFF -> 0x80 ^ 0x80); times 8 stays in the byte
+    const uint base = (q_chunk_blocks * IQ_BYTES + 3u) >> 2;
+    for (uint k = gl_LocalInvocationIndex; k < IQ_GRID_WORDS; k += WG) {
+        uint w = wu32[base + k];
+        iq_grid_sh[k] = ((((w & 0x7F7F7F7Fu) + 0x01010101u) ^ (w & 0x80808080u)) << 3);
+    }
+#else
     iq_grid_stage(gl_LocalInvocationIndex, WG);
+#endif
     for (uint k = gl_LocalInvocationIndex; k < IQ_SIGNS; k += WG) {
         uint b = IQ_SIGNS == 128u ? ksigns(k) : k;
         iqs[k] = uvec2(((b & 15u) * 0x00204081u) & 0x01010101u, ((b >> 4) * 0x00204081u) & 0x01010101u) * 255u;
@@ -1069,16 +1102,33 @@ void iq_group(uint i, uint j, uint s, uint l, out uint lo, out uint hi) {
 #elif defined(QTYPE_IQ2_S)
     uint gi = ((q[s] >> (8 * l)) & 0xFFu) | (((t.x >> (8 * s + 2 * l)) & 3u) << 8), sg = (q[2 + s] >> (8 * l)) & 0xFFu;
     uint g0 = iq_grid(2u * gi), g1 = iq_grid(2u * gi + 1u);
-#else   // IQ3_S
+#elif defined(QTYPE_IQ3_S)
     uint iw = q[2 * s + l / 2] >> (16 * (l % 2)), hb = t.z >> (8 * s + 2 * l), sg = (t[s] >> (8 * l)) & 0xFFu;
     uint g0 = iq_grid((iw & 0xFFu) | ((hb & 1u) << 8)), g1 = iq_grid(((iw >> 8) & 0xFFu) | ((hb & 2u) << 7));
 #endif
+#if defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
+    // q.xy: the index low bytes; q.z: IQ1_S the sub-blocks' 16-bit words (3 index bits per group,
+    // delta's sign at bit 15), IQ1_M a nibble per group (3 index bits, delta's sign)
+#if defined(QTYPE_IQ1_S)
+    uint qh = q.z >> (16 * s), hi3 = (qh >> (3 * l)) & 7u;
+    bool neg = (qh & 0x8000u) != 0u;
+#else
+    uint nib = q.z >> (4 * (4 * s + l)), hi3 = nib & 7u;
+    bool neg = (nib & 8u) != 0u;
+#endif
+    uint gi = ((q[s] >> (8 * l)) & 0xFFu) | (hi3 << 8);
+    uint k = neg ? 0x09090909u : 0x07070707u;   // 8 (g + 1) - 9 = 8 g - 1, - 7 = 8 g + 1
+    lo = ((iq_grid(2u * gi) | 0x80808080u) - k) ^ 0x80808080u;
+    hi = ((iq_grid(2u * gi + 1u) | 0x80808080u) - k) ^ 0x80808080u;
+#else
     uvec2 m = iqs[sg];
     lo = iq_signed(g0, m.x);
     hi = iq_signed(g1, m.y);
+#endif
 }
 
-// The scale of groups 2h, 2h + 1 of sub-block s (d apart): (0.5 + 4 bits) / 4 (IQ3_XXS / 2), IQ3_S 1 + 2 x 4 bits
+// The scale of groups 2h, 2h + 1 of sub-block s (d apart): (0.5 + 4 bits) / 4 (IQ3_XXS / 2), IQ3_S 1 + 2 x 4 bits,
+// IQ1 (1 + 2 x 3 bits) / 8
 float iq_scale(uint i, uint j, uint s, uint h) {
     uvec4 q = wq[i][j][0], t = wt[i][j];
 #if defined(QTYPE_IQ2_XXS)
@@ -1089,6 +1139,10 @@ float iq_scale(uint i, uint j, uint s, uint h) {
     return (0.5 + float((t.x >> (8 * s + 4 * h)) & 15u)) * 0.25;
 #elif defined(QTYPE_IQ2_S)
     return (0.5 + float((t.x >> (16 + 8 * s + 4 * h)) & 15u)) * 0.25;
+#elif defined(QTYPE_IQ1_S)
+    return float(2u * ((q.z >> (16 * s + 12)) & 7u) + 1u) * 0.125;   // the weights' bytes are 8 (g + delta)
+#elif defined(QTYPE_IQ1_M)
+    return float(2u * ((q.w >> (3 * (2 * s + h))) & 7u) + 1u) * 0.125;
 #else
     return float(1u + 2u * ((t.z >> (16 + 4 * s)) & 15u));
 #endif

@@ -644,7 +644,7 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
 // group one entry of a grid with signs and a scale. Blocks are 2 mod 4 bytes long (IQ1_M's 56 aside),
 // so fields are read as bytes and 16-bit words. iq_head(b, g) reads group g's scale, signs and grid
 // indices from super-block b of the chunk; iq_half / iq_group make its weights from them.
-// IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S and IQ3_S are stored planar (llamavk/kernels/__init__.py PLANES):
+// IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S and IQ1_S are stored planar (llamavk/kernels/__init__.py PLANES):
 // per chunk, planes of every block's fields, d last, so that the one-token kernel reads a 64-weight
 // unit's fields with aligned uvec4 / uvec2 loads (matvec_stream.comp IQ2_XXS); each iq_head below
 // says where its fields are.
@@ -727,11 +727,12 @@ IqGroup iq_head(uint b, uint g) {
 #elif defined(QTYPE_IQ1_S)
 #define IQ_BYTES 50     // d, qs[32], per 32 weights a 16-bit word: 4 x 3 index bits, a 3-bit scale, delta's sign
 #define IQ_GRID_WORDS 4096u
+// planar: the 48 bytes after d (qs, qh) at byte 48 b, d at f16 24 n + b
 IqGroup iq_head(uint b, uint g) {
-    const uint B = b * IQ_BYTES;
-    const uint qh = whalf(B + 34u + 2u * (g / 4u));
-    const uint idx = wbyte(B + 2u + g) | (((qh >> (3u * (g % 4u))) & 7u) << 8);
-    const float dl = half_bits(whalf(B)) * float(2u * ((qh >> 12) & 7u) + 1u);
+    const uint B = 48u * b;
+    const uint qh = whalf(B + 32u + 2u * (g / 4u));
+    const uint idx = wbyte(B + g) | (((qh >> (3u * (g % 4u))) & 7u) << 8);
+    const float dl = half_bits(uint(wu16[24u * q_chunk_blocks + b])) * float(2u * ((qh >> 12) & 7u) + 1u);
     return IqGroup(dl, 0u, (qh & 0x8000u) != 0u ? -0.125 : 0.125, idx, 0u);
 }
 #else   // IQ1_M

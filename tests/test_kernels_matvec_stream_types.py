@@ -38,11 +38,12 @@ STREAM_CASES = [(T.Q5_K, 768, 2), (T.Q5_K, 256, 4), (T.Q5_K, 4608, 4),
                 (T.Q5_1, 96, 2), (T.Q5_1, 4608, 4),
                 (T.IQ2_XXS, 768, 2), (T.IQ2_XXS, 4608, 4), (T.IQ3_XXS, 768, 2), (T.IQ3_XXS, 4608, 4),
                 (T.IQ2_XS, 768, 2), (T.IQ2_XS, 4608, 4), (T.IQ2_S, 768, 2), (T.IQ2_S, 4608, 4),
-                (T.IQ3_S, 768, 2), (T.IQ3_S, 4608, 4)]
+                (T.IQ3_S, 768, 2), (T.IQ3_S, 4608, 4), (T.IQ1_S, 768, 2), (T.IQ1_S, 4608, 4),
+                (T.IQ1_M, 768, 2), (T.IQ1_M, 4608, 4)]
 # the types whose weights are table values of random bytes (the lattice types: grid entries with
 # random signs): a single row's random-walk sum may be small, so its check takes x as the DOT8 form
 # rounds it
-TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS, T.IQ2_XXS, T.IQ3_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_S)
+TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS, T.IQ2_XXS, T.IQ3_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_S, T.IQ1_S, T.IQ1_M)
 # the types that take Q4_0's GPU rows; the others Q4_K's (selection.Q40_RULE_TYPES, Q4K_RULE_TYPES)
 Q40_LIKE = (T.IQ4_NL, T.MXFP4, T.Q4_1, T.Q5_0, T.Q5_1)
 # the types whose GPU rows take the half-super-block form (selection.HALF_RULE_TYPES)
@@ -112,7 +113,8 @@ PARTS_CASES = [(T.Q5_K, 4608, 32, 9, "stream"), (T.Q5_K, 4608, 32, 9, "stream_dp
                (T.Q4_1, 4608, 16, 9, "stream_dp+xfirst"), (T.Q5_0, 4608, 16, 9, "stream"),
                (T.Q5_1, 4608, 16, 9, "stream_dp"),
                (T.IQ2_XXS, 4096, 16, 4, "stream_dp+xfirst"), (T.IQ3_XXS, 4096, 16, 4, "stream"),
-               (T.IQ2_S, 4096, 16, 4, "stream_dp"), (T.IQ3_S, 4096, 16, 4, "stream_dp+xfirst")]
+               (T.IQ2_S, 4096, 16, 4, "stream_dp"), (T.IQ3_S, 4096, 16, 4, "stream_dp+xfirst"),
+               (T.IQ1_M, 4096, 16, 4, "stream_dp")]
 
 
 @pytest.mark.parametrize("qtype,cols,ks,parts,kernel", PARTS_CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -138,7 +140,7 @@ def test_stream_column_parts(dev, kc_variants, monkeypatch, qtype, cols, ks, par
 # (type, columns, rows): Q3_K's and Q2_K's 4-block rows take 4 lanes each, 32 rows per row block
 @pytest.mark.parametrize("qtype,cols,rows", [(T.Q5_K, 1024, 37), (T.Q3_K, 1024, 100), (T.Q2_K, 1024, 100),
                                              (T.MXFP4, 512, 100), (T.IQ4_XS, 1024, 100), (T.Q8_0, 1024, 37),
-                                             (T.IQ3_XXS, 1024, 100), (T.IQ2_XS, 1024, 100)],
+                                             (T.IQ3_XXS, 1024, 100), (T.IQ2_XS, 1024, 100), (T.IQ1_S, 1024, 100)],
                          ids=lambda v: getattr(v, "name", str(v)))
 def test_stream_steps(dev, kc_variants, monkeypatch, qtype, cols, rows):   # noqa: F811
     """STEPS: several row blocks per workgroup (a table written once, read by every block), the last

@@ -187,11 +187,12 @@ PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17),
 # (64 / 96: a unit's indices, signs and scales one uvec4; IQ3_XXS's signs and scales a uvec2), IQ2_S's
 # (80: indices, signs as uvec2s, its high bits and scales as 16-bit words), IQ2_XS's indices and
 # signs (64: a uvec4) apart from its 8 scale bytes, IQ3_S's qs (64: a uvec4) apart from its other 44
-# bytes (qh, signs, scales: words); d last.
+# bytes (qh, signs, scales: words), IQ1_S's bytes after d (48: a unit's indices a uvec2, their high
+# bits a word); d last. (IQ1_M's 56-byte blocks keep 8-byte alignment as they are.)
 PLANES = {"Q6_K": (210, ((0, 192), (192, 208), (208, 210))),
           "IQ2_XXS": (66, ((2, 66), (0, 2))), "IQ3_XXS": (98, ((2, 98), (0, 2))),
           "IQ2_XS": (74, ((2, 66), (66, 74), (0, 2))), "IQ2_S": (82, ((2, 82), (0, 2))),
-          "IQ3_S": (110, ((2, 66), (66, 110), (0, 2)))}
+          "IQ3_S": (110, ((2, 66), (66, 110), (0, 2))), "IQ1_S": (50, ((2, 50), (0, 2)))}
 
 
 def planes(qtype) -> tuple | None:
