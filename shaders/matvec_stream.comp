@@ -248,6 +248,13 @@
 // dl (g + delta), g in -1, 0, 1 and delta +-1/8, so its 8 (g + delta) = 8 g +- 1 is a signed byte:
 // the grid is staged as 8 (g + 1) per byte (0, 8, 16; iq1_grid_stage), from which a subtraction
 // without borrows gives 8 g + 1 or 8 g - 1, and the scale takes the 1/8.
+// TQ2_0, TQ1_0 (the ternary types, stored planar: llamavk/kernels/__init__.py PLANES; weights d (q - 1),
+// q in 0..2, the -1 through the exact f32 block sums of x): TQ2_0's unit is half h of a block (128
+// weights, element 32k + l at bits 2k of byte l: the two uvec4s of its 32 qs bytes and d), TQ1_0's a
+// whole block (the qs plane's 3 uvec4s, the qh word and d: base-3 digits, digit j of byte v
+// (((v 3^j) mod 256) 3) >> 8, quants.glsl trit_bytes), whose 256 elements are digit j of qs bytes
+// 0..31 (elements 32j + l, j < 5), of bytes 32..47 (160 + 16j + l) and of qh (240 + 4j + l): each
+// word of x meets one word of digits.
 // CLOCK (variants *_clock; the split timeline, llamavk/split/clock.py): binding 12 takes the device clock's
 // low 32 bits (clockRealtime2x32EXT) per workgroup, atomically into stamps[8 * p.stamp_slot + 3..7]:
 // earliest / latest entry, earliest / latest release of the wait (WAIT; else entry), latest end.
@@ -352,7 +359,7 @@ layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 7) readonly buffer PairU4 { uvec4 pu4[]; };      // PAIR: the up matrix
 layout(std430, binding = 7) readonly buffer PairF16 { float16_t pf16[]; };
 #if defined(QTYPE_Q6_K) || defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K) || defined(QTYPE_Q4_1) || defined(QTYPE_Q5_0) || \
-    defined(IQ_STREAM)
+    defined(IQ_STREAM) || defined(QTYPE_TQ1_0)
 layout(std430, binding = 7) readonly buffer PairU32 { uint pu32[]; };
 layout(std430, binding = 7) readonly buffer PairU16 { uint16_t pu16[]; };
 #endif
@@ -462,8 +469,16 @@ layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #define NQ 1        // the unit's uvec4 (IQ2_S: its two uvec2s; the other fields: wt below)
 layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
 layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
+#elif defined(QTYPE_TQ2_0)
+#define UNIT 128    // half a block (header: TQ2_0)
+#define NQ 2
+#define TERNARY 1
+#elif defined(QTYPE_TQ1_0)
+#define UNIT 256    // a whole block (header: TQ2_0)
+#define NQ 4        // qs 3 uvec4s, the qh word as a fourth
+#define TERNARY 1
 #else
-#error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4, IQ4_XS or a lattice type"
+#error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4, IQ4_XS, a lattice or a ternary type"
 #endif
 #if (defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)) && !defined(HALF_BLOCK)
 #define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
@@ -843,6 +858,19 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
 #else
                 wd[i][j] = float(second ? pf16[d16] : wf16[d16]);
 #endif
+#elif defined(QTYPE_TQ2_0)
+                // half h of block ib (header: TQ2_0): 2 uvec4s of the qs plane, d
+                uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, q0 = 4 * ib + 2 * (uu % 2);
+                uint d16 = 32 * q_chunk_blocks + ib;
+                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
+                wq[i][j][1] = second ? pu4[q0 + 1] : wu4[q0 + 1];
+                wd[i][j] = float(second ? pf16[d16] : wf16[d16]);
+#elif defined(QTYPE_TQ1_0)
+                // block ib (header: TQ2_0): 3 uvec4s of the qs plane, its qh word, d
+                uint ib = row * row_units + u0 + u, n = q_chunk_blocks, h32 = 12 * n + ib, d16 = 26 * n + ib;
+                [[unroll]] for (uint k = 0; k < 3; ++k) wq[i][j][k] = second ? pu4[3 * ib + k] : wu4[3 * ib + k];
+                wq[i][j][3] = uvec4(second ? pu32[h32] : wu32[h32], 0u, 0u, 0u);
+                wd[i][j] = float(second ? pf16[d16] : wf16[d16]);
 #elif defined(LEGACY_HEAD)
                 // block b's uvec4 of quants (Q4_0's), its head from the head plane
                 uint b = row * row_units + u0 + u;
@@ -1149,6 +1177,20 @@ float iq_scale(uint i, uint j, uint s, uint h) {
 }
 #endif
 
+#if defined(TERNARY)
+// q (0..2, one per byte) of the unit's elements 32g + 4w .. 32g + 4w + 3 (g < UNIT / 32, w < 8), unit
+// i, row j (header: TQ2_0)
+uint tq_word(uint i, uint j, uint g, uint w) {
+#if defined(QTYPE_TQ2_0)
+    return (wq[i][j][w / 4][w % 4] >> (2 * g)) & 0x03030303u;
+#else
+    if (g < 5) return trit_bytes(wq[i][j][w / 4][w % 4], g);      // qs bytes 0..31, digit g
+    if (g < 7) return trit_bytes(wq[i][j][2][w % 4], 2 * (g - 5) + w / 4);   // bytes 32..47: 16 a digit
+    return w < 4 ? trit_bytes(wq[i][j][2][w], 4) : trit_bytes(wq[i][j][3].x, w - 4);   // then qh's 4 digits
+#endif
+}
+#endif
+
 // acc[j] += the products of this lane's unit i (of x chunk i, staged) with its loaded weights.
 void accumulate(uint i, uint u0, uint n_units, uint c) {
     uint u = c + TPR * i;
@@ -1167,7 +1209,26 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
     }
 #elif defined(DOT8)
-#if defined(IQ_STREAM)
+#if defined(TERNARY)
+    // per 32 values of x (its scale and exact sum: the -1), every row's sums at once
+    float t[RJ];
+    [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] = 0.0;
+    [[unroll]] for (uint g = 0; g < UNIT / 32; ++g) {
+        vec2 sd = xsd[g * TPR + c];
+        int hs[RJ], ls[RJ];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
+        [[unroll]] for (uint w = 0; w < 8; ++w) {
+            uint xa = xqh[(8 * g + w) * TPR + c], xb = xql[(8 * g + w) * TPR + c];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                uint q = tq_word(i, j, g, w);
+                hs[j] += dot_ss(q, xa, 0);
+                ls[j] += dot_ss(q, xb, 0);
+            }
+        }
+        [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] += sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)) - sd.y;
+    }
+    [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * t[j];
+#elif defined(IQ_STREAM)
     // one group (2 words of x, each level) at a time, every row's sums at once; a scale per 32 weights
     float t[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] = 0.0;
@@ -1379,7 +1440,17 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #endif
 #else
     uint sw = c & 7u;
-#if defined(IQ_STREAM)
+#if defined(TERNARY)
+    [[unroll]] for (uint g = 0; g < UNIT / 32; ++g) {
+        float tg[RJ];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;
+        [[unroll]] for (uint w = 0; w < 8; ++w) {
+            vec4 xa = xs[c * V4 + ((8 * g + w) ^ sw)];
+            [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] += dot(ubytes_fast(tq_word(i, j, g, w)) - 1.0, xa);
+        }
+        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * tg[j];
+    }
+#elif defined(IQ_STREAM)
     [[unroll]] for (uint s = 0; s < 4; ++s) {   // 16 weights at a time: sub-block s / 2, half s % 2
         float tg[RJ];
         [[unroll]] for (uint j = 0; j < RJ; ++j) tg[j] = 0.0;

@@ -44,6 +44,7 @@
 //            (IQ3: two 4-weight grid entries) as a lattice grid entry (the chunk's GRID_TAIL) times a scale,
 //            with sign bits (IQ2, IQ3) or a +-1/8 shift (IQ1); each layout at its iq_head below
 //   TQ2_0 66: qs[64] (2-bit q), d; TQ1_0 54: qs[48], qh[4] (base-3 digits), d      x = d*(q-1)
+//            (both stored planar: at their section below)
 
 #ifndef W_BINDING
 #define W_BINDING 0
@@ -790,13 +791,16 @@ void iq_grid_stage(uint tid, uint nthreads) {
 #elif defined(QTYPE_TQ2_0) || defined(QTYPE_TQ1_0)
 // The ternary types (llama.cpp's TQ1_0 / TQ2_0: TriLM and BitNet b1.58 weights), x = d (q - 1) with
 // q in 0..2 (TQ2_0's 2-bit fields allow 3: 2d, which llama.cpp decodes the same way). 256-weight
-// blocks of 66 / 54 bytes (2 mod 4): read as 16-bit words.
+// blocks of 66 / 54 bytes, stored planar (llamavk/kernels/__init__.py PLANES): per chunk every
+// block's qs (TQ1_0: then every qh word), then every d, so that the one-token kernel reads them as
+// aligned uvec4s (matvec_stream.comp TQ2_0).
 #define QK 256
 #if defined(QTYPE_TQ2_0)
-// qs[64], d: element 128c + 32k + l is bits 2k, 2k + 1 of qs[32c + l]
+// qs[64], d: element 128c + 32k + l is bits 2k, 2k + 1 of qs[32c + l]. Planar: qs at 16-bit word 32 b,
+// d at f16 32 n + b.
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
-    const uint b = (row * (cols / QK) + u / 8u) * 33u;      // 66 bytes = 33 16-bit words
-    const float d = half_bits(uint(wu16[b + 32u]));
+    const uint blk = row * (cols / QK) + u / 8u, b = 32u * blk;
+    const float d = half_bits(uint(wu16[32u * q_chunk_blocks + blk]));
     const uint q0 = b + 16u * ((u % 8u) / 4u) + 2u * i, sh = 2u * (u % 4u);
     a = d * (ubytes_fast((u32_at16(q0) >> sh) & 0x03030303u) - 1.0);
     c = d * (ubytes_fast((u32_at16(q0 + 8u) >> sh) & 0x03030303u) - 1.0);
@@ -805,23 +809,26 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 // qs[48], qh[4], d: base-3 digits, five per qs byte and four per qh byte, digit j of byte v being
 // (((v * 3^j) mod 256) * 3) >> 8. Elements 32j + l (j < 5, l < 32): digit j of qs[l]; 160 + 16j + l
 // (j < 5, l < 16): of qs[32 + l]; 240 + 4j + l (j < 4): of qh[l].
-// digit j of the 4 bytes of w, minus 1: the even and the odd bytes each in two 16-bit lanes, where
-// byte * 3^j (<= 255 * 81) and its low byte * 3 cannot carry into the next lane; no branch on the
-// unit (neighbouring lanes take different units) and no integer-to-float conversion (MAGIC)
-vec4 trits4(uint w, uint j) {
+// digit j of each of the 4 bytes of w, one per byte: the even and the odd bytes each in two 16-bit
+// lanes, where byte * 3^j (<= 255 * 81) and its low byte * 3 cannot carry into the next lane
+uint trit_bytes(uint w, uint j) {
     const uint m = (j == 0u ? 1u : j == 1u ? 3u : j == 2u ? 9u : j == 3u ? 27u : 81u);
     const uint e = ((((w & 0x00FF00FFu) * m) & 0x00FF00FFu) * 3u >> 8) & 0x00030003u;
     const uint o = (((((w >> 8) & 0x00FF00FFu) * m) & 0x00FF00FFu) * 3u >> 8) & 0x00030003u;
-    return ubytes_fast(e | (o << 8)) - 1.0;
+    return e | (o << 8);
 }
+// the same minus 1, as floats: no branch on the unit (neighbouring lanes take different units) and no
+// integer-to-float conversion (MAGIC)
+vec4 trits4(uint w, uint j) { return ubytes_fast(trit_bytes(w, j)) - 1.0; }
+// Planar: qs (48 bytes) at 16-bit word 24 b, qh (4) at 24 n + 2 b, d at f16 26 n + b.
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
-    const uint b = (row * (cols / QK) + u / 8u) * 27u, s = u % 8u;   // 54 bytes = 27 16-bit words
-    const float d = half_bits(uint(wu16[b + 26u]));
+    const uint blk = row * (cols / QK) + u / 8u, b = 24u * blk, s = u % 8u, n = q_chunk_blocks;
+    const float d = half_bits(uint(wu16[26u * n + blk]));
     // s < 5: qs[0..31], digit s; 5, 6: qs[32..47], digits 2 (s - 5) and the next; 7: qs[32..47]
     // digit 4, then qh[0..3] digit i
     const bool lo = s < 5u;
     const uint wa = lo ? b + 2u * i : b + 16u + 2u * i;
-    const uint wc = lo ? b + 8u + 2u * i : s == 7u ? b + 24u : wa;
+    const uint wc = lo ? b + 8u + 2u * i : s == 7u ? 24u * n + 2u * blk : wa;
     const uint ja = lo ? s : s == 7u ? 4u : 2u * (s - 5u);
     const uint jc = lo ? s : s == 7u ? i : ja + 1u;
     a = d * trits4(u32_at16(wa), ja);

@@ -33,7 +33,8 @@ for _t in ["q4_0", "q8_0", "q4_k"]:
     VARIANTS[f"mul_mv_wide_read_{_t}"] = ("matvec_wide.comp", dict(_d, READ_ONLY="1"))
 # One token, every weight load first (matvec_stream.comp): the decode default where it exists.
 STREAM_TYPES = ["q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs",
-                "q4_1", "q5_0", "q5_1", "iq2_xxs", "iq3_xxs", "iq2_xs", "iq2_s", "iq3_s", "iq1_s", "iq1_m"]
+                "q4_1", "q5_0", "q5_1", "iq2_xxs", "iq3_xxs", "iq2_xs", "iq2_s", "iq3_s", "iq1_s", "iq1_m",
+                "tq2_0", "tq1_0"]
 for _t in STREAM_TYPES:
     VARIANTS[f"mul_mv_stream_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1"})
     VARIANTS[f"mul_mv_stream_dp_{_t}"] = ("matvec_stream.comp", {f"QTYPE_{_t.upper()}": "1", "DOT8": "1"})

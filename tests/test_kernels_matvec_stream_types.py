@@ -27,7 +27,8 @@ from .test_kernels_matvec_fused import kc_variants, run_fused  # noqa: F401 (a f
 # rows alternate the blocks' offsets 0 and 8 in their uvec4s), 36 (two x chunks at 64 threads, f32).
 # Q4_1 / Q5_0 / Q5_1 blocks: as IQ4_NL's (3 per row: Q5_0's 6-byte heads at both 4-byte offsets).
 # The lattice types' quarter super-blocks (64 weights, random blocks: every grid index, high bit and
-# sign pattern): 12 per row (idle lanes), 72 (two x chunks at 64 threads in the f32 form).
+# sign pattern): 12 per row (idle lanes), 72 (two x chunks at 64 threads in the f32 form). TQ2_0 half
+# blocks (128 weights) as IQ4_XS's; TQ1_0 blocks as Q3_K's.
 # (llvmpipe compiles each layout anew: few.)
 STREAM_CASES = [(T.Q5_K, 768, 2), (T.Q5_K, 256, 4), (T.Q5_K, 4608, 4),
                 (T.Q3_K, 3328, 2), (T.Q3_K, 8192, 2),
@@ -39,11 +40,13 @@ STREAM_CASES = [(T.Q5_K, 768, 2), (T.Q5_K, 256, 4), (T.Q5_K, 4608, 4),
                 (T.IQ2_XXS, 768, 2), (T.IQ2_XXS, 4608, 4), (T.IQ3_XXS, 768, 2), (T.IQ3_XXS, 4608, 4),
                 (T.IQ2_XS, 768, 2), (T.IQ2_XS, 4608, 4), (T.IQ2_S, 768, 2), (T.IQ2_S, 4608, 4),
                 (T.IQ3_S, 768, 2), (T.IQ3_S, 4608, 4), (T.IQ1_S, 768, 2), (T.IQ1_S, 4608, 4),
-                (T.IQ1_M, 768, 2), (T.IQ1_M, 4608, 4)]
+                (T.IQ1_M, 768, 2), (T.IQ1_M, 4608, 4), (T.TQ2_0, 768, 2), (T.TQ2_0, 4608, 4),
+                (T.TQ1_0, 3328, 2), (T.TQ1_0, 8192, 2)]
 # the types whose weights are table values of random bytes (the lattice types: grid entries with
-# random signs): a single row's random-walk sum may be small, so its check takes x as the DOT8 form
-# rounds it
-TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS, T.IQ2_XXS, T.IQ3_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_S, T.IQ1_S, T.IQ1_M)
+# random signs; the ternary types: random digits): a single row's random-walk sum may be small, so its
+# check takes x as the DOT8 form rounds it
+TABLE_TYPES = (T.IQ4_NL, T.MXFP4, T.IQ4_XS, T.IQ2_XXS, T.IQ3_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_S, T.IQ1_S, T.IQ1_M,
+               T.TQ2_0, T.TQ1_0)
 # the types that take Q4_0's GPU rows; the others Q4_K's (selection.Q40_RULE_TYPES, Q4K_RULE_TYPES)
 Q40_LIKE = (T.IQ4_NL, T.MXFP4, T.Q4_1, T.Q5_0, T.Q5_1)
 # the types whose GPU rows take the half-super-block form (selection.HALF_RULE_TYPES)
@@ -114,7 +117,8 @@ PARTS_CASES = [(T.Q5_K, 4608, 32, 9, "stream"), (T.Q5_K, 4608, 32, 9, "stream_dp
                (T.Q5_1, 4608, 16, 9, "stream_dp"),
                (T.IQ2_XXS, 4096, 16, 4, "stream_dp+xfirst"), (T.IQ3_XXS, 4096, 16, 4, "stream"),
                (T.IQ2_S, 4096, 16, 4, "stream_dp"), (T.IQ3_S, 4096, 16, 4, "stream_dp+xfirst"),
-               (T.IQ1_M, 4096, 16, 4, "stream_dp")]
+               (T.IQ1_M, 4096, 16, 4, "stream_dp"), (T.TQ2_0, 4096, 8, 4, "stream_dp+xfirst"),
+               (T.TQ1_0, 4096, 8, 2, "stream")]
 
 
 @pytest.mark.parametrize("qtype,cols,ks,parts,kernel", PARTS_CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -168,7 +172,7 @@ def _stand_in_gpu():
 # wide but of the output product's shape (more than 4x as many rows as columns: also the 31.5B's
 # gate/up, not measured), and rows over 8192 wide
 HALF_UNIT_OWN = ((14336, 4096), (4096, 4096), (1024, 4096), (4096, 14336), (5120, 5120), (4096, 7168))
-HALF_UNIT_TYPES = (T.IQ4_XS, T.Q2_K, T.Q3_K)
+HALF_UNIT_TYPES = (T.IQ4_XS, T.Q2_K, T.Q3_K, T.TQ2_0)
 
 
 @pytest.mark.parametrize("qtype", list(dict.fromkeys(c[0] for c in STREAM_CASES)) + [T.Q6_K], ids=lambda v: v.name)

@@ -188,11 +188,14 @@ PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17),
 # (80: indices, signs as uvec2s, its high bits and scales as 16-bit words), IQ2_XS's indices and
 # signs (64: a uvec4) apart from its 8 scale bytes, IQ3_S's qs (64: a uvec4) apart from its other 44
 # bytes (qh, signs, scales: words), IQ1_S's bytes after d (48: a unit's indices a uvec2, their high
-# bits a word); d last. (IQ1_M's 56-byte blocks keep 8-byte alignment as they are.)
+# bits a word); d last. (IQ1_M's 56-byte blocks keep 8-byte alignment as they are.) The ternary types'
+# blocks (66 / 54 bytes) as qs (64: a half block's two uvec4s; TQ1_0 48: three) and qh (TQ1_0's word)
+# apart from d (matvec_stream.comp TQ2_0).
 PLANES = {"Q6_K": (210, ((0, 192), (192, 208), (208, 210))),
           "IQ2_XXS": (66, ((2, 66), (0, 2))), "IQ3_XXS": (98, ((2, 98), (0, 2))),
           "IQ2_XS": (74, ((2, 66), (66, 74), (0, 2))), "IQ2_S": (82, ((2, 82), (0, 2))),
-          "IQ3_S": (110, ((2, 66), (66, 110), (0, 2))), "IQ1_S": (50, ((2, 50), (0, 2)))}
+          "IQ3_S": (110, ((2, 66), (66, 110), (0, 2))), "IQ1_S": (50, ((2, 50), (0, 2))),
+          "TQ2_0": (66, ((0, 64), (64, 66))), "TQ1_0": (54, ((0, 48), (48, 52), (52, 54)))}
 
 
 def planes(qtype) -> tuple | None:

@@ -69,7 +69,7 @@ def type_suffix(qtype) -> str:
 # the types matvec_stream.comp has a form of (shaders/variants_matmul.py STREAM_TYPES)
 STREAM_TYPES = frozenset({"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4", "iq4_xs",
                           "q4_1", "q5_0", "q5_1", "iq2_xxs", "iq3_xxs", "iq2_xs", "iq2_s", "iq3_s", "iq1_s",
-                          "iq1_m"})
+                          "iq1_m", "tq2_0", "tq1_0"})
 MATVEC_KERNELS = {
     "base": ("mul_mv", None),
     "wide": ("mul_mv_wide", {"q4_0", "q8_0", "q4_k"}),
@@ -89,7 +89,8 @@ MATVEC_KERNELS = {
 # has 18 KiB of other shared memory; 48 KiB is the portable minimum of maxComputeSharedMemorySize).
 MATVEC_WIDE_UNIT = {"q4_0": 32, "q8_0": 32, "q4_k": 64, "q6_k": 64, "q5_k": 64, "q3_k": 256, "q2_k": 256,
                     "iq4_nl": 32, "mxfp4": 32, "iq4_xs": 128, "q4_1": 32, "q5_0": 32, "q5_1": 32,
-                    "iq2_xxs": 64, "iq3_xxs": 64, "iq2_xs": 64, "iq2_s": 64, "iq3_s": 64, "iq1_s": 64, "iq1_m": 64}
+                    "iq2_xxs": 64, "iq3_xxs": 64, "iq2_xs": 64, "iq2_s": 64, "iq3_s": 64, "iq1_s": 64, "iq1_m": 64,
+                    "tq2_0": 128, "tq1_0": 256}
 MATVEC_XS_BYTES = 24576
 # matvec_stream.comp: uvec4 loads per unit; x staged per chunk of at most this many bytes; at most
 # this many uvec4 weight loads held by one lane (Q6_K: 3 uvec4s and the scales' uvec2 + d, counted
@@ -97,10 +98,11 @@ MATVEC_XS_BYTES = 24576
 # IQ4_XS: 5 uvec4s and a uvec2; Q4_1 / Q5_0 / Q5_1: a uvec4 and a head of 1 / 2 / 2 words, counted
 # as Q4_0's one load, so that they take Q4_0's layouts: matvec_stream.comp's header; IQ2_XXS a uvec4
 # and d, IQ3_XXS a uvec4, a uvec2 and d, IQ2_XS a uvec4, a 16-bit word and d, IQ2_S 2 uvec2s, 2
-# 16-bit words and d, IQ3_S a uvec4, 4 words and d, IQ1_S a uvec2, a word and d, IQ1_M 2 uvec2s and a word).
+# 16-bit words and d, IQ3_S a uvec4, 4 words and d, IQ1_S a uvec2, a word and d, IQ1_M 2 uvec2s and a word;
+# TQ2_0 2 uvec4s and d, TQ1_0 3, a word and d).
 MATVEC_STREAM_NQ = {"q4_0": 1, "q8_0": 2, "q4_k": 3, "q6_k": 4, "q5_k": 5, "q3_k": 9, "q2_k": 6, "iq4_nl": 1,
                     "mxfp4": 1, "iq4_xs": 6, "q4_1": 1, "q5_0": 1, "q5_1": 1, "iq2_xxs": 1, "iq3_xxs": 2,
-                    "iq2_xs": 2, "iq2_s": 2, "iq3_s": 3, "iq1_s": 2, "iq1_m": 2}
+                    "iq2_xs": 2, "iq2_s": 2, "iq3_s": 3, "iq1_s": 2, "iq1_m": 2, "tq2_0": 2, "tq1_0": 4}
 # The DOT8 form's x scale and sums: bytes per 32 values (Q2_K: also both halves' sums, a min per 16;
 # Q6_K: a scale and sum per 16, one run of its quarter unit).
 MATVEC_STREAM_XSD = {"q2_k": 16, "q6_k": 16}

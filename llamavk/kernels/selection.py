@@ -504,7 +504,7 @@ _ANY = lambda kc, n, rows, cols: True   # noqa: E731
 # 334.6 against 194.6 / 194.2, IQ3_S 304.2 / 301.7 against 178.9 / 180.1, IQ2_S 311.9 / 312.6 against
 # 183.1 / 183.6 (llama.cpp -cm2 221.9, 211.8, 202.5, 174.8, 153.2).
 Q4K_RULE_TYPES = ("q4_k", "q5_k", "q3_k", "q2_k", "iq4_xs", "q6_k", "iq2_xxs", "iq3_xxs", "iq2_xs", "iq2_s",
-                  "iq3_s", "iq1_s", "iq1_m")
+                  "iq3_s", "iq1_s", "iq1_m", "tq2_0", "tq1_0")
 # The types that take Q4_0's stream-kernel rules (same wg / nr / ks / wave / steps / xfirst for the
 # same shapes): IQ4_NL and MXFP4 are stored planar as Q4_0 and load as it does, their weights table
 # values of the nibbles (matvec_stream.comp). H100, 7.2B tg128 against the base kernel
@@ -579,7 +579,7 @@ MATVEC_CONFIGS = (
     # against 378.6 / 376.6)
     ("gpu", Q40_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows <= 4 * cols
      and cols < 4096, MatvecConfig(wg=512, nr=4, ks=1, u=1, kernel="stream_dp", wave=256)),
-    *(("gpu", ("iq4_xs",), applies, cfg) for applies, cfg in HALF_UNIT_ROWS),
+    *(("gpu", ("iq4_xs", "tq2_0"), applies, cfg) for applies, cfg in HALF_UNIT_ROWS),
     ("gpu", Q4K_RULE_TYPES, lambda kc, n, rows, cols: n == 1 and kc.info.int_dot_fast and cols < rows
      and 4096 <= cols <= 8192, MatvecConfig(wg=512, nr=2, ks=1, u=1, kernel="stream_dp", wave=256)),
     # Q5_K's square products (Q and O) by one row block per workgroup, not Q4_K's 2. H100 tg128, 7.2B
