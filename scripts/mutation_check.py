@@ -48,6 +48,7 @@ class Mutant:
 ORACLE = "tests/test_llamacpp_oracle.py"
 ENGINE = "tests/test_engine.py"
 KERNELS = "tests/test_kernels_matmul.py"
+STREAM_TYPES = "tests/test_kernels_matvec_stream_types.py"
 OPS = "tests/test_kernels_ops.py"
 
 MUTANTS = [
@@ -269,6 +270,18 @@ MUTANTS = [
            "const uint jc = lo ? s : s == 7u ? i : ja + 1u;",
            "const uint jc = lo ? s : s == 7u ? 4u : ja + 1u;",
            (KERNELS, "-k", "TQ1_0"), "TQ1_0: the last 16 weights all from one base-3 digit of qh"),
+    Mutant("iq-stream-signs-ignored", "shaders/matvec_stream.comp",
+           "uint iq_signed(uint g, uint m) { return (g ^ m) + (m & 0x01010101u); }",
+           "uint iq_signed(uint g, uint m) { return g; }",
+           (STREAM_TYPES, "-k", "products and (IQ2_XXS or IQ3_S)"),
+           "the lattice types' one-token stream form: every weight positive"),
+    Mutant("iq1-stream-delta-sign", "shaders/matvec_stream.comp",
+           "uint k = neg ? 0x09090909u : 0x07070707u;", "uint k = neg ? 0x07070707u : 0x09090909u;",
+           (STREAM_TYPES, "-k", "products and IQ1"), "IQ1_S / IQ1_M's stream form: the shift's sign the other way"),
+    Mutant("tq1_0-stream-digit-pair", "shaders/matvec_stream.comp",
+           "trit_bytes(wq[i][j][2][w % 4], 2 * (g - 5) + w / 4)", "trit_bytes(wq[i][j][2][w % 4], 2 * (g - 5))",
+           (STREAM_TYPES, "-k", "products and TQ1_0"),
+           "TQ1_0's stream form: bytes 32..47's second digit of a pair read as the first"),
     Mutant("iq-grid-tail-unaligned", "llamavk/kernels/__init__.py",
            "return -(-block_bytes // GRID_TAIL_ALIGN) * GRID_TAIL_ALIGN",
            "return block_bytes",

@@ -108,7 +108,8 @@ def test_greedy_decode_matches_reference_and_replays(synthetic_model, arch):
 
 # every type with a stream form (the newly streamed ones: tests/test_kernels_matvec_stream_types.py)
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k", "iq4_nl", "mxfp4",
-                                   "iq4_xs", "q4_1", "q5_0", "q5_1"])
+                                   "iq4_xs", "q4_1", "q5_0", "q5_1", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs",
+                                   "iq3_s", "iq1_s", "iq1_m", "tq2_0", "tq1_0"])
 def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model, monkeypatch, qtype):
     """The GPUs' decode path (stream kernel, gate and up as one product, RoPE and the KV store in the
     Q/K/V products, 2 row blocks per workgroup), forced on this device with its f32 form: greedy
