@@ -226,28 +226,11 @@
 // aligned uvec4s would read 8 bytes past it at o = 0; a 32-weight unit would load 3 times per 16 qs
 // bytes): 6 loads per 128 weights, as Q4_K's 3 per 64; the run is in place at o = 8 and 2 words on
 // at o = 0 (one select per word).
-// IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S (the lattice types, IQ1's below; stored planar:
-// llamavk/kernels/__init__.py PLANES, quants.glsl): a unit is a quarter m of a super-block, 64
-// weights, sub-blocks 2m and 2m + 1 of 4 groups of 8 weights, a scale per sub-block or per 16
-// weights (IQ2_XS, IQ2_S). A lane loads: IQ2_XXS the block's uvec4 m (per sub-block a word of 4 grid
-// indices, one per group, and a word of 4 x 7 sign bits and the scale); IQ3_XXS its uvec4 m of qs
-// (16 indices of 4-weight entries, two per group) and the uvec2 of its sub-blocks' sign-and-scale
-// words; IQ2_XS its uvec4 of 8 16-bit (9-bit index | 7 sign bits) words and the 2 scale bytes;
-// IQ2_S the uvec2s of its 8 index low bytes and 8 sign bytes, the 16-bit words of its index high bits
-// and scales; IQ3_S its uvec4 of qs, its qh bytes (the indices' 9th bits) as a 16-bit word, its sign
-// bytes as 2 words and the block's scale word; every type d. The grid (quants.glsl: after the
-// chunk's blocks) is copied into shared memory by every workgroup while its first weight loads are
-// in flight (quants.glsl iq_grid_stage), with a table of the sign patterns as byte masks (iqs: 128
-// patterns whose eighth sign makes the count of minus signs even, or IQ2_S's / IQ3_S's 256 sign
-// bytes); a group's 8 weights are then two grid words (bytes below 128) whose bytes the mask negates,
-// as signed bytes for DOT8 (x's 32-value scale holds for a sub-block; per 16 weights two sums) or the
-// f32 form. IQ1_S (planar: its 48 bytes after d) and IQ1_M (56-byte blocks, 8-byte aligned as they
-// are): a lane loads its unit's 8 index low bytes as a uvec2, their high bits (IQ1_S: 2 16-bit words
-// of 3 bits each, a scale and delta's sign per sub-block; IQ1_M: 8 nibbles of 3 bits and delta's
-// sign) as a word, and d (IQ1_M: the block's 4 scale words, d in their top nibbles). A weight is
-// dl (g + delta), g in -1, 0, 1 and delta +-1/8, so its 8 (g + delta) = 8 g +- 1 is a signed byte:
-// the grid is staged as 8 (g + 1) per byte (0, 8, 16; iq1_grid_stage), from which a subtraction
-// without borrows gives 8 g + 1 or 8 g - 1, and the scale takes the 1/8.
+// The lattice types (IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S, IQ1_S, IQ1_M; stored planar but IQ1_M:
+// llamavk/kernels/__init__.py PLANES, quants.glsl): a unit is a quarter super-block, 64 weights, its
+// fields an aligned uvec4 or two uvec2s and a few words (wq[..][0], wt), its group's 8 weights two
+// grid words from shared memory made signed bytes (iq_unit.glsl says how); DOT8 sums per 16 weights,
+// each with its scale (x's 32-value scale holds for a sub-block).
 // TQ2_0, TQ1_0 (the ternary types, stored planar: llamavk/kernels/__init__.py PLANES; weights d (q - 1),
 // q in 0..2, the -1 through the exact f32 block sums of x): TQ2_0's unit is half h of a block (128
 // weights, element 32k + l at bits 2k of byte l: the two uvec4s of its 32 qs bytes and d), TQ1_0's a
@@ -647,6 +630,16 @@ void legacy_words(uint qw, uint qh, uint w, out uint lo, out uint hi) {
 }
 #endif
 
+#if defined(IQ_STREAM)
+// matrix mi's words for iq_unit.glsl: 0 W (binding 0), 1 P (the pair's up matrix, 7)
+uvec4 iq_u4(uint mi, uint i) { return mi == 0 ? wu4[i] : pu4[i]; }
+uvec2 iq_u2(uint mi, uint i) { return mi == 0 ? wu2[i] : pu2[i]; }
+uint iq_u32(uint mi, uint i) { return mi == 0 ? wu32[i] : pu32[i]; }
+uint iq_u16(uint mi, uint i) { return uint(mi == 0 ? wu16[i] : pu16[i]); }
+float iq_f16(uint mi, uint i) { return float(mi == 0 ? wf16[i] : pf16[i]); }
+#include "iq_unit.glsl"
+#endif
+
 // A lane's weights of the current row block (loaded by load_weights) and its row sums.
 uvec4 wq[C][RJ][NQ];
 #if defined(QTYPE_Q6_K)
@@ -815,49 +808,9 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 }
                 wo[i][j] = bb & 15u;
 #elif defined(IQ_STREAM)
-                // quarter m of super-block ib (header: IQ2_XXS ...; the planes: quants.glsl iq_head)
-                uint uu = u0 + u, ib = row * (row_units / 4) + uu / 4, m = uu % 4, n = q_chunk_blocks;
-#if defined(QTYPE_IQ2_XXS)
-                uint q0 = 4 * ib + m, d16 = 32 * n + ib;
-                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
-#elif defined(QTYPE_IQ3_XXS)
-                uint q0 = 6 * ib + m, t0 = 12 * ib + 8 + m, d16 = 48 * n + ib;
-                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
-                wt[i][j].xy = second ? pu2[t0] : wu2[t0];
-#elif defined(QTYPE_IQ2_XS)
-                uint q0 = 4 * ib + m, s16 = 32 * n + 4 * ib + m, d16 = 36 * n + ib;
-                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
-                wt[i][j].x = uint(second ? pu16[s16] : wu16[s16]);
-#elif defined(QTYPE_IQ2_S)
-                uint q0 = 10 * ib + m, h16 = 40 * ib + 32 + m, d16 = 40 * n + ib;
-                wq[i][j][0] = second ? uvec4(pu2[q0], pu2[q0 + 4]) : uvec4(wu2[q0], wu2[q0 + 4]);
-                wt[i][j].x = second ? uint(pu16[h16]) | (uint(pu16[h16 + 4]) << 16)
-                                    : uint(wu16[h16]) | (uint(wu16[h16 + 4]) << 16);
-#elif defined(QTYPE_IQ1_S)
-                uint q0 = 6 * ib + m, h32 = 12 * ib + 8 + m, d16 = 24 * n + ib;
-                wq[i][j][0] = second ? uvec4(pu2[q0], pu32[h32], 0u) : uvec4(wu2[q0], wu32[h32], 0u);
-#elif defined(QTYPE_IQ1_M)
-                // the block's 56 bytes: qs, qh, the 4 scale words (d in their top nibbles)
-                uint q0 = 7 * ib + m, h32 = 14 * ib + 8 + m, s0 = 7 * ib + 6;
-                uvec2 sc = second ? pu2[s0] : wu2[s0];
-                wq[i][j][0] = second ? uvec4(pu2[q0], pu32[h32], 0u) : uvec4(wu2[q0], wu32[h32], 0u);
-                wq[i][j][0].w = (m % 2 == 0 ? (m < 2 ? sc.x : sc.y) : (m < 2 ? sc.x >> 16 : sc.y >> 16)) & 0xFFFFu;
-                uint d16 = ((sc.x >> 12) & 0xFu) | ((sc.x >> 24) & 0xF0u)
-                         | ((sc.y >> 4) & 0xF00u) | ((sc.y >> 16) & 0xF000u);
-#else   // IQ3_S
-                uint q0 = 4 * ib + m, r32 = 16 * n + 11 * ib, d16 = 54 * n + ib;
-                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
-                uint qh = uint(second ? pu16[2 * r32 + m] : wu16[2 * r32 + m]);
-                uint sc = ((second ? pu32[r32 + 10] : wu32[r32 + 10]) >> (8 * m)) & 0xFFu;
-                wt[i][j].x = second ? pu32[r32 + 2 + 2 * m] : wu32[r32 + 2 + 2 * m];
-                wt[i][j].y = second ? pu32[r32 + 3 + 2 * m] : wu32[r32 + 3 + 2 * m];
-                wt[i][j].z = qh | (sc << 16);
-#endif
-#if defined(QTYPE_IQ1_M)
-                wd[i][j] = unpackHalf2x16(d16).x;
-#else
-                wd[i][j] = float(second ? pf16[d16] : wf16[d16]);
-#endif
+                // quarter uu % 4 of super-block ib (iq_unit.glsl)
+                uint uu = u0 + u, ib = row * (row_units / 4) + uu / 4;
+                iq_load_unit(second ? 1 : 0, ib, uu % 4, q_chunk_blocks, wq[i][j][0], wt[i][j], wd[i][j]);
 #elif defined(QTYPE_TQ2_0)
                 // half h of block ib (header: TQ2_0): 2 uvec4s of the qs plane, d
                 uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, q0 = 4 * ib + 2 * (uu % 2);
@@ -1080,102 +1033,6 @@ float iq4xs_scale(uint hw0, uint hw1, uint s) {
 }
 #endif
 
-#if defined(IQ_STREAM)
-// (header: IQ2_XXS ...) entry k of iqs, the 8 weights' sign bits as byte masks (0xFF: negative): k |
-// parity << 7, or (IQ2_S, IQ3_S) the sign byte k. Written with the grid by every workgroup while its
-// first weight loads are in flight; read after the x staging's barrier.
-#if defined(QTYPE_IQ2_S) || defined(QTYPE_IQ3_S)
-#define IQ_SIGNS 256u
-#elif defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
-#define IQ_SIGNS 0u     // no signs: the grid staged as 8 (g + 1) (header: IQ1_S)
-#else
-#define IQ_SIGNS 128u
-#endif
-shared uvec2 iqs[max(IQ_SIGNS, 1u)];
-void iq_tables_fill() {
-#if defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
-    // each byte g (-1, 0, 1) as 8 (g + 1): (g & 0x7F) + 1 cannot carry, the sign bit xor-ed back
-    // gives g + 1 (0xFF -> 0x80 ^ 0x80); times 8 stays in the byte
-    const uint base = (q_chunk_blocks * IQ_BYTES + 3u) >> 2;
-    for (uint k = gl_LocalInvocationIndex; k < IQ_GRID_WORDS; k += WG) {
-        uint w = wu32[base + k];
-        iq_grid_sh[k] = ((((w & 0x7F7F7F7Fu) + 0x01010101u) ^ (w & 0x80808080u)) << 3);
-    }
-#else
-    iq_grid_stage(gl_LocalInvocationIndex, WG);
-#endif
-    for (uint k = gl_LocalInvocationIndex; k < IQ_SIGNS; k += WG) {
-        uint b = IQ_SIGNS == 128u ? ksigns(k) : k;
-        iqs[k] = uvec2(((b & 15u) * 0x00204081u) & 0x01010101u, ((b >> 4) * 0x00204081u) & 0x01010101u) * 255u;
-    }
-}
-
-// Bytes b (+ b: 8, 25, 43 or IQ3's grid values, all below 128) negated where the mask byte is 0xFF:
-// ~b + 1 = -b, and no byte carries into the next (b > 0).
-uint iq_signed(uint g, uint m) { return (g ^ m) + (m & 0x01010101u); }
-
-// Group l (< 4) of sub-block s (< 2) of unit i, row j: its 8 weights as signed bytes (lo: weights
-// 0..3, hi: 4..7).
-void iq_group(uint i, uint j, uint s, uint l, out uint lo, out uint hi) {
-    uvec4 q = wq[i][j][0], t = wt[i][j];
-#if defined(QTYPE_IQ2_XXS)
-    uint gi = (q[2 * s] >> (8 * l)) & 0xFFu, sg = (q[2 * s + 1] >> (7 * l)) & 127u;
-    uint g0 = iq_grid(2u * gi), g1 = iq_grid(2u * gi + 1u);
-#elif defined(QTYPE_IQ3_XXS)
-    uint iw = q[2 * s + l / 2] >> (16 * (l % 2)), sg = (t[s] >> (7 * l)) & 127u;
-    uint g0 = iq_grid(iw & 0xFFu), g1 = iq_grid((iw >> 8) & 0xFFu);
-#elif defined(QTYPE_IQ2_XS)
-    uint v = q[2 * s + l / 2] >> (16 * (l % 2)), gi = v & 511u, sg = (v >> 9) & 127u;
-    uint g0 = iq_grid(2u * gi), g1 = iq_grid(2u * gi + 1u);
-#elif defined(QTYPE_IQ2_S)
-    uint gi = ((q[s] >> (8 * l)) & 0xFFu) | (((t.x >> (8 * s + 2 * l)) & 3u) << 8), sg = (q[2 + s] >> (8 * l)) & 0xFFu;
-    uint g0 = iq_grid(2u * gi), g1 = iq_grid(2u * gi + 1u);
-#elif defined(QTYPE_IQ3_S)
-    uint iw = q[2 * s + l / 2] >> (16 * (l % 2)), hb = t.z >> (8 * s + 2 * l), sg = (t[s] >> (8 * l)) & 0xFFu;
-    uint g0 = iq_grid((iw & 0xFFu) | ((hb & 1u) << 8)), g1 = iq_grid(((iw >> 8) & 0xFFu) | ((hb & 2u) << 7));
-#endif
-#if defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
-    // q.xy: the index low bytes; q.z: IQ1_S the sub-blocks' 16-bit words (3 index bits per group,
-    // delta's sign at bit 15), IQ1_M a nibble per group (3 index bits, delta's sign)
-#if defined(QTYPE_IQ1_S)
-    uint qh = q.z >> (16 * s), hi3 = (qh >> (3 * l)) & 7u;
-    bool neg = (qh & 0x8000u) != 0u;
-#else
-    uint nib = q.z >> (4 * (4 * s + l)), hi3 = nib & 7u;
-    bool neg = (nib & 8u) != 0u;
-#endif
-    uint gi = ((q[s] >> (8 * l)) & 0xFFu) | (hi3 << 8);
-    uint k = neg ? 0x09090909u : 0x07070707u;   // 8 (g + 1) - 9 = 8 g - 1, - 7 = 8 g + 1
-    lo = ((iq_grid(2u * gi) | 0x80808080u) - k) ^ 0x80808080u;
-    hi = ((iq_grid(2u * gi + 1u) | 0x80808080u) - k) ^ 0x80808080u;
-#else
-    uvec2 m = iqs[sg];
-    lo = iq_signed(g0, m.x);
-    hi = iq_signed(g1, m.y);
-#endif
-}
-
-// The scale of groups 2h, 2h + 1 of sub-block s (d apart): (0.5 + 4 bits) / 4 (IQ3_XXS / 2), IQ3_S 1 + 2 x 4 bits,
-// IQ1 (1 + 2 x 3 bits) / 8
-float iq_scale(uint i, uint j, uint s, uint h) {
-    uvec4 q = wq[i][j][0], t = wt[i][j];
-#if defined(QTYPE_IQ2_XXS)
-    return (0.5 + float(q[2 * s + 1] >> 28)) * 0.25;
-#elif defined(QTYPE_IQ3_XXS)
-    return (0.5 + float(t[s] >> 28)) * 0.5;
-#elif defined(QTYPE_IQ2_XS)
-    return (0.5 + float((t.x >> (8 * s + 4 * h)) & 15u)) * 0.25;
-#elif defined(QTYPE_IQ2_S)
-    return (0.5 + float((t.x >> (16 + 8 * s + 4 * h)) & 15u)) * 0.25;
-#elif defined(QTYPE_IQ1_S)
-    return float(2u * ((q.z >> (16 * s + 12)) & 7u) + 1u) * 0.125;   // the weights' bytes are 8 (g + delta)
-#elif defined(QTYPE_IQ1_M)
-    return float(2u * ((q.w >> (3 * (2 * s + h))) & 7u) + 1u) * 0.125;
-#else
-    return float(1u + 2u * ((t.z >> (16 + 4 * s)) & 15u));
-#endif
-}
-#endif
 
 #if defined(TERNARY)
 // q (0..2, one per byte) of the unit's elements 32g + 4w .. 32g + 4w + 3 (g < UNIT / 32, w < 8), unit
@@ -1243,13 +1100,13 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
                 uint xc = xqh[(w + 1) * TPR + c], xd = xql[(w + 1) * TPR + c];
                 [[unroll]] for (uint j = 0; j < RJ; ++j) {
                     uint lo, hi;
-                    iq_group(i, j, s, l, lo, hi);
+                    iq_group(wq[i][j][0], wt[i][j], s, l, lo, hi);
                     hs[j] += dot_ss(lo, xa, 0) + dot_ss(hi, xc, 0);
                     ls[j] += dot_ss(lo, xb, 0) + dot_ss(hi, xd, 0);
                 }
             }
             [[unroll]] for (uint j = 0; j < RJ; ++j)
-                t[j] += iq_scale(i, j, s, h) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+                t[j] += iq_scale(wq[i][j][0], wt[i][j], s, h) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
         }
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * t[j];
@@ -1459,11 +1316,11 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
             vec4 xa = xs[c * V4 + (w ^ sw)], xc = xs[c * V4 + ((w + 1) ^ sw)];
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint lo, hi;
-                iq_group(i, j, s / 2, l, lo, hi);
+                iq_group(wq[i][j][0], wt[i][j], s / 2, l, lo, hi);
                 tg[j] += dot(sbytes_fma(lo), xa) + dot(sbytes_fma(hi), xc);
             }
         }
-        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * iq_scale(i, j, s / 2, s % 2) * tg[j];
+        [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * iq_scale(wq[i][j][0], wt[i][j], s / 2, s % 2) * tg[j];
     }
 #elif defined(QTYPE_IQ4_XS)
     uint h = (u0 + u) % 2;
@@ -1918,7 +1775,7 @@ void product() {
     kv_table_fill();   // read after the staging barrier below
 #endif
 #if defined(IQ_STREAM)
-    iq_tables_fill();  // read after the staging barrier below
+    iq_tables_fill(gl_LocalInvocationIndex, WG);  // read after the staging barrier below
 #endif
     if (WAIT && !XFIRST) wait_for_producer();
 
