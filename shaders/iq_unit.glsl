@@ -1,6 +1,7 @@
-// The lattice types' 64-weight units for the kernels that load every weight before their arithmetic
-// (matvec_stream.comp's one-token products, matvec_id.comp's expert products): IQ2_XXS, IQ2_XS, IQ2_S,
-// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M.
+// The lattice types' 64-weight units for the one-token stream kernel (matvec_stream.comp, which loads
+// every weight before its arithmetic): IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M. (The
+// expert products, matvec_id.comp, keep their unit-by-unit form for these types: this one measured
+// no faster there, docs/PERFORMANCE.md "Tried".)
 //
 // A unit is a quarter m of a super-block, 64 weights: sub-blocks 2m and 2m + 1 of 4 groups of 8
 // weights, a scale per sub-block or per 16 weights (IQ2_XS, IQ2_S). iq_load_unit loads its fields
