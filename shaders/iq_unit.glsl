@@ -48,7 +48,7 @@ void iq_tables_fill(uint tid, uint nthreads) {
 #if defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
     // each byte g (-1, 0, 1) as 8 (g + 1): (g & 0x7F) + 1 cannot carry, the sign bit xor-ed back
     // gives g + 1 (0xFF -> 0x80 ^ 0x80); times 8 stays in the byte
-    const uint base = (q_chunk_blocks * IQ_BYTES + 3u) >> 2;
+    const uint base = iq_grid_base();
     for (uint k = tid; k < IQ_GRID_WORDS; k += nthreads) {
         uint w = wu32[base + k];
         iq_grid_sh[k] = ((((w & 0x7F7F7F7Fu) + 0x01010101u) ^ (w & 0x80808080u)) << 3);

@@ -751,11 +751,13 @@ IqGroup iq_head(uint b, uint g) {
                    wbyte(B + g) | ((nib & 7u) << 8), 0u);
 }
 #endif
+// the grid's first word in the chunk's buffer
+uint iq_grid_base() { return (q_chunk_blocks * IQ_BYTES + 3u) >> 2; }
 #if defined(IQ_GRID_SHARED)
 shared uint iq_grid_sh[IQ_GRID_WORDS];
 #define iq_grid(i) iq_grid_sh[i]
 #else
-#define iq_grid(i) wu32[((q_chunk_blocks * IQ_BYTES + 3u) >> 2) + (i)]
+#define iq_grid(i) wu32[iq_grid_base() + (i)]
 #endif
 // weights 4h .. 4h + 3 of a group
 vec4 iq_weights(IqGroup q, uint h) {
@@ -783,7 +785,7 @@ void dequant_group(uint row, uint q, uint cols, out vec4 a, out vec4 c) {
 #if defined(IQ_GRID_SHARED)
 // Every invocation of the workgroup, then a barrier before the first iq_grid.
 void iq_grid_stage(uint tid, uint nthreads) {
-    const uint base = (q_chunk_blocks * IQ_BYTES + 3u) >> 2;
+    const uint base = iq_grid_base();
     for (uint i = tid; i < IQ_GRID_WORDS; i += nthreads) iq_grid_sh[i] = wu32[base + i];
 }
 #endif
