@@ -17,9 +17,10 @@
 // only then stages x into shared memory -- while those loads are in flight -- and does the arithmetic
 // from registers.
 //
-// Work split (units: Q4_0 / Q8_0 / Q4_1 / Q5_0 / Q5_1 one 32-weight block; Q4_K, Q5_K and Q6_K a
-// quarter of a super-block, 64 weights; IQ4_XS half a super-block, 128 weights; Q3_K, Q2_K a whole
-// one, or half of one with HALF_BLOCK: see those types below):
+// Work split (units: Q4_0 / Q8_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 one 32-weight block; Q4_K,
+// Q5_K, Q6_K and the lattice types a quarter of a super-block, 64 weights; IQ4_XS and TQ2_0 half a
+// super-block, 128 weights; TQ1_0 a whole one; Q3_K, Q2_K a whole one, or half of one with
+// HALF_BLOCK: see those types below):
 //   TPR lanes per row (a power of two dividing the workgroup; fewer than a subgroup's lanes where
 //   rows or their column parts are short), G = WG / TPR row groups (<= 64, RJ <= TPR);
 //   lane (g, c) takes units c + TPR * i (i < C) of rows g + G * j (j < RJ); a workgroup covers G * RJ
