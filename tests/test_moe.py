@@ -236,6 +236,35 @@ def test_matmul_id_decode(dev, kc, qtype):
         run_matmul_id(dev, kc, qtype, 1, pair=True, chunk_experts=3, seed=7)
 
 
+def test_matmul_id_sum_subgroups_per_slot_rule():
+    # workgroups of at least 256 threads: gpt-oss's 4 slots (subgroup 32) 2 subgroups a slot, 8 slots 1;
+    # llvmpipe's 8-lane subgroups more; never past the device's workgroup size
+    assert moe.matvec_id_sum_sps(4, 32, 1024) == 2
+    assert moe.matvec_id_sum_sps(8, 32, 1024) == 1
+    assert moe.matvec_id_sum_sps(3, 8, 1024) == 10
+    assert moe.matvec_id_sum_sps(4, 64, 128) == 1
+
+
+@pytest.mark.parametrize("sps", ["1", "2", "3", "4"])
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.MXFP4, T.Q4_K], ids=lambda t: t.name)
+def test_matmul_id_decode_sum_subgroups_per_slot(dev, kc, qtype, sps, monkeypatch):
+    """The slot-summing down product by 1-4 subgroups a slot (matvec_id.comp SUM: slot sg / SPS, rows
+    from (sg % SPS) G RJ), 37 rows (the last workgroup's rows part past the end), x staged or not."""
+    monkeypatch.setenv("LLAMAVK_MVID_SPS", sps)
+    for stage in ("0", "1"):
+        monkeypatch.setenv("LLAMAVK_MVID_STAGE", stage)
+        run_matmul_id(dev, kc, qtype, 2, n_used=4, xslot=True, sum_slots=True, residual=True, seed=31)
+        run_matmul_id(dev, kc, qtype, 1, n_used=3, xslot=True, glu=True, sum_slots=True, seed=32)
+
+
+def test_matmul_id_decode_mxfp4_gpt_oss_rows(dev, kc):
+    """MXFP4 experts on gpt-oss's 2880-wide rows (90 blocks: 32 lanes of 3, the last 6 lanes idle),
+    every E2M1 code (the subnormal 0.5, -0) through e2m1_dot: the gate/up pair with the norm, the
+    down product summing 4 slots."""
+    run_matmul_id(dev, kc, T.MXFP4, 1, n_used=4, norm=True, pair=True, seed=33, cols=2880)
+    run_matmul_id(dev, kc, T.MXFP4, 1, n_used=4, xslot=True, sum_slots=True, residual=True, seed=34, cols=2880)
+
+
 @pytest.mark.parametrize("cols", [768, 2048])
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS], ids=lambda t: t.name)
 def test_matmul_id_decode_preloaded_units(dev, kc, qtype, cols, monkeypatch):

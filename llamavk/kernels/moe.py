@@ -46,7 +46,11 @@ MATVEC_ID_WG = 128
 MATVEC_ID_LOADS = 8
 MATVEC_ID_LOADS_3UNITS = 12  # whole subgroups on rows of 3 units a lane: this many (matvec_id_split)
 MATVEC_ID_RED = 2048    # matvec_id.comp RED at most: slots x rows of a SUM workgroup
-MATVEC_ID_STAGE_MAX = 32768   # bytes of x' a matvec_id.comp workgroup stages at most (XS)
+MATVEC_ID_STAGE_MAX = 49152   # bytes of x' a matvec_id.comp workgroup stages at most (XS)
+# threads of a SUM workgroup at least (matvec_id_sum_sps): gpt-oss's down experts (4 slots of 2880, 46
+# KiB of x rows) as 2 subgroups a slot, x staged: H200, gpt-oss-20b MXFP4 tg128, one call, 303.3 /
+# 301.2 -> 350.9 (4 a slot 347.4 / 347.0; 4 a slot unstaged 299.2, staged with one a slot 305.6)
+MATVEC_ID_SUM_THREADS = 256
 GROUP_PAD = 256     # words after the group lists: a tile's tail may read (not use) past the last list
 
 
@@ -294,6 +298,17 @@ def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tup
     return tpr, c, rj
 
 
+def matvec_id_sum_sps(n_used: int, subgroup: int, max_wg: int) -> int:
+    """matvec_id.comp's subgroups per slot of a SUM product (its workgroup n_used x that many
+    subgroups): workgroups of at least MATVEC_ID_SUM_THREADS, so that the slots' staged x rows serve
+    more weight rows. LLAMAVK_MVID_SPS overrides (A/B)."""
+    env = os.environ.get("LLAMAVK_MVID_SPS")
+    sps = int(env) if env else max(1, MATVEC_ID_SUM_THREADS // (n_used * subgroup))
+    while sps > 1 and n_used * subgroup * sps > max_wg:
+        sps //= 2
+    return max(1, sps)
+
+
 def matvec_id_tuning() -> tuple[int, int]:
     """(weight loads per lane, workgroup size) of matvec_id.comp's plain and PAIR products."""
     env = os.environ.get("LLAMAVK_MVID", "")
@@ -306,7 +321,8 @@ def matvec_id_tuning() -> tuple[int, int]:
     return loads, wg
 
 
-def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = False, fused: bool = True) -> int:
+def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = False, fused: bool = True,
+                     red: int = MATVEC_ID_RED) -> int:
     """matvec_id.comp's XS: the vec4s of x' a workgroup stages in shared memory (rows x cols), or 0
     where they would not fit beside its other shared arrays (x then comes from memory).
     fused: x' is computed from two inputs (NORM: x and the norm weights; GLU: gate and up).
@@ -322,8 +338,10 @@ def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = Fals
     mode = os.environ.get("LLAMAVK_MVID_STAGE", "1")
     if mode == "0" or (mode == "s" and not summing) or (mode == "t" and summing) or (mode == "f" and not fused):
         return 0
-    room = (kc.info.max_shared_memory or 16384) - (4 * MATVEC_ID_RED if summing else 0) - 1024
-    return rows * cols // 4 if 4 * rows * cols <= min(room, MATVEC_ID_STAGE_MAX) else 0
+    # beside xs: red (RED floats), red_ss (128 floats), kv_pair (256 vec2s; counted for every type)
+    room = (kc.info.max_shared_memory or 16384) - 4 * (red if summing else 1) - 512 - 2048
+    stage_max = int(os.environ.get("LLAMAVK_MVID_STAGE_MAX", MATVEC_ID_STAGE_MAX))
+    return rows * cols // 4 if 4 * rows * cols <= min(room, stage_max) else 0
 
 
 def matvec_id_xfirst(name: str, staged: int, wait, slot_rows: bool, glu, cols: int, wg: int) -> bool:
@@ -451,14 +469,15 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         tpr, c, rj = matvec_id_split(name, max(cols, sh_cols), sg, pair is not None)
         g = sg // tpr
         if sum_slots:
-            wg, rows_per_wg = n_used * sg, g * rj           # one subgroup per slot
+            sps = matvec_id_sum_sps(n_used, sg, kc.info.max_workgroup_invocations or 1024)
+            wg, rows_per_wg = n_used * sg * sps, sps * g * rj           # sps subgroups per slot
             if wg > (kc.info.max_workgroup_invocations or 1024) or n_used * rows_per_wg > MATVEC_ID_RED:
                 raise LlamavkError(f"matmul_id: {n_used} experts per token do not fit one workgroup here")
         else:
             wg = max(matvec_id_tuning()[1], sg)
             rows_per_wg = wg // sg * g * rj
         staged = matvec_id_staged(kc, tok_in if sum_slots and xslot else cols, 1, sum_slots,
-                                  norm is not None or glu is not None)
+                                  norm is not None or glu is not None, n_used * rows_per_wg)
         spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
                 pair is not None, wait is not None, signal is not None, staged,
                 n_used * rows_per_wg if sum_slots else 1, sh is not None, wait is not None and route_wait,
