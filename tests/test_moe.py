@@ -245,6 +245,13 @@ def test_matmul_id_sum_subgroups_per_slot_rule():
     assert moe.matvec_id_sum_sps(4, 64, 128) == 1
 
 
+def test_matmul_id_pair_workgroup_rule():
+    # doubled until x's loads before the weights' (XFIRST) take at most 4 vec4s a lane, at most 256
+    assert moe.matvec_id_pair_wg(2048, 128) == 128      # 30B-A3B: 512 vec4s
+    assert moe.matvec_id_pair_wg(2880, 128) == 256      # gpt-oss: 720
+    assert moe.matvec_id_pair_wg(8192, 128) == 256
+
+
 @pytest.mark.parametrize("sps", ["1", "2", "3", "4"])
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.MXFP4, T.Q4_K], ids=lambda t: t.name)
 def test_matmul_id_decode_sum_subgroups_per_slot(dev, kc, qtype, sps, monkeypatch):

@@ -279,7 +279,7 @@ def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tup
     44 units: 32 lanes of 2, 20 slots idle; 16 lanes of 3, 4 idle, lost: H200, tg128 of 8 of its
     layers, in alternation, 718.2 / 723.4 against 728.1 / 738.0); rows per lane as far as a lane's
     weight loads stay <= 8 (16-byte loads per unit: MATVEC_ID_UNIT, else one; a pair twice as many)."""
-    loads_max = matvec_id_tuning()[0]
+    loads_max = matvec_id_tuning(pair)[0]
     unit_w, unit_loads = MATVEC_ID_UNIT.get(type_name, (32, 1))
     units = cols // unit_w
     tprs = [1 << k for k in range(subgroup.bit_length()) if 1 << k <= min(subgroup, units)]
@@ -309,15 +309,28 @@ def matvec_id_sum_sps(n_used: int, subgroup: int, max_wg: int) -> int:
     return max(1, sps)
 
 
-def matvec_id_tuning() -> tuple[int, int]:
-    """(weight loads per lane, workgroup size) of matvec_id.comp's plain and PAIR products."""
-    env = os.environ.get("LLAMAVK_MVID", "")
+def matvec_id_pair_wg(cols: int, wg: int) -> int:
+    """The gate/up pair's workgroup: doubled until a lane loads at most XPRE (4) vec4s of x first
+    (matvec_id.comp XFIRST, which needs that), at most 256 threads. H200 tg128, one call: gpt-oss-20b
+    MXFP4 (2880 wide) at 256 threads 414.3 against 401.0 / 402.8 at 128 (384.6-391.6 with 2 rows a lane,
+    320.3 with 4); 30B-A3B Q4_0 (2048 wide: XFIRST at 128 already) 472.6 / 472.3 at 256 against 474.1 /
+    464.9."""
+    while cols // 4 > 4 * wg and wg < 256:
+        wg *= 2
+    return wg
+
+
+def matvec_id_tuning(pair: bool = False) -> tuple[int, int]:
+    """(weight loads per lane, workgroup size) of matvec_id.comp's plain and PAIR products.
+    LLAMAVK_MVID=loads,wg overrides both, LLAMAVK_MVID_PAIR the PAIR products' (A/B)."""
+    name = "LLAMAVK_MVID_PAIR" if pair and os.environ.get("LLAMAVK_MVID_PAIR") else "LLAMAVK_MVID"
+    env = os.environ.get(name, "")
     if not env:
         return MATVEC_ID_LOADS, MATVEC_ID_WG
     try:
         loads, wg = (int(v) for v in env.split(","))
     except ValueError:
-        raise LlamavkError(f"LLAMAVK_MVID={env!r}: expected LOADS,WG (e.g. 16,128)") from None
+        raise LlamavkError(f"{name}={env!r}: expected LOADS,WG (e.g. 16,128)") from None
     return loads, wg
 
 
@@ -474,7 +487,9 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
             if wg > (kc.info.max_workgroup_invocations or 1024) or n_used * rows_per_wg > MATVEC_ID_RED:
                 raise LlamavkError(f"matmul_id: {n_used} experts per token do not fit one workgroup here")
         else:
-            wg = max(matvec_id_tuning()[1], sg)
+            wg = max(matvec_id_tuning(pair is not None)[1], sg)
+            if pair is not None and not os.environ.get("LLAMAVK_MVID_PAIR") and not os.environ.get("LLAMAVK_MVID"):
+                wg = matvec_id_pair_wg(cols, wg)
             rows_per_wg = wg // sg * g * rj
         staged = matvec_id_staged(kc, tok_in if sum_slots and xslot else cols, 1, sum_slots,
                                   norm is not None or glu is not None, n_used * rows_per_wg)
