@@ -38,6 +38,9 @@
 //   bytes' pairs in shared memory (KV_PAIRS: one shared load per two weights, as matmul_coop.comp's
 //   runs) where registers selected them one by one. MXFP4 (gpt-oss's experts) loads as IQ4_NL, its E2M1
 //   values from their bits as f16s (e2m1_dot, no table), its E8M0 exponent byte for d.
+// - The lattice types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M; IQ_UNIT): a quarter
+//   super-block's fields as matvec_stream.comp loads them and its groups' weights as signed bytes
+//   (iq_unit.glsl: the grid and sign masks in shared memory), a scale per 16 weights.
 // H100, 30B-A3B tg128 against these types loaded unit by unit: Q4_K 360-366 -> 409, Q5_K 330-333 ->
 // 349-353, Q6_K 330 -> 368-372, IQ4_XS 210 -> 306-312, IQ4_NL 194-195 -> 333-337 (kernels/moe.py).
 // Other types dequantize unit by unit (quants.glsl dequant_unit).
@@ -105,6 +108,11 @@ vec4 xpre[XPRE], npre[XPRE];
 const uint NM = PAIR ? 2 : 1;   // matrices per product
 const bool SLOT_ROWS = SUM && XSLOT;   // XS: the token's n_used slot rows are staged
 
+#if defined(QTYPE_IQ2_XXS) || defined(QTYPE_IQ3_XXS) || defined(QTYPE_IQ2_XS) || defined(QTYPE_IQ2_S) || \
+    defined(QTYPE_IQ3_S) || defined(QTYPE_IQ1_S) || defined(QTYPE_IQ1_M)
+#define IQ_UNIT 1          // header: the lattice types
+#define IQ_GRID_SHARED 1   // quants.glsl's grid read from shared memory (iq_unit.glsl)
+#endif
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) readonly buffer Route { float route[]; };
@@ -274,10 +282,10 @@ float lanes_sum(float v) {
 #elif defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
 #define NQ 1        // the block's 16 quant bytes (+ d: wd)
 #endif
-#if defined(QPLANAR) || defined(KUNIT) || defined(KV_PAIRS) || defined(QTYPE_MXFP4)
+#if defined(QPLANAR) || defined(KUNIT) || defined(KV_PAIRS) || defined(QTYPE_MXFP4) || defined(IQ_UNIT)
 #define QPRELOAD 1  // every weight load issued before the arithmetic (header)
 #endif
-#if defined(KUNIT)
+#if defined(KUNIT) || defined(IQ_UNIT)
 #define UNIT_W 64
 #else
 #define UNIT_W 32
@@ -310,14 +318,35 @@ float mat_e8(uint mi, uint i) {
     return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
 }
 #endif
-#if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL)
+#if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL) || defined(IQ_UNIT)
 float mat_f16(uint mi, uint i) { return float(mi == 0 ? wf16[i] : mi == 1 ? pf16[i] : mi == 2 ? swf16[i] : spf16[i]); }
+#endif
+#if defined(IQ_UNIT)
+// iq_unit.glsl's accessors of matrix mi: 0 W, 1 P (the pair's up matrix), 2, 3 the shared expert's
+layout(std430, binding = 0) readonly buffer WeightU2Lat { uvec2 wl2[]; };
+layout(std430, binding = 7) readonly buffer PairU2Lat { uvec2 pl2[]; };
+layout(std430, binding = 7) readonly buffer PairU16Lat { uint16_t pl16[]; };
+layout(std430, binding = 9) readonly buffer ShW2Lat { uvec2 swl2[]; };
+layout(std430, binding = 10) readonly buffer ShP2Lat { uvec2 spl2[]; };
+layout(std430, binding = 9) readonly buffer ShW32Lat { uint swl32[]; };
+layout(std430, binding = 10) readonly buffer ShP32Lat { uint spl32[]; };
+layout(std430, binding = 9) readonly buffer ShW16Lat { uint16_t swl16[]; };
+layout(std430, binding = 10) readonly buffer ShP16Lat { uint16_t spl16[]; };
+uvec4 iq_u4(uint mi, uint i) { return mi == 0 ? wu4[i] : mi == 1 ? pu4[i] : mi == 2 ? sw4[i] : sp4[i]; }
+uvec2 iq_u2(uint mi, uint i) { return mi == 0 ? wl2[i] : mi == 1 ? pl2[i] : mi == 2 ? swl2[i] : spl2[i]; }
+uint iq_u32(uint mi, uint i) { return mi == 0 ? wu32[i] : mi == 1 ? pu32[i] : mi == 2 ? swl32[i] : spl32[i]; }
+uint iq_u16(uint mi, uint i) { return uint(mi == 0 ? wu16[i] : mi == 1 ? pl16[i] : mi == 2 ? swl16[i] : spl16[i]); }
+float iq_f16(uint mi, uint i) { return mat_f16(mi, i); }
+#include "iq_unit.glsl"
 #endif
 // LOAD_UNIT(A, MI) fills the caller's wq[i][A][j] (IQ4_XS: wx; with wd / wsc / wdk) for unit b. A
 // macro, not a function with out parameters: those copy whole arrays in and out, and the plain
 // variant's SPIR-V would differ from the kernel measured before the shared slot (this form is that
 // kernel's, byte for byte past the header).
-#if defined(QTYPE_IQ4_XS)
+#if defined(IQ_UNIT)
+// quarter b % 4 of super-block b / 4 (iq_unit.glsl)
+#define LOAD_UNIT(A, MI) iq_load_unit(MI, b / 4, b % 4, nb, wq[i][A][j][0], wt[i][A][j], wd[i][A][j]);
+#elif defined(QTYPE_IQ4_XS)
 // sub-block b % 8 of super-block b / 8 (17 uvec2s: the head, then 2 per sub-block)
 #define LOAD_UNIT(A, MI) { uint o = 17 * (b / 8), oq = o + 1 + 2 * (b % 8); \
     wx[i][A][j][0] = mat_u2(MI, o); wx[i][A][j][1] = mat_u2(MI, oq); wx[i][A][j][2] = mat_u2(MI, oq + 1); }
@@ -396,10 +425,12 @@ void main() {
     // every weight load first (header), then (WAIT) the producer, then the arithmetic
 #if defined(QTYPE_IQ4_XS)
     uvec2 wx[C][NM][RJ][3];   // the head, the sub-block's quant bytes
+#elif defined(IQ_UNIT)
+    uvec4 wq[C][NM][RJ][1], wt[C][NM][RJ];   // iq_unit.glsl's q and t
 #else
     uvec4 wq[C][NM][RJ][NQ];
 #endif
-#if defined(QPLANAR) || defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
+#if defined(QPLANAR) || defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4) || defined(IQ_UNIT)
     float wd[C][NM][RJ];
 #elif defined(QTYPE_Q6_K)
     uvec2 wsc[C][NM][RJ];   // the half's 8 scale bytes
@@ -411,7 +442,7 @@ void main() {
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
                 uint b = wrow[j] * n_units + u;
 #if !defined(QPLANAR)
-#if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4)
+#if defined(QTYPE_Q6_K) || defined(QTYPE_IQ4_NL) || defined(QTYPE_MXFP4) || defined(IQ_UNIT)
                 // the planar types' planes are sized by the blocks of the chunk, or of the shared matrix
                 uint nb = sh ? p.sh_rows * (cols_s / QK) : q_chunk_blocks;
 #endif
@@ -449,12 +480,43 @@ void main() {
         kv_pair[i] = vec2(kv_lookup(KV_IQ4NL, i & 15u), kv_lookup(KV_IQ4NL, i >> 4));
     barrier();
 #endif
+#if defined(IQ_UNIT)
+    iq_tables_fill(gl_LocalInvocationIndex, gl_WorkGroupSize.x);
+    barrier();
+#endif
     if (WAIT && !RWAIT) wait_for_producer();
     float ss_all = 0.0;
     if (XS > 0) ss_all = stage_x(SLOT_ROWS ? t * tok_in / 4 : xoff4, (SLOT_ROWS ? tok_in : p.cols) / 4);
     uint xs4 = SLOT_ROWS ? s * p.cols / 4 : 0;
     if (mine) {
-#if defined(QTYPE_IQ4_XS)
+#if defined(IQ_UNIT)
+        [[unroll]] for (uint i = 0; i < C; ++i) {
+            uint u = c + TPR * i;
+            if (u < n_units) {
+                // sub-blocks 2q and 2q + 1 of the quarter: x' units 2u and 2u + 1 (32 weights each)
+                vec4 xv[2][8];
+                xunit(xoff4, xs4, 2 * u, ss, xv[0]);
+                xunit(xoff4, xs4, 2 * u + 1, ss, xv[1]);
+                [[unroll]] for (uint m = 0; m < NM; ++m) {
+                    [[unroll]] for (uint j = 0; j < RJ; ++j) {
+                        float tot = 0.0;
+                        [[unroll]] for (uint sb = 0; sb < 2; ++sb) {
+                            [[unroll]] for (uint h = 0; h < 2; ++h) {   // 16 weights: IQ2_XS's and IQ2_S's scales
+                                float t = 0.0;
+                                [[unroll]] for (uint l = 2 * h; l < 2 * h + 2; ++l) {
+                                    uint lo, hi;
+                                    iq_group(wq[i][m][j][0], wt[i][m][j], sb, l, lo, hi);
+                                    t += dot(sbytes_fma(lo), xv[sb][2 * l]) + dot(sbytes_fma(hi), xv[sb][2 * l + 1]);
+                                }
+                                tot += iq_scale(wq[i][m][j][0], wt[i][m][j], sb, h) * t;
+                            }
+                        }
+                        acc[m][j] += wd[i][m][j] * tot;
+                    }
+                }
+            }
+        }
+#elif defined(QTYPE_IQ4_XS)
         [[unroll]] for (uint i = 0; i < C; ++i) {
             uint u = c + TPR * i;
             if (u < n_units) {

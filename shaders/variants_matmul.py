@@ -3,7 +3,8 @@ _TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", 
           "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m",
           "tq1_0", "tq2_0"]
 # the types whose expert products issue every weight load first (llamavk/kernels/moe.py MATVEC_ID_PRELOAD)
-_MATVEC_ID_PRELOAD = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4"]
+_MATVEC_ID_PRELOAD = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs",
+                      "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"]
 
 VARIANTS = {}
 for _t in _TYPES:

@@ -273,12 +273,13 @@ def test_matmul_id_decode_mxfp4_gpt_oss_rows(dev, kc):
 
 
 @pytest.mark.parametrize("cols", [768, 2048])
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.IQ2_XXS, T.IQ2_S, T.IQ3_XXS,
+                                   T.IQ1_M], ids=lambda t: t.name)
 def test_matmul_id_decode_preloaded_units(dev, kc, qtype, cols, monkeypatch):
     """The preloaded K-quant units (matvec_id.comp KUNIT: Q4_K's, Q5_K's and Q6_K's quarters, 64
-    weights) and IQ4_NL's blocks and IQ4_XS's sub-blocks on wider rows: 768 (the 30B-A3B's down
-    product: 12 quarters, 4 lanes of 3 per row; 24 sub-blocks), 2048 (its gate/up: a quarter per
-    lane, several rows per lane)."""
+    weights), the lattice types' quarters (IQ_UNIT, iq_unit.glsl) and IQ4_NL's blocks and IQ4_XS's
+    sub-blocks on wider rows: 768 (the 30B-A3B's down product: 12 quarters, 4 lanes of 3 per row; 24
+    sub-blocks), 2048 (its gate/up: a quarter per lane, several rows per lane)."""
     tpr, c, rj = moe.matvec_id_split(qtype.name.lower(), cols, kc.info.subgroup_size or 32, False)
     assert tpr * c == cols // moe.MATVEC_ID_UNIT.get(qtype.name.lower(), (32, 1))[0]
     run_matmul_id(dev, kc, qtype, 1, norm=True, pair=True, seed=21, cols=cols)
@@ -291,8 +292,8 @@ def test_matmul_id_decode_preloaded_units(dev, kc, qtype, cols, monkeypatch):
 
 
 @pytest.mark.parametrize("stage", ["0", "1"])
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.F16],
-                         ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.F16, T.IQ2_XS,
+                                   T.IQ3_S, T.IQ1_S], ids=lambda t: t.name)
 def test_matmul_id_decode_x_staged_or_not(dev, kc, qtype, stage, monkeypatch):
     # 0: x' read straight from memory, as for rows too wide to stage in shared memory (matvec_id.comp
     # XS 0); 1: staged for every product, plain x included
@@ -418,7 +419,7 @@ def test_moe_decode_reads_only_chosen_experts(synthetic_model):
     assert {"sum", "residual"} <= set(ids[1].attrs) and "glu" not in ids[1].attrs
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq1_s"])
 def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch, qtype):
     """Edges e and r (kernels/chain.py): the down product recorded without a barrier after the gate/up
     pair, the router after the output projection, each waiting in its shader for its producer's

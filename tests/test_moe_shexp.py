@@ -110,7 +110,7 @@ def check(got, ref, what):
 
 
 # every type whose expert loads matvec_id.comp issues up front (moe.MATVEC_ID_PRELOAD)
-SHEXP_TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS]
+SHEXP_TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.IQ2_XXS, T.IQ3_S, T.IQ1_M]
 
 
 def block_cols(qtype, n):

@@ -31,7 +31,8 @@ import numpy as np
 from ..errors import LlamavkError
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, filled_buffer, groups_2d
-from .matmul import MATMUL_TILES, MATVEC_MAX_TOKENS, _check_view, matvec_router_ok, type_suffix
+from .matmul import (MATMUL_TILES, MATVEC_MAX_TOKENS, MATVEC_STREAM_TABLE_BYTES, _check_view, matvec_router_ok,
+                     type_suffix)
 from .selection import moe_product_kernel
 
 # prompt kernels (selection.moe_product_kernel): name prefix -> (rows, tokens) per workgroup tile
@@ -257,7 +258,12 @@ def group(seq, kc: KernelCache, route_view: View, groups: View, n_tokens: int, n
 # block or sub-block) and 16-byte quant loads per unit (Q4_K's head, a 16-byte load too, not counted:
 # one per super-block, it comes from the cache for the quarters after the first; nor Q6_K's scale
 # words and d)
-MATVEC_ID_UNIT = {"q4_k": (64, 2), "q5_k": (64, 4), "q6_k": (64, 3), "q8_0": (32, 2)}
+# the lattice types (iq_unit.glsl's quarter super-blocks), loaded as matvec_stream.comp's
+LATTICE_STREAM_TYPES = ("iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m")
+MATVEC_ID_UNIT = {"q4_k": (64, 2), "q5_k": (64, 4), "q6_k": (64, 3), "q8_0": (32, 2),
+                  **{t: (64, 2) for t in LATTICE_STREAM_TYPES}}
+# the lattice types' grid and sign masks in shared memory (iq_unit.glsl), as matvec_stream.comp's
+MATVEC_ID_TABLE_BYTES = {t: MATVEC_STREAM_TABLE_BYTES[t] for t in LATTICE_STREAM_TYPES}
 # the types whose every weight load matvec_id.comp issues before its arithmetic (QPRELOAD): the ones
 # it can run as a gate/up pair and chain without a barrier. Q4_K (quarter super-blocks, KUNIT) since
 # the experts of Q4_K_M files are Q4_K: H100, 30B-A3B with Q4_K experts, tg128 in alternation, one
@@ -269,7 +275,7 @@ MATVEC_ID_UNIT = {"q4_k": (64, 2), "q5_k": (64, 4), "q6_k": (64, 3), "q8_0": (32
 # table of byte pairs): 306.23 / 311.97 against 209.73 / 210.23 (llama.cpp 199.85; LLAMAVK_MVID=4,128
 # 288.89 / 291.93, =16,128 287.39 / 291.46). Q5_K 353.17 / 349.22 against 329.83 / 332.50 (llama.cpp
 # 214.09); IQ4_NL 333.40 / 336.88 against 195.41 / 193.63 (llama.cpp 227.07).
-MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4")
+MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4") + LATTICE_STREAM_TYPES
 
 
 def matvec_id_split(type_name: str, cols: int, subgroup: int, pair: bool) -> tuple[int, int, int]:
@@ -335,10 +341,11 @@ def matvec_id_tuning(pair: bool = False) -> tuple[int, int]:
 
 
 def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = False, fused: bool = True,
-                     red: int = MATVEC_ID_RED) -> int:
+                     red: int = MATVEC_ID_RED, table: int = 0) -> int:
     """matvec_id.comp's XS: the vec4s of x' a workgroup stages in shared memory (rows x cols), or 0
     where they would not fit beside its other shared arrays (x then comes from memory).
-    fused: x' is computed from two inputs (NORM: x and the norm weights; GLU: gate and up).
+    fused: x' is computed from two inputs (NORM: x and the norm weights; GLU: gate and up). table: the
+    bytes of a lattice type's grid and sign masks (iq_unit.glsl) beside them.
     Staged by default for every product: a lane otherwise reads its units' consecutive vec4s of x
     straight from memory, each load instruction of a subgroup touching 32 cache lines. H100, tg128,
     one call (e181a0d): staging the slot-summing down product as well as the fused gate/up pair,
@@ -351,8 +358,9 @@ def matvec_id_staged(kc: KernelCache, cols: int, rows: int, summing: bool = Fals
     mode = os.environ.get("LLAMAVK_MVID_STAGE", "1")
     if mode == "0" or (mode == "s" and not summing) or (mode == "t" and summing) or (mode == "f" and not fused):
         return 0
-    # beside xs: red (RED floats), red_ss (128 floats), kv_pair (256 vec2s; counted for every type)
-    room = (kc.info.max_shared_memory or 16384) - 4 * (red if summing else 1) - 512 - 2048
+    # beside xs: red (RED floats), red_ss (128 floats), kv_pair (256 vec2s; counted for every type) and a
+    # lattice type's table
+    room = (kc.info.max_shared_memory or 16384) - 4 * (red if summing else 1) - 512 - 2048 - table
     stage_max = int(os.environ.get("LLAMAVK_MVID_STAGE_MAX", MATVEC_ID_STAGE_MAX))
     return rows * cols // 4 if 4 * rows * cols <= min(room, stage_max) else 0
 
@@ -492,7 +500,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
                 wg = matvec_id_pair_wg(cols, wg)
             rows_per_wg = wg // sg * g * rj
         staged = matvec_id_staged(kc, tok_in if sum_slots and xslot else cols, 1, sum_slots,
-                                  norm is not None or glu is not None, n_used * rows_per_wg)
+                                  norm is not None or glu is not None, n_used * rows_per_wg,
+                                  MATVEC_ID_TABLE_BYTES.get(name, 0))
         spec = (wg, tpr, c, rj, norm is not None, glu is not None, sum_slots, xslot, residual is not None,
                 pair is not None, wait is not None, signal is not None, staged,
                 n_used * rows_per_wg if sum_slots else 1, sh is not None, wait is not None and route_wait,
