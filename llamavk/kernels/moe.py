@@ -274,7 +274,9 @@ MATVEC_ID_TABLE_BYTES = {t: MATVEC_STREAM_TABLE_BYTES[t] for t in LATTICE_STREAM
 # 372.37 / 367.86 against 329.84 / 331.14 (llama.cpp 218.25). IQ4_XS (its table values from a shared
 # table of byte pairs): 306.23 / 311.97 against 209.73 / 210.23 (llama.cpp 199.85; LLAMAVK_MVID=4,128
 # 288.89 / 291.93, =16,128 287.39 / 291.46). Q5_K 353.17 / 349.22 against 329.83 / 332.50 (llama.cpp
-# 214.09); IQ4_NL 333.40 / 336.88 against 195.41 / 193.63 (llama.cpp 227.07).
+# 214.09); IQ4_NL 333.40 / 336.88 against 195.41 / 193.63 (llama.cpp 227.07). The lattice types
+# (iq_unit.glsl's units, the grid in shared memory): H200, IQ2_XXS 404.83 / 404.00 against 334.89 /
+# 335.54, IQ3_XXS 381.05 / 377.06 against 321.15 / 321.82 (903dccff against dc39dcf, one call).
 MATVEC_ID_PRELOAD = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4") + LATTICE_STREAM_TYPES
 
 
