@@ -26,13 +26,14 @@ except ImportError:  # running from a checkout without `pip install -e .`
 
 from llamavk.errors import LlamavkError
 from llamavk.models import ARCHITECTURES
-from llamavk.synthetic import PRESETS, SYNTHETIC_TYPES, describe_plan, synthetic_plan, write_synthetic_model
+from llamavk.synthetic import PRESETS, SYNTHETIC_NAMES, describe_plan, synthetic_plan, write_synthetic_model
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="tiny", choices=list(PRESETS))
-    ap.add_argument("--type", default="q4_0", choices=list(SYNTHETIC_TYPES))
+    ap.add_argument("--type", default="q4_0", choices=list(SYNTHETIC_NAMES),
+                    help="mxfp4_moe: MXFP4 experts, Q8_0 the other matrices (the released gpt-oss files)")
     ap.add_argument("--arch", default=None, choices=sorted(ARCHITECTURES),
                     help="default: the preset's (llama; qwen3moe for tiny-moe and 30b-a3b; qwen35 for "
                          "tiny-qwen35 and 0.8b; qwen35moe for tiny-qwen35moe and 35b-a3b)")

@@ -30,6 +30,11 @@ from .quant import quant_info, qtype_from_name, tensor_nbytes
 SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
                    "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s",
                    "iq1_m", "tq1_0", "tq2_0")
+# Mixes as llama-quantize writes them: name -> (the experts' type, every other matrix's). mxfp4_moe
+# (LLAMA_FTYPE_MOSTLY_MXFP4_MOE, the released gpt-oss GGUFs' layout): MXFP4 experts, Q8_0 attention,
+# embeddings and output; the router and biases f32 as always.
+SYNTHETIC_MIXES = {"mxfp4_moe": ("mxfp4", "q8_0")}
+SYNTHETIC_NAMES = SYNTHETIC_TYPES + tuple(SYNTHETIC_MIXES)
 MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe", "qwen3next", "gpt-oss", "glm4moe")
 HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
@@ -208,8 +213,8 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
     """arch None: the preset's own (llama, or qwen3moe for the mixture-of-experts presets)."""
     if preset not in PRESETS:
         raise LlamavkError(f"unknown synthetic preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    if qtype.lower() not in SYNTHETIC_TYPES:
-        raise LlamavkError(f"synthetic models support types {', '.join(SYNTHETIC_TYPES)}, not {qtype!r}")
+    if qtype.lower() not in SYNTHETIC_NAMES:
+        raise LlamavkError(f"synthetic models support types {', '.join(SYNTHETIC_NAMES)}, not {qtype!r}")
     p = PRESETS[preset]
     arch = arch or p.arch
     arch_module(arch)  # unknown architecture -> error listing the supported ones
@@ -217,8 +222,9 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         raise LlamavkError(f"synthetic preset {preset!r} does not fit architecture {arch!r} "
                            f"(mixture-of-experts presets go with {', '.join(MOE_ARCHS)}, DeltaNet hybrid "
                            f"presets with {', '.join(HYBRID_ARCHS)})")
-    wtype = qtype_from_name(qtype)
-    info = quant_info(wtype)
+    expert_name, other_name = SYNTHETIC_MIXES.get(qtype.lower(), (qtype, qtype))
+    wtype, otype = qtype_from_name(expert_name), qtype_from_name(other_name)
+    info = max(quant_info(wtype), quant_info(otype), key=lambda i: i.block_size)
     if preset in TINY_PRESETS and info.block_size == 256:
         p = dataclasses.replace(p, **TINY_KQUANT, **({"n_ff_exp": 256} if p.n_expert else {}),
                                 **({"n_ff_shexp": 256} if p.n_ff_shexp else {}),
@@ -287,10 +293,10 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
     for spec in arch_module(arch).weight_specs(cfg) + file_only:
         if spec.optional:
             continue
-        # every matrix of the chosen type but the router and the convolution taps, which stay f32 as
-        # converters write them
-        t = wtype if len(spec.shape) >= 2 and spec.role not in ("router", "ssm_conv") \
-            and not spec.role.endswith("_bias") else T.F32
+        # every matrix of the chosen type (a mix: the experts' or the others') but the router and the
+        # convolution taps, which stay f32 as converters write them
+        t = (wtype if spec.role.endswith("_exps") else otype) if len(spec.shape) >= 2 and \
+            spec.role not in ("router", "ssm_conv") and not spec.role.endswith("_bias") else T.F32
         scale = std_by_role.get(spec.role, 0.0) if len(spec.shape) >= 2 else \
             (p.qk_gain if spec.role in ("q_norm", "k_norm", "q_bias", "k_bias") else 1.0)
         tensors.append(PlannedTensor(spec, t, tensor_nbytes(t, spec.shape), float(scale)))
@@ -683,12 +689,12 @@ def parse_synthetic_name(name: str) -> tuple[str, str, str]:
     for preset in sorted(PRESETS, key=len, reverse=True):
         if body.startswith(preset + "-"):
             parts = body[len(preset) + 1:].split("-", 1)     # an architecture may hold a dash (gpt-oss)
-            if 1 <= len(parts) <= 2 and parts[0] in SYNTHETIC_TYPES:
+            if 1 <= len(parts) <= 2 and parts[0] in SYNTHETIC_NAMES:
                 arch = parts[1] if len(parts) == 2 else PRESETS[preset].arch
                 arch_module(arch)
                 return preset, parts[0], arch
     raise LlamavkError(f"bad synthetic model name {name!r}: expected synthetic:PRESET-TYPE[-ARCH] "
-                       f"with PRESET in {', '.join(PRESETS)} and TYPE in {', '.join(SYNTHETIC_TYPES)}")
+                       f"with PRESET in {', '.join(PRESETS)} and TYPE in {', '.join(SYNTHETIC_NAMES)}")
 
 
 def synthetic_model_path(name: str, cache_dir: str | Path | None = None, seed: int = 0) -> Path:
@@ -718,6 +724,6 @@ def describe_plan(plan: SyntheticPlan) -> str:
             f"params, {plan.total_bytes / 2**30:.2f} GiB of tensor data")
 
 
-__all__ = ["PRESETS", "SYNTHETIC_TYPES", "Preset", "tiny_preset", "SyntheticPlan", "synthetic_plan",
+__all__ = ["PRESETS", "SYNTHETIC_TYPES", "SYNTHETIC_MIXES", "SYNTHETIC_NAMES", "Preset", "tiny_preset", "SyntheticPlan", "synthetic_plan",
            "write_synthetic_model", "synthetic_vocab", "parse_synthetic_name", "synthetic_model_path", "random_blocks", "describe_plan",
            "ARCHITECTURES"]

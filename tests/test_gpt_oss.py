@@ -124,7 +124,7 @@ def test_logits_match_reference(synthetic_model, qtype):
     assert_prompt_logits_match_reference(synthetic_model("gpt-oss", qtype))
 
 
-@pytest.mark.parametrize("qtype", ["q8_0", "mxfp4", "q4_k"])
+@pytest.mark.parametrize("qtype", ["q8_0", "mxfp4", "q4_k", "mxfp4_moe"])
 def test_one_token_steps_fold_the_biases(synthetic_model, qtype):
     """One-token steps, 30 of them (past the 24-position windows), against the reference: there the
     router adds its bias itself, gate and up are one product with their biases and swiglu_oai in its

@@ -122,9 +122,10 @@ ORACLE_CASES = [
     # even layers with the model's RoPE (YaRN, as the released files); f32 (llama.cpp rounds nothing:
     # the same PPL to 5 digits, KLD ~1e-6) rather than f16, whose activations llama.cpp rounds to f16
     # before products that the std-4 expert biases and swiglu_oai's (u + 1) amplify (its first chunk
-    # 14% away, KLD 3e-3), and MXFP4 as released
+    # 14% away, KLD 3e-3), MXFP4 everywhere, and as released (mxfp4_moe: Q8_0 outside the experts)
     ("gpt-oss", "f32", GPT_OSS),
     ("gpt-oss", "mxfp4", GPT_OSS),
+    ("gpt-oss", "mxfp4_moe", GPT_OSS),
     # glm4moe: Q/K/V biases, RoPE on half of each head, a dense first layer, a sigmoid router whose
     # choice reads a bias per expert (not its weights), renormalized, an ungated shared expert, a NextN
     # block in the file that neither engine runs (synthetic.TINY_GLM4MOE: why its router is unscaled)

@@ -55,6 +55,18 @@ def test_tiny_preset_dims_fit_every_type():
             synthetic_plan("tiny", qtype, arch)
 
 
+def test_mxfp4_moe_mix_is_the_released_gpt_oss_layout():
+    """MXFP4 experts, Q8_0 every other matrix (attention, embeddings, output), the router and biases
+    f32; file type 38 (MOSTLY_MXFP4_MOE); by name too."""
+    plan = synthetic_plan("gpt-oss-20b", "mxfp4_moe", n_layer=1)
+    types = {t.spec.name: t.qtype for t in plan.tensors}
+    assert types["blk.0.ffn_gate_exps.weight"] == types["blk.0.ffn_down_exps.weight"] == T.MXFP4
+    assert types["blk.0.attn_q.weight"] == types["token_embd.weight"] == types["output.weight"] == T.Q8_0
+    assert types["blk.0.ffn_gate_inp.weight"] == types["blk.0.ffn_gate_exps.bias"] == T.F32
+    assert plan.metadata["general.file_type"] == 38
+    assert parse_synthetic_name("synthetic:gpt-oss-20b-mxfp4_moe") == ("gpt-oss-20b", "mxfp4_moe", "gpt-oss")
+
+
 def test_bad_requests():
     with pytest.raises(LlamavkError, match="preset"):
         synthetic_plan("13b")
