@@ -250,6 +250,7 @@ def test_matmul_id_pair_workgroup_rule():
     assert moe.matvec_id_pair_wg(2048, 128) == 128      # 30B-A3B: 512 vec4s
     assert moe.matvec_id_pair_wg(2880, 128) == 256      # gpt-oss: 720
     assert moe.matvec_id_pair_wg(8192, 128) == 256
+    assert moe.matvec_id_pair_wg(2880, 128, max_wg=128) == 128    # Vulkan's minimum workgroup limit
 
 
 @pytest.mark.parametrize("sps", ["1", "2", "3", "4"])

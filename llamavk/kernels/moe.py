@@ -317,13 +317,13 @@ def matvec_id_sum_sps(n_used: int, subgroup: int, max_wg: int) -> int:
     return max(1, sps)
 
 
-def matvec_id_pair_wg(cols: int, wg: int) -> int:
+def matvec_id_pair_wg(cols: int, wg: int, max_wg: int = 1024) -> int:
     """The gate/up pair's workgroup: doubled until a lane loads at most XPRE (4) vec4s of x first
     (matvec_id.comp XFIRST, which needs that), at most 256 threads. H200 tg128, one call: gpt-oss-20b
     MXFP4 (2880 wide) at 256 threads 414.3 against 401.0 / 402.8 at 128 (384.6-391.6 with 2 rows a lane,
     320.3 with 4); 30B-A3B Q4_0 (2048 wide: XFIRST at 128 already) 472.6 / 472.3 at 256 against 474.1 /
     464.9."""
-    while cols // 4 > 4 * wg and wg < 256:
+    while cols // 4 > 4 * wg and wg < 256 and 2 * wg <= max_wg:
         wg *= 2
     return wg
 
@@ -499,7 +499,7 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         else:
             wg = max(matvec_id_tuning(pair is not None)[1], sg)
             if pair is not None and not os.environ.get("LLAMAVK_MVID_PAIR") and not os.environ.get("LLAMAVK_MVID"):
-                wg = matvec_id_pair_wg(cols, wg)
+                wg = matvec_id_pair_wg(cols, wg, kc.info.max_workgroup_invocations or 128)
             rows_per_wg = wg // sg * g * rj
         staged = matvec_id_staged(kc, tok_in if sum_slots and xslot else cols, 1, sum_slots,
                                   norm is not None or glu is not None, n_used * rows_per_wg,
