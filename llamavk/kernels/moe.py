@@ -493,6 +493,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
         g = sg // tpr
         if sum_slots:
             sps = matvec_id_sum_sps(n_used, sg, kc.info.max_workgroup_invocations or 1024)
+            while sps > 1 and n_used * sps * g * rj > MATVEC_ID_RED:    # the slots' rows fit RED
+                sps //= 2
             wg, rows_per_wg = n_used * sg * sps, sps * g * rj           # sps subgroups per slot
             if wg > (kc.info.max_workgroup_invocations or 1024) or n_used * rows_per_wg > MATVEC_ID_RED:
                 raise LlamavkError(f"matmul_id: {n_used} experts per token do not fit one workgroup here")
