@@ -444,7 +444,7 @@ class DeviceRuntime:
             if self.profile:
                 pair = f"+{op.attrs['pair'].role}" if "pair" in op.attrs else ""
                 pair += "+router" if "router" in op.attrs else ""   # a router folded in (fusion.py)
-                seq.label = f"{k}:{op.inputs[0].role}{pair}" if k == "matmul" else k
+                seq.label = f"{k}:{op.inputs[0].role}{pair}" if k in ("matmul", "matmul_id") else k
             if self.clock is not None and n_tokens == 1 and k in ("sync_reduce", "reduce"):
                 stamped[op.out] = self.clock.stamp(op.attrs["exchange"], op.layer)
             if k == "sync_reduce":       # a split's exchange point and sum in one dispatch (comm.py)
