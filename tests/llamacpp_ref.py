@@ -83,6 +83,41 @@ def run_tool_until(name: str, marker: str, *args, tries: int = 5, timeout: float
     raise AssertionError(f"no {marker!r} in {name}'s output after {tries} runs:\n{out[-3000:]}")
 
 
+# printed by llama-completion -i (as its --in-prefix) when it waits for input: the text before it is out
+WAITING = b"\x01\x02\x03"
+
+
+def completion_until_waiting(cmd: list, timeout: float = 300) -> bytes | None:
+    """stdout of llama-completion (`cmd`: the tool and its arguments; CPU backend) run interactive, up to
+    where it first waits for input -- the reverse prompt, the end of text or -n tokens -- or None where
+    it exited or `timeout` passed first. Why: it logs from a thread of its own, and a run that ends
+    quickly (at a reverse prompt, in most runs) exits before the thread has written its text; one
+    waiting for input has written all of it. Its stdin is held open until then, closed after."""
+    import select
+    import time
+
+    env = {"GGML_VK_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
+    p = subprocess.Popen([str(c) for c in cmd] + ["-i", "--in-prefix", WAITING.decode()], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    out, deadline = b"", time.monotonic() + timeout
+    try:
+        while WAITING not in out and time.monotonic() < deadline:
+            if select.select([p.stdout], [], [], 1.0)[0]:
+                chunk = os.read(p.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out += chunk
+    finally:
+        p.stdin.close()                  # EOF: it ends
+        p.stdout.close()
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return out.split(WAITING)[0] if WAITING in out else None
+
+
 def llamacpp_prompt_tokens(model, *args) -> list[int]:
     """The prompt tokens llama-completion prints with --verbose-prompt (CPU build, one token made):
     the lines after "number of tokens in prompt", complete once the sampler line after them is out."""

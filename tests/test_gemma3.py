@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -352,22 +351,17 @@ def test_gemma3_270m_greedy_text_is_llamacpps(gemma3_270m):
     same top-1, the same text. (Further on, at a near-tie of logits 0.013 apart, llama.cpp's 8-bit
     rounding of activations in its quantized products picks the other token: see
     docs/MODELS.md; on the same weights in F32 both give the same 32 tokens.)"""
-    from .llamacpp_ref import llamacpp_tool
+    from .llamacpp_ref import completion_until_waiting, llamacpp_tool
 
     prompt, n = "The capital of France is", 8
-    tool = llamacpp_tool("llama-completion")
-    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="")
-    for _ in range(5):      # its log thread has lost the last lines at exit on busy machines (llamacpp_ref)
-        r = subprocess.run([str(tool), "-m", str(gemma3_270m), "-p", prompt, "-n", str(n), "--temp", "0", "-ngl",
-                            "0", "-t", "2", "-no-cnv"], capture_output=True, text=True, env=env, timeout=300,
-                           stdin=subprocess.DEVNULL)
-        assert r.returncode == 0, r.stderr[-2000:]
-        if r.stdout.count(" ") >= prompt.count(" ") + n - 1:     # every generated token's text came out
-            break
+    # held after its n tokens until all of the text is out (its log thread loses lines at a quick exit)
+    theirs = completion_until_waiting([llamacpp_tool("llama-completion"), "-m", gemma3_270m, "-p", prompt, "-n", n,
+                                       "--temp", 0, "-ngl", 0, "-t", 2, "-no-cnv"])
     with quiet(gemma3_270m, n_ctx=64) as m:
         ids = m.tokenize(prompt)
         assert ids == [2, 818, 5279, 529, 7001, 563]
         out = list(m.generate(ids, n=n, temp=0))
         assert int(np.argmax(m.logits(ids))) == out[0] == 506          # " the"
         text = prompt + m.detokenize(out)
-    assert r.stdout.rstrip("\n") == text == "The capital of France is the capital of the country of France."
+    assert theirs is not None and theirs.decode().rstrip("\n") == text == \
+        "The capital of France is the capital of the country of France."

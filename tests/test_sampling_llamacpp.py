@@ -10,10 +10,7 @@ after top-k and min-p, and sequence breakers of one token and of two (a byte tok
 as llama.cpp tokenizes it, with SPM's space prefix) on a prompt whose greedy completion loops. Each DRY
 configuration changes the tokens (test_dry_configurations_matter), so a DRY left out would fail it."""
 
-import os
-import select
 import subprocess
-import time
 
 import pytest
 
@@ -23,7 +20,7 @@ from llamavk.kv_override import parse_kv_override
 from llamavk.rope_options import rope_options
 from llamavk.llamacpp_compat import process_escapes
 
-from .llamacpp_ref import llamacpp_tool
+from .llamacpp_ref import completion_until_waiting, llamacpp_tool
 
 PROMPT = "the master said"
 N = 16                 # tokens compared. Each configuration's first 28-40 tokens were the same here.
@@ -126,33 +123,7 @@ FLAGS = dict(seed="-s", temp="--temp", top_k="--top-k", top_p="--top-p", min_p="
              **{k: "--" + k.replace("_", "-") for k in ROPE_FLAGS})
 
 
-# printed by llama-completion -i (--in-prefix) when it waits for input: all text before it is out
-WAITING = b"\x01\x02\x03"
 LLAMACPP_ENV = {"GGML_VK_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
-
-
-def llamacpp_until_waiting(args) -> bytes | None:
-    """stdout of an interactive llama-completion up to where it first waits for input (WAITING; its
-    stdin held open until then, closed after), or None where it exited or 300 s passed first."""
-    p = subprocess.Popen(args + ["-i", "--in-prefix", WAITING.decode()], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=LLAMACPP_ENV)
-    out, deadline = b"", time.monotonic() + 300
-    try:
-        while WAITING not in out and time.monotonic() < deadline:
-            if select.select([p.stdout], [], [], 1.0)[0]:
-                chunk = os.read(p.stdout.fileno(), 65536)
-                if not chunk:
-                    break
-                out += chunk
-    finally:
-        p.stdin.close()                  # EOF: it ends
-        p.stdout.close()
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    return out.split(WAITING)[0] if WAITING in out else None
 
 
 def llamacpp_completion(model, config, need: int | None) -> tuple[bytes, bool]:
@@ -165,11 +136,12 @@ def llamacpp_completion(model, config, need: int | None) -> tuple[bytes, bool]:
     its text and the line break it adds at the end as such a prefix, twice). A longer run than
     compared gives the thread time to write them. With a reverse prompt it returns as soon as the
     prompt comes out, most runs before the thread writes anything (here 14-16 of 20, and on a busy
-    CI machine every one of 16, twice): those run interactive, held at the reverse prompt until all
-    of the text is out (llamacpp_until_waiting). Once (CI, a busy machine) a run's text held two
-    tokens twice; so two runs must agree on what is returned."""
+    machine every one of 16, twice); at a short end of text (a grammar's) a busy machine lost
+    "total time" in 16 of 16 runs too: both run interactive, held where they stop until all of the
+    text is out (llamacpp_until_waiting). Once (CI, a busy machine) a run's text held two tokens
+    twice; so two runs must agree on what is returned."""
     config = dict(config)
-    interactive = bool(config.get("reverse_prompt"))
+    interactive = need is None or bool(config.get("reverse_prompt"))
     args = [str(llamacpp_tool("llama-completion")), "-m", str(model), "-p", config.pop("prompt", PROMPT), "-n",
             str(6 * N), "-ngl", "0", "-t", "2", "-no-cnv", "--no-display-prompt", "-c", "128"]
     for key, flag in LIST_FLAGS.items():
@@ -182,10 +154,10 @@ def llamacpp_completion(model, config, need: int | None) -> tuple[bytes, bool]:
     for _ in range(16):
         answers = []
         if interactive:
-            text = llamacpp_until_waiting(args)
+            text = completion_until_waiting(args)
             longest = max(longest, len(text or b""))
-            if text is not None:
-                answers.append((text, True))
+            if text is not None:        # at the end of text it prints a line break, then waits
+                answers.append((text.rstrip(b"\n"), True))
         else:
             r = subprocess.run(args, capture_output=True, timeout=300, stdin=subprocess.DEVNULL, env=LLAMACPP_ENV)
             assert r.returncode == 0, r.stderr[-2000:]
