@@ -72,7 +72,11 @@ def run_tool(name: str, *args, timeout: float = 600) -> str:
     return out
 
 
-def run_tool_until(name: str, marker: str, *args, tries: int = 5, timeout: float = 600) -> str:
+# runs of a llama.cpp tool until its last lines come out (run_tool_until, llamacpp_perplexity_run)
+RETRIES = 12
+
+
+def run_tool_until(name: str, marker: str, *args, tries: int = RETRIES, timeout: float = 600) -> str:
     """run_tool, repeated until the output holds `marker`: llama.cpp logs from a thread of its own,
     and a process that ends quickly has been seen to lose its last lines (up to 3 runs in 10 of a
     tiny model's KL-divergence statistics on a busy machine)."""
@@ -145,8 +149,9 @@ def llamacpp_perplexity_run(model: Path, text_file: Path, n_ctx: int, chunks: in
     """llama-perplexity on the CPU: (PPL, uncertainty, running PPL after each chunk)."""
     # llama.cpp logs from a thread of its own: a busy machine has been seen to lose the last lines
     # at exit (once in several hundred runs; CI once lost all but the first lines of three runs of
-    # another tool in a row), so a run without them is repeated.
-    for _ in range(5):
+    # another tool in a row; with 3 busy processes on 2 cores, 5 runs in a row of each of two files),
+    # so a run without them is repeated.
+    for _ in range(RETRIES):
         out = run_tool("llama-perplexity", "-m", model, "-f", text_file, "-c", n_ctx, "--chunks", chunks,
                        "-ngl", 0, "-t", 2, *extra)
         m = FINAL.search(out)
