@@ -87,6 +87,8 @@ def run_tool_until(name: str, marker: str, *args, tries: int = RETRIES, timeout:
     raise AssertionError(f"no {marker!r} in {name}'s output after {tries} runs:\n{out[-3000:]}")
 
 
+# a llama.cpp tool's whole environment where it must run on the CPU backend alone
+CPU_ENV = {"GGML_VK_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
 # printed by llama-completion -i (as its --in-prefix) when it waits for input: the text before it is out
 WAITING = b"\x01\x02\x03"
 
@@ -100,9 +102,8 @@ def completion_until_waiting(cmd: list, timeout: float = 300) -> bytes | None:
     import select
     import time
 
-    env = {"GGML_VK_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
     p = subprocess.Popen([str(c) for c in cmd] + ["-i", "--in-prefix", WAITING.decode()], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=CPU_ENV)
     out, deadline = b"", time.monotonic() + timeout
     try:
         while WAITING not in out and time.monotonic() < deadline:
