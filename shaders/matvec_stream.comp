@@ -566,8 +566,21 @@ void stage(uint k, vec4 v) {
     float sc = amax / 127.0, inv = amax > 0.0 ? 127.0 / amax : 0.0;
     vec4 h = round(v * inv);
     vec4 l = clamp(round((v - h * sc) * (254.0 * inv)), -127.0, 127.0);
+#if defined(KV_TABLE)
+    uint hw = pack32(i8vec4(h)), lw = pack32(i8vec4(l));
+    // kv_words' order (no merges after the lookups): block word w < 4 holds elements 4w, 4w + 1,
+    // 16 + 4w, 16 + 4w + 1, word 4 + w elements 4w + 2, 4w + 3, 16 + 4w + 2, 16 + 4w + 3; word e ^ 4's
+    // elements are in the lane 4 away
+    uint hp = subgroupShuffleXor(hw, 4u), lp = subgroupShuffleXor(lw, 4u);
+    bool first = (e & 4u) == 0u;
+    hw = first ? (hw & 0xFFFFu) | (hp << 16) : (hp >> 16) | (hw & 0xFFFF0000u);
+    lw = first ? (lw & 0xFFFFu) | (lp << 16) : (lp >> 16) | (lw & 0xFFFF0000u);
+    xqh[e * TPR + unit] = hw;
+    xql[e * TPR + unit] = lw;
+#else
     xqh[e * TPR + unit] = pack32(i8vec4(h));
     xql[e * TPR + unit] = pack32(i8vec4(l));
+#endif
 #if defined(QTYPE_Q2_K)
     float hsum2 = subgroupShuffleXor(hsum, 4u);   // lane e % 8 == 0 holds the first half's, +4 the second's
     if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec4(sc, bsum, hsum, hsum2);
@@ -1002,13 +1015,20 @@ void kv_table_fill() {
     }
 }
 
-// The 8 weights of quant word qw (bytes 4w..4w+3 of a block) as signed bytes: lo = elements
-// 4w..4w+3 (low nibbles), hi = elements 16+4w..16+4w+3 (high nibbles).
+// The 8 weights of quant word qw (bytes 4w..4w+3 of a block) as signed bytes, lo against x's word w
+// and hi against its word 4 + w. DOT8: in the staging's order (stage()), as the lookups give them:
+// lo = elements 4w, 4w + 1, 16 + 4w, 16 + 4w + 1, hi = 4w + 2, 4w + 3, 16 + 4w + 2, 16 + 4w + 3. The
+// f32 form: lo = elements 4w..4w+3 (low nibbles), hi = elements 16+4w..16+4w+3 (high nibbles).
 void kv_words(uint qw, out uint lo, out uint hi) {
     uint a = kvt[qw & 0xFFu] | kvt[256u + ((qw >> 8) & 0xFFu)];    // lo0 lo1 hi0 hi1
     uint b = kvt[(qw >> 16) & 0xFFu] | kvt[256u + (qw >> 24)];     // lo2 lo3 hi2 hi3
+#if defined(DOT8)
+    lo = a;
+    hi = b;
+#else
     lo = (a & 0xFFFFu) | (b << 16);
     hi = (a >> 16) | (b & 0xFFFF0000u);
+#endif
 }
 #endif
 
