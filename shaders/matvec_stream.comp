@@ -483,8 +483,10 @@ const uint NPRE = XFIRST ? (TPR * V4 + WG - 1) / WG : 1;   // XFIRST: x vec4s a 
 const uint XQ_LEN = V4 * TPR;
 shared uint xqh[XQ_LEN];
 shared uint xql[XQ_LEN];
-#if defined(QTYPE_Q2_K)
-shared vec4 xsd[(UNIT / 32) * TPR];   // per 32 values: (s, sum of x, sums of its halves): a min per 16
+#if defined(QTYPE_Q2_K) || defined(QTYPE_Q3_K)
+#define HALF_SUMS 1
+// per 32 values: (s, sum of x, sums of its halves): Q2_K's min and Q3_K's offset -4 per 16 values
+shared vec4 xsd[(UNIT / 32) * TPR];
 #else
 shared vec2 xsd[(UNIT / (4 * XG)) * TPR];   // per 4 XG values: (s, sum of x)
 #endif
@@ -553,11 +555,11 @@ void stage(uint k, vec4 v) {
     // the 8 vec4s of a 32-value block are in 8 neighbouring lanes: max and sum by xor-shuffles
     float amax = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
     float bsum = (v.x + v.y) + (v.z + v.w);
-#if defined(QTYPE_Q2_K)
+#if defined(HALF_SUMS)
     float hsum = 0.0;   // the sum of the 16 values of this vec4's half of the block
 #endif
     [[unroll]] for (uint m = 1; m < XG; m *= 2) {
-#if defined(QTYPE_Q2_K)
+#if defined(HALF_SUMS)
         if (m == 4) hsum = bsum;
 #endif
         amax = max(amax, subgroupShuffleXor(amax, m));
@@ -581,7 +583,7 @@ void stage(uint k, vec4 v) {
     xqh[e * TPR + unit] = pack32(i8vec4(h));
     xql[e * TPR + unit] = pack32(i8vec4(l));
 #endif
-#if defined(QTYPE_Q2_K)
+#if defined(HALF_SUMS)
     float hsum2 = subgroupShuffleXor(hsum, 4u);   // lane e % 8 == 0 holds the first half's, +4 the second's
     if (e % 8 == 0) xsd[(e / 8) * TPR + unit] = vec4(sc, bsum, hsum, hsum2);
 #else
@@ -970,13 +972,19 @@ void block_words(uint i, uint j, out uint bw[NBW]) {
 #endif
 
 #if defined(QTYPE_Q3_K)
-// Q3_K (header): signed bytes q - 4 of the unit's elements 32s + 4w .. 32s + 4w + 3 (s < UNIT / 32,
-// w < 8): 2 low bits from qs, bit 2 from hmask; (q | 0x80) - 4 never borrows across bytes, ^ 0x80
-// makes it q - 4.
-uint q3k_word(uint bw[NBW], uint s, uint w) {
+// Q3_K (header): the quants q (0..7) of the unit's elements 32s + 4w .. 32s + 4w + 3 (s < UNIT / 32,
+// w < 8), one per byte: 2 low bits from qs, bit 2 from hmask. A weight is d scale (q - 4): DOT8 takes
+// q and the offset through the f32 sum of the 16 values of x a scale covers (HALF_SUMS).
+uint q3k_quants(uint bw[NBW], uint s, uint w) {
     uint lo = (bw[8 + 8 * (s / 4) + w] >> (2 * (s % 4))) & 0x03030303u;
     uint hb = (bw[w] >> s) & 0x01010101u;
-    return (((lo | (hb << 2)) | 0x80808080u) - 0x04040404u) ^ 0x80808080u;
+    return lo | (hb << 2);
+}
+
+// The same as signed bytes q - 4 (the f32 form): (q | 0x80) - 4 never borrows across bytes, ^ 0x80
+// makes it q - 4.
+uint q3k_word(uint bw[NBW], uint s, uint w) {
+    return ((q3k_quants(bw, s, w) | 0x80808080u) - 0x04040404u) ^ 0x80808080u;
 }
 
 // Scale g (< UNIT / 16: elements 16g .. 16g + 15): low 4 bits in scale byte g % 8 (nibble g / 8),
@@ -1198,25 +1206,27 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wt[i][j].z).x * t[j];
 #elif defined(QTYPE_Q3_K)
-    // one word of x (each level) at a time, every row's sums at once; a scale per 16 weights
+    // one word of x (each level) at a time, every row's sums at once; a scale per 16 weights, the
+    // offset -4 through the exact f32 sum of those 16 values of x
     uint bw[RJ][NBW];
     float t[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) { block_words(i, j, bw[j]); t[j] = 0.0; }
     [[unroll]] for (uint s = 0; s < UNIT / 32; ++s) {
-        vec2 sd = xsd[s * TPR + c];
+        vec4 sd = xsd[s * TPR + c];
         [[unroll]] for (uint g = 0; g < 2; ++g) {
             int hs[RJ], ls[RJ];
             [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
             [[unroll]] for (uint l = 0; l < 4; ++l) {
                 uint w = 4 * g + l, xa = xqh[(8 * s + w) * TPR + c], xb = xql[(8 * s + w) * TPR + c];
                 [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                    uint qw = q3k_word(bw[j], s, w);
+                    uint qw = q3k_quants(bw[j], s, w);
                     hs[j] += dot_ss(qw, xa, 0);
                     ls[j] += dot_ss(qw, xb, 0);
                 }
             }
+            float xsum = g == 0 ? sd.z : sd.w;
             [[unroll]] for (uint j = 0; j < RJ; ++j)
-                t[j] += q3k_scale(bw[j], 2 * s + g) * (sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+                t[j] += q3k_scale(bw[j], 2 * s + g) * (sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)) - 4.0 * xsum);
         }
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wdh[i][j]).x * t[j];
