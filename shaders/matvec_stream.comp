@@ -882,11 +882,17 @@ uint q6k_word(uint i, uint j, uint k, uint l) {
     return q6k_sub32(((qlw >> (4 * (k / 2))) & 0x0F0F0F0Fu) | (((qhw >> (2 * k)) & 0x03030303u) << 4));
 }
 #else
-// Quarter (header: Q6_K): signed bytes q - 32 of run r's elements 4w .. 4w + 3 (r, w < 4): low 4 bits
-// from ql run r % 2 (nibble r / 2), high 2 bits from qh (bits 2r).
-uint q6k_word(uint i, uint j, uint r, uint w) {
+// Quarter (header: Q6_K): the quants q (0..63) of run r's elements 4w .. 4w + 3 (r, w < 4), one per
+// byte: low 4 bits from ql run r % 2 (nibble r / 2), high 2 bits from qh (bits 2r). DOT8 takes q and
+// the offset -32 through the f32 sum of the run's 16 values of x.
+uint q6k_quants(uint i, uint j, uint r, uint w) {
     uint qlw = wq[i][j][r % 2][w], qhw = wq[i][j][2][w];
-    return q6k_sub32(((qlw >> (4 * (r / 2))) & 0x0F0F0F0Fu) | (((qhw >> (2 * r)) & 0x03030303u) << 4));
+    return ((qlw >> (4 * (r / 2))) & 0x0F0F0F0Fu) | (((qhw >> (2 * r)) & 0x03030303u) << 4);
+}
+
+// The same as signed bytes q - 32 (the f32 form).
+uint q6k_word(uint i, uint j, uint r, uint w) {
+    return q6k_sub32(q6k_quants(i, j, r, w));
 }
 #endif
 #endif
@@ -1185,24 +1191,25 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
     }
 #elif defined(QTYPE_Q6_K)
     // one run r (16 values, its own x scale and weight scale 2r + m) at a time, every row's sums at
-    // once; the quants as signed bytes q - 32
+    // once; the quants q as bytes, the offset -32 through the run's exact f32 sum of x
     uint m = (u0 + u) % 2;
     float t[RJ];
     [[unroll]] for (uint j = 0; j < RJ; ++j) t[j] = 0.0;
     [[unroll]] for (uint r = 0; r < 4; ++r) {
-        float sx = xsd[r * TPR + c].x;
+        vec2 sd = xsd[r * TPR + c];
         int hs[RJ], ls[RJ];
         [[unroll]] for (uint j = 0; j < RJ; ++j) { hs[j] = 0; ls[j] = 0; }
         [[unroll]] for (uint w = 0; w < 4; ++w) {
             uint xa = xqh[(4 * r + w) * TPR + c], xb = xql[(4 * r + w) * TPR + c];
             [[unroll]] for (uint j = 0; j < RJ; ++j) {
-                uint qs = q6k_word(i, j, r, w);
+                uint qs = q6k_quants(i, j, r, w);
                 hs[j] += dot_ss(qs, xa, 0);
                 ls[j] += dot_ss(qs, xb, 0);
             }
         }
         [[unroll]] for (uint j = 0; j < RJ; ++j)
-            t[j] += q6k_scale(wt[i][j], 2 * r + m) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
+            t[j] += q6k_scale(wt[i][j], 2 * r + m)
+                    * (sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)) - 32.0 * sd.y);
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wt[i][j].z).x * t[j];
 #elif defined(QTYPE_Q3_K)
@@ -1226,7 +1233,8 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
             }
             float xsum = g == 0 ? sd.z : sd.w;
             [[unroll]] for (uint j = 0; j < RJ; ++j)
-                t[j] += q3k_scale(bw[j], 2 * s + g) * (sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)) - 4.0 * xsum);
+                t[j] += q3k_scale(bw[j], 2 * s + g)
+                        * (sd.x * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)) - 4.0 * xsum);
         }
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += unpackHalf2x16(wdh[i][j]).x * t[j];
