@@ -1135,7 +1135,11 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
                 uint xc = xqh[(w + 1) * TPR + c], xd = xql[(w + 1) * TPR + c];
                 [[unroll]] for (uint j = 0; j < RJ; ++j) {
                     uint lo, hi;
+#if defined(QTYPE_IQ1_S)
+                    iq1s_group_staged(wq[i][j][0], s, l, lo, hi);   // the offset below
+#else
                     iq_group(wq[i][j][0], wt[i][j], s, l, lo, hi);
+#endif
                     hs[j] += dot_ss(lo, xa, 0) + dot_ss(hi, xc, 0);
                     ls[j] += dot_ss(lo, xb, 0) + dot_ss(hi, xd, 0);
                 }
@@ -1143,6 +1147,12 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
             [[unroll]] for (uint j = 0; j < RJ; ++j)
                 t[j] += iq_scale(wq[i][j][0], wt[i][j], s, h) * (sx * (float(hs[j]) + float(ls[j]) * (1.0 / 254.0)));
         }
+#if defined(QTYPE_IQ1_S)
+        // the sub-block's offset (one scale, one delta for its 32 weights) through its f32 sum of x
+        float xsum = xsd[s * TPR + c].y;
+        [[unroll]] for (uint j = 0; j < RJ; ++j)
+            t[j] -= iq_scale(wq[i][j][0], wt[i][j], s, 0) * iq1s_offset(wq[i][j][0], s) * xsum;
+#endif
     }
     [[unroll]] for (uint j = 0; j < RJ; ++j) acc[j] += wd[i][j] * t[j];
 #elif defined(QTYPE_IQ4_XS)
