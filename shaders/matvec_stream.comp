@@ -178,26 +178,17 @@
 // d in one instruction). The words go into place as the whole block's, then hmask and the scale
 // words shift right by 4h, so that the whole block's q3k_word and q3k_scale read the unit as they
 // read a block's first half. h rides in bit 0 of wo (o is even).
-// Q2_K (84-byte super-blocks: a block starts at a 4-byte multiple o = 84 b mod 16): a unit is a whole
-// super-block, as Q3_K's (half a block would need its 8 scale bytes, 32 qs bytes and d, dmin at
-// three places, up to 5 uvec4s for 128 weights). The lane loads 5 aligned uvec4s from the one
-// holding the block's first byte (they end at its byte 80 - o: never past it) and the next 4 words
-// (bytes 80 - o .. 95 - o), none past the one holding d and dmin (those after it repeat it, unused),
-// so nothing is read past the block's end, and picks the 21 words by selects of o / 4 (no funnel).
-// Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4); scale byte e / 16: scale low
-// nibble, min high; weight d sc q - dmin m. DOT8: the mins through the exact f32 sums of x's 16-value
-// halves (xsd holds them beside each 32 values' scale and sum).
-// Q2_K HALF_BLOCK (variants *_half; kernels/matmul.py stream_half, stream_dp_half): a unit is half h
-// of a super-block (128 weights, elements 128h .. 128h + 127: qs bytes 32h .. 32h + 31, scale bytes
-// 8h .. 8h + 7, d and dmin), so a 4096-wide row has 32 lanes instead of 16 and each lane's serial
-// arithmetic per row is half the whole block's (which bound that form: ~0.56 TB/s on an H100). The
-// block is 21 words at word wb = 21 b, so its qs run starts at word offset a = b mod 4 of a uvec4:
-// the lane loads the 2 aligned uvec4s from the one holding the run's first word (they end at the
-// run's word 7 - a), the next 3 words clamped to the run's last (a < 3 repeats it, unused), d and
-// dmin as a word and its 2 scale words: 8 loads per 128 weights, none past the block (a third
-// aligned uvec4 would end past it for h = 1 and a = 1, 2). Neighbouring lanes take the two halves of
-// one block, then the next block's: a load instruction reads the qs runs of 16 neighbouring blocks.
-// The run's words go into place by selects of a, as the whole block's.
+// Q2_K (stored planar: llamavk/kernels/__init__.py PLANES; per chunk every block's 64 qs bytes, then its
+// 16 scale bytes, then its d and dmin): a unit is a whole super-block (its 4 qs uvec4s, the scales'
+// uvec4 and the d, dmin word), or half h of one with HALF_BLOCK (variants *_half; kernels/matmul.py
+// stream_half, stream_dp_half: 128 weights, elements 128h .. 128h + 127 -- qs bytes 32h .. 32h + 31,
+// 2 uvec4s, scale bytes 8h .. 8h + 7, a uvec2, d and dmin), so that a 4096-wide row has 32 lanes and
+// each lane's serial arithmetic per row is half the whole block's (which bound that form: ~0.56 TB/s
+// on an H100, in the GGUF layout). Element 32s + l: 2 bits in qs byte 32 (s / 4) + l >> 2 (s % 4);
+// scale byte e / 16: scale low nibble, min high; weight d sc q - dmin m. DOT8: the mins through the
+// exact f32 sums of x's 16-value halves (xsd holds them beside each 32 values' scale and sum). (In
+// the GGUF layout, 84-byte blocks at every 4-byte offset of a uvec4, the half form loaded 8 words and
+// uvec4s around the run and picked its words by selects of the offset.)
 // IQ4_NL, MXFP4 (stored planar as Q4_0: llamavk/kernels/__init__.py PLANAR): Q4_0's unit and loads;
 // a weight is its block's scale times a 16-entry table's value at its nibble (quants.glsl: IQ4_NL's
 // levels with the f16 d; MXFP4's E2M1 values doubled, int8 0 1 2 3 4 6 8 12 and negatives, with
@@ -416,13 +407,15 @@ layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #define Q3K_SC 24
 #elif defined(QTYPE_Q2_K) && defined(HALF_BLOCK)
 #define UNIT 128    // half a super-block (header: Q2_K, HALF_BLOCK)
-#define NQ 2        // 2 aligned uvec4s of the qs run (its last words, d, dmin and the scales: wt, wsc below)
+#define NQ 2        // the half's 2 qs uvec4s (its scales and d, dmin: wsc, wdm below)
+layout(std430, binding = W_BINDING) readonly buffer WeightU2 { uvec2 wu2[]; };
+layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #define NBW 11      // unit words: scales 2, qs 8, d and dmin
 #define Q2K_QS 2    // the first qs word among them
 #define Q2K_DM 10   // d and dmin
 #elif defined(QTYPE_Q2_K)
 #define UNIT 256    // a whole super-block (header: Q2_K)
-#define NQ 6        // 5 uvec4s and 4 words
+#define NQ 6        // 4 qs uvec4s, the scales' uvec4, d and dmin as a sixth
 #define NBW 21      // block words: scales 4, qs 16, d and dmin
 #define Q2K_QS 4
 #define Q2K_DM 20
@@ -464,7 +457,7 @@ layout(std430, binding = 7) readonly buffer PairU2 { uvec2 pu2[]; };
 #else
 #error "matvec_stream.comp: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, MXFP4, IQ4_XS, a lattice or a ternary type"
 #endif
-#if (defined(QTYPE_Q3_K) || defined(QTYPE_Q2_K)) && !defined(HALF_BLOCK)
+#if defined(QTYPE_Q3_K) && !defined(HALF_BLOCK)
 #define WHOLE_BLOCK 1   // a unit is one super-block, at a byte offset wo of its first uvec4
 #endif
 #if defined(QTYPE_Q4_K) || defined(QTYPE_Q5_K)
@@ -669,11 +662,9 @@ uint wo[C][RJ];    // the block's byte offset in its uvec4 (110 b mod 16)
 uvec4 wt[C][RJ];   // the 4 words holding its scales
 uint wdh[C][RJ];   // d (f16 bits)
 #elif defined(QTYPE_Q2_K) && defined(HALF_BLOCK)
-uint wo[C][RJ];    // the qs run's word offset in its first uvec4 (21 b mod 4)
-uvec4 wt[C][RJ];   // the run's words past the 2 uvec4s (3, clamped to its last), d and dmin
 uvec2 wsc[C][RJ];  // the half's 8 scale bytes
+uint wdm[C][RJ];   // d and dmin
 #elif defined(QTYPE_Q2_K)
-uint wo[C][RJ];    // the block's byte offset in its uvec4 (84 b mod 16: a multiple of 4)
 #elif defined(QTYPE_IQ4_XS)
 uint wo[C][RJ];    // the block's byte offset in its uvec4 (136 b mod 16: 0 or 8)
 uvec2 wt[C][RJ];   // the last 8 bytes of the unit's qs run
@@ -778,36 +769,19 @@ void load_weights(uint row0, uint u0, uint n_units, uint row_units, uint g, uint
                 }
                 wo[i][j] = bb & 15u;
 #elif defined(QTYPE_Q2_K) && defined(HALF_BLOCK)
-                // half h of super-block ib, at word wb (header: Q2_K, HALF_BLOCK): the 2 aligned uvec4s
-                // from the one holding the qs run's first word, its next 3 words (clamped to the run's
-                // last), d and dmin, the half's 2 scale words: nothing past the block
-                uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2;
-                uint wb = 21 * ib, r0 = wb + 4 + 8 * h, q0 = r0 >> 2, t0 = 4 * q0 + 8, re = r0 + 7;
-                if (second) {
-                    wq[i][j][0] = pu4[q0]; wq[i][j][1] = pu4[q0 + 1];
-                    wt[i][j] = uvec4(pu32[min(t0, re)], pu32[min(t0 + 1, re)], pu32[min(t0 + 2, re)], pu32[wb + 20]);
-                    wsc[i][j] = uvec2(pu32[wb + 2 * h], pu32[wb + 2 * h + 1]);
-                } else {
-                    wq[i][j][0] = wu4[q0]; wq[i][j][1] = wu4[q0 + 1];
-                    wt[i][j] = uvec4(wu32[min(t0, re)], wu32[min(t0 + 1, re)], wu32[min(t0 + 2, re)], wu32[wb + 20]);
-                    wsc[i][j] = uvec2(wu32[wb + 2 * h], wu32[wb + 2 * h + 1]);
-                }
-                wo[i][j] = r0 & 3u;
+                // half h of super-block ib (planar, header: Q2_K): its 2 qs uvec4s, its scales' uvec2, d and dmin
+                uint uu = u0 + u, ib = row * (row_units / 2) + uu / 2, h = uu % 2, n = q_chunk_blocks;
+                uint q0 = 4 * ib + 2 * h, s2 = 8 * n + 2 * ib + h, dm = 20 * n + ib;
+                wq[i][j][0] = second ? pu4[q0] : wu4[q0];
+                wq[i][j][1] = second ? pu4[q0 + 1] : wu4[q0 + 1];
+                wsc[i][j] = second ? pu2[s2] : wu2[s2];
+                wdm[i][j] = second ? pu32[dm] : wu32[dm];
 #elif defined(QTYPE_Q2_K)
-                // super-block ib at byte bb (header: Q2_K): 5 aligned uvec4s from the one holding its
-                // first byte (never past its byte 79), then 4 words, none past the one holding d, dmin
-                uint ib = row * row_units + u0 + u, bb = 84 * ib;
-                uint q0 = bb >> 4, w0 = 4 * q0 + 20, w1 = (bb + 80) >> 2;
-                if (second) {
-                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = pu4[q0 + k];
-                    wq[i][j][5] = uvec4(pu32[min(w0, w1)], pu32[min(w0 + 1, w1)],
-                                        pu32[min(w0 + 2, w1)], pu32[min(w0 + 3, w1)]);
-                } else {
-                    [[unroll]] for (uint k = 0; k < 5; ++k) wq[i][j][k] = wu4[q0 + k];
-                    wq[i][j][5] = uvec4(wu32[min(w0, w1)], wu32[min(w0 + 1, w1)],
-                                        wu32[min(w0 + 2, w1)], wu32[min(w0 + 3, w1)]);
-                }
-                wo[i][j] = bb & 15u;
+                // super-block ib (planar, header: Q2_K): its 4 qs uvec4s, its scales' uvec4, d and dmin
+                uint ib = row * row_units + u0 + u, n = q_chunk_blocks, dm = 20 * n + ib;
+                [[unroll]] for (uint k = 0; k < 4; ++k) wq[i][j][k] = second ? pu4[4 * ib + k] : wu4[4 * ib + k];
+                wq[i][j][4] = second ? pu4[4 * n + ib] : wu4[4 * n + ib];
+                wq[i][j][5] = uvec4(second ? pu32[dm] : wu32[dm], 0u, 0u, 0u);
 #elif defined(QTYPE_IQ4_XS)
                 // half h of super-block ib at byte bb (header: IQ4_XS): the uvec4 holding the head, the
                 // 4 aligned uvec4s from the one holding the run's first byte, its last 8 bytes
@@ -915,7 +889,6 @@ void block_words(uint i, uint j, out uint bw[NBW]) {
     uint o = wo[i][j], a = o >> 2;
     uint r[4 * NQ];
     [[unroll]] for (uint k = 0; k < 4 * NQ; ++k) r[k] = wq[i][j][k / 4][k % 4];
-#if defined(QTYPE_Q3_K)
     bool half_word = (o & 2u) != 0u;
     [[unroll]] for (uint k = 0; k < 24; ++k) {   // hmask, qs
         uint m0 = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
@@ -926,26 +899,22 @@ void block_words(uint i, uint j, out uint bw[NBW]) {
     bw[24] = half_word ? (t.x >> 16) | (t.y << 16) : t.y;
     bw[25] = half_word ? (t.y >> 16) | (t.z << 16) : t.z;
     bw[26] = half_word ? (t.z >> 16) | (t.w << 16) : t.w;
-#else
-    [[unroll]] for (uint k = 0; k < NBW; ++k)
-        bw[k] = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
-#endif
 }
 #endif
 
-#if defined(QTYPE_Q2_K) && defined(HALF_BLOCK)
-// Words k < NBW of the half super-block loaded for unit i, row j, in place: its 2 scale words, the
-// 8 qs words (picked by selects of the run's word offset), d and dmin.
+#if defined(QTYPE_Q2_K)
+// Words k < NBW of the (half) super-block loaded for unit i, row j: its scale words, its qs words, d
+// and dmin (planar: each load in place).
 void block_words(uint i, uint j, out uint bw[NBW]) {
-    uint a = wo[i][j];
-    uint r[11];
-    [[unroll]] for (uint k = 0; k < 8; ++k) r[k] = wq[i][j][k / 4][k % 4];
-    r[8] = wt[i][j].x; r[9] = wt[i][j].y; r[10] = wt[i][j].z;
+#if defined(HALF_BLOCK)
     bw[0] = wsc[i][j].x;
     bw[1] = wsc[i][j].y;
-    [[unroll]] for (uint k = 0; k < 8; ++k)
-        bw[Q2K_QS + k] = a < 2u ? (a == 0u ? r[k] : r[k + 1]) : (a == 2u ? r[k + 2] : r[k + 3]);
-    bw[Q2K_DM] = wt[i][j].w;
+    bw[Q2K_DM] = wdm[i][j];
+#else
+    [[unroll]] for (uint k = 0; k < 4; ++k) bw[k] = wq[i][j][4][k];
+    bw[Q2K_DM] = wq[i][j][5].x;
+#endif
+    [[unroll]] for (uint k = 0; k < Q2K_DM - Q2K_QS; ++k) bw[Q2K_QS + k] = wq[i][j][k / 4][k % 4];
 }
 #endif
 
@@ -1094,7 +1063,8 @@ void accumulate(uint i, uint u0, uint n_units, uint c) {
 #if defined(LEGACY_HEAD)
         a ^= wh[i][j].x ^ wh[i][j].y;
 #endif
-#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(WHOLE_BLOCK) || defined(HALF_BLOCK) || defined(QTYPE_IQ4_XS) || defined(LEGACY_HEAD)
+#if defined(Q4K_LIKE) || defined(QTYPE_Q6_K) || defined(QTYPE_Q2_K) || defined(WHOLE_BLOCK) || defined(HALF_BLOCK) || \
+    defined(QTYPE_IQ4_XS) || defined(LEGACY_HEAD)
         acc[j] += float(a & 1u);
 #else
         acc[j] += float(a & 1u) + wd[i][j];

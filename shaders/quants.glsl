@@ -19,7 +19,7 @@
 //       a quarter of a unit: a = w[i], c = w[i + 4] (i < 4) -- the matrix-vector kernel gives each
 //       thread one quarter so that neighbouring threads read neighbouring words of a block.
 // Block layouts (bytes) follow gguf/quants.py (ggml-common.h); Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
-// MXFP4, Q6_K, IQ2_XXS and IQ3_XXS are stored planar (below):
+// MXFP4, Q2_K, Q6_K, the lattice types but IQ1_M and the ternary types are stored planar (below):
 //   Q8_0 34: d f16, q int8[32]                      x = d*q
 //   Q4_0 18: d, qs[16]   elem j: lo nibble of qs[j], elem j+16: hi nibble      x = d*(q-8)
 //   Q4_1 20: d, m, qs[16]                           x = d*q + m
@@ -310,14 +310,15 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
 
 #elif defined(QTYPE_Q2_K)
 #define QK 256
+// planar (llamavk/kernels/__init__.py PLANES): qs at word 16 b, the 16 scale bytes at word 16 n + 4 b,
+// d and dmin at word 20 n + b
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
-    uint ib = row * (cols / QK) + u / 8, s = u % 8;
-    uint b = ib * 21;  // 84 bytes = 21 words of 32 bits
-    vec2 dm = unpackHalf2x16(wu32[b + 20]);
-    uint sc = wu32[b + s / 2] >> (16 * (s % 2));   // scale bytes 2s, 2s+1
+    uint ib = row * (cols / QK) + u / 8, s = u % 8, n = q_chunk_blocks;
+    vec2 dm = unpackHalf2x16(wu32[20 * n + ib]);
+    uint sc = wu32[16 * n + 4 * ib + s / 2] >> (16 * (s % 2));   // scale bytes 2s, 2s+1
     vec2 dl = dm.x * vec2(sc & 0xFu, (sc >> 8) & 0xFu);
     vec2 ml = dm.y * vec2((sc >> 4) & 0xFu, (sc >> 12) & 0xFu);
-    uint qb = b + 4 + (s / 4) * 8;
+    uint qb = 16 * ib + (s / 4) * 8;
     uint shift = 2 * (s % 4);
     a = dl.x * bytes4((wu32[qb + i] >> shift) & 0x03030303u) - ml.x;
     c = dl.y * bytes4((wu32[qb + i + 4] >> shift) & 0x03030303u) - ml.y;

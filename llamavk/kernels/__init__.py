@@ -191,7 +191,9 @@ PLANAR = {"Q4_0": (2, 18), "Q8_0": (2, 34), "IQ4_NL": (2, 18), "MXFP4": (1, 17),
 # bits a word); d last. (IQ1_M's 56-byte blocks keep 8-byte alignment as they are.) The ternary types'
 # blocks (66 / 54 bytes) as qs (64: a half block's two uvec4s; TQ1_0 48: three) and qh (TQ1_0's word)
 # apart from d (matvec_stream.comp TQ2_0).
-PLANES = {"Q6_K": (210, ((0, 192), (192, 208), (208, 210))),
+# Q2_K's 84-byte blocks (at every 4-byte offset of a uvec4) as qs (64: a half block's 2 uvec4s), the
+# 16 scale bytes (a uvec4) and d, dmin (a word).
+PLANES = {"Q6_K": (210, ((0, 192), (192, 208), (208, 210))), "Q2_K": (84, ((16, 80), (0, 16), (80, 84))),
           "IQ2_XXS": (66, ((2, 66), (0, 2))), "IQ3_XXS": (98, ((2, 98), (0, 2))),
           "IQ2_XS": (74, ((2, 66), (66, 74), (0, 2))), "IQ2_S": (82, ((2, 82), (0, 2))),
           "IQ3_S": (110, ((2, 66), (66, 110), (0, 2))), "IQ1_S": (50, ((2, 50), (0, 2))),
