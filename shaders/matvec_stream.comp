@@ -193,12 +193,13 @@
 // a weight is its block's scale times a 16-entry table's value at its nibble (quants.glsl: IQ4_NL's
 // levels with the f16 d; MXFP4's E2M1 values doubled, int8 0 1 2 3 4 6 8 12 and negatives, with
 // 2^(e - 128)), so DOT8 takes the table values as signed bytes (no offset term) and f32 converts
-// those bytes. The lookup, per quant byte (two nibbles) from a 512-word shared table (kvt): 4 loads,
-// ~14 integer operations per 8 weights (Q4_0: 2). Why not registers: the table as a uvec4 costs a
-// select of the word, a shift and masks per weight (~8 operations; the base kernel's per-weight
-// cost), and a byte-wise select tree over 4 weights at once 27; shared loads of a 256-entry table meet
-// a few bank conflicts per 32 lanes (random bytes), and a 16-entry one (conflict-free) needs 8 loads
-// and 8 address computations per word. Not measured against each other.
+// those bytes. The lookup, per quant byte (two nibbles) from a 512-word shared table (kvt): 4 loads and
+// ~10 integer operations per 8 weights (Q4_0: 2), the words as the lookups give them: DOT8's staging
+// writes x in their order (stage()). Why not registers: the table as a uvec4 costs a select of the
+// word, a shift and masks per weight (~8 operations; the base kernel's per-weight cost), and a
+// byte-wise select tree over 4 weights at once 27. Shared loads of the 256-entry table meet a few bank
+// conflicts per 32 lanes (random bytes); 16-entry tables, one per byte position (conflict-free, 8
+// loads and 8 address computations a word), lost 2-9% on an H200: instructions bound these types.
 // Q4_1, Q5_0, Q5_1 (stored planar: llamavk/kernels/__init__.py PLANAR; a block's head, the 4 / 6 / 8
 // bytes before its quants, in the head plane): Q4_0's unit and uvec4 of quants, and the head: Q4_1
 // one word (d, m), Q5_1 a uvec2 (d, m; qh), Q5_0 three 16-bit words (d, qh: 6-byte heads start at
