@@ -203,12 +203,11 @@ def test_matvec_env_and_fallback(dev, monkeypatch):
         with pytest.raises(LlamavkError):
             parse_matvec_env(bad)
     kc = KernelCache(dev)
+    monkeypatch.setattr(mm, "_MATVEC_ENV", {})
+    table = matvec_config(kc, T.Q6_K, 8, 256)   # the selection table's (a GPU's: the stream kernel)
     monkeypatch.setattr(mm, "_MATVEC_ENV", parse_matvec_env("wide:64,2,1,1"))
     assert matvec_config(kc, T.Q4_0, 8, 64).kernel == "wide"
-    base = matvec_config(kc, T.Q6_K, 8, 256)   # no wide Q6_K: the table's config
-    kind = "cpu" if kc.info.is_cpu else "gpu"
-    table = next(cfg for k, types, _, cfg in mm.MATVEC_CONFIGS if k == kind and types == "*")
-    assert base.kernel == "base" and base.nr == table.nr
+    assert matvec_config(kc, T.Q6_K, 8, 256) == table   # no wide Q6_K: the table's config
     # a shape-qualified entry overrides the type's for that shape only
     monkeypatch.setattr(mm, "_MATVEC_ENV", parse_matvec_env("q4_0@8x64=wide:64,2,1,1 q4_0=base:64,4,1,1"))
     assert matvec_config(kc, T.Q4_0, 8, 64).kernel == "wide"
