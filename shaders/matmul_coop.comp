@@ -121,14 +121,23 @@ void run_halves(uint row, uint u, uint h, out uvec2 w[4]) {
 }
 #endif
 
+#if defined(ROW_RUNS) && (WPIECES / 2) % 2 == 0
+// Both runs of a row by one thread (runs 2k and 2k + 1: row tid + NTHREADS k, halves 0 and 1), so
+// that the block's loads and scale serve the two (the compiler merges them). Where it pays is
+// measured per type (shaders/variants_matmul.py _ROW_RUNS: H200 30B-A3B pp512, Q4_0's expert tiles
+// +11%, MXFP4 +14%, IQ4_NL / IQ4_XS +3-4%; Q4_K, Q5_K -2%: docs/KERNELS.md).
+#define RUN_ROW_HALF(tid, s, r, h) const uint r = (tid) + NTHREADS * ((s) / 2), h = (s) % 2;
+#else
+// neighbouring threads take the two runs of a row, then the next rows
+#define RUN_ROW_HALF(tid, s, r, h) const uint piece = (tid) + NTHREADS * (s); const uint r = piece / 2, h = piece % 2;
+#endif
+
 Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
     Tile tl;
 #ifdef HAS_DEQUANT_RUN
-    // runs of 16 weights (quants.glsl dequant_run: wide loads, a block's head decoded once per run):
-    // neighbouring threads take the two runs of a row, then the next rows
+    // runs of 16 weights (quants.glsl dequant_run: wide loads, a block's head decoded once per run)
     [[unroll]] for (uint s = 0; s < WPIECES / 2; ++s) {
-        const uint piece = tid + NTHREADS * s;
-        const uint r = piece / 2, h = piece % 2;
+        RUN_ROW_HALF(tid, s, r, h)
         const uint row = min(row0 + r, p.n_rows - 1);
         uvec2 w[4];
         run_halves(WROW(row), u, h, w);
@@ -167,8 +176,7 @@ void store_tile(Tile tl, uint tid, uint buf) {
     const uint wb = buf * BM * LD, xo = buf * BN * LD;
 #ifdef HAS_DEQUANT_RUN
     [[unroll]] for (uint s = 0; s < WPIECES / 2; ++s) {
-        const uint piece = tid + NTHREADS * s;
-        const uint r = piece / 2, h = piece % 2;
+        RUN_ROW_HALF(tid, s, r, h)
         [[unroll]] for (uint k = 0; k < 4; ++k) wa[wb + r * LD + 4 * h + k] = tl.w[4 * s + k];   // weights 16h + 4k ..
     }
 #else

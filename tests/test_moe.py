@@ -462,7 +462,8 @@ def test_moe_metadata_errors():
         config_from_metadata(meta)
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.IQ4_NL, T.IQ4_XS, T.MXFP4],
+                         ids=lambda t: t.name)
 def test_matmul_id_prompt_coopmat(dev, kc, qtype):
     """The cooperative-matrix form of the grouped expert products (GPUs with VK_KHR_cooperative_matrix):
     partial 128-row and 64-token tiles, several token tiles for one expert, experts in two buffers."""
