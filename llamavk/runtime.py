@@ -710,7 +710,7 @@ class DeviceRuntime:
         as f16 (matmul.reads_x_f16; of all_ops, the graph's), all of that size (n_tokens x their
         columns: a tensor split's heads or FFN slice are less than the tensor's width), that come right
         after it (a layer's Q, K and V after its norm; gate and up; down after SwiGLU): then ops[i] may
-        write that f16 x itself, and the products share it (matmul._f16_copy). LLAMAVK_CM2_X_SHARE=0:
+        write that f16 x itself, and the products share it (matmul.f16_copy). LLAMAVK_CM2_X_SHARE=0:
         never (A/B)."""
         if n_tokens <= matmul.MATVEC_MAX_TOKENS or os.environ.get("LLAMAVK_CM2_X_SHARE", "1") == "0":
             return False

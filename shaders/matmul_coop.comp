@@ -24,6 +24,9 @@
 // The accumulators go through a small per-subgroup shared tile to the output (bias, bounds).
 // MUL_MAT_ID (a mixture of experts' prompt products, as matmul.comp's): workgroup z takes expert
 // e0 + z of the chunk and the (token, slot) pairs that chose it (moe_group.comp's lists).
+// Per type (shaders/variants_matmul.py, measured: docs/KERNELS.md): ROW_RUNS, one thread a row's two
+// runs; SB_STEPS, the K-quants' 8 steps of a super-block unrolled; X_F16, x read as f16 (fewer
+// registers: the tile of step u + 1 is in flight through step u's products).
 #ifndef PHASE
 #define PHASE 0
 #endif
@@ -57,6 +60,9 @@ layout(local_size_x = NTHREADS) in;
 #define WANT_RUN_TABLE 1   // the table types' f16 runs (quants.glsl RUN_TABLE)
 #include "quants.glsl"
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+#ifdef X_F16   // x as f16 (kernels/moe.py COOP_ID_X_F16: converted before the product), 4 halves a uvec2
+layout(std430, binding = 1) readonly buffer XH4 { uvec2 xh4[]; };
+#endif
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform Push {
@@ -96,8 +102,11 @@ uvec2 pack4(vec4 v) { return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }
 // x's 4 columns in the weights' order: dequant_run_f16 gives columns (0, 2), (1, 3)
 #ifdef HAS_RUN_F16
 uvec2 pack4x(vec4 v) { return uvec2(packHalf2x16(v.xz), packHalf2x16(v.yw)); }
+// the same from 4 f16 values in their order: halves (0, 1), (2, 3) -> (0, 2), (1, 3)
+uvec2 order4x(uvec2 v) { return uvec2((v.x & 0xFFFFu) | (v.y << 16), (v.x >> 16) | (v.y & 0xFFFF0000u)); }
 #else
 #define pack4x pack4
+#define order4x(v) (v)
 #endif
 
 // One thread's share of the tiles of step u, as f16: W pieces (row r, quarter i: 8 weights) and x
@@ -132,7 +141,21 @@ void run_halves(uint row, uint u, uint h, out uvec2 w[4]) {
 #define RUN_ROW_HALF(tid, s, r, h) const uint piece = (tid) + NTHREADS * (s); const uint r = piece / 2, h = piece % 2;
 #endif
 
-Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
+#if defined(SB_STEPS) && (!defined(HAS_RUN_F16_SB) || PHASE != 0)
+#error "SB_STEPS: a type with dequant_run_f16_sb (quants.glsl), no benchmark phases"
+#endif
+#ifdef SB_STEPS
+// A K-quant's step by super-block U and sub-block sb (a constant where the loop over a super-block's
+// 8 steps is unrolled); unit u = 8 U + sb
+#define TILE_AT uint U, uint sb
+#define TILE_UNIT (8u * U + sb)
+#define TILE_RUN(row, h, w) dequant_run_f16_sb(row, U, sb, h, p.cols, w)
+#else
+#define TILE_AT uint u
+#define TILE_UNIT u
+#define TILE_RUN(row, h, w) run_halves(row, u, h, w)
+#endif
+Tile load_tile(TILE_AT, uint tid, uint row0, uint tok0) {
     Tile tl;
 #ifdef HAS_DEQUANT_RUN
     // runs of 16 weights (quants.glsl dequant_run: wide loads, a block's head decoded once per run)
@@ -140,7 +163,7 @@ Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
         RUN_ROW_HALF(tid, s, r, h)
         const uint row = min(row0 + r, p.n_rows - 1);
         uvec2 w[4];
-        run_halves(WROW(row), u, h, w);
+        TILE_RUN(WROW(row), h, w);
         const bool live = row0 + r < p.n_rows;
         [[unroll]] for (uint k = 0; k < 4; ++k) tl.w[4 * s + k] = live ? w[k] : uvec2(0);
     }
@@ -166,8 +189,13 @@ Tile load_tile(uint u, uint tid, uint row0, uint tok0) {
     [[unroll]] for (uint s = 0; s < XPIECES; ++s) {
         const uint idx = tid + NTHREADS * s;
         const uint t = idx / 8, k4 = idx % 8;
-        const vec4 v = x4[(XROW(min(tok0 + t, N_TOK - 1)) * p.cols + 32 * u) / 4 + k4];
+#ifdef X_F16
+        const uvec2 v = xh4[(XROW(min(tok0 + t, N_TOK - 1)) * p.cols + 32 * TILE_UNIT) / 4 + k4];
+        tl.x[s] = tok0 + t < N_TOK ? order4x(v) : uvec2(0);
+#else
+        const vec4 v = x4[(XROW(min(tok0 + t, N_TOK - 1)) * p.cols + 32 * TILE_UNIT) / 4 + k4];
         tl.x[s] = tok0 + t < N_TOK ? pack4x(v) : uvec2(0);
+#endif
     }
     return tl;
 }
@@ -218,6 +246,35 @@ void main() {
     run_table_fill(tid, NTHREADS);
     barrier();
 #endif
+    // the products of one step's tiles in shared buffer buf
+#define MULTIPLY_STEP(buf) \
+        [[unroll]] for (uint kk = 0; kk < BK; kk += TK) { \
+            MAT_A fa[MT]; \
+            MAT_B fb[NT]; \
+            [[unroll]] for (uint i = 0; i < MT; ++i) \
+                coopMatLoad(fa[i], wa, (buf) * BM * LD + (wm + i * TM) * LD + kk / 4, LD, gl_CooperativeMatrixLayoutRowMajor); \
+            [[unroll]] for (uint j = 0; j < NT; ++j) \
+                coopMatLoad(fb[j], xb, (buf) * BN * LD + (wn + j * TN) * LD + kk / 4, LD, gl_CooperativeMatrixLayoutColumnMajor); \
+            [[unroll]] for (uint i = 0; i < MT; ++i) \
+                [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = coopMatMulAdd(fa[i], fb[j], acc[i][j]); \
+        }
+#ifdef SB_STEPS
+    // a super-block's 8 steps unrolled: each step's sub-block is a constant (quants.glsl
+    // dequant_run_f16_sb), so its scale fields and quant offsets fold; same tiles and barriers as below
+    const uint n_sb = n_units / 8;
+    Tile next = load_tile(0, 0, tid, row0, tok0);
+    store_tile(next, tid, 0);
+    for (uint U = 0; U < n_sb; ++U) {
+        [[unroll]] for (uint sb = 0; sb < 8; ++sb) {
+            barrier();
+            const uint nU = sb < 7 ? U : min(U + 1, n_sb - 1);
+            next = load_tile(nU, (sb + 1) % 8, tid, row0, tok0);
+            MULTIPLY_STEP(sb % NBUF)
+            if (NBUF == 1) barrier();
+            store_tile(next, tid, (sb + 1) % NBUF);
+        }
+    }
+#else
     Tile next = load_tile(0, tid, row0, tok0);
     store_tile(next, tid, 0);
     for (uint u = 0; u < n_units; ++u) {
@@ -229,21 +286,13 @@ void main() {
 #if PHASE == 2   // benchmark only: loads and conversions, no multiplications
         if (u + 1 == n_units)
 #endif
-        [[unroll]] for (uint kk = 0; kk < BK; kk += TK) {
-            MAT_A fa[MT];
-            MAT_B fb[NT];
-            [[unroll]] for (uint i = 0; i < MT; ++i)
-                coopMatLoad(fa[i], wa, buf * BM * LD + (wm + i * TM) * LD + kk / 4, LD, gl_CooperativeMatrixLayoutRowMajor);
-            [[unroll]] for (uint j = 0; j < NT; ++j)
-                coopMatLoad(fb[j], xb, buf * BN * LD + (wn + j * TN) * LD + kk / 4, LD, gl_CooperativeMatrixLayoutColumnMajor);
-            [[unroll]] for (uint i = 0; i < MT; ++i)
-                [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = coopMatMulAdd(fa[i], fb[j], acc[i][j]);
-        }
+        MULTIPLY_STEP(buf)
 #if PHASE != 1   // (benchmark PHASE 1: multiply the first tile over and over, no loads after it)
         if (NBUF == 1) barrier();   // one buffer: every subgroup is done reading it
         store_tile(next, tid, (u + 1) % NBUF);
 #endif
     }
+#endif
 
     // Epilogue: each tile through the subgroup's shared stage, 4 outputs per lane, bias, bounds.
     // Every loop here must unroll completely: one run-time index into acc[] moves the whole array of

@@ -431,9 +431,12 @@ f16vec2 q4k_sub_scale16(uvec4 hd, uint s) {
 // The same run as packed f16 pairs (dequant_run_f16 at Q8_0): q exact, then one f16 fma with the
 // sub-block's scale and min, themselves rounded to f16 (q4k_sub_scale16), where the f32 path rounds
 // only the result: a weight may differ in its last bit (the kernel multiplies f16 weights either way).
+// dequant_run_f16_sb: the same by super-block U and sub-block s (matmul_coop.comp SB_STEPS unrolls the
+// 8 steps of a super-block, so s is a constant there: the head's fields and the quants' offset fold).
 #define HAS_RUN_F16 1
-void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
-    uint ib = row * (cols / QK) + u / 8, s = u % 8;
+#define HAS_RUN_F16_SB 1
+void dequant_run_f16_sb(uint row, uint U, uint s, uint h, uint cols, out uvec2 w[4]) {
+    uint ib = row * (cols / QK) + U;
 #if defined(QTYPE_Q4_K)
     uint b4 = 9 * ib;
     uvec4 q = wu4[b4 + 1 + 2 * (s / 2) + h];
@@ -455,6 +458,9 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
         f16vec2 c = f16_pair((v >> 8) & pm, 1024.0);
         w[k] = uvec2(packFloat2x16(fma(a, d, m)), packFloat2x16(fma(c, d, m)));
     }
+}
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    dequant_run_f16_sb(row, u / 8, u % 8, h, cols, w);
 }
 
 #elif defined(QTYPE_Q6_K)
@@ -491,8 +497,9 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     }
 }
 #define HAS_RUN_F16 1   // as Q4_K's: q - 32 exact, the scale d * scale rounded to f16
-void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
-    uint ib = row * (cols / QK) + u / 8, s = u % 8, H = s / 4, j = s % 4;
+#define HAS_RUN_F16_SB 1
+void dequant_run_f16_sb(uint row, uint U, uint s, uint h, uint cols, out uvec2 w[4]) {
+    uint ib = row * (cols / QK) + U, H = s / 4, j = s % 4;
     uvec4 ql = wu4[12 * ib + 4 * H + 2 * (j % 2) + h];
     uvec4 qh = wu4[12 * ib + 8 + 2 * H + h];
     f16vec2 d = f16vec2(half_bits(wu16[104 * q_chunk_blocks + ib]) * float(int(int8_t(wu8[192 * q_chunk_blocks + 16 * ib + 2 * s + h]))));
@@ -502,6 +509,9 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
         f16vec2 c = f16_pair((v >> 8) & 0x00FF00FFu, 1056.0);
         w[k] = uvec2(packFloat2x16(a * d), packFloat2x16(c * d));
     }
+}
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    dequant_run_f16_sb(row, u / 8, u % 8, h, cols, w);
 }
 
 #elif defined(QTYPE_IQ4_NL) || defined(QTYPE_IQ4_XS) || defined(QTYPE_MXFP4)

@@ -7,7 +7,12 @@ _MATVEC_ID_PRELOAD = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"
                       "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"]
 
 # the types whose expert prompt tiles take both runs of a row by one thread (matmul_coop.comp ROW_RUNS)
-_ROW_RUNS = ["q4_0", "iq4_nl", "mxfp4", "iq4_xs"]
+_ROW_RUNS = ["q4_0", "iq4_nl", "mxfp4", "iq4_xs", "q4_k", "q5_k", "q6_k"]
+# ... step through a super-block's 8 sub-blocks unrolled (SB_STEPS: the K-quants with dequant_run_f16_sb)
+_SB_STEPS = ["q4_k", "q5_k", "q6_k"]
+# ... and read x as f16 (X_F16; llamavk/kernels/moe.py COOP_ID_X_F16): where it takes the kernel to 3
+# workgroups an SM on NVIDIA (docs/KERNELS.md)
+_X_F16 = ["q4_k"]
 VARIANTS = {}
 for _t in _TYPES:
     _d = {f"QTYPE_{_t.upper()}": "1"}
@@ -22,8 +27,9 @@ for _t in _TYPES:
         VARIANTS[f"mul_mv_id_{_t}_shexp"] = ("matvec_id.comp", dict(_d, SHEXP_SLOT="1"))
     VARIANTS[f"mul_mm_id_{_t}"] = ("matmul.comp", dict(_d, MUL_MAT_ID="1"))
     # on cooperative matrices, 128 rows x 64 tokens: an expert sees few of a batch's tokens
-    VARIANTS[f"mul_mm_coop_id_{_t}"] = ("matmul_coop.comp", dict(_d, MUL_MAT_ID="1", WARPS_N="2",
-                                                               **({"ROW_RUNS": "1"} if _t in _ROW_RUNS else {})))
+    VARIANTS[f"mul_mm_coop_id_{_t}"] = ("matmul_coop.comp", dict(
+        _d, MUL_MAT_ID="1", WARPS_N="2", **({"ROW_RUNS": "1"} if _t in _ROW_RUNS else {}),
+        **({"SB_STEPS": "1"} if _t in _SB_STEPS else {}), **({"X_F16": "1"} if _t in _X_F16 else {})))
 # phases of the cooperative-matrix kernel, for benchmarks/bench_matmul.py only: 1 multiplies only, 2 loads only
 for _ph in (1, 2):
     VARIANTS[f"mul_mm_coopP{_ph}_q4_0"] = ("matmul_coop.comp", {"QTYPE_Q4_0": "1", "PHASE": str(_ph)})

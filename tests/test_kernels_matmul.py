@@ -337,7 +337,7 @@ def test_product_kernel_edges(dev, kc):
 
 
 def test_f16_x_conversion_shared_until_x_changes(dev, kc, monkeypatch):
-    """Products reading the same x one after another share its f16 conversion (matmul._f16_copy):
+    """Products reading the same x one after another share its f16 conversion (matmul.f16_copy):
     the second asks for it without recording a dispatch; once a command writes x the next asks
     convert again, and the scratch then holds the new values. LLAMAVK_CM2_X_SHARE=0 converts every
     time."""
@@ -348,11 +348,11 @@ def test_f16_x_conversion_shared_until_x_changes(dev, kc, monkeypatch):
     other = Buffer(dev, 4 * n)
     other.write(-x0)
     seq = CommandSequence(dev).begin()
-    xh = matmul_module._f16_copy(seq, kc, x, n)
+    xh = matmul_module.f16_copy(seq, kc, x, n)
     assert seq.n_dispatches == 1
-    assert matmul_module._f16_copy(seq, kc, x, n) == xh and seq.n_dispatches == 1     # shared
+    assert matmul_module.f16_copy(seq, kc, x, n) == xh and seq.n_dispatches == 1     # shared
     seq.copy(other, x.buffer, 4 * n)                                               # x rewritten
-    xh2 = matmul_module._f16_copy(seq, kc, x, n)
+    xh2 = matmul_module.f16_copy(seq, kc, x, n)
     assert seq.n_dispatches == 2
     seq.end()
     seq.run()
@@ -361,8 +361,8 @@ def test_f16_x_conversion_shared_until_x_changes(dev, kc, monkeypatch):
     seq.close()
     monkeypatch.setenv("LLAMAVK_CM2_X_SHARE", "0")
     seq = CommandSequence(dev).begin()
-    matmul_module._f16_copy(seq, kc, x, n)
-    matmul_module._f16_copy(seq, kc, x, n)
+    matmul_module.f16_copy(seq, kc, x, n)
+    matmul_module.f16_copy(seq, kc, x, n)
     assert seq.n_dispatches == 2
     seq.end()
     seq.close()
@@ -378,16 +378,16 @@ def test_f16_only_x_is_never_converted_from_missing_f32(dev, kc):
     y = View(Buffer(dev, 4 * n), 0, 4 * n)
     seq = CommandSequence(dev).begin()
     xh = matmul_module.record_f16_x(seq, kc, x, n, lambda v: seq.fill(v.buffer, 0, v.nbytes, v.offset), f16_only=True)
-    assert matmul_module._f16_copy(seq, kc, x, n) == xh           # its readers share it
-    matmul_module._f16_copy(seq, kc, y, n)                         # another x's conversion replaces it
+    assert matmul_module.f16_copy(seq, kc, x, n) == xh           # its readers share it
+    matmul_module.f16_copy(seq, kc, y, n)                         # another x's conversion replaces it
     with pytest.raises(LlamavkError, match="only as f16"):
-        matmul_module._f16_copy(seq, kc, x, n)
+        matmul_module.f16_copy(seq, kc, x, n)
     xh = matmul_module.record_f16_x(seq, kc, x, n, lambda v: seq.fill(v.buffer, 0, v.nbytes, v.offset), f16_only=True)
     with pytest.raises(LlamavkError, match="only as f16"):       # a reader of another size (a head split's)
-        matmul_module._f16_copy(seq, kc, x, n // 2)
+        matmul_module.f16_copy(seq, kc, x, n // 2)
     seq.copy(y.buffer, x.buffer, 4 * n)                            # x written as f32: converted again
     n0 = seq.n_dispatches
-    matmul_module._f16_copy(seq, kc, x, n)
+    matmul_module.f16_copy(seq, kc, x, n)
     assert seq.n_dispatches == n0 + 1
     seq.end()
     seq.close()

@@ -12,6 +12,8 @@ row blocks) of several types, with and without a shared expert: all-token logits
 (grouped products) and one-token decode steps against reference.ReferenceModel.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
@@ -473,6 +475,18 @@ def test_matmul_id_prompt_coopmat(dev, kc, qtype):
     assert selection.moe_product_kernel(kc, cols, qtype.name.lower()) == "mul_mm_coop_id"
     run_matmul_id(dev, kc, qtype, 150, n_expert=4, rows=140, n_used=2, seed=12)
     run_matmul_id(dev, kc, qtype, 40, n_expert=9, rows=37, n_used=3, xslot=True, chunk_experts=5, seed=13)
+
+
+def test_expert_tiles_reading_x_as_f16_are_the_variants_compiled_so():
+    """moe.matmul_id converts a batch's x to f16 for the cooperative-matrix expert tiles of exactly the
+    types whose kernel reads it so (shaders/variants_matmul.py X_F16); the super-block steps only where
+    the type has dequant_run_f16_sb (the shader refuses to compile otherwise)."""
+    scope = {}
+    exec((Path(__file__).parent.parent / "shaders" / "variants_matmul.py").read_text(), scope)
+    tiles = {name.removeprefix("mul_mm_coop_id_"): defs for name, (_, defs) in scope["VARIANTS"].items()
+             if name.startswith("mul_mm_coop_id_")}
+    assert {t for t, defs in tiles.items() if defs.get("X_F16") == "1"} == moe.COOP_ID_X_F16
+    assert {t for t, defs in tiles.items() if defs.get("SB_STEPS") == "1"} == {"q4_k", "q5_k", "q6_k"}
 
 
 def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(synthetic_model, monkeypatch):

@@ -40,7 +40,7 @@ from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MA
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
 MATMUL_TILES = {"mul_mm": (64, 64), "mul_mm_coop": (128, 128), "mul_mm_coop_big": (256, 128)}
 GET_ROWS_WG = 64
-# The NV coopmat2 kernel that reads x as f16 (matmul_cm2.comp X_F16), converted by _f16_copy first
+# The NV coopmat2 kernel that reads x as f16 (matmul_cm2.comp X_F16), converted by f16_copy first
 CM2_F16_X = "mul_mm_cm2h"
 
 
@@ -592,7 +592,7 @@ def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View,
     tile_rows, tile_tokens = spec[:2]
     kernel = kc.get(f"{family}_{name}", "rrrw", push_size=36, spec=spec)
     if family == CM2_F16_X:   # it reads x as f16: converted first, into a scratch per size
-        x = _f16_copy(seq, kc, x, n_tokens * w.cols, room=f16_x_room(n_tokens, w.cols))
+        x = f16_copy(seq, kc, x, n_tokens * w.cols, room=f16_x_room(n_tokens, w.cols))
     has_bias = int(bias is not None)
     b = bias if bias is not None else x   # an unused binding still needs a buffer
     for ch in w.chunks:
@@ -604,7 +604,7 @@ def _cm2_chunk(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View, b: View, y
     """One chunk's matmul_cm2.comp product with specialization constants spec (tile rows, tokens, BK,
     and for the F16 form its threads, ...): the columns' spans of 256 split over the grid's z where the
     tiles are few for the workgroups the GPU runs at once (selection.cm2_parts, cm2_fill). x_f16: x is
-    an f16 scratch of _f16_copy (read past the batch where it has room: _padded_x)."""
+    an f16 scratch of f16_copy (read past the batch where it has room: _padded_x)."""
     tile_rows, tile_tokens = spec[:2]
     x, x_tokens = _padded_x(x, n_tokens, w.cols, tile_tokens) if x_f16 else (x, n_tokens)
     n_spans = w.cols // 256 if w.cols % 256 == 0 else 0   # the kernel splits only whole spans
@@ -626,7 +626,7 @@ def f16_x_room(n_tokens: int, cols: int) -> int:
 
 
 def _padded_x(x: View, n_tokens: int, cols: int, tile_tokens: int) -> tuple[View, int]:
-    """x's binding for matmul_cm2.comp and the tokens it may read: an f16 x (a scratch of _f16_copy)
+    """x's binding for matmul_cm2.comp and the tokens it may read: an f16 x (a scratch of f16_copy)
     as far as its buffer holds whole token tiles, so that a batch that is not a multiple of the tile
     reads the rows past it (whatever they hold: a column of the product depends on its own token
     alone, and the store stops at the batch) instead of clamping every load of its last token tile. H100, 7.2B Q4_0, 136 / 200 / 240 tokens dequantized first: 25.7 / 27.8 / 29.9 ms, 256
@@ -724,7 +724,7 @@ class DequantAhead:
         self.pos = -1            # the plan entry of the product being recorded (-1: not in it)
         self.searched = 0        # where the next search for an entry starts
         self.parity = 0          # the scratch the next dequantization writes
-        self.x_parity = 0        # the f16 x scratch the next conversion writes (_f16_copy)
+        self.x_parity = 0        # the f16 x scratch the next conversion writes (f16_copy)
         self.ready = None        # (seq, weight, chunk index, first row, View) dequantized ahead
 
     def _next_job(self, w: QWeight, n_tokens: int, job: int):
@@ -788,7 +788,7 @@ def _matmul_cm2d(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: i
     ahead = kc.dequant_ahead
     if ahead is not None:
         ahead.begin(w)
-    xh = _f16_copy(seq, kc, x, n_tokens * w.cols, room=f16_x_room(n_tokens, w.cols))
+    xh = f16_copy(seq, kc, x, n_tokens * w.cols, room=f16_x_room(n_tokens, w.cols))
     has_bias = int(bias is not None)
     b = bias if bias is not None else xh   # an unused binding still needs a buffer
     for job, (ci, r0, n) in enumerate(cm2d_jobs(w, n_tokens)):
@@ -831,7 +831,7 @@ def _dispatch_column_parts(seq, kc: KernelCache, kernel, ch, w: QWeight, x: View
                base=bias, base_stride=0, base_c0=ch.row_start, out_stride=w.rows, out_c0=ch.row_start)
 
 
-def _f16_copy(seq, kc: KernelCache, x: View, n: int, room: int = 0) -> View:
+def f16_copy(seq, kc: KernelCache, x: View, n: int, room: int = 0) -> View:
     """x's first n floats converted to f16, in a scratch shared by every product of this size class
     (a power of two of at least 4 KiB, so a recording never replaces one its dispatches still use;
     the recorder's barriers order a conversion after the last product that read the scratch).
@@ -858,7 +858,7 @@ def record_f16_x(seq, kc: KernelCache, x: View, n: int, write, f16_only: bool = 
     """The f16 form of x's first n floats, written into its scratch by write(view) (a conversion, or
     the producer of x writing f16 itself: the runtime's norms and SwiGLU before the products reading
     their output, which then never exists as f32: f16_only), and noted so that the products reading
-    x next take it (_f16_copy). room: the values its buffer holds at least (f16_x_room)."""
+    x next take it (f16_copy). room: the values its buffer holds at least (f16_x_room)."""
     size = 1 << max(12, (2 * max(n, room) - 1).bit_length())
     ahead = kc.dequant_ahead
     parity = 0
@@ -875,7 +875,7 @@ def record_f16_x(seq, kc: KernelCache, x: View, n: int, write, f16_only: bool = 
 
 
 def reads_x_f16(kc: KernelCache, w: QWeight, n_tokens: int) -> bool:
-    """Whether the product of n_tokens tokens through w reads its x as f16 (_f16_copy): the
+    """Whether the product of n_tokens tokens through w reads its x as f16 (f16_copy): the
     dequantize-then-f16 products, and the coopmat2 ones with LLAMAVK_CM2_X=f16 (the default)."""
     family = product_kernel(kc, n_tokens, w.rows, w.cols, type_suffix(w.qtype))
     return family == "mul_mm_cm2d" or (family == "mul_mm_cm2" and cm2_x_f16())

@@ -31,12 +31,17 @@ import numpy as np
 from ..errors import LlamavkError
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, filled_buffer, groups_2d
-from .matmul import (MATMUL_TILES, MATVEC_MAX_TOKENS, MATVEC_STREAM_TABLE_BYTES, _check_view, matvec_router_ok,
-                     type_suffix)
+from .matmul import (MATMUL_TILES, MATVEC_MAX_TOKENS, MATVEC_STREAM_TABLE_BYTES, _check_view, f16_copy,
+                     matvec_router_ok, type_suffix)
 from .selection import moe_product_kernel
 
 # prompt kernels (selection.moe_product_kernel): name prefix -> (rows, tokens) per workgroup tile
 MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64)}
+# The types whose cooperative-matrix expert tiles read x as f16 (shaders/variants_matmul.py _X_F16):
+# Q4_K's kernel then holds 168 registers a thread instead of 176, 3 workgroups an SM on NVIDIA instead
+# of 2 (H200 30B-A3B pp512 9,457 -> 10,727 with the conversion); Q4_0 (3 either way) loses the
+# conversion's 1.5%, Q5_K and Q6_K stay above 168 (docs/KERNELS.md).
+COOP_ID_X_F16 = {"q4_k"}
 ROUTER_WG = 256       # moe_router.comp: one workgroup per (expert, token), the row over all its threads
 MATVEC_ID_WG = 128
 # weight loads (16 bytes) a lane of matvec_id.comp issues before its arithmetic. H100, 30B-A3B's
@@ -536,6 +541,8 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
     family = moe_product_kernel(kc, cols, name)
     tile_rows, tile_tokens = MOE_TILES[family]
     kernel = kc.get(f"{family}_{name}", "rrrwr", push_size=40)
+    if family == "mul_mm_coop_id" and name in COOP_ID_X_F16:   # x as f16: one conversion for gate and up
+        x = f16_copy(seq, kc, x, n_tokens * (n_used if xslot else 1) * cols)
     for ch in w.chunks:
         grid = ((R + tile_rows - 1) // tile_rows, (n_tokens + tile_tokens - 1) // tile_tokens, ch.n_rows // R)
         push = struct.pack("<10I", R, cols, R, 0, 0, n_tokens, n_used, ch.row_start // R, w.experts, xslot)
