@@ -33,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="tiny", choices=list(PRESETS))
     ap.add_argument("--type", default="q4_0", choices=list(SYNTHETIC_NAMES),
-                    help="mxfp4_moe: MXFP4 experts, Q8_0 the other matrices (the released gpt-oss files)")
+                    help="mxfp4_moe: MXFP4 experts, Q8_0 the other matrices (the released gpt-oss files); "
+                         "q4_k_m / q5_k_m: the K-quant with Q6_K for the output and, on about half "
+                         "the layers, attn_v and the FFN's down matrices (llama-quantize's _M mixes)")
     ap.add_argument("--arch", default=None, choices=sorted(ARCHITECTURES),
                     help="default: the preset's (llama; qwen3moe for tiny-moe and 30b-a3b; qwen35 for "
                          "tiny-qwen35 and 0.8b; qwen35moe for tiny-qwen35moe and 35b-a3b)")

@@ -34,7 +34,13 @@ SYNTHETIC_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
 # (LLAMA_FTYPE_MOSTLY_MXFP4_MOE, the released gpt-oss GGUFs' layout): MXFP4 experts, Q8_0 attention,
 # embeddings and output; the router and biases f32 as always.
 SYNTHETIC_MIXES = {"mxfp4_moe": ("mxfp4", "q8_0")}
-SYNTHETIC_NAMES = SYNTHETIC_TYPES + tuple(SYNTHETIC_MIXES)
+# The K-quant _M mixes (Q4_K_M, Q5_K_M: most published K-quant files): name -> the base type; Q6_K for
+# the output matrix and, on the layers that get more bits (_more_bits), attn_v and the FFN's down
+# matrices (dense, experts', shared expert's). llama-quantize's main rule for these mixes; its special
+# cases (8-expert models, grouped-query attention at narrower types) are left out.
+SYNTHETIC_KM_MIXES = {"q4_k_m": "q4_k", "q5_k_m": "q5_k"}
+KM_WIDER_ROLES = ("v", "down", "down_exps", "down_shexp")
+SYNTHETIC_NAMES = SYNTHETIC_TYPES + tuple(SYNTHETIC_MIXES) + tuple(SYNTHETIC_KM_MIXES)
 MOE_ARCHS = ("qwen3moe", "qwen35moe", "qwen2moe", "qwen3next", "gpt-oss", "glm4moe")
 HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")    # Gated DeltaNet + gated attention (models/hybrid.py)
 POOL_BYTES = 64 << 20
@@ -208,6 +214,11 @@ class SyntheticPlan:
 # plan: config, metadata and the tensor list, without writing anything (also the "dry run")
 # ----------------------------------------------------------------------------------------------
 
+def _more_bits(layer: int, n_layer: int) -> bool:
+    """The layers a K-quant _M mix gives Q6_K: the first and last eighth, and every third between."""
+    return layer < n_layer // 8 or layer >= 7 * n_layer // 8 or (layer - n_layer // 8) % 3 == 2
+
+
 def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None = None,
                    **overrides) -> SyntheticPlan:
     """arch None: the preset's own (llama, or qwen3moe for the mixture-of-experts presets)."""
@@ -222,7 +233,9 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         raise LlamavkError(f"synthetic preset {preset!r} does not fit architecture {arch!r} "
                            f"(mixture-of-experts presets go with {', '.join(MOE_ARCHS)}, DeltaNet hybrid "
                            f"presets with {', '.join(HYBRID_ARCHS)})")
-    expert_name, other_name = SYNTHETIC_MIXES.get(qtype.lower(), (qtype, qtype))
+    km = qtype.lower() in SYNTHETIC_KM_MIXES
+    base = SYNTHETIC_KM_MIXES.get(qtype.lower(), qtype)
+    expert_name, other_name = SYNTHETIC_MIXES.get(qtype.lower(), (base, base))
     wtype, otype = qtype_from_name(expert_name), qtype_from_name(other_name)
     info = max(quant_info(wtype), quant_info(otype), key=lambda i: i.block_size)
     if preset in TINY_PRESETS and info.block_size == 256:
@@ -297,6 +310,9 @@ def synthetic_plan(preset: str = "tiny", qtype: str = "q4_0", arch: str | None =
         # convolution taps, which stay f32 as converters write them
         t = (wtype if spec.role.endswith("_exps") else otype) if len(spec.shape) >= 2 and \
             spec.role not in ("router", "ssm_conv") and not spec.role.endswith("_bias") else T.F32
+        if km and t != T.F32 and (spec.role == "output" or (
+                spec.role in KM_WIDER_ROLES and _more_bits(spec.layer or 0, cfg.n_layer))):
+            t = T.Q6_K
         scale = std_by_role.get(spec.role, 0.0) if len(spec.shape) >= 2 else \
             (p.qk_gain if spec.role in ("q_norm", "k_norm", "q_bias", "k_bias") else 1.0)
         tensors.append(PlannedTensor(spec, t, tensor_nbytes(t, spec.shape), float(scale)))
@@ -724,6 +740,6 @@ def describe_plan(plan: SyntheticPlan) -> str:
             f"params, {plan.total_bytes / 2**30:.2f} GiB of tensor data")
 
 
-__all__ = ["PRESETS", "SYNTHETIC_TYPES", "SYNTHETIC_MIXES", "SYNTHETIC_NAMES", "Preset", "tiny_preset", "SyntheticPlan", "synthetic_plan",
+__all__ = ["PRESETS", "SYNTHETIC_TYPES", "SYNTHETIC_MIXES", "SYNTHETIC_KM_MIXES", "SYNTHETIC_NAMES", "Preset", "tiny_preset", "SyntheticPlan", "synthetic_plan",
            "write_synthetic_model", "synthetic_vocab", "parse_synthetic_name", "synthetic_model_path", "random_blocks", "describe_plan",
            "ARCHITECTURES"]

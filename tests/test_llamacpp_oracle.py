@@ -77,6 +77,7 @@ ORACLE_CASES = [
     ("qwen3", "q4_k", {}),
     ("qwen3moe", "f16", {}),
     ("qwen3moe", "q4_0", {}),
+    ("qwen3moe", "q4_k_m", {}),      # Q4_K_M's mix: Q6_K attn_v / ffn_down_exps in its last layer, output
     ("qwen35", "f16", {}),
     ("qwen35", "q4_k", {}),
     ("qwen35moe", "f16", {}),

@@ -67,6 +67,28 @@ def test_mxfp4_moe_mix_is_the_released_gpt_oss_layout():
     assert parse_synthetic_name("synthetic:gpt-oss-20b-mxfp4_moe") == ("gpt-oss-20b", "mxfp4_moe", "gpt-oss")
 
 
+def test_k_quant_m_mixes_widen_v_down_and_output_on_the_layers_that_get_more_bits():
+    """q4_k_m / q5_k_m: the base K-quant, Q6_K for output.weight and, on layers 0-1, 14-15 and every
+    third from 4 of 16 (the first and last eighth, every third between), attn_v and the experts' down
+    matrices; file types 15 / 17 (MOSTLY_Q4_K_M / Q5_K_M); by name too."""
+    wide = {0, 1, 4, 7, 10, 13, 14, 15}
+    for name, base, ftype in (("q4_k_m", T.Q4_K, 15), ("q5_k_m", T.Q5_K, 17)):
+        plan = synthetic_plan("30b-a3b", name, n_layer=16)
+        types = {t.spec.name: t.qtype for t in plan.tensors}
+        assert types["output.weight"] == T.Q6_K and types["token_embd.weight"] == base
+        for i in range(16):
+            for matrix in ("attn_v", "ffn_down_exps"):
+                assert types[f"blk.{i}.{matrix}.weight"] == (T.Q6_K if i in wide else base), (name, i, matrix)
+            for matrix in ("attn_q", "attn_k", "attn_output", "ffn_gate_exps", "ffn_up_exps"):
+                assert types[f"blk.{i}.{matrix}.weight"] == base
+            assert types[f"blk.{i}.ffn_gate_inp.weight"] == T.F32
+        assert plan.metadata["general.file_type"] == ftype
+        assert parse_synthetic_name(f"synthetic:30b-a3b-{name}") == ("30b-a3b", name, "qwen3moe")
+    dense = {t.spec.name: t.qtype for t in synthetic_plan("8b", "q4_k_m", n_layer=8).tensors}
+    assert [dense[f"blk.{i}.ffn_down.weight"] for i in range(8)] == [T.Q6_K, T.Q4_K, T.Q4_K, T.Q6_K,
+                                                                     T.Q4_K, T.Q4_K, T.Q6_K, T.Q6_K]
+
+
 def test_bad_requests():
     with pytest.raises(LlamavkError, match="preset"):
         synthetic_plan("13b")
