@@ -638,14 +638,18 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
 }
 #if defined(RUN_TABLE)
 #define HAS_RUN_F16 1   // the sub-block's scale d (ls - 32) rounded to f16 first
-void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+#define HAS_RUN_F16_SB 1   // by super-block U and sub-block s, as Q4_K's
+void dequant_run_f16_sb(uint row, uint U, uint s, uint h, uint cols, out uvec2 w[4]) {
     uvec2 q0, q1;
-    const f16vec2 d = f16vec2(iq4xs_run_head(row * (cols / QK) + u / 8, u % 8, q0, q1));
+    const f16vec2 d = f16vec2(iq4xs_run_head(row * (cols / QK) + U, s, q0, q1));
     const uint sh = 4u * h;
     w[0] = run_pairs(q0.x >> sh, d);
     w[1] = run_pairs(q0.y >> sh, d);
     w[2] = run_pairs(q1.x >> sh, d);
     w[3] = run_pairs(q1.y >> sh, d);
+}
+void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
+    dequant_run_f16_sb(row, u / 8, u % 8, h, cols, w);
 }
 #endif
 #endif

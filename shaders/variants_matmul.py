@@ -8,8 +8,8 @@ _MATVEC_ID_PRELOAD = ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"
 
 # the types whose expert prompt tiles take both runs of a row by one thread (matmul_coop.comp ROW_RUNS)
 _ROW_RUNS = ["q4_0", "iq4_nl", "mxfp4", "iq4_xs", "q4_k", "q5_k", "q6_k"]
-# ... step through a super-block's 8 sub-blocks unrolled (SB_STEPS: the K-quants with dequant_run_f16_sb)
-_SB_STEPS = ["q4_k", "q5_k", "q6_k"]
+# ... step through a super-block's 8 sub-blocks unrolled (SB_STEPS: the 256-weight types with dequant_run_f16_sb)
+_SB_STEPS = ["q4_k", "q5_k", "q6_k", "iq4_xs"]
 # ... and read x as f16 (X_F16; llamavk/kernels/moe.py COOP_ID_X_F16): where it takes the kernel to 3
 # workgroups an SM on NVIDIA (docs/KERNELS.md)
 _X_F16 = ["q4_k"]

@@ -486,7 +486,7 @@ def test_expert_tiles_reading_x_as_f16_are_the_variants_compiled_so():
     tiles = {name.removeprefix("mul_mm_coop_id_"): defs for name, (_, defs) in scope["VARIANTS"].items()
              if name.startswith("mul_mm_coop_id_")}
     assert {t for t, defs in tiles.items() if defs.get("X_F16") == "1"} == moe.COOP_ID_X_F16
-    assert {t for t, defs in tiles.items() if defs.get("SB_STEPS") == "1"} == {"q4_k", "q5_k", "q6_k"}
+    assert {t for t, defs in tiles.items() if defs.get("SB_STEPS") == "1"} == {"q4_k", "q5_k", "q6_k", "iq4_xs"}
 
 
 def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(synthetic_model, monkeypatch):
