@@ -25,7 +25,7 @@
 // MUL_MAT_ID (a mixture of experts' prompt products, as matmul.comp's): workgroup z takes expert
 // e0 + z of the chunk and the (token, slot) pairs that chose it (moe_group.comp's lists).
 // Per type (shaders/variants_matmul.py, measured: docs/KERNELS.md): ROW_RUNS, one thread a row's two
-// runs; SB_STEPS, the K-quants' 8 steps of a super-block unrolled; X_F16, x read as f16 (fewer
+// runs; SB_STEPS, the 8 steps of a 256-weight super-block unrolled; X_F16, x read as f16 (fewer
 // registers: the tile of step u + 1 is in flight through step u's products).
 #ifndef PHASE
 #define PHASE 0
@@ -145,7 +145,7 @@ void run_halves(uint row, uint u, uint h, out uvec2 w[4]) {
 #error "SB_STEPS: a type with dequant_run_f16_sb (quants.glsl), no benchmark phases"
 #endif
 #ifdef SB_STEPS
-// A K-quant's step by super-block U and sub-block sb (a constant where the loop over a super-block's
+// A 256-weight type's step by super-block U and sub-block sb (a constant where the loop over a super-block's
 // 8 steps is unrolled); unit u = 8 U + sb
 #define TILE_AT uint U, uint sb
 #define TILE_UNIT (8u * U + sb)
@@ -252,9 +252,11 @@ void main() {
             MAT_A fa[MT]; \
             MAT_B fb[NT]; \
             [[unroll]] for (uint i = 0; i < MT; ++i) \
-                coopMatLoad(fa[i], wa, (buf) * BM * LD + (wm + i * TM) * LD + kk / 4, LD, gl_CooperativeMatrixLayoutRowMajor); \
+                coopMatLoad(fa[i], wa, (buf) * BM * LD + (wm + i * TM) * LD + kk / 4, LD, \
+                            gl_CooperativeMatrixLayoutRowMajor); \
             [[unroll]] for (uint j = 0; j < NT; ++j) \
-                coopMatLoad(fb[j], xb, (buf) * BN * LD + (wn + j * TN) * LD + kk / 4, LD, gl_CooperativeMatrixLayoutColumnMajor); \
+                coopMatLoad(fb[j], xb, (buf) * BN * LD + (wn + j * TN) * LD + kk / 4, LD, \
+                            gl_CooperativeMatrixLayoutColumnMajor); \
             [[unroll]] for (uint i = 0; i < MT; ++i) \
                 [[unroll]] for (uint j = 0; j < NT; ++j) acc[i][j] = coopMatMulAdd(fa[i], fb[j], acc[i][j]); \
         }
