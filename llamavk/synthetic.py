@@ -740,6 +740,6 @@ def describe_plan(plan: SyntheticPlan) -> str:
             f"params, {plan.total_bytes / 2**30:.2f} GiB of tensor data")
 
 
-__all__ = ["PRESETS", "SYNTHETIC_TYPES", "SYNTHETIC_MIXES", "SYNTHETIC_KM_MIXES", "SYNTHETIC_NAMES", "Preset", "tiny_preset", "SyntheticPlan", "synthetic_plan",
-           "write_synthetic_model", "synthetic_vocab", "parse_synthetic_name", "synthetic_model_path", "random_blocks", "describe_plan",
-           "ARCHITECTURES"]
+__all__ = ["PRESETS", "SYNTHETIC_TYPES", "SYNTHETIC_MIXES", "SYNTHETIC_KM_MIXES", "SYNTHETIC_NAMES", "Preset",
+           "tiny_preset", "SyntheticPlan", "synthetic_plan", "write_synthetic_model", "synthetic_vocab",
+           "parse_synthetic_name", "synthetic_model_path", "random_blocks", "describe_plan", "ARCHITECTURES"]
