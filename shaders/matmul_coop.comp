@@ -10,13 +10,13 @@
 // know the extension: shaders/build.py COMPILERS "glslc-trixie-vulkan1.2" builds it (SPIR-V 1.5).
 //
 // As a GEMM: Y^T (rows x tokens) = W (rows x cols) . X^T (cols x tokens). A workgroup of WARPS_M x
-// WARPS_N subgroups computes BM = 64 WARPS_M rows x BN = 32 WARPS_N tokens, stepping along K by BK = 32
+// WARPS_N subgroups computes BM = 16 MT WARPS_M rows x BN = 32 WARPS_N tokens, stepping along K by BK = 32
 // columns (one dequant unit). Step u, after one barrier:
 //   1. all threads load and convert step u + 1's tiles into registers (load_tile): the BM x 32 tile of
 //      W (16-weight runs, quants.glsl dequant_run, where the type has it; else 8-weight pieces,
 //      dequant_part) and the BN x 32 tile of x, f16 -- those loads are in flight while
-//   2. each subgroup multiplies its 64 x 32 part of the output from step u's tiles in shared memory:
-//      4 x 4 accumulator tiles of 16 x 8, two K steps of 16 per tile of W;
+//   2. each subgroup multiplies its 16 MT x 32 part of the output from step u's tiles in shared memory:
+//      MT x 4 accumulator tiles of 16 x 8 (MT 4, or 2 where fewer registers pay), two K steps of 16;
 //   3. then they store step u + 1's tiles to the other of two shared buffers (NBUF 2), so one barrier
 //      per step orders both the stores and the reads. Where two buffers do not fit 48 KiB (the
 //      256-row variant), NBUF 1: a second barrier before the store.
@@ -26,7 +26,9 @@
 // e0 + z of the chunk and the (token, slot) pairs that chose it (moe_group.comp's lists).
 // Per type (shaders/variants_matmul.py, measured: docs/KERNELS.md): ROW_RUNS, one thread a row's two
 // runs; SB_STEPS, the 8 steps of a 256-weight super-block unrolled; X_F16, x read as f16 (fewer
-// registers: the tile of step u + 1 is in flight through step u's products).
+// registers: the tile of step u + 1 is in flight through step u's products); MT 2 with WARPS_M 4, the
+// same 128-row tile as 8 subgroups of 32 rows (half the accumulators a thread: on NVIDIA 2 workgroups
+// of 256 threads an SM where 64-row parts above 168 registers hold 2 of 128).
 #ifndef PHASE
 #define PHASE 0
 #endif
@@ -39,18 +41,20 @@
 #ifndef NBUF
 #define NBUF 2
 #endif
+#ifndef MT
+#define MT 4            // accumulator tiles down a subgroup's part
+#endif
 #define NTHREADS (32 * WARPS_M * WARPS_N)
 layout(local_size_x = NTHREADS) in;
-#define BM (64 * WARPS_M)
-#define BN (32 * WARPS_N)
-#define BK 32
 #define TM 16
 #define TN 8
 #define TK 16
-#define WM 64           // rows per subgroup
+#define WM (TM * MT)    // rows per subgroup
 #define WN 32           // tokens per subgroup
-#define MT (WM / TM)    // 4 tiles down
 #define NT (WN / TN)    // 4 tiles across
+#define BM (WM * WARPS_M)
+#define BN (32 * WARPS_N)
+#define BK 32
 #define LD ((BK + 8) / 4)   // shared row stride in uvec2 units (4 halves)
 // the subgroup's tiles: A (M x K) and B (K x N) f16, the f32 accumulator (M x N)
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, TM, TK, gl_MatrixUseA>

@@ -11,8 +11,11 @@ _ROW_RUNS = ["q4_0", "iq4_nl", "mxfp4", "iq4_xs", "q4_k", "q5_k", "q6_k"]
 # ... step through a super-block's 8 sub-blocks unrolled (SB_STEPS: the 256-weight types with dequant_run_f16_sb)
 _SB_STEPS = ["q4_k", "q5_k", "q6_k", "iq4_xs"]
 # ... and read x as f16 (X_F16; llamavk/kernels/moe.py COOP_ID_X_F16): where it takes the kernel to 3
-# workgroups an SM on NVIDIA (docs/KERNELS.md)
-_X_F16 = ["q4_k"]
+# workgroups an SM on NVIDIA, or pays in the 32-row parts below (docs/KERNELS.md)
+_X_F16 = ["q4_k", "mxfp4"]
+# ... give each subgroup 32 of the tile's 128 rows, 8 subgroups (MT 2, WARPS_M 4): half the accumulators
+# a thread, so 2 workgroups of 256 threads an SM where 64-row parts held 2 of 128 (docs/KERNELS.md)
+_SUB32 = ["q4_1", "q5_0", "q5_1", "q2_k", "q5_k", "q6_k", "iq4_nl", "mxfp4"]
 VARIANTS = {}
 for _t in _TYPES:
     _d = {f"QTYPE_{_t.upper()}": "1"}
@@ -29,7 +32,8 @@ for _t in _TYPES:
     # on cooperative matrices, 128 rows x 64 tokens: an expert sees few of a batch's tokens
     VARIANTS[f"mul_mm_coop_id_{_t}"] = ("matmul_coop.comp", dict(
         _d, MUL_MAT_ID="1", WARPS_N="2", **({"ROW_RUNS": "1"} if _t in _ROW_RUNS else {}),
-        **({"SB_STEPS": "1"} if _t in _SB_STEPS else {}), **({"X_F16": "1"} if _t in _X_F16 else {})))
+        **({"SB_STEPS": "1"} if _t in _SB_STEPS else {}), **({"X_F16": "1"} if _t in _X_F16 else {}),
+        **({"MT": "2", "WARPS_M": "4"} if _t in _SUB32 else {})))
 # phases of the cooperative-matrix kernel, for benchmarks/bench_matmul.py only: 1 multiplies only, 2 loads only
 for _ph in (1, 2):
     VARIANTS[f"mul_mm_coopP{_ph}_q4_0"] = ("matmul_coop.comp", {"QTYPE_Q4_0": "1", "PHASE": str(_ph)})

@@ -40,8 +40,9 @@ MOE_TILES = {"mul_mm_id": MATMUL_TILES["mul_mm"], "mul_mm_coop_id": (128, 64)}
 # The types whose cooperative-matrix expert tiles read x as f16 (shaders/variants_matmul.py _X_F16):
 # Q4_K's kernel then holds 168 registers a thread instead of 176, 3 workgroups an SM on NVIDIA instead
 # of 2 (H200 30B-A3B pp512 9,457 -> 10,727 with the conversion); Q4_0 (3 either way) loses the
-# conversion's 1.5%, as IQ4_XS (165 -> 162: 10,916 -> 10,749); Q5_K and Q6_K stay above 168 (docs/KERNELS.md).
-COOP_ID_X_F16 = {"q4_k"}
+# conversion's 1.5%, as IQ4_XS (165 -> 162: 10,916 -> 10,749). MXFP4's 32-row subgroup parts gain
+# 1.4% with it (gpt-oss-20b pp512 9,623 -> 9,755, two calls); the other 32-row types lose 0.5-1%.
+COOP_ID_X_F16 = {"q4_k", "mxfp4"}
 ROUTER_WG = 256       # moe_router.comp: one workgroup per (expert, token), the row over all its threads
 MATVEC_ID_WG = 128
 # weight loads (16 bytes) a lane of matvec_id.comp issues before its arithmetic. H100, 30B-A3B's
