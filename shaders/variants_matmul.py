@@ -15,7 +15,7 @@ _SB_STEPS = ["q4_k", "q5_k", "q6_k", "iq4_xs"]
 _X_F16 = ["q4_k", "mxfp4"]
 # ... give each subgroup 32 of the tile's 128 rows, 8 subgroups (MT 2, WARPS_M 4): half the accumulators
 # a thread, so 2 workgroups of 256 threads an SM where 64-row parts held 2 of 128 (docs/KERNELS.md)
-_SUB32 = ["q4_1", "q5_0", "q5_1", "q2_k", "q5_k", "q6_k", "iq4_nl", "mxfp4"]
+_SUB32 = ["f32", "f16", "bf16", "q8_0", "q4_1", "q5_0", "q5_1", "q2_k", "q5_k", "q6_k", "iq4_nl", "mxfp4"]
 VARIANTS = {}
 for _t in _TYPES:
     _d = {f"QTYPE_{_t.upper()}": "1"}

@@ -465,11 +465,11 @@ def test_moe_metadata_errors():
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.IQ4_NL, T.IQ4_XS, T.MXFP4, T.Q5_K,
-                                   T.Q2_K, T.Q4_1, T.Q5_0, T.Q5_1], ids=lambda t: t.name)
+                                   T.Q2_K, T.Q4_1, T.Q5_0, T.Q5_1, T.BF16, T.F32], ids=lambda t: t.name)
 def test_matmul_id_prompt_coopmat(dev, kc, qtype):
     """The cooperative-matrix form of the grouped expert products (GPUs with VK_KHR_cooperative_matrix):
     partial 128-row and 64-token tiles, several token tiles for one expert, experts in two buffers; the
-    tiles of 64-row and of 32-row subgroup parts (Q6_K, Q5_K, Q2_K, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4)."""
+    tiles of 64-row and of 32-row subgroup parts (shaders/variants_matmul.py _SUB32)."""
     if not selection.has_coopmat(kc):
         pytest.skip(f"{dev.info.name} has no cooperative matrices of shape {selection.COOPMAT_SHAPE}")
     cols = small_cols(qtype) if quant_info(qtype).block_size > 1 else 96
