@@ -481,13 +481,20 @@ def test_matmul_id_prompt_coopmat(dev, kc, qtype):
 def test_expert_tiles_reading_x_as_f16_are_the_variants_compiled_so():
     """moe.matmul_id converts a batch's x to f16 for the cooperative-matrix expert tiles of exactly the
     types whose kernel reads it so (shaders/variants_matmul.py X_F16); the super-block steps only where
-    the type has dequant_run_f16_sb (the shader refuses to compile otherwise)."""
+    the type has dequant_run_f16_sb (the shader refuses to compile otherwise); and each variant's tile,
+    whatever its subgroups' parts, is the one moe.MOE_TILES sizes the grid by."""
     scope = {}
     exec((Path(__file__).parent.parent / "shaders" / "variants_matmul.py").read_text(), scope)
     tiles = {name.removeprefix("mul_mm_coop_id_"): defs for name, (_, defs) in scope["VARIANTS"].items()
              if name.startswith("mul_mm_coop_id_")}
     assert {t for t, defs in tiles.items() if defs.get("X_F16") == "1"} == moe.COOP_ID_X_F16
     assert {t for t, defs in tiles.items() if defs.get("SB_STEPS") == "1"} == {"q4_k", "q5_k", "q6_k", "iq4_xs"}
+    # every type's tile, of 64-row or of 32-row subgroup parts, is the 128 x 64 one the grid is sized by
+    # (matmul_coop.comp: BM = 16 MT WARPS_M, BN = 32 WARPS_N; defaults MT 4, WARPS_M 2, WARPS_N 4)
+    for t, defs in tiles.items():
+        shape = (16 * int(defs.get("MT", 4)) * int(defs.get("WARPS_M", 2)), 32 * int(defs.get("WARPS_N", 4)))
+        assert shape == moe.MOE_TILES["mul_mm_coop_id"], t
+    assert {t for t, defs in tiles.items() if defs.get("MT") == "2"} >= {"q5_k", "q6_k", "f16"}
 
 
 def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(synthetic_model, monkeypatch):
