@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """pp/tg throughput of one model on one device, with an optional per-kernel GPU profile.
 
-    python3 benchmarks/bench_engine.py -m model.gguf|synthetic:PRESET [-p 512] [-n 128] [-r 3] [-d 0] [--profile]
+    python3 benchmarks/bench_engine.py -m model.gguf|synthetic:PRESET [-p 512] [-n 128] [-r 3] [-d 0]
+        [-ctk f16] [-ctv f16] [--profile]
 """
 
 import argparse
@@ -23,6 +24,8 @@ def main() -> int:
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("-d", type=int, default=0)
     ap.add_argument("-dev", default=None)
+    ap.add_argument("-ctk", default="f16", help="the KV cache's K type (llama.cpp's -ctk)")
+    ap.add_argument("-ctv", default="f16", help="the KV cache's V type (llama.cpp's -ctv)")
     ap.add_argument("--profile", action="store_true")
     a = ap.parse_args()
     if a.model.startswith("synthetic:"):
@@ -30,7 +33,8 @@ def main() -> int:
     rng = np.random.default_rng(0)
     # Timed without profiling: timestamps after every dispatch serialize the GPU. The per-kernel
     # breakdown comes from a second, profiled load afterwards.
-    with llamavk.load(a.model, devices=a.dev, n_ctx=a.d + max(a.p, a.n) + 16, n_ubatch=a.p) as m:
+    with llamavk.load(a.model, devices=a.dev, n_ctx=a.d + max(a.p, a.n) + 16, n_ubatch=a.p,
+                      type_k=a.ctk, type_v=a.ctv) as m:
         rt = m.runtime
         print(f"{a.model}: {rt.device.info.name}, weights {rt.weight_bytes() / 1e9:.2f} GB, "
               f"load {m.timings.load_ms / 1e3:.1f} s (upload {rt.upload_seconds:.1f} s)", flush=True)
@@ -47,7 +51,8 @@ def main() -> int:
         print(f"tg{a.n}{' @ d%d' % a.d if a.d else ''}: {np.mean(tg):9.1f} ± {np.std(tg, ddof=1):.1f} t/s   "
               f"(weights streamed at {bw:.2f} TB/s; host Python {np.mean(host):.0f} us/token)")
     if a.profile:
-        with llamavk.load(a.model, devices=a.dev, n_ctx=a.d + max(a.p, a.n) + 16, n_ubatch=a.p, profile=True) as m:
+        with llamavk.load(a.model, devices=a.dev, n_ctx=a.d + max(a.p, a.n) + 16, n_ubatch=a.p, profile=True,
+                         type_k=a.ctk, type_v=a.ctv) as m:
             rt = m.runtime
             fill_depth(m, a.d, rng)
             # Decode steps (clocks up) and two prompts use both parameter slots of each step shape:

@@ -656,8 +656,6 @@ class DeviceRuntime:
         (f16 caches) then waits in its shader for all three; where the products rotate and store K and
         V themselves (kv_stored), the decode attention does."""
         out = {}
-        if self.kv_types.quantized:
-            return out
         cfg = self.cfg
         for i, op in enumerate(ops):
             stored = op.kind == "attention" and op.attrs.get("kv_stored") and attn_k.waits_ok(

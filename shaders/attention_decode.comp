@@ -62,8 +62,8 @@ layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
 #include "kv_quant.glsl"
 layout(constant_id = 2) const uint KT = KV_F16;
 layout(constant_id = 3) const uint VT = KV_F16;
-layout(std430, binding = 1) readonly buffer KQ { uint16_t kq16[]; };
-layout(std430, binding = 2) readonly buffer VQ { uint16_t vq16[]; };
+layout(std430, binding = 1) FROM_PRODUCER buffer KQ { uint16_t kq16[]; };
+layout(std430, binding = 2) FROM_PRODUCER buffer VQ { uint16_t vq16[]; };
 KV_DEQUANT4(k_dequant4, kq16)
 KV_DEQUANT4(v_dequant4, vq16)
 KV_DEQUANT8(k_dequant8, k_dequant4)

@@ -34,62 +34,114 @@ float kv_roundf(const float x) {
     return sign(x) * (f + floor(2.0 * (a - f)));
 }
 
-// The words of one block of 32 values, as ggml (quantize_row_*_ref) and gguf.quants compute them:
-// q8_0 d = amax / 127, q = roundf(x / d); q4_0 / q5_0 d = m / -8 / -16 with m the value of largest
-// magnitude (the first of equals), q = min(15 / 31, trunc(x / d + 8.5 / 16.5)); q4_1 / q5_1 d =
-// (max - min) / 15 / 31, m = min, q = min(15 / 31, trunc((x - min) / d + 0.5)). Each multiplies by
-// 1 / d (0 when d = 0), as the references do. Returns the word count.
+// Division as IEEE rounds it: Vulkan lets 1 / b and a / b be 2.5 ULP off (a driver may compute a / 127
+// as a * (1 / 127)), and a scale or level at a rounding boundary would then differ from the
+// references'. One Newton step from the approximate reciprocal, then the quotient corrected by its
+// exact remainder (fma), give the correctly rounded results (finite, normal operands).
+float kv_recip(const float b) {
+    const float r = 1.0 / b;
+    return fma(fma(-b, r, 1.0), r, r);
+}
+float kv_div(const float a, const float b) {
+    const float r = kv_recip(b);
+    precise const float q = a * r;
+    return fma(fma(-q, b, a), r, q);
+}
+
+// A block's statistics, one value at a time: (largest magnitude, the first value of that magnitude,
+// max, min); start from vec4(0, 0, v0, v0).
+vec4 kv_scan(const vec4 st, const float x) {
+    const bool larger = abs(x) > st.x;
+    return vec4(larger ? abs(x) : st.x, larger ? x : st.y, max(st.z, x), min(st.w, x));
+}
+
+// A block's scale d, its offset lo (q4_1, q5_1; 0 otherwise) and the bias added before truncating,
+// from its statistics, as ggml (quantize_row_*_ref) and gguf.quants compute them: q8_0 d = amax / 127;
+// q4_0 / q5_0 d = m / -8 / -16 with m the value of largest magnitude (the first of equals), bias
+// 8.5 / 16.5; q4_1 / q5_1 d = (max - min) / 15 / 31, lo = min, bias 0.5.
+vec3 kv_scale(const uint type, const vec4 st) {
+    if (type == KV_Q8_0) return vec3(kv_div(st.x, 127.0), 0.0, 0.0);
+    const uint top = type == KV_Q4_0 || type == KV_Q4_1 ? 15u : 31u;
+    if (kv_has_min(type)) return vec3(kv_div(st.z - st.w, float(top)), st.w, 0.5);
+    return vec3(kv_div(st.y, -float((top + 1u) / 2u)), 0.0, float((top + 1u) / 2u) + 0.5);
+}
+
+// 1 / d, 0 when d = 0: the references multiply by it
+float kv_inverse(const float d) { return d != 0.0 ? kv_recip(d) : 0.0; }
+
+// The level of x in a block of scale s and inverse id: q8_0 roundf(x / d) as its byte; the others
+// min(15 / 31, trunc((x - lo) / d + bias)). precise: no fused multiply-add (the references round the
+// product, then the sum).
+uint kv_level(const uint type, const float x, const vec3 s, const float id) {
+    precise const float y = type == KV_Q8_0 ? x * id : (x - s.y) * id + s.z;
+    if (type == KV_Q8_0) return uint(int(kv_roundf(y))) & 0xffu;
+    const uint top = type == KV_Q4_0 || type == KV_Q4_1 ? 15u : 31u;
+    return min(top, uint(trunc(y)));
+}
+
+// A 4/5-bit block's low-bit word j of elements a = 2j, b = 2j + 1 (low nibbles) and c = 2j + 16,
+// d = 2j + 17 (high nibbles)
+uint kv_low_word(const uint type, const float a, const float b, const float c, const float d, const vec3 s,
+                 const float id) {
+    return (kv_level(type, a, s, id) & 15u) | ((kv_level(type, c, s, id) & 15u) << 4) |
+           ((kv_level(type, b, s, id) & 15u) << 8) | ((kv_level(type, d, s, id) & 15u) << 12);
+}
+
+// The words of one block of 32 values, one thread for all. Returns the word count.
 uint kv_quantize(const uint type, const float v[32], out uint w[17]) {
     for (uint j = 0; j < 17; ++j) w[j] = 0u;
+    vec4 st = vec4(0.0, 0.0, v[0], v[0]);
+    for (uint j = 0; j < 32; ++j) st = kv_scan(st, v[j]);
+    const vec3 s = kv_scale(type, st);
+    const float id = kv_inverse(s.x);
+    w[0] = packHalf2x16(vec2(s.x, 0.0)) & 0xffffu;
     if (type == KV_Q8_0) {
-        float amax = 0.0;
-        for (uint j = 0; j < 32; ++j) amax = max(amax, abs(v[j]));
-        const float d = amax / 127.0;
-        const float id = d != 0.0 ? 1.0 / d : 0.0;
-        w[0] = packHalf2x16(vec2(d, 0.0)) & 0xffffu;
-        for (uint j = 0; j < 16; ++j) {
-            const int q0 = int(kv_roundf(v[2 * j] * id)), q1 = int(kv_roundf(v[2 * j + 1] * id));
-            w[1 + j] = (uint(q0) & 0xffu) | ((uint(q1) & 0xffu) << 8);
-        }
+        for (uint j = 0; j < 16; ++j)
+            w[1 + j] = kv_level(type, v[2 * j], s, id) | (kv_level(type, v[2 * j + 1], s, id) << 8);
         return 17u;
     }
-    const uint top = type == KV_Q4_0 || type == KV_Q4_1 ? 15u : 31u;
-    float d, lo = 0.0, bias;
-    if (kv_has_min(type)) {
-        float mx = v[0];
-        lo = v[0];
-        for (uint j = 1; j < 32; ++j) { mx = max(mx, v[j]); lo = min(lo, v[j]); }
-        d = (mx - lo) / float(top);
-        bias = 0.5;
-    } else {
-        float m = 0.0, amax = 0.0;
-        for (uint j = 0; j < 32; ++j) {
-            if (abs(v[j]) > amax) { amax = abs(v[j]); m = v[j]; }
-        }
-        d = m / -float((top + 1u) / 2u);
-        bias = float((top + 1u) / 2u) + 0.5;
-    }
-    const float id = d != 0.0 ? 1.0 / d : 0.0;
-    w[0] = packHalf2x16(vec2(d, 0.0)) & 0xffffu;
-    if (kv_has_min(type)) w[1] = packHalf2x16(vec2(lo, 0.0)) & 0xffffu;
-    uint qh = 0u;
+    if (kv_has_min(type)) w[1] = packHalf2x16(vec2(s.y, 0.0)) & 0xffffu;
     const uint qs = kv_qs_word(type);
-    for (uint j = 0; j < 8; ++j) {
-        uint word = 0u;
-        for (uint b = 0; b < 2; ++b) {
-            const uint e = 2 * j + b;
-            const uint q0 = min(top, uint(trunc((v[e] - lo) * id + bias)));
-            const uint q1 = min(top, uint(trunc((v[e + 16] - lo) * id + bias)));
-            word |= ((q0 & 15u) | ((q1 & 15u) << 4)) << (8 * b);
-            qh |= ((q0 >> 4) << e) | ((q1 >> 4) << (e + 16));
+    for (uint j = 0; j < 8; ++j)
+        w[qs + j] = kv_low_word(type, v[2 * j], v[2 * j + 1], v[2 * j + 16], v[2 * j + 17], s, id);
+    if (kv_has_qh(type)) {   // the fifth bits: bit e of word qs - 2 + h is element 16 h + e's
+        for (uint h = 0; h < 2; ++h) {
+            uint bits = 0u;
+            for (uint e = 0; e < 16; ++e) bits |= (kv_level(type, v[16 * h + e], s, id) >> 4) << e;
+            w[qs - 2 + h] = bits;
         }
-        w[qs + j] = word;
-    }
-    if (kv_has_qh(type)) {
-        w[qs - 2] = qh & 0xffffu;
-        w[qs - 1] = qh >> 16;
     }
     return kv_block_words(type);
+}
+
+// KV_STORE_COOP(NAME, BUF) defines void NAME(type, src, blk, l): one block written by 16 threads
+// (l < 16), the 32 values in the including kernel's shared float kv_vals[] at src, block blk of the
+// uint16_t[] buffer BUF. Each thread scans the 32 values for the block's scale itself, then writes its
+// word(s) as kv_quantize computes them: thread l the q8_0 level pair l (word l + 1) or the low-bit word
+// l (l < 8), threads 8 and 9 the fifth bits' halves, thread 0 the scale (and offset).
+#define KV_STORE_COOP(NAME, BUF)                                                                     \
+void NAME(const uint type, const uint src, const uint blk, const uint l) {                           \
+    vec4 st = vec4(0.0, 0.0, kv_vals[src], kv_vals[src]);                                            \
+    for (uint j = 0; j < 32; ++j) st = kv_scan(st, kv_vals[src + j]);                                \
+    const vec3 s = kv_scale(type, st);                                                               \
+    const float id = kv_inverse(s.x);                                                                \
+    const uint base = blk * kv_block_words(type), qs = kv_qs_word(type);                             \
+    if (l == 0u) {                                                                                   \
+        BUF[base] = uint16_t(packHalf2x16(vec2(s.x, 0.0)));                                          \
+        if (kv_has_min(type)) BUF[base + 1] = uint16_t(packHalf2x16(vec2(s.y, 0.0)));                \
+    }                                                                                                \
+    if (type == KV_Q8_0) {                                                                           \
+        BUF[base + 1 + l] = uint16_t(kv_level(type, kv_vals[src + 2 * l], s, id) |                   \
+                                     (kv_level(type, kv_vals[src + 2 * l + 1], s, id) << 8));        \
+    } else if (l < 8u) {                                                                             \
+        const uint e = src + 2 * l;                                                                  \
+        BUF[base + qs + l] = uint16_t(kv_low_word(type, kv_vals[e], kv_vals[e + 1], kv_vals[e + 16],  \
+                                                  kv_vals[e + 17], s, id));                          \
+    } else if (kv_has_qh(type) && l < 10u) {                                                         \
+        uint bits = 0u;                                                                              \
+        for (uint e = 0; e < 16; ++e) bits |= (kv_level(type, kv_vals[src + 16 * (l - 8) + e], s, id) >> 4) << e; \
+        BUF[base + qs - 10 + l] = uint16_t(bits);                                                    \
+    }                                                                                                \
 }
 
 // 4 values of a quantized cache at element e (a multiple of 4), read from the uint16_t[] buffer BUF.

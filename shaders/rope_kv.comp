@@ -13,11 +13,14 @@
 // head_dim / 2 threads, thread i the pair i) or a block of WG v elements: grid (n_heads +
 // n_heads_kv + ceil(kv_width / WG), n_tokens).
 // KV_QUANT: either cache may be quantized (kv_quant.glsl; types: specialization constants 1 (K) and
-// 2 (V)). A quantized cache is written a block of 32 values per work item (the block's K dims
-// rotated one by one: a neox pair may straddle two blocks): the k pairs and k rest items become
-// n_heads_kv * head_dim / 32 k blocks, the v elements kv_width / 32 v blocks. With QK_NORM a k head's
-// rotated values go through shared memory and its head_dim / 32 first threads write the blocks;
-// the v workgroups take WG blocks each.
+// 2 (V)). Then the grid's workgroups come in three runs, each uniform: q pairs (WG a workgroup), k,
+// v (WG items of an f16 cache as above, or 2 WG values of a quantized one). A quantized cache's
+// workgroup puts its 2 WG values (K's rotated one dim at a time: a neox pair may straddle two blocks)
+// into shared memory, then 16 threads write each block of 32 (kv_quant.glsl KV_STORE_COOP). Why not a
+// thread per block: its 32 rotations and its quantization in a row made rope_kv the slowest dispatch
+// of a decode step (H200, 7.2B: 16 us a layer serialized). With QK_NORM a k head's rotated values go
+// through shared memory the same way (head_dim / 2 threads, 16 a block) and a v workgroup takes 2 WG
+// values.
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
 #ifdef HAS_FREQS
@@ -78,39 +81,45 @@ layout(push_constant) uniform Push {
 #include "rope_common.glsl"
 
 #ifdef KV_QUANT
-// Quantize the 32 values v into block `blk` of the K (is_k) or V cache of type `type`.
-void store_block(const bool is_k, const uint type, const uint blk, const float v[32]) {
-    uint w[17];
-    const uint n = kv_quantize(type, v, w);
-    for (uint j = 0; j < n; ++j) {
-        if (is_k) kcache16[blk * n + j] = uint16_t(w[j]);
-        else vcache16[blk * n + j] = uint16_t(w[j]);
-    }
+shared float kv_vals[512];   // the blocks a workgroup writes (2 WG values; a k head of up to 512 dims)
+KV_STORE_COOP(store_k_block, kcache16)
+KV_STORE_COOP(store_v_block, vcache16)
+
+// Thread i's part in writing the blocks of the 2 WG values kv_vals[0 ..] (after a barrier): block i / 16
+// of the row's blocks starting at b0 (of n_blocks in all, cache row pos).
+void store_blocks(const bool is_k, const uint pos, const uint b0, const uint n_blocks) {
+    const uint i = gl_LocalInvocationID.x, b = b0 + i / 16;
+    if (b >= n_blocks) return;
+    if (is_k) store_k_block(KT, (i / 16) * 32, pos * n_blocks + b, i % 16);
+    else store_v_block(VT, (i / 16) * 32, pos * n_blocks + b, i % 16);
 }
 
-// V block b (of kv_width / 32) of token t into cache row pos
-void store_v_block(const uint t, const uint pos, const uint b, const uint kv_width) {
-    float vals[32];
-    for (uint j = 0; j < 32; ++j) vals[j] = v[t * kv_width + b * 32 + j];
-    store_block(false, VT, pos * (kv_width / 32) + b, vals);
+// A v workgroup of a quantized cache: v's values 2 WG c .. 2 WG (c + 1) - 1 of token t
+void store_v_chunk(const uint t, const uint pos, const uint c, const uint kv_width) {
+    const uint i = gl_LocalInvocationID.x, e = 2 * (c * gl_WorkGroupSize.x + i);
+    if (e < kv_width) {
+        kv_vals[2 * i] = v[t * kv_width + e];
+        kv_vals[2 * i + 1] = v[t * kv_width + e + 1];
+    }
+    barrier();
+    store_blocks(false, pos, c * gl_WorkGroupSize.x / 16, kv_width / 32);
 }
 #endif
 
 #if defined(QK_NORM) && defined(KV_QUANT)
 shared float red[64];
-shared float krot[512];            // a k head's rotated values (head_dim <= 512: rope.py checks)
 
 void rope_kv_main() {
     const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, i = gl_LocalInvocationID.x;
     const uint pos = step[0] + t;
     if (t >= p.n_tokens || pos >= p.n_ctx) return;   // uniform per workgroup
     const uint hd = p.head_dim, half_dim = hd / 2, kv_width = p.n_heads_kv * hd;
-    if (h >= p.n_heads + p.n_heads_kv) {             // a block of v: WG elements, or WG blocks
-        const uint j = (h - p.n_heads - p.n_heads_kv) * gl_WorkGroupSize.x + i;
+    if (h >= p.n_heads + p.n_heads_kv) {             // a block of v: WG elements, or 2 WG values
+        const uint c = h - p.n_heads - p.n_heads_kv, j = c * gl_WorkGroupSize.x + i;
         if (VT == KV_F16) {
             if (j < kv_width) vcache[pos * kv_width + j] = float16_t(v[t * kv_width + j]);
-        } else if (j < kv_width / 32) {
-            store_v_block(t, pos, j, kv_width);
+        } else {
+            store_v_chunk(t, pos, c, kv_width);
         }
         return;
     }
@@ -154,15 +163,11 @@ void rope_kv_main() {
         return;
     }
     if (i < half_dim) {
-        krot[e.x] = r0;
-        krot[e.y] = r1;
+        kv_vals[e.x] = r0;
+        kv_vals[e.y] = r1;
     }
     barrier();
-    if (i < hd / 32) {
-        float vals[32];
-        for (uint j = 0; j < 32; ++j) vals[j] = krot[i * 32 + j];
-        store_block(true, KT, pos * (kv_width / 32) + head * (hd / 32) + i, vals);
-    }
+    if (i < half_dim) store_blocks(true, pos, head * (hd / 32), kv_width / 32);
 }
 #elif defined(QK_NORM)
 shared float red[64];
@@ -224,56 +229,63 @@ float k_rotated(const uint base, const uint dim, const float rpos) {
 }
 
 void rope_kv_main() {
-    uint j = gl_GlobalInvocationID.x;
-    const uint t = gl_WorkGroupID.y;
+    const uint g = gl_WorkGroupID.x, t = gl_WorkGroupID.y, i = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     const uint pos = step[0] + t;
-    if (t >= p.n_tokens || pos >= p.n_ctx) return;
+    if (t >= p.n_tokens || pos >= p.n_ctx) return;   // uniform per workgroup
     const float rpos = float(rope_position(pos));
     const uint half_dim = p.rope_dim / 2, hd = p.head_dim;
     const uint q_pairs = p.n_heads * half_dim, k_pairs = p.n_heads_kv * half_dim;
     const uint k_rest = p.n_heads_kv * (hd - p.rope_dim), kv_width = p.n_heads_kv * hd;
-    if (j < q_pairs) {
-        const uint head = j / half_dim, i = j - head * half_dim;
-        const vec2 cs = rope_cos_sin(i, rpos);
-        const uvec2 e = t * p.n_heads * hd + head * hd + rope_pair(i);
+    // the runs of workgroups (rope.py sizes the grid alike): q pairs, k, v
+    const uint q_groups = (q_pairs + wg - 1) / wg;
+    const uint k_groups = KT == KV_F16 ? (k_pairs + k_rest + wg - 1) / wg : (kv_width + 2 * wg - 1) / (2 * wg);
+    if (g < q_groups) {
+        const uint j = g * wg + i;
+        if (j >= q_pairs) return;
+        const uint head = j / half_dim, pi = j - head * half_dim;
+        const vec2 cs = rope_cos_sin(pi, rpos);
+        const uvec2 e = t * p.n_heads * hd + head * hd + rope_pair(pi);
         const float x0 = q[e.x], x1 = q[e.y];
         q[e.x] = x0 * cs.x - x1 * cs.y;
         q[e.y] = x0 * cs.y + x1 * cs.x;
         return;
     }
-    j -= q_pairs;
-    if (KT == KV_F16) {
-        if (j < k_pairs) {
-            const uint head = j / half_dim, i = j - head * half_dim;
-            const vec2 cs = rope_cos_sin(i, rpos);
-            const uvec2 e = head * hd + rope_pair(i);
-            const float x0 = k[t * kv_width + e.x], x1 = k[t * kv_width + e.y];
-            kcache[pos * kv_width + e.x] = float16_t(x0 * cs.x - x1 * cs.y);
-            kcache[pos * kv_width + e.y] = float16_t(x0 * cs.y + x1 * cs.x);
+    if (g < q_groups + k_groups) {
+        const uint c = g - q_groups;
+        if (KT == KV_F16) {
+            uint j = c * wg + i;
+            if (j < k_pairs) {
+                const uint head = j / half_dim, pi = j - head * half_dim;
+                const vec2 cs = rope_cos_sin(pi, rpos);
+                const uvec2 e = head * hd + rope_pair(pi);
+                const float x0 = k[t * kv_width + e.x], x1 = k[t * kv_width + e.y];
+                kcache[pos * kv_width + e.x] = float16_t(x0 * cs.x - x1 * cs.y);
+                kcache[pos * kv_width + e.y] = float16_t(x0 * cs.y + x1 * cs.x);
+                return;
+            }
+            j -= k_pairs;
+            if (j < k_rest) {
+                const uint rest = hd - p.rope_dim, head = j / rest, e = head * hd + p.rope_dim + (j - head * rest);
+                kcache[pos * kv_width + e] = float16_t(k[t * kv_width + e]);
+            }
             return;
         }
-        j -= k_pairs;
-        if (j < k_rest) {
-            const uint rest = hd - p.rope_dim, head = j / rest, e = head * hd + p.rope_dim + (j - head * rest);
-            kcache[pos * kv_width + e] = float16_t(k[t * kv_width + e]);
-            return;
+        const uint e = 2 * (c * wg + i);              // this thread's two dims of k (kv_width is even)
+        if (e < kv_width) {
+            const uint head = e / hd, d = e - head * hd;
+            kv_vals[2 * i] = k_rotated(t * kv_width + head * hd, d, rpos);
+            kv_vals[2 * i + 1] = k_rotated(t * kv_width + head * hd, d + 1, rpos);
         }
-        j -= k_rest;
-    } else {
-        const uint k_blocks = kv_width / 32, per_head = hd / 32;
-        if (j < k_blocks) {
-            const uint head = j / per_head, d0 = (j - head * per_head) * 32;
-            float vals[32];
-            for (uint e = 0; e < 32; ++e) vals[e] = k_rotated(t * kv_width + head * hd, d0 + e, rpos);
-            store_block(true, KT, pos * k_blocks + j, vals);
-            return;
-        }
-        j -= k_blocks;
+        barrier();
+        store_blocks(true, pos, c * wg / 16, kv_width / 32);
+        return;
     }
+    const uint c = g - q_groups - k_groups;
     if (VT == KV_F16) {
+        const uint j = c * wg + i;
         if (j < kv_width) vcache[pos * kv_width + j] = float16_t(v[t * kv_width + j]);
-    } else if (j < kv_width / 32) {
-        store_v_block(t, pos, j, kv_width);
+    } else {
+        store_v_chunk(t, pos, c, kv_width);
     }
 }
 #else

@@ -24,6 +24,12 @@ VARIANTS = {
     "rope_kv_freqs_kvq": ("rope_kv.comp", {"HAS_FREQS": "1", "KV_QUANT": "1"}),
     "rope_kv_norm_kvq": ("rope_kv.comp", {"QK_NORM": "1", "KV_QUANT": "1"}),
     "rope_kv_norm_freqs_kvq": ("rope_kv.comp", {"QK_NORM": "1", "HAS_FREQS": "1", "KV_QUANT": "1"}),
+    # ... and their one-token forms, chained as the f16 ones above
+    **{f"rope_kv{norm}{freqs}{wait}{chain}_kvq": ("rope_kv.comp", {
+        **({"QK_NORM": "1"} if norm else {}), **({"HAS_FREQS": "1"} if freqs else {}),
+        **({"WAIT": "1"} if wait else {}), **({"CHAIN": "1"} if chain else {}), "KV_QUANT": "1"})
+       for norm in ("", "_norm") for freqs in ("", "_freqs") for wait, chain in (("", "_chain"), ("_wait", ""),
+                                                                                  ("_wait", "_chain"))},
     "kv_store_f16": ("kv_store.comp", {}),
     # quantized KV cache (q8_0 / q4_0: specialization constant 1)
     "kv_store_q": ("kv_store.comp", {"KV_QUANT": "1"}),
@@ -51,6 +57,9 @@ VARIANTS = {
     "attention_dec_split_kvq": ("attention_decode.comp", {"SPLIT": "1", "KV_QUANT": "1"}),
     "attention_dec_chain_kvq": ("attention_decode.comp", {"CHAIN": "1", "KV_QUANT": "1"}),
     "attention_dec_split_chain_kvq": ("attention_decode.comp", {"SPLIT": "1", "CHAIN": "1", "KV_QUANT": "1"}),
+    **{f"attention_dec{split}{chain}_wait_kvq": ("attention_decode.comp", {
+        **({"SPLIT": "1"} if split else {}), **({"CHAIN": "1"} if chain else {}), "WAIT": "1", "KV_QUANT": "1"})
+       for split in ("", "_split") for chain in ("", "_chain")},
     # prompts on cooperative matrices (devices with 16x8x16 f16 tiles), per head_dim
     "attention_coop_f16_hd64": ("attention_coop.comp", {"HD": "64"}),
     "attention_coop_f16_hd128": ("attention_coop.comp", {"HD": "128"}),

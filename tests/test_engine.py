@@ -176,6 +176,31 @@ def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, q
     assert np.abs(got["1"] - ref).max() <= 0.003 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("norm", [False, True])
+def test_chained_one_token_steps_with_a_quantized_cache_match_unchained(synthetic_model, monkeypatch, norm):
+    """A q8_0 K / q4_0 V cache keeps the rope_kv dispatch (the products store f16 only); chained, it waits
+    in its shader for the Q/K/V products and the decode attention for it (edges q and k), as with f16
+    caches: the unchained logits bit for bit, fewer barriers. norm: qwen3's per-head norms (rope_kv_norm)."""
+    chainable_stream_kernel(monkeypatch)
+    path = synthetic_model("qwen3" if norm else "llama", "q4_0", n_embd=128, n_head=4, n_head_kv=2)
+    tokens = [int(t) for t in np.random.default_rng(4).integers(0, 500, 10)]
+    got, barriers = {}, {}
+    for chain in ("0", "1"):
+        monkeypatch.setenv("LLAMAVK_CHAIN", chain)
+        with quiet_load(path, n_ctx=64, type_k="q8_0", type_v="q4_0") as m:
+            rt = m.runtime
+            got[chain] = one_token_logits(rt, tokens)
+            key = ("last", 1, 0)
+            barriers[chain] = sum(seq.n_barriers for seq in rt.recordings[key])
+            if chain == "1":
+                names = {name for name, _ in rt.kc._kernels}
+                rope = "rope_kv_norm_wait_chain_kvq" if norm else "rope_kv_wait_chain_kvq"
+                assert {rope, "attention_dec_chain_wait_kvq"} <= names
+                assert sum(op.kind == "attention" for op, _ in rt.chains[key]) == rt.cfg.n_layer
+    assert np.array_equal(got["0"], got["1"])
+    assert barriers["1"] <= barriers["0"] - 4 * 2
+
+
 def test_chain_nowait_drops_only_the_named_edges(synthetic_model, monkeypatch):
     """LLAMAVK_CHAIN_NOWAIT (bench_decode_ab.py --no-wait, timing only): the consumers of the named
     producers (g: the gate/up pair) wait for 0 workgroups, every other chained consumer for its

@@ -149,20 +149,27 @@ def test_rope_kv_with_head_norms_equals_norm_then_rope_kv(dev, neox, hd, freqs, 
     np.testing.assert_array_equal(v1[rows], v2[rows])
 
 
+@pytest.mark.parametrize("kv", [("f16", "f16"), ("q8_0", "q4_0")])
 @pytest.mark.parametrize("norm", [True, False])
 @pytest.mark.parametrize("n_past,n_head,n_head_kv,hd,n_splits,attn_signals", [
     (5, 8, 2, 64, None, False),      # the first block holds row n_past: its loads after the wait
     (90, 16, 2, 128, 3, True),       # 8 GQA heads (two row blocks), splits, early first-block loads
     (40, 4, 4, 64, 1, True),
 ])
-def test_attention_waiting_for_rope_kv_equals_the_barrier(dev, norm, n_past, n_head, n_head_kv, hd, n_splits,
+def test_attention_waiting_for_rope_kv_equals_the_barrier(dev, kv, norm, n_past, n_head, n_head_kv, hd, n_splits,
                                                           attn_signals):
     """The decode attention recorded without a barrier after a signalling rope_kv, waiting for its
     count in the shader (edge k: rope_kv.comp CHAIN, attention_decode.comp WAIT), writes what the
-    two with a barrier between them write; every rope_kv workgroup counts (llvmpipe runs dispatches
-    one after another, so there the wait is met at once: the GPU runs check the overlap)."""
+    two with a barrier between them write, over f16 or quantized caches; every rope_kv workgroup
+    counts (llvmpipe runs dispatches one after another, so there the wait is met at once: the GPU
+    runs check the overlap)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    from llamavk import kv_cache
     from llamavk.kernels.attention import attention
     from llamavk.kernels.chain import ChainCounters
+    from llamavk.kv_cache import KVTypes
 
     n_ctx, eps = 256, 1e-6
     kc = KernelCache(dev)
@@ -170,32 +177,44 @@ def test_attention_waiting_for_rope_kv_equals_the_barrier(dev, norm, n_past, n_h
     q = (rng.standard_normal(n_head * hd) * 3).astype(np.float32)
     k = rng.standard_normal(n_head_kv * hd).astype(np.float32)
     v = rng.standard_normal(n_head_kv * hd).astype(np.float32)
-    old = np.full((n_ctx, n_head_kv * hd), np.nan, np.float16)
-    old[:n_past] = rng.standard_normal((n_past, n_head_kv * hd)).astype(np.float16)
+    width, kvt = n_head_kv * hd, KVTypes(*kv)
+
+    def old_cache(name):   # rows before n_past filled, the rest NaN (f16) or 0xA5 bytes (blocks)
+        rows = rng.standard_normal((n_past, width)).astype(np.float32)
+        if name == "f16":
+            old = np.full((n_ctx, width), np.nan, np.float16)
+            old[:n_past] = rows
+            return old
+        old = np.full(kv_cache.cache_bytes(name, n_ctx, width), 0xA5, np.uint8)
+        packed = quantize(rows, GGMLQuantizationType[name.upper()]).reshape(-1)
+        old[:packed.size] = packed
+        return old
+    olds = [old_cache(name) for name in kv]
     QN, KN = (View.whole(host(dev, rng.uniform(0.5, 1.5, hd).astype(np.float32))) if norm else None for _ in range(2))
     params = RopeParams(dim=hd, base=10000.0, neox=True)
     step = View.whole(host(dev, np.array([n_past, 1, n_past + 1, 0, 0], np.uint32)))
     outs = []
     for chained in (True, False):
         Q, K, V = host(dev, q), host(dev, k), host(dev, v)
-        caches = [host(dev, old) for _ in range(2)]
+        caches = [host(dev, old) for old in olds]
         out = host(dev, np.full(n_head * hd, np.nan, np.float32))
         counters = ChainCounters(kc, 2)
         seq = CommandSequence(dev).begin()
         counters.begin(seq)
         sig = counters.signal() if chained else None
         n = rope_kv(seq, kc, View.whole(Q), View.whole(K), View.whole(V), View.whole(caches[0]), View.whole(caches[1]),
-                    step, 1, n_head, n_head_kv, hd, params, n_ctx, q_norm=QN, k_norm=KN, eps=eps, signal=sig)
+                    step, 1, n_head, n_head_kv, hd, params, n_ctx, q_norm=QN, k_norm=KN, eps=eps, kv_types=kvt,
+                    signal=sig)
         assert (n > 0) == chained
         attention(seq, kc, View.whole(Q), View.whole(caches[0]), View.whole(caches[1]), View.whole(out), step, 1,
                   n_head, n_head_kv, hd, n_ctx, n_splits=n_splits,
-                  signal=counters.signal() if attn_signals else None,
+                  signal=counters.signal() if attn_signals else None, kv_types=kvt,
                   wait=ChainCounters.wait(sig, n) if chained else None)
         seq.end().run()
         if chained:   # every rope_kv workgroup counted (a GPU would otherwise wait for ever)
             buf, offset, _ = counters.range
             assert np.frombuffer(buf.read(4, offset + 4 * sig.slot), np.uint32)[0] == n
-        outs.append([out.array(np.float32).copy()] + [c.array(np.float16).copy() for c in caches])
+        outs.append([out.array(np.float32).copy()] + [c.array(old.dtype).copy() for c, old in zip(caches, olds)])
     (o1, k1, v1), (o2, k2, v2) = outs
     assert np.isfinite(o1).all()
     np.testing.assert_array_equal(o1, o2)

@@ -111,7 +111,8 @@ ROPE_VARIANTS = [(False, 64, False, False), (True, 64, False, False), (True, 48,
 def test_rope_kv_quantized(dev, kc, types, neox, rope_dim, freqs, norm):
     """rope_kv with quantized caches (K and V types chosen separately; the qwen3 norm variant too)
     rotates q as the f16 path does and writes caches whose dequantized rows lie within half a
-    quantization step of the f16 path's rows; the rows around stay untouched."""
+    quantization step of the f16 path's rows, v's blocks exactly gguf.quants'; the rows around stay
+    untouched."""
     n_heads, n_kv, hd, n_ctx, n_tokens, n_past, seq_len = 6, 2, 64, 32, 5, 9, 0
     if norm and rope_dim != hd:
         pytest.skip("the norm variant rotates whole heads")
@@ -119,6 +120,7 @@ def test_rope_kv_quantized(dev, kc, types, neox, rope_dim, freqs, norm):
     q = rng.standard_normal((n_tokens, n_heads * hd)).astype(np.float32)
     k = (rng.standard_normal((n_tokens, n_kv * hd)) * 2).astype(np.float32)
     v = rng.standard_normal((n_tokens, n_kv * hd)).astype(np.float32)
+    v[1:4] = special_rows(n_kv * hd, rng)[:3]   # not the tiny block: its f16 scale is 0, no half step
     fr = upload(dev, rng.uniform(1, 4, rope_dim // 2).astype(np.float32)) if freqs else None
     params = RopeParams(dim=rope_dim, base=10000.0, neox=neox, freqs=fr)
     norms = {}
@@ -148,6 +150,10 @@ def test_rope_kv_quantized(dev, kc, types, neox, rope_dim, freqs, norm):
             assert err.max() > 0
         untouched = np.concatenate([rawq[:n_past * rb], rawq[(n_past + n_tokens) * rb:]])
         assert (untouched == 0xA5).all()
+    # v is stored as it comes: its blocks are gguf.quants' bit for bit (the rounding rules' rows too)
+    if types[1] != "f16":
+        rb = kv_cache.row_bytes(types[1], width)
+        np.testing.assert_array_equal(vq[n_past * rb:(n_past + n_tokens) * rb], quant_bytes(v, types[1]))
 
 
 ATTN_CASES = [

@@ -57,7 +57,8 @@ KERNELS = sorted(n for n in build.VARIANTS for prefix in CHAINED
 
 def test_the_kernels_are_found():
     assert {"exchange_reduce", "exchange_reduce_clock", "mul_mv_stream_q4_0", "mul_mv_id_q4_k", "moe_router_f32",
-            "attention_dec_wait_f16", "rope_kv_norm_wait_chain_f32"} <= set(KERNELS)
+            "attention_dec_wait_f16", "rope_kv_norm_wait_chain_f32", "attention_dec_split_wait_kvq",
+            "rope_kv_wait_chain_kvq"} <= set(KERNELS)
 
 
 @pytest.mark.parametrize("name", KERNELS)

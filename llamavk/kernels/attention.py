@@ -201,8 +201,8 @@ def decode_forms(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, 
 def waits_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, kv_types: KVTypes = KVTypes()) -> bool:
     """Whether `attention` with these arguments can wait in its shader for its producer (the rope_kv
     before it, or the Q/K/V products that rotate and store K and V themselves): the decode kernel
-    over f16 caches, one token."""
-    return n_tokens == 1 and not kv_types.quantized and \
+    (f16 or quantized caches), one token."""
+    return n_tokens == 1 and \
         _use_decode_kernel(kc, n_tokens, n_head // max(1, n_head_kv), head_dim)
 
 
@@ -259,8 +259,8 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
                   rows)
         chained = signal is not None and pl.kernel.startswith("attention_dec")
         dec_one = pl.kernel.startswith("attention_dec") and n_tokens == 1
-        if wait is not None and not (dec_one and not kv_types.quantized):
-            raise ValueError("attention: a wait in the shader takes the decode kernel, one token, f16 caches")
+        if wait is not None and not dec_one:
+            raise ValueError("attention: a wait in the shader takes the decode kernel, one token")
         push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
                            scale or 1.0 / math.sqrt(head_dim), window)
         if pl.kernel.startswith("attention_dec"):
@@ -277,7 +277,7 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         if chained:
             name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
         if wait is not None:
-            name = name.replace("_f16", "_wait_f16")
+            name = name.replace("_kvq", "_wait_kvq") if kv_types.quantized else name.replace("_f16", "_wait_f16")
         bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained or wait is not None else "")
         bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
         if pl.n_splits > 1:

@@ -119,14 +119,12 @@ def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: in
     as f16 or, per kv_types, q8_0 / q4_0 blocks (kv_cache.py).
     Equivalent to rope(q), rope(k), kv_store(k), kv_store(v). q_norm, k_norm (float32 [head_dim],
     rope.dim == head_dim): each head of q and k RMS-normed with these weights first (qwen3).
-    signal (a chain.Signal; f16 caches): every workgroup counts itself done there, for the decode
-    attention waiting in its shader (attention_decode.comp WAIT). Returns how many workgroups count
-    (0 without a signal). wait (a chain.Wait; f16 caches): recorded without a barrier after the
-    Q/K/V products that count there, it waits for them in its shader (rope_kv.comp WAIT)."""
+    signal (a chain.Signal): every workgroup counts itself done there, for the decode attention
+    waiting in its shader (attention_decode.comp WAIT). Returns how many workgroups count (0 without
+    a signal). wait (a chain.Wait): recorded without a barrier after the Q/K/V products that count
+    there, it waits for them in its shader (rope_kv.comp WAIT)."""
     if n_tokens <= 0:
         return 0
-    if (signal is not None or wait is not None) and kv_types.quantized:
-        raise ValueError("rope_kv: a chained rope_kv writes f16 caches only")
     if rope.dim % 2 or not 0 < rope.dim <= head_dim:
         raise ValueError(f"rope dim {rope.dim} must be even and at most head_dim {head_dim}")
     half = rope.dim // 2
@@ -145,16 +143,25 @@ def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: in
             raise ValueError("rope_kv: the per-head norm needs rope_dim == head_dim (at most 512 with a "
                              "quantized cache)")
         wg = max(kc.info.subgroup_size or 32, 1 << (half - 1).bit_length())
-        v_items = kv_width // 32 if kv_types.v != "f16" else kv_width
-        groups = (n_heads + n_heads_kv + (v_items + wg - 1) // wg, n_tokens, 1)
+        # a quantized v: 2 wg values a workgroup (rope_kv.comp)
+        v_groups = _ceil(kv_width, 2 * wg if kv_types.v != "f16" else wg)
+        groups = (n_heads + n_heads_kv + v_groups, n_tokens, 1)
         return _dispatch(seq, kc, "rope_kv_norm" + suffix, "r" * (1 + len(freqs)) + "wrrwwrr", (wg,) + types,
                          [_range(step)] + freqs + tensors + [_range(q_norm), _range(k_norm)], groups,
                          push + struct.pack("<f", eps), signal, wait)
-    k_items = kv_width // 32 if kv_types.k != "f16" else n_heads_kv * half + n_heads_kv * (head_dim - rope.dim)
-    v_items = kv_width // 32 if kv_types.v != "f16" else kv_width
-    items = n_heads * half + k_items + v_items
+    k_items = n_heads_kv * half + n_heads_kv * (head_dim - rope.dim)
+    if quant:   # runs of workgroups, each uniform: q pairs, k, v (2 WG values of a quantized cache)
+        n_groups = _ceil(n_heads * half, WG) + _ceil(kv_width, 2 * WG) if kv_types.k != "f16" else \
+            _ceil(n_heads * half, WG) + _ceil(k_items, WG)
+        n_groups += _ceil(kv_width, 2 * WG if kv_types.v != "f16" else WG)
+    else:
+        n_groups = _ceil(n_heads * half + k_items + kv_width, WG)
     return _dispatch(seq, kc, "rope_kv" + suffix, "r" * (1 + len(freqs)) + "wrrww", (WG,) + types,
-                     [_range(step)] + freqs + tensors, ((items + WG - 1) // WG, n_tokens, 1), push, signal, wait)
+                     [_range(step)] + freqs + tensors, (n_groups, n_tokens, 1), push, signal, wait)
+
+
+def _ceil(n: int, d: int) -> int:
+    return (n + d - 1) // d
 
 
 def _dispatch(seq, kc, name: str, bindings: str, spec: tuple, bufs: list, groups: tuple, push: bytes, signal,
@@ -163,8 +170,9 @@ def _dispatch(seq, kc, name: str, bindings: str, spec: tuple, bufs: list, groups
     (the counters bound last; the signal's slot, then the wait's slot and count pushed last). Returns
     the workgroups that count (0: none)."""
     if signal is not None or wait is not None:
-        name = name.replace("_f32", ("_wait" if wait is not None else "") + ("_chain" if signal is not None else "")
-                            + "_f32")
+        tail = "_kvq" if name.endswith("_kvq") else "_f32"
+        name = name[:-len(tail)] + ("_wait" if wait is not None else "") + ("_chain" if signal is not None else "") \
+            + tail
         bindings += "w"
         bufs = bufs + [(signal or wait).counters]
         push += (struct.pack("<I", signal.slot) if signal is not None else b"") + \
