@@ -9,7 +9,8 @@ naming the device, the bytes needed and free, and what to change (-c, -ts, -sm, 
   and the DeltaNet layers' recurrent state, the
   activation arena (planned over the unfused graph; the fused plans of llama-like and MoE graphs fit in it,
   a hybrid's can need a few per cent more: tiny qwen35 51,712 against 49,664 bytes) and the
-  logits buffers, and on coopmat2 devices the f16 scratch of prompt products dequantized first.
+  logits buffers, and on coopmat2 devices the f16 scratch of prompt products dequantized first; with a
+  quantized KV cache on cooperative-matrix devices, the f16 copies of one layer's K and V rows.
   Small buffers (step parameters, token ids, staging, mixture-of-experts scratch) are left out.
 - `free_memory` reads what each physical device has free now: VK_EXT_memory_budget where the driver
   has it (budget - usage of the device-local heaps), else the device-local heap size. Software devices
@@ -133,6 +134,9 @@ def estimate_device_need(model_file, graphs: dict, n_ctx: int, n_ubatch: int, de
     kv_types = kv_types or KVTypes()
     kv = sum(kv_types.layer_bytes(n_ctx, width) for width in kv_layers.values())     # K and V
     kv += recurrent_state_bytes(graphs)
+    if kv_types.quantized and (getattr(device, "features", None) or {}).get("coopmat", False) and kv_layers:
+        # prompt attention's f16 copies of one layer's K and V rows (attention.coop_over_f16_copies)
+        kv += 2 * n_ctx * max(kv_layers.values()) * 2
     arena = max((plan_activations(g, n_ubatch).arena_bytes for g in graphs.values()), default=0)
     logits = graphs["last"].logits if "last" in graphs else None
     n_logits = logits.width if logits is not None else 0

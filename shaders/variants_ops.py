@@ -33,6 +33,8 @@ VARIANTS = {
     "kv_store_f16": ("kv_store.comp", {}),
     # quantized KV cache (q8_0 / q4_0: specialization constant 1)
     "kv_store_q": ("kv_store.comp", {"KV_QUANT": "1"}),
+    # a quantized cache's rows as f16, for prompt attention on cooperative matrices
+    "kv_dequant_f16": ("kv_dequant.comp", {}),
     "attention_f16_br4": ("attention.comp", {"BR": "4"}),
     "attention_f16_br8": ("attention.comp", {"BR": "8"}),
     "attention_split_f16_br4": ("attention.comp", {"BR": "4", "SPLIT": "1"}),

@@ -12,7 +12,8 @@ from gguf.quants import dequantize, quantize
 
 from llamavk import kv_cache
 from llamavk.kernels import KernelCache, View
-from llamavk.kernels.attention import attention, kv_store, plan
+from llamavk.kernels.attention import attention, coop_over_f16_copies, kv_store, plan
+from llamavk.kernels.selection import has_coopmat
 from llamavk.kernels.rope import RopeParams, rope_kv
 from llamavk.kv_cache import KVTypes
 
@@ -180,7 +181,9 @@ ATTN_PARAMS = [(("q8_0", "q8_0"),) + c for c in ATTN_CASES] + \
 @pytest.mark.parametrize("types,n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,n_splits", ATTN_PARAMS)
 def test_attention_quantized_cache(dev, kc, types, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
     """Attention reading quantized caches directly equals numpy attention over the dequantized
-    caches (the decode kernel holds dequantized values as f16, so its reference rounds them so)."""
+    caches (the decode kernel holds dequantized values as f16, so its reference rounds them so); on
+    devices with cooperative matrices, a prompt an f16 cache would run there runs the cooperative-
+    matrix kernel over f16 copies of the rows (rounded so; that kernel's f16 tolerance)."""
     kvt = KVTypes(*types)
     n_kv = n_past + n_tokens
     width = n_head_kv * hd
@@ -202,10 +205,42 @@ def test_attention_quantized_cache(dev, kc, types, n_tokens, n_past, n_head, n_h
     kref, vref = caches[0][1], caches[1][1]
     pl = plan(kc, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits, kv_types=kvt)
     assert "kvq" in pl.kernel
-    if pl.kernel.startswith("attention_dec"):
+    copies = coop_over_f16_copies(kc, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits, kv_types=kvt)
+    # where an f16 cache would take the cooperative-matrix kernel (none on llvmpipe)
+    assert copies == plan(kc, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits).kernel.startswith("attention_coop")
+    assert not copies or has_coopmat(kc)
+    if pl.kernel.startswith("attention_dec") or copies:
         kref, vref = kref.astype(np.float16), vref.astype(np.float16)
     ref = ref_attention(q, kref, vref, n_past, n_head, n_head_kv, hd)
-    np.testing.assert_allclose(mem, ref, rtol=1e-4, atol=5e-5)
+    tol = dict(rtol=4e-3, atol=4e-3) if copies else dict(rtol=1e-4, atol=5e-5)   # tests/test_kernels_ops.py attn_tol
+    np.testing.assert_allclose(mem, ref, **tol)
+
+
+@pytest.mark.parametrize("name", list(QTYPES))
+def test_f16_copies_of_a_quantized_cache(dev, kc, monkeypatch, name):
+    """kv_dequant.comp: rows 0 .. n_kv of a quantized cache as f16 (gguf.quants' values rounded to f16),
+    by one workgroup looping over them (the grid's cap)."""
+    from llamavk.kernels import attention as attn
+    from llamavk.kernels.attention import _f16_copies
+
+    monkeypatch.setattr(attn, "KV_COPY_GROUPS", 1)
+
+    n_ctx, width, n_kv = 64, 96, 41
+    rng = np.random.default_rng(len(name))
+    x = rng.standard_normal((n_kv, width)).astype(np.float32) * 3
+    raw = np.full(kv_cache.cache_bytes(name, n_ctx, width), 0xA5, dtype=np.uint8)
+    data = quant_bytes(x, name)
+    raw[:data.size] = data
+    step, smem = step_buffer(dev)
+    set_step(smem, n_kv - 5, 5)
+    got = {}
+    run(dev, lambda s: got.setdefault("ranges", _f16_copies(s, kc, upload(dev, raw), upload(dev, raw), step, width,
+                                                           n_ctx, KVTypes(name, name))))
+    want = dequant_rows(raw, name, n_kv, width).astype(np.float16)
+    for buf, offset, nbytes in got["ranges"]:
+        assert nbytes == n_ctx * width * 2
+        rows = np.frombuffer(buf.read(n_kv * width * 2, offset), np.float16).reshape(n_kv, width)
+        np.testing.assert_allclose(rows.astype(np.float32), want.astype(np.float32), rtol=2.0 ** -10, atol=0)
 
 
 def test_quantized_cache_needs_whole_blocks_per_head(dev, kc):

@@ -54,6 +54,33 @@ def test_logits_match_reference_with_quantized_cache(synthetic_model, arch, qtyp
     assert greedy == want_tokens
 
 
+def test_prompt_attention_over_f16_copies(synthetic_model, monkeypatch):
+    """Where the device has cooperative matrices, a prompt over a q8_0 cache runs that kernel over
+    f16 copies of the rows (attention.coop_over_f16_copies, kv_dequant.comp): all-token logits of a
+    100-token prompt and 4 greedy tokens as the reference's with the same cache types (the bound above),
+    and within that of the flash kernel's (LLAMAVK_ATTN_KVQ_COPY=0). Devices without skip (llvmpipe)."""
+    from llamavk.kernels.selection import has_coopmat
+
+    path = synthetic_model("llama", "q8_0", n_embd=256, n_head=4, n_head_kv=2)   # head_dim 64
+    tokens = [int(t) for t in np.random.default_rng(8).integers(0, 500, 100)]
+    types = dict(type_k="q8_0", type_v="q8_0")
+    ref = ReferenceModel(load_model_file(path), "q8_0", "q8_0").logits(tokens)
+    want = list(ReferenceModel(load_model_file(path), "q8_0", "q8_0").generate_greedy(tokens[:80], 4))
+    got = {}
+    monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", "1")   # prompts of 100 tokens fill no GPU: one split, as long ones
+    for copy in ("1", "0"):
+        monkeypatch.setenv("LLAMAVK_ATTN_KVQ_COPY", copy)
+        with quiet(path, n_ctx=256, n_ubatch=128, **types) as m:
+            if not has_coopmat(m.runtime.kc):
+                pytest.skip(f"{m.runtime.device.info.name} has no cooperative matrices")
+            got[copy] = m.logits(tokens, all=True)
+            assert list(m.generate(tokens[:80], n=4, temp=0)) == want
+            assert ("kv_dequant_f16" in {name for name, _ in m.runtime.kc._kernels}) == (copy == "1")
+    tol = 0.003 * np.abs(ref).max()
+    assert np.abs(got["1"] - ref).max() <= tol
+    assert np.abs(got["1"] - got["0"]).max() <= tol
+
+
 def test_quantized_cache_is_not_the_f16_cache(synthetic_model):
     """The types reach the kernels: q4_0 logits differ from f16's by more than rounding (and lie
     closer to the q4_0 reference than to the f32 one)."""

@@ -180,3 +180,21 @@ def test_estimate_counts_the_recurrent_state(synthetic_model, dev):
     est = estimate_device_need(f, graphs, 96, 16, dev)
     rt = DeviceRuntime(f, dev, 96, 16, graphs)
     assert rt.state_bytes() > 0 and est.kv == rt.kv_bytes() + rt.state_bytes()
+
+
+def test_estimate_counts_the_f16_copies_of_a_quantized_cache(synthetic_model, dev):
+    """On a device with cooperative matrices, a quantized cache's prompt attention dequantizes one layer's
+    K and V rows into f16 copies (attention.coop_over_f16_copies): the estimate counts them (n_ctx rows
+    of the widest layer, K and V, 2 bytes a value); an f16 cache or a device without those matrices not."""
+    from llamavk.kv_cache import KVTypes
+    from llamavk.models import build_graph, load_model_file
+
+    f = load_model_file(synthetic_model("llama", "q8_0", head_dim=32))
+    graphs = {"last": build_graph(f.config)}
+    coop = type("CoopDevice", (), {"name": dev.name, "info": dev.info, "features": {"coopmat": True}})()
+    plain = type("PlainDevice", (), {"name": dev.name, "info": dev.info, "features": {}})()
+    q8 = KVTypes("q8_0", "q8_0")
+    width = f.config.n_head_kv * f.config.head_dim
+    extra = estimate_device_need(f, graphs, 96, 16, coop, q8).kv - estimate_device_need(f, graphs, 96, 16, plain, q8).kv
+    assert extra == 2 * 96 * width * 2
+    assert estimate_device_need(f, graphs, 96, 16, coop).kv == estimate_device_need(f, graphs, 96, 16, plain).kv

@@ -9,7 +9,8 @@ the shader from n_kv at execution time, so the recording stays valid as the cach
 steps and other batches of at most 4 query rows per KV head use a kernel shaped for latency
 (shaders/attention_decode.comp: blocks of 32 positions, the next block's loads in flight during
 this one's arithmetic, no block-wide softmax reductions). Prompts with one split run on cooperative
-matrices where the device has them (shaders/attention_coop.comp, selection.attention_coop_ok).
+matrices where the device has them (shaders/attention_coop.comp, selection.attention_coop_ok); over
+a quantized cache, each layer's K and V rows are dequantized into f16 copies for it first.
 
 Attention sinks (gpt-oss: `sinks`): one f32 logit per query head joins each row's softmax as one more
 key of value 0, once (by the merge where several splits are active), unscaled. They run the
@@ -37,11 +38,12 @@ import numpy as np
 from .. import kv_cache
 from ..kv_cache import KVTypes
 from ..vk import Buffer
-from . import filled_buffer
+from . import filled_buffer, groups_2d
 from .norm import _range
 from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok, decode_attention_rows, device_kind
 
 KV_WG = 256
+KV_COPY_GROUPS = 1024  # workgroups of kv_dequant.comp at most (each loops over the rows)
 ATTN_WG = 128          # workgroup size = KV positions per block of attention.comp
 DEC_BLOCK = ATTN_WG // 4   # KV positions per block of attention_decode.comp (4 lanes per K row)
 MAX_SPLITS = 128      # splits per (row block, KV head) at most: the merge folds them one after another
@@ -139,9 +141,10 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
     (arguments as for `attention`). Sliding-window layers (window > 0) never take the
     cooperative-matrix kernel: its window gave wrong rows on an H100 (tests/test_gemma3.py's
     70-token windowed cases), so they run the flash kernel, checked there and on llvmpipe.
-    Quantized caches neither: the cooperative-matrix kernel reads f16 only (its quantized variant
-    could not be tested on llvmpipe), so they run the flash kernels' KV_QUANT variants (`_kvq`
-    names, the K and V types as specialization constants 2 and 3). `decode_rows`: the decode
+    Quantized caches neither: the cooperative-matrix kernel reads f16 only, so the plan for them is
+    the flash kernels' KV_QUANT variants (`_kvq` names, the K and V types as specialization
+    constants 2 and 3); `attention` instead runs the cooperative-matrix kernel over f16 copies of
+    their rows where an f16 cache would take it (coop_over_f16_copies). `decode_rows`: the decode
     kernel's query rows per workgroup for one token (1, 2 or 4: decode_forms)."""
     if head_dim % 4 or head_dim // 4 > ATTN_WG:
         raise ValueError(f"attention: head_dim {head_dim} must be a multiple of 4 and at most {4 * ATTN_WG}")
@@ -198,6 +201,40 @@ def decode_forms(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, 
     return [(rows, 0, 0xFFFFFFFF)] if span <= limit else [(rows, 0, limit), (4, limit + 1, 0xFFFFFFFF)]
 
 
+def coop_over_f16_copies(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, span: int,
+                         n_splits: int | None = None, min_chunk: int | None = None, window: int = 0,
+                         kv_types: KVTypes = KVTypes()) -> bool:
+    """Whether `attention` over these quantized caches dequantizes their rows 0 .. n_kv into f16 copies
+    first (shaders/kv_dequant.comp, one copy of K and V shared by every layer) and runs the cooperative-
+    matrix prompt kernel over them: where an f16 cache would take that kernel. Why: the flash kernel's
+    quantized variant, what else runs, read pp512 at d4096 at 0.40x llama.cpp's (H200, 7.2B Q4_0, q8_0
+    K and V); the copy costs a pass over the rows per layer. LLAMAVK_ATTN_KVQ_COPY=0: the flash kernel."""
+    return kv_types.quantized and os.environ.get("LLAMAVK_ATTN_KVQ_COPY", "1") != "0" and plan(
+        kc, n_tokens, n_head, n_head_kv, head_dim, span, n_splits, min_chunk, window).kernel.startswith(
+        "attention_coop")
+
+
+def _f16_copies(seq, kc, k_cache, v_cache, step, width: int, n_ctx: int, kv_types: KVTypes) -> tuple:
+    """Record the f16 copies of rows 0 .. n_kv of both caches (then a barrier); their ranges. Sized
+    for the largest (n_ctx, width) recorded on this device, shared by every layer and step (the
+    sequence's barriers order the reuse)."""
+    nbytes = n_ctx * width * 2
+    bufs = kc.shared("kv f16 copies", (n_ctx, width), lambda: (Buffer(kc.device, nbytes), Buffer(kc.device, nbytes)))
+    # a capped grid looping over the rows: a grid for n_ctx rows would be mostly workgroups past n_kv
+    groups = min(-(-(n_ctx * width // 8) // KV_WG), KV_COPY_GROUPS)
+    out = []
+    for cache, name, buf in ((k_cache, kv_types.k, bufs[0]), (v_cache, kv_types.v, bufs[1])):
+        if name == "f16":
+            out.append(cache)
+            continue
+        kernel = kc.get("kv_dequant_f16", "rrw", push_size=8, spec=(KV_WG, kv_cache.type_code(name)))
+        seq.dispatch(kernel, [_range(cache), _range(step), (buf, 0, nbytes)], groups_2d(groups),
+                     struct.pack("<2I", width, n_ctx))
+        out.append((buf, 0, nbytes))
+    seq.barrier()
+    return tuple(out)
+
+
 def waits_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, kv_types: KVTypes = KVTypes()) -> bool:
     """Whether `attention` with these arguments can wait in its shader for its producer (the rope_kv
     before it, or the Q/K/V products that rotate and store K and V themselves): the decode kernel
@@ -211,6 +248,8 @@ def writes_f16_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int,
     """Whether `attention` with these arguments can write its output as f16 (out_f16): the
     cooperative-matrix prompt kernel can."""
     span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
+    if coop_over_f16_copies(kc, n_tokens, n_head, n_head_kv, head_dim, span, window=window, kv_types=kv_types):
+        return True
     return plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, window=window,
                 kv_types=kv_types).kernel.startswith("attention_coop")
 
@@ -252,6 +291,11 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     # a sliding window: the split grid is sized for the positions the batch can see (n_kv - base in
     # attention_split.glsl: window + n_tokens - 1 at most), not for the context
     span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
+    if signal is None and wait is None and coop_over_f16_copies(kc, n_tokens, n_head, n_head_kv, head_dim, span,
+                                                                n_splits, min_chunk, window, kv_types):
+        k16, v16 = _f16_copies(seq, kc, k_cache, v_cache, step, n_head_kv * head_dim, n_ctx, kv_types)
+        return attention(seq, kc, q, k16, v16, out, step, n_tokens, n_head, n_head_kv, head_dim, n_ctx, n_splits,
+                         min_chunk, scale=scale, window=window, out_f16=out_f16, sinks=sinks)
     counted = 0
     for i, (rows, kv_lo, kv_hi) in enumerate(decode_forms(kc, n_tokens, n_head, n_head_kv, head_dim, span)):
         # a form for short contexts splits only the positions it works on (its grid no larger)
