@@ -514,7 +514,7 @@ class DeviceRuntime:
                 if op.attrs.get("rope"):
                     qn, kn = op.attrs.get("q_norm"), op.attrs.get("k_norm")
                     rope_signal = counters.signal() if "k" in edges and attn_k.waits_ok(
-                        kc, n_tokens, n_head, n_head_kv, cfg.head_dim, self.kv_types) else None
+                        kc, n_tokens, n_head, n_head_kv, cfg.head_dim) else None
                     n_rope = rope.rope_kv(seq, kc, act(q), act(kt), act(vt), View.whole(kcache), View.whole(vcache),
                                           step, n_tokens, n_head, n_head_kv, cfg.head_dim, self.rope_of(op.layer),
                                           self.n_ctx, q_norm=vec(qn) if qn is not None else None,
@@ -653,14 +653,13 @@ class DeviceRuntime:
     def _qkv_signals(self, ops, counters) -> dict:
         """Edge q (kernels/chain.py): for each one-token attention right after the stream products
         writing its q, k and v, those products' ids -> (one shared signal, id(attention)). Its rope_kv
-        (f16 caches) then waits in its shader for all three; where the products rotate and store K and
+        (f16 or quantized caches) then waits in its shader for all three; where the products rotate and store K and
         V themselves (kv_stored), the decode attention does."""
         out = {}
         cfg = self.cfg
         for i, op in enumerate(ops):
             stored = op.kind == "attention" and op.attrs.get("kv_stored") and attn_k.waits_ok(
-                self.kc, 1, op.attrs.get("n_head", cfg.n_head), op.attrs.get("n_head_kv", cfg.n_head_kv), cfg.head_dim,
-                self.kv_types)
+                self.kc, 1, op.attrs.get("n_head", cfg.n_head), op.attrs.get("n_head_kv", cfg.n_head_kv), cfg.head_dim)
             if op.kind != "attention" or not (op.attrs.get("rope") or stored) or i < 3:
                 continue
             prods = ops[i - 3:i]

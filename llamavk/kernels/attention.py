@@ -235,7 +235,7 @@ def _f16_copies(seq, kc, k_cache, v_cache, step, width: int, n_ctx: int, kv_type
     return tuple(out)
 
 
-def waits_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, kv_types: KVTypes = KVTypes()) -> bool:
+def waits_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int) -> bool:
     """Whether `attention` with these arguments can wait in its shader for its producer (the rope_kv
     before it, or the Q/K/V products that rotate and store K and V themselves): the decode kernel
     (f16 or quantized caches), one token."""

@@ -151,9 +151,9 @@ def rope_kv(seq, kc, q, k, v, k_cache, v_cache, step, n_tokens: int, n_heads: in
                          push + struct.pack("<f", eps), signal, wait)
     k_items = n_heads_kv * half + n_heads_kv * (head_dim - rope.dim)
     if quant:   # runs of workgroups, each uniform: q pairs, k, v (2 WG values of a quantized cache)
-        n_groups = _ceil(n_heads * half, WG) + _ceil(kv_width, 2 * WG) if kv_types.k != "f16" else \
-            _ceil(n_heads * half, WG) + _ceil(k_items, WG)
-        n_groups += _ceil(kv_width, 2 * WG if kv_types.v != "f16" else WG)
+        k_groups = _ceil(kv_width, 2 * WG) if kv_types.k != "f16" else _ceil(k_items, WG)
+        v_groups = _ceil(kv_width, 2 * WG) if kv_types.v != "f16" else _ceil(kv_width, WG)
+        n_groups = _ceil(n_heads * half, WG) + k_groups + v_groups
     else:
         n_groups = _ceil(n_heads * half + k_items + kv_width, WG)
     return _dispatch(seq, kc, "rope_kv" + suffix, "r" * (1 + len(freqs)) + "wrrww", (WG,) + types,
