@@ -424,7 +424,8 @@ ATTN_CASES = [
 @pytest.mark.parametrize("n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,n_splits", ATTN_CASES + [
     # many active splits (n_splits given: chunks of one 32-position block), merged 4 splits' loads at a time
     (1, 1200, 8, 2, 128, 1280, 40),   # 38 active splits: 4 batches and a tail
-    (3, 1000, 4, 4, 64, 1024, 64)])   # 3 tokens, n_splits capped at n_ctx / 32: 32 active splits
+    (3, 1000, 4, 4, 64, 1024, 64),    # 3 tokens, n_splits capped at n_ctx / 32: 32 active splits
+    (1, 3000, 8, 2, 64, 4096, 128)])   # 94 active splits (128 recorded, the most a merge takes)
 def test_attention(dev, kc, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
     n_kv = n_past + n_tokens
     k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 13 + hd)
@@ -656,7 +657,7 @@ def test_attention_decode_rows_per_workgroup(dev, kc, monkeypatch, rows):
     br, _, limit = rows.partition(":")
     forms = decode_forms(kc, 1, 8, 1, 64, 512)
     assert forms == ([(int(br), 0, 0xFFFFFFFF)] if br == "4" or not limit else
-                     [(int(br), 0, int(limit)), (4, int(limit) + 1, 0xFFFFFFFF)])
+                     [(4, int(limit) + 1, 0xFFFFFFFF), (int(br), 0, int(limit))])
     pl = plan(kc, 1, 8, 1, 64, 512, decode_rows=int(br))
     assert pl.kernel.startswith("attention_dec") and pl.grid[0] == 8 // int(br) and pl.spec[-1] == int(br)
     assert plan(kc, 1, 8, 1, 64, 4224, decode_rows=int(br)).n_splits == plan(kc, 1, 8, 1, 64, 4224).n_splits
