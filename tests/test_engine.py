@@ -176,12 +176,15 @@ def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, q
     assert np.abs(got["1"] - ref).max() <= 0.003 * np.abs(ref).max()
 
 
-@pytest.mark.parametrize("norm", [False, True])
-def test_chained_one_token_steps_with_a_quantized_cache_match_unchained(synthetic_model, monkeypatch, norm):
+@pytest.mark.parametrize("norm,rows", [(False, "4"), (True, "4"), (False, "1:8")])
+def test_chained_one_token_steps_with_a_quantized_cache_match_unchained(synthetic_model, monkeypatch, norm, rows):
     """A q8_0 K / q4_0 V cache keeps the rope_kv dispatch (the products store f16 only); chained, it waits
     in its shader for the Q/K/V products and the decode attention for it (edges q and k), as with f16
-    caches: the unchained logits bit for bit, fewer barriers. norm: qwen3's per-head norms (rope_kv_norm)."""
+    caches: the unchained logits bit for bit, fewer barriers, every producer's counter at its workgroup
+    count. norm: qwen3's per-head norms (rope_kv_norm). rows "1:8": the 1-row form up to n_kv 8 recorded
+    first and the 4-row form beyond it, each idle form's workgroups counted in bulk."""
     chainable_stream_kernel(monkeypatch)
+    monkeypatch.setenv("LLAMAVK_ATTN_ROWS", rows)
     path = synthetic_model("qwen3" if norm else "llama", "q4_0", n_embd=128, n_head=4, n_head_kv=2)
     tokens = [int(t) for t in np.random.default_rng(4).integers(0, 500, 10)]
     got, barriers = {}, {}
@@ -197,6 +200,8 @@ def test_chained_one_token_steps_with_a_quantized_cache_match_unchained(syntheti
                 rope = "rope_kv_norm_wait_chain_kvq" if norm else "rope_kv_wait_chain_kvq"
                 assert {rope, "attention_dec_chain_wait_kvq"} <= names
                 assert sum(op.kind == "attention" for op, _ in rt.chains[key]) == rt.cfg.n_layer
+                words = np.frombuffer(rt.chains[key][0][1].counters[0].read(), dtype=np.uint32)
+                assert all(words[w.slot] == w.n > 0 for _, w in rt.chains[key])
     assert np.array_equal(got["0"], got["1"])
     assert barriers["1"] <= barriers["0"] - 4 * 2
 

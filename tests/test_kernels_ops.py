@@ -13,6 +13,7 @@ from llamavk.kernels import STEP_WORDS, KernelCache, View
 from llamavk.kernels.attention import (ATTN_WG, DEC_BLOCK, MAX_SPLITS, attention, decode_forms, kv_store, plan,
                                       split_plan)
 from llamavk.kernels.selection import has_coopmat
+from llamavk.kv_cache import KVTypes
 from llamavk.kernels.elementwise import add, add_bias, swiglu
 from llamavk.kernels.norm import rms_norm
 from llamavk.kernels.rope import RopeParams, rope
@@ -658,6 +659,8 @@ def test_attention_decode_rows_per_workgroup(dev, kc, monkeypatch, rows):
     forms = decode_forms(kc, 1, 8, 1, 64, 512)
     assert forms == ([(int(br), 0, 0xFFFFFFFF)] if br == "4" or not limit else
                      [(4, int(limit) + 1, 0xFFFFFFFF), (int(br), 0, int(limit))])
+    # over a quantized cache the short-context form is recorded first
+    assert decode_forms(kc, 1, 8, 1, 64, 512, KVTypes("q8_0", "f16")) == (forms if len(forms) == 1 else forms[::-1])
     pl = plan(kc, 1, 8, 1, 64, 512, decode_rows=int(br))
     assert pl.kernel.startswith("attention_dec") and pl.grid[0] == 8 // int(br) and pl.spec[-1] == int(br)
     assert plan(kc, 1, 8, 1, 64, 4224, decode_rows=int(br)).n_splits == plan(kc, 1, 8, 1, 64, 4224).n_splits

@@ -187,21 +187,26 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
                          (n_rb, n_head_kv, n_splits), n_splits, min_chunk, spec)
 
 
-def decode_forms(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, span: int) -> list:
+def decode_forms(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, span: int,
+                 kv_types: KVTypes = KVTypes()) -> list:
     """[(rows per workgroup, first n_kv, last n_kv)]: the decode kernel's forms a step records, each
     working for its range of n_kv (attention_decode.comp kv_lo / kv_hi) -- one token: 1 row per
     workgroup up to selection.decode_attention_rows' limit, 4 beyond it (only the first where `span`,
-    the positions the step can see, stays within it); else one 4-row form. The 4-row form is recorded
-    first: the idle form's workgroups (they leave at once) are launched before the working form's,
-    and the 1-row form's grid is 4x the other's (H200, 7.2B Q4_0 f16 cache, tg128 at d2048 / d4096:
-    the 4-row form behind the idle 1-row one 388 / 372 t/s, alone 416 / 397)."""
+    the positions the step can see, stays within it); else one 4-row form. The form recorded first
+    runs 2-4% faster in its range than behind the other's idle workgroups (they leave at once, but
+    are launched first): over an f16 cache the 4-row form goes first (H200, 7.2B Q4_0, tg128 at d2048 /
+    d4096 +2.5-7% / +3-4%, shorter contexts unchanged), over a quantized one the 1-row form (q8_0 at
+    d0 / d1024 +1.5-3.4% / +1.7-2.8%, d4096 unchanged; three calls, in alternation)."""
     every = [(4, 0, 0xFFFFFFFF)]
     if n_tokens != 1 or not _use_decode_kernel(kc, 1, n_head // max(1, n_head_kv), head_dim):
         return every
     rows, limit = decode_attention_rows(kc)
     if rows == 4:
         return every
-    return [(rows, 0, 0xFFFFFFFF)] if span <= limit else [(4, limit + 1, 0xFFFFFFFF), (rows, 0, limit)]
+    if span <= limit:
+        return [(rows, 0, 0xFFFFFFFF)]
+    short, long = (rows, 0, limit), (4, limit + 1, 0xFFFFFFFF)
+    return [short, long] if kv_types.quantized else [long, short]
 
 
 def coop_over_f16_copies(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, span: int,
@@ -300,7 +305,8 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         return attention(seq, kc, q, k16, v16, out, step, n_tokens, n_head, n_head_kv, head_dim, n_ctx, n_splits,
                          min_chunk, scale=scale, window=window, out_f16=out_f16, sinks=sinks)
     counted = 0
-    for i, (rows, kv_lo, kv_hi) in enumerate(decode_forms(kc, n_tokens, n_head, n_head_kv, head_dim, span)):
+    for i, (rows, kv_lo, kv_hi) in enumerate(decode_forms(kc, n_tokens, n_head, n_head_kv, head_dim, span,
+                                                                         kv_types)):
         # a form for short contexts splits only the positions it works on (its grid no larger)
         pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, min(span, kv_hi), n_splits, min_chunk, window, kv_types,
                   rows)
