@@ -81,8 +81,8 @@ layout(std430, binding = 7) coherent buffer Count { uint counter[]; }; // [n_row
 shared bool is_last;
 #endif
 #if defined(CHAIN) || defined(WAIT)
-// CHAIN: every workgroup counts itself done on chain[p.chain_slot] once its stores are visible, so
-// that the next dispatch (the output projection, recorded without a barrier) can wait for the whole
+// CHAIN: every workgroup counts itself done on chain[p.chain_slot] once its stores are visible (those
+// with no work in bulk: attend()), so that the next dispatch (the output projection, recorded without a barrier) can wait for the whole
 // grid in its shader (matvec_stream.comp WAIT) instead of behind a pipeline barrier.
 // WAIT: one lane polls chain[p.wait_slot] until the producer's p.wait_n workgroups have counted; the
 // first block's K/V loads go before the wait where that block holds no row it writes (row n_past).

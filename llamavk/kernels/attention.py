@@ -305,8 +305,8 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         return attention(seq, kc, q, k16, v16, out, step, n_tokens, n_head, n_head_kv, head_dim, n_ctx, n_splits,
                          min_chunk, scale=scale, window=window, out_f16=out_f16, sinks=sinks)
     counted = 0
-    for i, (rows, kv_lo, kv_hi) in enumerate(decode_forms(kc, n_tokens, n_head, n_head_kv, head_dim, span,
-                                                                         kv_types)):
+    forms = decode_forms(kc, n_tokens, n_head, n_head_kv, head_dim, span, kv_types)
+    for i, (rows, kv_lo, kv_hi) in enumerate(forms):
         # a form for short contexts splits only the positions it works on (its grid no larger)
         pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, min(span, kv_hi), n_splits, min_chunk, window, kv_types,
                   rows)
