@@ -82,8 +82,9 @@ shared bool is_last;
 #endif
 #if defined(CHAIN) || defined(WAIT)
 // CHAIN: every workgroup counts itself done on chain[p.chain_slot] once its stores are visible (those
-// with no work in bulk: attend()), so that the next dispatch (the output projection, recorded without a barrier) can wait for the whole
-// grid in its shader (matvec_stream.comp WAIT) instead of behind a pipeline barrier.
+// with no work in bulk: attend()), so that the next dispatch (the output projection, recorded without a
+// barrier) can wait for the whole grid in its shader (matvec_stream.comp WAIT) instead of behind a
+// pipeline barrier.
 // WAIT: one lane polls chain[p.wait_slot] until the producer's p.wait_n workgroups have counted; the
 // first block's K/V loads go before the wait where that block holds no row it writes (row n_past).
 #ifdef SPLIT
@@ -154,9 +155,9 @@ void load_queries(const uint rows_here, const uint orow[BR]) {
 // attend() returns the counts this workgroup adds to the chain's counter (CHAIN): 1 where it worked.
 // Workgroups with no work (the other form's n_kv, or splits past n_kv) add theirs in bulk instead, one
 // atomic for many: workgroup (0, 0, 0) of an idle form its whole grid's, the first split past n_kv of
-// a row block and KV head those of the splits from it on, the others none. Why: one atomic per idle
-// workgroup on one counter serialized ahead of the working ones (H200, 7.2B Q4_0 f16 cache, tg128 at
-// d4096: ~6% of the step with the 1-row form's 512 idle workgroups recorded first).
+// a row block and KV head those of the splits from it on, the others none. Why: up to 512 atomics on
+// the counter the consumer polls become one. (What idle workgroups cost beyond that depends on which
+// form is recorded first: kernels/attention.py decode_forms.)
 uint attend() {
     const uint tid = gl_LocalInvocationID.x;
     const uint kvh = gl_WorkGroupID.y;
