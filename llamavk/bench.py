@@ -425,6 +425,11 @@ def run_test(model, test: BenchTest, reps: int, warmup: bool, rng, say=lambda ms
         if test.n_gen:
             say("warmup generation run")
             decode(model, min(test.n_gen, WARMUP_DECODES), rng, test.n_prompt)
+            # the one-token steps the timed decodes take at their n_kv (a long context's form of the
+            # decode attention is a recording of its own: Runtime.long_context_from)
+            start = test.n_depth + test.n_prompt
+            for n_kv in (start + 1, start + test.n_gen):
+                model.runtime.record_decode(n_kv)
     what = ("prompt+generation" if test.n_prompt and test.n_gen
             else "prompt" if test.n_prompt else "generation")
     samples = []

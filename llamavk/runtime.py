@@ -302,9 +302,11 @@ class DeviceRuntime:
                       list(self.batch_graphs.values()) + list(self.fused.values()) + list(self.fused_one.values())}
         self.arena = Buffer(device, max(p.arena_bytes for p in self.plans.values()))
         phases.mark("activation plans, arena")
-        self.recordings: dict[tuple[str, int, int], list[CommandSequence]] = {}
+        # recorded steps by (graph key, tokens, parameter slot, long_context: record())
+        self.recordings: dict[tuple[str, int, int, bool], list[CommandSequence]] = {}
         # per recording: the producers chained to their consumers without a barrier, and what those wait for
-        self.chains: dict[tuple[str, int, int], list] = {}
+        self.chains: dict[tuple[str, int, int, bool], list] = {}
+        self._long_from: dict[tuple[str, int], int | None] = {}   # long_context_from() by (key, tokens)
         self.host_seconds = 0.0      # Python time spent preparing and submitting steps (not waiting)
 
     @property
@@ -390,13 +392,14 @@ class DeviceRuntime:
     def _view(self, plan: ActivationPlan, t: Tensor, n_tokens: int) -> View:
         return View(self.arena, plan.offsets[t], plan.sizes[t])
 
-    def record(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
+    def record(self, key: str, n_tokens: int, slot: int = 0, long_context: bool = False) -> list[CommandSequence]:
         """Record the step (graph `key`, n_tokens tokens, parameter slot) as command buffers: one,
-        or one per round between exchange points where a split synchronises through the host."""
+        or one per round between exchange points where a split synchronises through the host.
+        long_context: for n_kv past long_context_from (the decode attention's form for long contexts)."""
         graph = self.graph_for(key, n_tokens)
         plan = self.plans[graph]
         cfg, kc = self.cfg, self.kc
-        name = f"{key}[{n_tokens}]#{slot}"
+        name = f"{key}[{n_tokens}]#{slot}" + ("/long" if long_context else "")
         segments = [CommandSequence(self.device, name, profile=self.profile).begin()]
         step = View(self.step, slot * VIEW_ALIGN, VIEW_ALIGN)
         ids = View(self.ids, slot * self.ids_stride, self.ids_stride)
@@ -415,7 +418,8 @@ class DeviceRuntime:
         if counters is not None:
             counters.begin(segments[0])
         pending = None
-        chained = self.chains[(key, n_tokens, slot)] = []   # (producer op, what its consumers wait for)
+        # (producer op, what its consumers wait for)
+        chained = self.chains[(key, n_tokens, slot, long_context)] = []
         # a put whose producer writes my slot itself records nothing: the chain looks through it
         silent = self.comm.direct_puts() if self.comm is not None else set()
         ops = [op for op in graph.ops if op not in silent]
@@ -537,7 +541,8 @@ class DeviceRuntime:
                 n = _write_out(seq, kc, act(op.out), size, f16, lambda out, f16: attn_k.attention(
                     seq, kc, act(q), View.whole(kcache), View.whole(vcache), out, step, n_tokens, n_head, n_head_kv,
                     cfg.head_dim, self.n_ctx, signal=signal, scale=op.attrs.get("scale", 0.0), window=window,
-                    kv_types=self.kv_types, out_f16=f16, wait=attn_wait, sinks=sinks), rows=rows_out) or 0
+                    kv_types=self.kv_types, out_f16=f16, wait=attn_wait, sinks=sinks, long_context=long_context),
+                    rows=rows_out) or 0
             elif k == "moe_route":
                 logits = op.inputs[0]
                 a = op.attrs
@@ -799,12 +804,17 @@ class DeviceRuntime:
         for it: ~0.1 s for a 32-layer model, which a 128-token completion otherwise pays in its
         decode time (H100, 7.2B: 325 against 410 t/s over the first 128 tokens). prompt_tokens > 0:
         also the micro-batches that eval("last", ...) splits a prompt of that many tokens into, so
-        that the prompt's time is the GPU's (with a background upload, both overlap the copies)."""
-        self.sequence("last", 1, 0)
+        that the prompt's time is the GPU's (with a background upload, both overlap the copies); and
+        the one-token step of the first token after it (a prompt past long_context_from: its form)."""
+        self.sequence("last", 1, 0, prompt_tokens + 1)
         if prompt_tokens <= short_prompt_max():
             return      # eval runs it through the one-token step
         for n in sorted({min(self.n_ubatch, prompt_tokens - i) for i in range(0, prompt_tokens, self.n_ubatch)}):
             self.sequence("last", n, 0)
+
+    def record_decode(self, n_kv: int) -> None:
+        """Record the one-token step that a decode at n_kv replays, if not yet (a warm-up's)."""
+        self.sequence("last", 1, 0, n_kv)
 
     def prerecord_scoring(self) -> None:
         """Record, at load, what perplexity's evaluation replays (token_scorer.py): full
@@ -820,11 +830,31 @@ class DeviceRuntime:
         """Whether the weights are still on their way (a background upload that has not ended)."""
         return self._uploader is not None and self._uploader.is_alive()
 
-    def sequence(self, key: str, n_tokens: int, slot: int = 0) -> list[CommandSequence]:
-        segs = self.recordings.get((key, n_tokens, slot))
+    def sequence(self, key: str, n_tokens: int, slot: int = 0, n_kv: int = 0) -> list[CommandSequence]:
+        """The step's recording (recorded on first use) for a run at n_kv: past long_context_from
+        the one with the decode attention's long-context form."""
+        start = self.long_context_from(key, n_tokens)
+        long_context = start is not None and n_kv > start
+        segs = self.recordings.get((key, n_tokens, slot, long_context))
         if segs is None:
-            segs = self.recordings[(key, n_tokens, slot)] = self.record(key, n_tokens, slot)
+            segs = self.recordings[(key, n_tokens, slot, long_context)] = self.record(key, n_tokens, slot,
+                                                                                     long_context)
         return segs
+
+    def long_context_from(self, key: str, n_tokens: int) -> int | None:
+        """The n_kv past which the step (graph key, n_tokens) is recorded again for long contexts:
+        where some layer's decode attention takes another form there (attention.decode_form); None
+        where none does. Why two recordings: one step holding both forms, each leaving at once where
+        the other works, costs the one recorded second 2-4% of its decode for the other's idle
+        workgroups; choosing at submit time costs a second recording when a context first passes
+        the limit (prerecord makes it at load for a prompt already past it)."""
+        if (key, n_tokens) not in self._long_from:
+            limits = {attn_k.long_context_from(self.kc, n_tokens, op.attrs.get("n_head", self.cfg.n_head),
+                                               op.attrs.get("n_head_kv", self.cfg.n_head_kv), self.cfg.head_dim,
+                                               _attention_span(op, n_tokens, self.n_ctx))
+                      for op in self.graph_for(key, n_tokens).ops if op.kind == "attention"} - {None}
+            self._long_from[(key, n_tokens)] = min(limits) if limits else None
+        return self._long_from[(key, n_tokens)]
 
     def prepare(self, key: str, tokens, n_past: int, slot: int = 0, sync_base: int = 0,
                 seq_len: int = 0) -> list[CommandSequence]:
@@ -835,7 +865,7 @@ class DeviceRuntime:
         if self._uploader is not None:
             self.wait_weights()
         self._advance_state(n_past, n)
-        segs = self.sequence(key, n, slot)
+        segs = self.sequence(key, n, slot, n_past + n)
         self._slot_all[slot] = self._writes_all.get((key, n, slot), True)
         self.ids_words[slot][:n] = tokens
         words = self.step_words[slot]
@@ -897,7 +927,7 @@ class DeviceRuntime:
         caller, not a benchmark of prompt steps)."""
         ub = self.n_ubatch_all if key == "all" else self.n_ubatch
         if short_ok and key == "last" and not seq_len and 1 < len(tokens) <= short_prompt_max() \
-                and ("last", len(tokens), 0) not in self.recordings and ("last", 1, 0) in self.recordings:
+                and ("last", len(tokens), 0, False) not in self.recordings and ("last", 1, 0, False) in self.recordings:
             for i, t in enumerate(tokens):       # a short prompt, token by token (short_prompt_max)
                 self.run_batch("last", [t], n_past + i)
             return self.logits(1)[0].copy()
@@ -912,6 +942,12 @@ class DeviceRuntime:
         # Buffers, kernels and recordings are released with the device.
         self.wait_weights(raise_error=False)
         self.recordings.clear()
+
+
+def _attention_span(op, n_tokens: int, n_ctx: int) -> int:
+    """The positions an attention op's batch can see: a sliding window's, else the context's."""
+    window = op.attrs.get("window", 0)
+    return min(n_ctx, window + n_tokens - 1) if window else n_ctx
 
 
 SHORT_PROMPT_MAX = 16

@@ -112,9 +112,6 @@ layout(push_constant) uniform Push {
     uint min_chunk;    // positions per split at least (a multiple of BP)
     float scale;
     uint window;       // sliding window: positions a row sees, its own included (0: all)
-    uint kv_lo, kv_hi; // this dispatch works where kv_lo <= n_kv <= kv_hi, else its workgroups leave at
-                       // once (a one-token step records a 1-row form for short and a 4-row form for
-                       // long contexts: kernels/attention.py decode_forms)
 #ifdef CHAIN
     uint chain_slot;
 #endif
@@ -153,11 +150,10 @@ void load_queries(const uint rows_here, const uint orow[BR]) {
 }
 
 // attend() returns the counts this workgroup adds to the chain's counter (CHAIN): 1 where it worked.
-// Workgroups with no work (the other form's n_kv, or splits past n_kv) add theirs in bulk instead, one
-// atomic for many: workgroup (0, 0, 0) of an idle form its whole grid's, the first split past n_kv of
-// a row block and KV head those of the splits from it on, the others none. Why: up to 512 atomics on
-// the counter the consumer polls become one. (What idle workgroups cost beyond that depends on which
-// form is recorded first: kernels/attention.py decode_forms.)
+// Splits past n_kv have no work and add theirs in bulk instead, one atomic for many: the first of a
+// row block and KV head those of the splits from it on, the others none. Why: at short contexts most
+// of a grid sized for the whole context is idle, and up to 512 atomics on the counter the consumer
+// polls become a few.
 uint attend() {
     const uint tid = gl_LocalInvocationID.x;
     const uint kvh = gl_WorkGroupID.y;
@@ -168,9 +164,6 @@ uint attend() {
     const uint n_past = step[0];
     const uint n_kv = step[2];
     const uint seq_len = step[4];
-    if (n_kv < p.kv_lo || n_kv > p.kv_hi)          // the other form's n_kv (before any wait or barrier)
-        return gl_WorkGroupID == uvec3(0) ? gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_NumWorkGroups.z : 0u;
-
     const SplitRange sr = split_range(BP, split, row0, rows_here, n_gqa, n_past, n_kv, seq_len);
     if (sr.begin >= n_kv)                          // inactive split: the merge skips it too
         return sr.begin - sr.chunk < n_kv ? p.n_splits - split : 0u;

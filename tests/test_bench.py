@@ -298,6 +298,7 @@ class FakeModel:
         self.config = SimpleNamespace(n_vocab=100)
         self.tokenizer = SimpleNamespace(add_bos=add_bos, bos_id=1)
         self.runtime = SimpleNamespace(run_batch=lambda key, toks, n_past: self.calls.append(("step", n_past, toks[0])),
+                                       record_decode=lambda n_kv: self.calls.append(("record", n_kv, None)),
                                        host_seconds=0.0)
         self.calls = []
 
@@ -325,7 +326,8 @@ def test_repetition_fills_depth_then_times_prompt_and_decodes():
     samples = run_test(m, t, reps=2, warmup=True, rng=np.random.default_rng(0))
     assert len(samples) == 2 and all(ns > 0 for ns in samples)
     shape = [(kind, n_past, len(x) if kind == "eval" else 1) for kind, n_past, x in m.calls]
-    warmup = [("eval", 0, 8), ("step", 8, 1), ("step", 9, 1), ("step", 10, 1)]   # decodes as the test (<= 64)
+    warmup = [("eval", 0, 8), ("step", 8, 1), ("step", 9, 1), ("step", 10, 1),   # decodes as the test (<= 64)
+              ("record", 25, 1), ("record", 27, 1)]     # then records the steps of the timed decodes' n_kv
     rep = [("eval", 0, 16), ("eval", 16, 8), ("step", 24, 1), ("step", 25, 1), ("step", 26, 1)]
     assert shape == warmup + rep + rep
     prompts = [x for kind, n_past, x in m.calls if kind == "eval"]

@@ -287,7 +287,7 @@ def test_prompt_prepared_during_the_load(synthetic_model):
         tokens = m.prepared_tokens
         assert tokens == m.tokenize(text) and len(tokens) > 16 and len(tokens) % 16
         before = set(m.runtime.recordings)
-        assert {("last", 1, 0), ("last", 16, 0), ("last", len(tokens) % 16, 0)} <= before
+        assert {("last", 1, 0, False), ("last", 16, 0, False), ("last", len(tokens) % 16, 0, False)} <= before
         got = list(m.generate(tokens, n=6, temp=0))
         assert set(m.runtime.recordings) == before
     with llamavk.load(path, n_ctx=128, n_ubatch=16, warn=lambda m: None) as m:

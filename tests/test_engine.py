@@ -101,7 +101,7 @@ def test_greedy_decode_matches_reference_and_replays(synthetic_model, arch):
         again = list(m.generate(prompt, n=16, temp=0))
         # decode replays one recording ("last", 1 token) instead of recording per token
         assert set(m.runtime.recordings) == set(recordings)
-        assert m.runtime.recordings[("last", 1, 0)] is recordings[("last", 1, 0)]
+        assert m.runtime.recordings[("last", 1, 0, False)] is recordings[("last", 1, 0, False)]
     assert got == list(want)
     assert again == got
 
@@ -138,7 +138,8 @@ def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, q
     tolerance), every producer's counter at its workgroup count after a step (each workgroup counted
     once, the counters zeroed per step), fewer barriers. splits: KV splits (the split kernel's chain).
     rows: the decode attention's rows per workgroup (LLAMAVK_ATTN_ROWS; 1:N, the 1-row form up to n_kv N
-    and the 4-row form beyond it, both waiting and counting)."""
+    and the 4-row form beyond it, a recording each, both waiting and counting; the counters checked are
+    the last step's, past N)."""
     chainable_stream_kernel(monkeypatch)
     monkeypatch.setenv("LLAMAVK_ATTN_ROWS", rows)
     if splits:
@@ -155,7 +156,8 @@ def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, q
         with quiet_load(path, n_ctx=128) as m:
             rt = m.runtime
             got[chain] = one_token_logits(rt, tokens)
-            key = ("last", 1, 0)
+            key = ("last", 1, 0, rows != "4")    # the last step's recording
+            assert set(rt.recordings) == {("last", 1, 0, False), key}
             barriers = sum(seq.n_barriers for seq in rt.recordings[key])
             chains = rt.chains[key]
             if chain == "0":
@@ -181,8 +183,8 @@ def test_chained_one_token_steps_with_a_quantized_cache_match_unchained(syntheti
     """A q8_0 K / q4_0 V cache keeps the rope_kv dispatch (the products store f16 only); chained, it waits
     in its shader for the Q/K/V products and the decode attention for it (edges q and k), as with f16
     caches: the unchained logits bit for bit, fewer barriers, every producer's counter at its workgroup
-    count. norm: qwen3's per-head norms (rope_kv_norm). rows "1:8": the 1-row form up to n_kv 8 recorded
-    first and the 4-row form beyond it, each idle form's workgroups counted in bulk."""
+    count. norm: qwen3's per-head norms (rope_kv_norm). rows "1:8": the 1-row form up to n_kv 8 and the
+    4-row form beyond it, a recording each (the counters checked are the last step's, past 8)."""
     chainable_stream_kernel(monkeypatch)
     monkeypatch.setenv("LLAMAVK_ATTN_ROWS", rows)
     path = synthetic_model("qwen3" if norm else "llama", "q4_0", n_embd=128, n_head=4, n_head_kv=2)
@@ -193,7 +195,8 @@ def test_chained_one_token_steps_with_a_quantized_cache_match_unchained(syntheti
         with quiet_load(path, n_ctx=64, type_k="q8_0", type_v="q4_0") as m:
             rt = m.runtime
             got[chain] = one_token_logits(rt, tokens)
-            key = ("last", 1, 0)
+            key = ("last", 1, 0, rows != "4")    # the last step's recording
+            assert set(rt.recordings) == {("last", 1, 0, False), key}
             barriers[chain] = sum(seq.n_barriers for seq in rt.recordings[key])
             if chain == "1":
                 names = {name for name, _ in rt.kc._kernels}
@@ -216,7 +219,7 @@ def test_chain_nowait_drops_only_the_named_edges(synthetic_model, monkeypatch):
     path = synthetic_model("llama", "q4_0", n_embd=128, n_head=4, n_head_kv=2)
     with quiet_load(path, n_ctx=64) as m:
         m.runtime.run_batch("last", [3], 0)
-        chains = m.runtime.chains[("last", 1, 0)]
+        chains = m.runtime.chains[("last", 1, 0, False)]
         waits = [(op.kind if op.kind == "attention" else op.inputs[0].role, w.n) for op, w in chains]
     assert {n for role, n in waits if role == "gate"} == {0}
     assert all(n > 0 for role, n in waits if role != "gate") and any(role == "o" for role, _ in waits)
@@ -294,6 +297,31 @@ def test_smollm2_greedy_continuation(smollm2):
 
 
 
+def test_one_token_step_recorded_per_side_of_the_decode_form_limit(synthetic_model, monkeypatch):
+    """Where the decode attention's form changes at an n_kv (LLAMAVK_ATTN_ROWS=1:8: 1 row per workgroup
+    up to 8, 4 beyond), the one-token step is recorded once per side and each step replays the one for
+    its n_kv: a load preparing a prompt past the limit records the long-context step only, generation
+    back below it records the other, and the greedy tokens are the reference's on both sides. Batches
+    (one form) and LLAMAVK_ATTN_ROWS=4 (one form) have no limit."""
+    path = synthetic_model("llama", "q8_0", n_embd=128, n_head=4, n_head_kv=2)   # head_dim 32: the decode kernel
+    prompt = [int(t) for t in np.random.default_rng(6).integers(0, 500, 12)]
+    ref = ReferenceModel(load_model_file(path))
+    monkeypatch.setenv("LLAMAVK_ATTN_ROWS", "1:8")
+    # the load's prompt (`run`) is past the limit: its first token's step, for long contexts, only
+    with quiet_load(path, n_ctx=64, prepare_prompt=lambda m: prompt) as m:
+        rt = m.runtime
+        assert rt.long_context_from("last", 1) == 8 and rt.long_context_from("last", 4) is None
+        assert {k for k in rt.recordings if k[1] == 1} == {("last", 1, 0, True)}
+        assert list(m.generate(prompt, n=4, temp=0)) == list(ref.generate_greedy(prompt, 4))
+        assert ("last", 1, 0, False) not in rt.recordings
+        assert list(m.generate(prompt[:3], n=8, temp=0)) == list(ref.generate_greedy(prompt[:3], 8))  # n_kv 4..11
+        assert {("last", 1, 0, False), ("last", 1, 0, True)} <= set(rt.recordings)
+    monkeypatch.setenv("LLAMAVK_ATTN_ROWS", "4")
+    with quiet_load(path, n_ctx=64, prepare_prompt=lambda m: prompt) as m:
+        assert m.runtime.long_context_from("last", 1) is None
+        assert {k for k in m.runtime.recordings if k[1] == 1} == {("last", 1, 0, False)}
+
+
 def test_short_prompt_runs_through_the_one_token_step(synthetic_model, monkeypatch):
     """A prompt of at most runtime.short_prompt_max() tokens whose own step was never recorded runs
     token by token through the one-token step: the same logits as its own step (numpy reference),
@@ -307,9 +335,9 @@ def test_short_prompt_runs_through_the_one_token_step(synthetic_model, monkeypat
         with quiet_load(path, n_ctx=64) as m:
             m.runtime.prerecord(len(prompt))
             got[limit] = m.logits(prompt)
-            assert (("last", 9, 0) in m.runtime.recordings) == (limit == "0")
+            assert (("last", 9, 0, False) in m.runtime.recordings) == (limit == "0")
             m.runtime.eval("last", prompt, 0)        # no short_ok (bench's prompts): its own step
-            assert ("last", 9, 0) in m.runtime.recordings
+            assert ("last", 9, 0, False) in m.runtime.recordings
             assert list(m.generate(prompt, n=4, temp=0)) == list(ReferenceModel(load_model_file(path))
                                                                  .generate_greedy(prompt, 4))
     for v in got.values():

@@ -363,7 +363,7 @@ def _check_chained(synthetic_model, monkeypatch, qtype, variant=None):
         with quiet_load(path, n_ctx=64) as m:
             got[chain] = one_token_logits(m.runtime, tokens)
             assert variant is None or variant in {name for name, _ in m.runtime.kc._kernels}
-            assert bool(m.runtime.chains[("last", 1, 0)]) == (chain == "1")
+            assert bool(m.runtime.chains[("last", 1, 0, False)]) == (chain == "1")
     assert np.array_equal(got["0"], got["1"])
     assert np.abs(got["1"] - ref).max() <= 0.003 * np.abs(ref).max()
 

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from llamavk.kernels import STEP_WORDS, KernelCache, View
-from llamavk.kernels.attention import (ATTN_WG, DEC_BLOCK, MAX_SPLITS, attention, decode_forms, kv_store, plan,
-                                      split_plan)
+from llamavk.kernels.attention import (ATTN_WG, DEC_BLOCK, MAX_SPLITS, attention, decode_form, kv_store,
+                                      long_context_from, plan, split_plan)
 from llamavk.kernels.selection import has_coopmat
-from llamavk.kv_cache import KVTypes
 from llamavk.kernels.elementwise import add, add_bias, swiglu
 from llamavk.kernels.norm import rms_norm
 from llamavk.kernels.rope import RopeParams, rope
@@ -648,25 +647,30 @@ def test_attention_min_chunk(dev, kc, monkeypatch, mode):
 
 
 @pytest.mark.parametrize("rows", ["1", "2", "4", "1:100", "2:40"])
-def test_attention_decode_rows_per_workgroup(dev, kc, monkeypatch, rows):
+@pytest.mark.parametrize("long_context", [False, True])
+def test_attention_decode_rows_per_workgroup(dev, kc, monkeypatch, rows, long_context):
     """The one-token decode kernel with 1, 2 or 4 query rows per workgroup (attention_decode.comp BR,
-    LLAMAVK_ATTN_ROWS), alone or up to an n_kv and the 4-row form beyond it (two dispatches, each
-    leaving where the other works): 8 GQA rows of one KV head (8 / 4 / 2 row blocks), 3 rows per KV
-    head (the last block part-filled at BR 2 and 4), merged splits, head dims 64 / 128 / 256, n_kv on
-    both sides of the limit, against numpy."""
+    LLAMAVK_ATTN_ROWS), alone or up to an n_kv and the 4-row form beyond it: a step recorded for either
+    side (long_context) takes its form and is right at every n_kv, on both sides of the limit (a
+    recording's form is a speed choice). 8 GQA rows of one KV head (8 / 4 / 2 row blocks), 3 rows per
+    KV head (the last block part-filled at BR 2 and 4), merged splits, head dims 64 / 128 / 256,
+    against numpy."""
     monkeypatch.setenv("LLAMAVK_ATTN_ROWS", rows)
     br, _, limit = rows.partition(":")
-    forms = decode_forms(kc, 1, 8, 1, 64, 512)
-    assert forms == ([(int(br), 0, 0xFFFFFFFF)] if br == "4" or not limit else
-                     [(4, int(limit) + 1, 0xFFFFFFFF), (int(br), 0, int(limit))])
-    # over a quantized cache the short-context form is recorded first
-    assert decode_forms(kc, 1, 8, 1, 64, 512, KVTypes("q8_0", "f16")) == (forms if len(forms) == 1 else forms[::-1])
+    two = br != "4" and bool(limit)
+    assert long_context_from(kc, 1, 8, 1, 64, 512) == (int(limit) if two else None)
+    # the short form's split grid planned for the positions up to the limit, the long form's for the span
+    assert decode_form(kc, 1, 8, 1, 64, 512, long_context) == ((4, 512) if long_context and two else
+                                                               (int(br), min(512, int(limit or 512))))
+    assert decode_form(kc, 1, 8, 1, 64, 30, long_context) == (int(br), 30)   # a span within the limit
+    assert decode_form(kc, 2, 8, 1, 64, 512, long_context) == (4, 512)
     pl = plan(kc, 1, 8, 1, 64, 512, decode_rows=int(br))
     assert pl.kernel.startswith("attention_dec") and pl.grid[0] == 8 // int(br) and pl.spec[-1] == int(br)
     assert plan(kc, 1, 8, 1, 64, 4224, decode_rows=int(br)).n_splits == plan(kc, 1, 8, 1, 64, 4224).n_splits
-    replay_decode(dev, kc, 8, 1, 64, 512, (0, 31, 32, 99, 100, 200, 511, 40), seed=31, n_splits=1)
-    replay_decode(dev, kc, 6, 2, 128, 1024, (5, 39, 40, 99, 300, 700, 20), seed=32, n_splits=4, min_chunk=64)
-    replay_decode(dev, kc, 4, 4, 256, 300, (100, 299), seed=33, n_splits=1)
+    kw = dict(long_context=long_context)
+    replay_decode(dev, kc, 8, 1, 64, 512, (0, 31, 32, 99, 100, 200, 511, 40), seed=31, n_splits=1, **kw)
+    replay_decode(dev, kc, 6, 2, 128, 1024, (5, 39, 40, 99, 300, 700, 20), seed=32, n_splits=4, min_chunk=64, **kw)
+    replay_decode(dev, kc, 4, 4, 256, 300, (100, 299), seed=33, n_splits=1, **kw)
 
 
 def test_attention_many_splits(dev, kc):

@@ -439,7 +439,7 @@ def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch
         with llamavk.load(path, n_ctx=32, warn=lambda m: None) as m:
             rt = m.runtime
             got[chain] = one_token_rows(rt, prompt)
-            chains = rt.chains[("last", 1, 0)]
+            chains = rt.chains[("last", 1, 0, False)]
             if chain == "er":
                 assert [op.inputs[0].role for op, _ in chains] == ["o", "gate_exps"] * rt.cfg.n_layer
                 words = np.frombuffer(chains[0][1].counters[0].read(), dtype=np.uint32)
@@ -516,7 +516,7 @@ def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(s
         with llamavk.load(path, n_ctx=64, warn=lambda m: None) as m:
             rt = m.runtime
             got[chain] = one_token_rows(rt, prompt)
-            barriers[chain] = sum(seq.n_barriers for seq in rt.recordings[("last", 1, 0)])
+            barriers[chain] = sum(seq.n_barriers for seq in rt.recordings[("last", 1, 0, False)])
             names = [name for name, _ in rt.kc._kernels]
             assert any(n.startswith("attention_dec") and "_wait" in n for n in names) == (chain != "0")
             # edge p: the pair reads the route after its wait, and so does the down product chained to

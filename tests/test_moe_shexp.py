@@ -343,7 +343,7 @@ def test_decode_chained_with_the_shared_slot(synthetic_model, monkeypatch):
     for chain in ("0", "er"):
         monkeypatch.setenv("LLAMAVK_CHAIN", chain)
         got[chain], rt = decode_rows(path, prompt)
-        roles = [op.inputs[0].role for op, _ in rt.chains[("last", 1, 0)]]
+        roles = [op.inputs[0].role for op, _ in rt.chains[("last", 1, 0, False)]]
         assert roles == ([] if chain == "0" else ["gate_exps"] * 3 + ["o", "gate_exps"])
     assert np.array_equal(got["0"], got["er"])
 

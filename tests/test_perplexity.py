@@ -269,16 +269,16 @@ def test_scoring_load_records_the_scoring_steps_and_scores_alike(synthetic_model
     with llamavk.load(path, n_ctx=2 * 64, n_ubatch=64, warn=lambda m: None, prerecord="score",
                       prepare_prompt=lambda m: m.tokenize(text, parse_special=False)) as m:
         rt = m.runtime
-        assert {("all", rt.n_ubatch_all, 0)} <= set(rt.recordings) <= {("all", rt.n_ubatch_all, 0),
-                                                                        ("all", rt.n_ubatch_all, 1)}
+        assert {("all", rt.n_ubatch_all, 0, False)} <= set(rt.recordings) <= {("all", rt.n_ubatch_all, 0, False),
+                                                                        ("all", rt.n_ubatch_all, 1, False)}
         assert m.prepared_tokens == m.tokenize(text, parse_special=False)
-        rt.recordings.pop(("all", rt.n_ubatch_all, 1), None)
+        rt.recordings.pop(("all", rt.n_ubatch_all, 1, False), None)
         rt.prerecord_scoring()             # the weights are in: the second slot waits for its first use
-        assert ("all", rt.n_ubatch_all, 1) not in rt.recordings
+        assert ("all", rt.n_ubatch_all, 1, False) not in rt.recordings
         bos = m.tokenizer.bos_id if m.tokenizer.add_bos else None
         scored = m.perplexity_tokens(m.prepared_tokens, 64, 3, bos, n_seq=2)
-        assert ("all", rt.n_ubatch_all, 1) in rt.recordings and ("last", 1, 0) not in rt.recordings
+        assert ("all", rt.n_ubatch_all, 1, False) in rt.recordings and ("last", 1, 0, False) not in rt.recordings
     with llamavk.load(path, n_ctx=2 * 64, n_ubatch=64, warn=lambda m: None) as m:
-        assert ("last", 1, 0) in m.runtime.recordings
+        assert ("last", 1, 0, False) in m.runtime.recordings
         plain = m.perplexity(text, 64, 3, n_seq=2)
     assert scored.ppl == pytest.approx(plain.ppl, rel=1e-6) and scored.count == plain.count

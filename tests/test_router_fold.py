@@ -314,7 +314,7 @@ def decode_rows(path, prompt):
     with llamavk.load(path, n_ctx=32, warn=lambda m: None) as m:
         rt = m.runtime
         rows = one_token_rows(rt, prompt)
-        dispatches = sum(s.n_dispatches for s in rt.recordings[("last", 1, 0)])
+        dispatches = sum(s.n_dispatches for s in rt.recordings[("last", 1, 0, False)])
         return rows, dispatches, rt.fused_one["last"].ops, rt.cfg
 
 

@@ -187,8 +187,8 @@ def test_exchange_point_waits_for_its_product_up_to_a_width(references, monkeypa
         for sub in m.runtime.runtimes:
             sub.sequence("last", 1, 0)
             partials = {op.inputs[0] for op in sub.fused_one["last"].ops if op.kind == "put"}
-            assert not [op for op, _ in sub.chains[("last", 1, 0)] if op.out in partials]
-            assert any(op.kind == "sync_reduce" for op, _ in sub.chains[("last", 1, 0)])   # the next product's
+            assert not [op for op, _ in sub.chains[("last", 1, 0, False)] if op.out in partials]
+            assert any(op.kind == "sync_reduce" for op, _ in sub.chains[("last", 1, 0, False)])   # the next product's
     monkeypatch.setenv("LLAMAVK_CHAIN_X_COLS", "wide")
     with pytest.raises(LlamavkError, match="LLAMAVK_CHAIN_X_COLS"):
         chain_x_ok(64)
@@ -220,12 +220,12 @@ def test_one_token_exchange_point_is_one_dispatch(references, monkeypatch, mode)
             # no partial is copied: the copies are the last row's and the fill zeroing the chain counters
             assert seq.n_copies == kinds.count("last_row") + 1
             # every all-reduce but the last (the output product after it is not chained) is chained
-            chained_after = [op for op, _ in sub.chains[("last", 1, 0)] if op.kind == "sync_reduce"]
+            chained_after = [op for op, _ in sub.chains[("last", 1, 0, False)] if op.kind == "sync_reduce"]
             assert len(chained_after) == (7 if mode == "graph" else 0)
             # -sm graph: every exchange point also waits in its shader for the product whose partial
             # it publishes (no barrier between them)
             partials = {op.inputs[0] for op in graph.ops if op.kind == "put"}
-            chained_before = [op for op, _ in sub.chains[("last", 1, 0)] if op.out in partials]
+            chained_before = [op for op, _ in sub.chains[("last", 1, 0, False)] if op.out in partials]
             assert len(chained_before) == (8 if mode == "graph" else 0)
 
 
@@ -259,7 +259,7 @@ def test_layer_mode_hops_and_finished_devices_waiting(references, monkeypatch):
             assert kernels.count("exchange_sync") == len(syncs)
             hops = [op for op in ops if op.kind == "sync_reduce"]
             assert kernels.count("exchange_reduce") == len(hops)
-            chained = [op for op, _ in sub.chains[("last", 1, 0)]]
+            chained = [op for op, _ in sub.chains[("last", 1, 0, False)]]
             assert all(op in chained for op in hops)
         hop = lambda d: ("sync_reduce", 1 << d)   # noqa: E731
         assert waits_of(m) == [[("sync", 1 << 2)], [hop(0), ("sync", 1 << 2)], [hop(1)], [hop(2)]], waits_of(m)

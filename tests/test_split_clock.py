@@ -245,7 +245,7 @@ def test_spin_split_records_clock_kernels(synthetic_model, monkeypatch, clock_de
                 # after each exchange but the last: the products reading its sum (gate+up as one
                 # pair; Q, K, V), all stream _dp CLOCK kernels
                 assert sum(k.startswith("mul_mv_stream_dp_clock") for k in clocked) >= 2 * n_layer - 1
-                chained = [op for op, _ in sub.chains[("last", 1, 0)] if op.kind == "sync_reduce"]
+                chained = [op for op, _ in sub.chains[("last", 1, 0, False)] if op.kind == "sync_reduce"]
                 assert len(chained) == (2 * n_layer - 1 if mode == "graph" else 0)
 
 

@@ -145,7 +145,7 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
     the flash kernels' KV_QUANT variants (`_kvq` names, the K and V types as specialization
     constants 2 and 3); `attention` instead runs the cooperative-matrix kernel over f16 copies of
     their rows where an f16 cache would take it (coop_over_f16_copies). `decode_rows`: the decode
-    kernel's query rows per workgroup for one token (1, 2 or 4: decode_forms)."""
+    kernel's query rows per workgroup for one token (1, 2 or 4: decode_form)."""
     if head_dim % 4 or head_dim // 4 > ATTN_WG:
         raise ValueError(f"attention: head_dim {head_dim} must be a multiple of 4 and at most {4 * ATTN_WG}")
     if n_head % n_head_kv:
@@ -187,26 +187,33 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
                          (n_rb, n_head_kv, n_splits), n_splits, min_chunk, spec)
 
 
-def decode_forms(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, span: int,
-                 kv_types: KVTypes = KVTypes()) -> list:
-    """[(rows per workgroup, first n_kv, last n_kv)]: the decode kernel's forms a step records, each
-    working for its range of n_kv (attention_decode.comp kv_lo / kv_hi) -- one token: 1 row per
-    workgroup up to selection.decode_attention_rows' limit, 4 beyond it (only the first where `span`,
-    the positions the step can see, stays within it); else one 4-row form. The form recorded first
-    runs 2-4% faster in its range than behind the other's idle workgroups (they leave at once, but
-    are launched first): over an f16 cache the 4-row form goes first (H200, 7.2B Q4_0, tg128 at d2048 /
-    d4096 +2.5-7% / +3-4%, shorter contexts unchanged), over a quantized one the 1-row form (q8_0 at
-    d0 / d1024 +1.5-3.4% / +1.7-2.8%, d4096 unchanged; three calls, in alternation)."""
-    every = [(4, 0, 0xFFFFFFFF)]
+def decode_form(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, span: int,
+                long_context: bool = False) -> tuple[int, int]:
+    """(query rows per workgroup, the positions its split grid is planned for) of the decode kernel in
+    a step: one token -- 1 row up to selection.decode_attention_rows' limit of n_kv, 4 beyond it.
+    The runtime records a one-token step for each side of the limit where they differ and picks one by
+    n_kv when it submits (Runtime.prepare): `long_context` (n_kv past the limit) takes the 4-row form,
+    its grid planned for the whole span; else the 1-row form, planned for at most the limit's
+    positions. Both are right at any n_kv (a split's positions follow n_kv at run time): the form is
+    a speed choice. Batches of a few tokens: 4 rows.
+    Why one form per recording: two forms recorded in one step, each leaving at once where the other
+    works, cost the form recorded second 2-4% of its decode (H200, 7.2B Q4_0 tg128) for the other's
+    idle workgroups."""
     if n_tokens != 1 or not _use_decode_kernel(kc, 1, n_head // max(1, n_head_kv), head_dim):
-        return every
+        return 4, span
     rows, limit = decode_attention_rows(kc)
-    if rows == 4:
-        return every
-    if span <= limit:
-        return [(rows, 0, 0xFFFFFFFF)]
-    short, long = (rows, 0, limit), (4, limit + 1, 0xFFFFFFFF)
-    return [short, long] if kv_types.quantized else [long, short]
+    if rows == 4 or (long_context and span > limit):
+        return 4, span
+    return rows, min(span, limit)
+
+
+def long_context_from(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, span: int) -> int | None:
+    """The n_kv past which a step of `attention` with these arguments takes another decode form when
+    recorded with long_context (decode_form); None where it takes the same at every n_kv."""
+    if decode_form(kc, n_tokens, n_head, n_head_kv, head_dim, span) == \
+            decode_form(kc, n_tokens, n_head, n_head_kv, head_dim, span, True):
+        return None
+    return decode_attention_rows(kc)[1]
 
 
 def coop_over_f16_copies(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, span: int,
@@ -265,7 +272,7 @@ def writes_f16_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int,
 def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: int, n_head_kv: int,
               head_dim: int, n_ctx: int, n_splits: int | None = None, min_chunk: int | None = None,
               signal=None, scale: float = 0.0, window: int = 0, kv_types: KVTypes = KVTypes(),
-              out_f16: bool = False, wait=None, sinks=None) -> int:
+              out_f16: bool = False, wait=None, sinks=None, long_context: bool = False) -> int:
     """out = softmax(scale q k^T, causal) v, per query head h over KV head h // (n_head/n_head_kv);
     scale 0: 1/sqrt(head_dim). `sinks` (gpt-oss; a View, Buffer or (buffer, offset, nbytes)):
     f32[n_head], head h's logit s_h joined to each of its rows' softmax as a key of value 0:
@@ -289,6 +296,8 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     `wait` (a chain.Wait; where waits_ok): recorded without a barrier after the producer that counts
     there (rope_kv, or the Q/K/V products), the decode kernel waits for that count in its shader
     (attention_decode.comp WAIT).
+    `long_context`: the step runs at n_kv past the decode kernel's limit for 1-row workgroups, so
+    takes its 4-row form (decode_form; right at any n_kv, fastest there).
     """
     if n_tokens <= 0:
         return 0
@@ -304,46 +313,38 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         k16, v16 = _f16_copies(seq, kc, k_cache, v_cache, step, n_head_kv * head_dim, n_ctx, kv_types)
         return attention(seq, kc, q, k16, v16, out, step, n_tokens, n_head, n_head_kv, head_dim, n_ctx, n_splits,
                          min_chunk, scale=scale, window=window, out_f16=out_f16, sinks=sinks)
-    counted = 0
-    forms = decode_forms(kc, n_tokens, n_head, n_head_kv, head_dim, span, kv_types)
-    for i, (rows, kv_lo, kv_hi) in enumerate(forms):
-        # a form for short contexts splits only the positions it works on (its grid no larger)
-        pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, min(span, kv_hi), n_splits, min_chunk, window, kv_types,
-                  rows)
-        chained = signal is not None and pl.kernel.startswith("attention_dec")
-        dec_one = pl.kernel.startswith("attention_dec") and n_tokens == 1
-        if wait is not None and not dec_one:
-            raise ValueError("attention: a wait in the shader takes the decode kernel, one token")
-        push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
-                           scale or 1.0 / math.sqrt(head_dim), window)
-        if pl.kernel.startswith("attention_dec"):
-            push += struct.pack("<2I", kv_lo, kv_hi)
-        if chained:
-            push += struct.pack("<I", signal.slot)
-        if wait is not None:
-            push += struct.pack("<2I", wait.slot, wait.n)
-        name = pl.kernel
-        if out_f16:
-            if not pl.kernel.startswith("attention_coop"):
-                raise ValueError(f"attention: {pl.kernel} writes f32 only")
-            name += "_to_f16"
-        if chained:
-            name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
-        if wait is not None:
-            name = name.replace("_kvq", "_wait_kvq") if kv_types.quantized else name.replace("_f16", "_wait_f16")
-        bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained or wait is not None else "")
-        bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
-        if pl.n_splits > 1:
-            bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
-        if chained or wait is not None:
-            bufs.append((signal or wait).counters)
-        if sinks is not None:   # the last binding, whatever its number (module docstring)
-            name += "_sinks"
-            bindings += "r"
-            bufs.append(_range(sinks))
-        kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
-        # the second form runs for other n_kv than the first (each leaves at once where the other
-        # works): no barrier between them
-        seq.dispatch(kernel, bufs, pl.grid, push, chained=wait is not None or i > 0)
-        counted += pl.grid[0] * pl.grid[1] * pl.grid[2] if chained else 0
-    return counted
+    # a form for short contexts splits only the positions it works on (its grid no larger)
+    rows, plan_span = decode_form(kc, n_tokens, n_head, n_head_kv, head_dim, span, long_context)
+    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, plan_span, n_splits, min_chunk, window, kv_types, rows)
+    chained = signal is not None and pl.kernel.startswith("attention_dec")
+    dec_one = pl.kernel.startswith("attention_dec") and n_tokens == 1
+    if wait is not None and not dec_one:
+        raise ValueError("attention: a wait in the shader takes the decode kernel, one token")
+    push = struct.pack("<5IfI", n_tokens, n_head, n_head_kv, pl.n_splits, pl.min_chunk,
+                       scale or 1.0 / math.sqrt(head_dim), window)
+    if chained:
+        push += struct.pack("<I", signal.slot)
+    if wait is not None:
+        push += struct.pack("<2I", wait.slot, wait.n)
+    name = pl.kernel
+    if out_f16:
+        if not pl.kernel.startswith("attention_coop"):
+            raise ValueError(f"attention: {pl.kernel} writes f32 only")
+        name += "_to_f16"
+    if chained:
+        name = name.replace("_kvq", "_chain_kvq") if kv_types.quantized else name.replace("_f16", "_chain_f16")
+    if wait is not None:
+        name = name.replace("_kvq", "_wait_kvq") if kv_types.quantized else name.replace("_f16", "_wait_f16")
+    bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained or wait is not None else "")
+    bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
+    if pl.n_splits > 1:
+        bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)
+    if chained or wait is not None:
+        bufs.append((signal or wait).counters)
+    if sinks is not None:   # the last binding, whatever its number (module docstring)
+        name += "_sinks"
+        bindings += "r"
+        bufs.append(_range(sinks))
+    kernel = kc.get(name, bindings, push_size=len(push), spec=pl.spec)
+    seq.dispatch(kernel, bufs, pl.grid, push, chained=wait is not None)
+    return pl.grid[0] * pl.grid[1] * pl.grid[2] if chained else 0

@@ -707,8 +707,8 @@ ATTENTION_SPLITS = {
 #     Why: a decode step's attention is a few workgroups per KV head whose serial chain of blocks is
 #     the stage's latency, and every later stage waits for it. One row per workgroup makes 4x the
 #     workgroups over the same KV rows with a quarter of the arithmetic per block; the K/V rows are
-#     then read 4x over from L2, which costs more than it saves at long contexts, so a step records
-#     both forms and each leaves at once where the other works (kernels/attention.py decode_forms).
+#     then read 4x over from L2, which costs more than it saves at long contexts, so the one-token
+#     step is recorded once per form and replayed by n_kv (attention.decode_form, Runtime.sequence).
 #     H100, tg128 (one call each; 1 row / 4 rows): 7.2B Q4_0 447.5 / 436.6, 448.0 / 422.3; 30B-A3B
 #     Q4_0 420.4 / 380.2, 415.1 / 379.9; at d1024 412.8 / 371.4 and 374.5 / 336.0; at d2048 371.0 /
 #     377.9, 372.0 / 367.7 and 321.6 / 313.8, 326.7 / 323.6; at d3072 353.3 / 366.5, 350.9 / 365.9

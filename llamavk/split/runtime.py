@@ -62,6 +62,11 @@ class SplitRuntime:
         for rt in self.runtimes:
             rt.prerecord()
 
+    def record_decode(self, n_kv: int) -> None:
+        """Record every device's one-token step for n_kv (DeviceRuntime.record_decode)."""
+        for rt in self.runtimes:
+            rt.record_decode(n_kv)
+
     # -- execution -----------------------------------------------------------------------------
     def _submit(self, key: str, tokens, n_past: int, slot: int = 0, seq_len: int = 0) -> list:
         """Run one micro-batch on every device; returns [(runtime, timeline value)] still to wait for.
