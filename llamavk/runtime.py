@@ -805,7 +805,10 @@ class DeviceRuntime:
         decode time (H100, 7.2B: 325 against 410 t/s over the first 128 tokens). prompt_tokens > 0:
         also the micro-batches that eval("last", ...) splits a prompt of that many tokens into, so
         that the prompt's time is the GPU's (with a background upload, both overlap the copies); and
-        the one-token step of the first token after it (a prompt past long_context_from: its form)."""
+        the one-token step of the first token after it (a prompt past long_context_from: its form; the
+        other side's is recorded when a context first passes the limit -- recording it during the
+        upload too cost the 1.1B's load 30 ms, H200: the recording and the upload threads share the
+        interpreter)."""
         self.sequence("last", 1, 0, prompt_tokens + 1)
         if prompt_tokens <= short_prompt_max():
             return      # eval runs it through the one-token step

@@ -269,8 +269,8 @@ def test_scoring_load_records_the_scoring_steps_and_scores_alike(synthetic_model
     with llamavk.load(path, n_ctx=2 * 64, n_ubatch=64, warn=lambda m: None, prerecord="score",
                       prepare_prompt=lambda m: m.tokenize(text, parse_special=False)) as m:
         rt = m.runtime
-        assert {("all", rt.n_ubatch_all, 0, False)} <= set(rt.recordings) <= {("all", rt.n_ubatch_all, 0, False),
-                                                                        ("all", rt.n_ubatch_all, 1, False)}
+        assert {("all", rt.n_ubatch_all, 0, False)} <= set(rt.recordings) <= {
+            ("all", rt.n_ubatch_all, 0, False), ("all", rt.n_ubatch_all, 1, False)}
         assert m.prepared_tokens == m.tokenize(text, parse_special=False)
         rt.recordings.pop(("all", rt.n_ubatch_all, 1, False), None)
         rt.prerecord_scoring()             # the weights are in: the second slot waits for its first use
