@@ -715,7 +715,9 @@ ATTENTION_SPLITS = {
 #     and 309.0 / 306.6, 312.4 / 312.2; at d4096 334.7 / 366.7 and 283.0 / 300.6 (2 rows between).
 #     Both forms (up to 2048 / 4 rows): tg128 446.6 / 431.9, 445.2 / 434.7 and 419.1 / 371.7, 415.3 /
 #     378.4; d1024 413.8 / 388.3, 419.1 / 390.1 and 374.7 / 329.8, 372.7 / 325.7; d4096 350.8 / 347.1,
-#     342.6 / 358.0 and 305.1 / 308.6, 298.7 / 304.1 (the idle form's workgroups cost ~1%).
+#     342.6 / 358.0 and 305.1 / 308.6, 298.7 / 304.1 (the idle form's workgroups cost ~1%). H200, a
+#     recording per form (docs/PERFORMANCE.md, KV cache types): the 1-row form wins at d1024 (+7% f16,
+#     +3% q8_0 cache), the 4-row from d2048 on (+0-2% f16, +11-18% q8_0; 30B-A3B +4-7%).
 DECODE_ATTENTION_ROWS = {"gpu": (1, 2048), "cpu": (4, 0)}
 
 
