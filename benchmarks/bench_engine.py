@@ -44,8 +44,8 @@ def main() -> int:
         tg, host = [], []
         for _ in range(a.r):
             wall, h = time_decode(m, a.n, rng, a.d)
-            tg.append(a.n / wall)
-            host.append(h / a.n * 1e6)
+            tg.append(a.n / wall if a.n else 0.0)
+            host.append(h / max(a.n, 1) * 1e6)
         bw = rt.weight_bytes() * np.mean(tg) / 1e12
         print(f"pp{a.p}{' @ d%d' % a.d if a.d else ''}: {np.mean(pp):9.1f} ± {np.std(pp, ddof=1):.1f} t/s")
         print(f"tg{a.n}{' @ d%d' % a.d if a.d else ''}: {np.mean(tg):9.1f} ± {np.std(tg, ddof=1):.1f} t/s   "
@@ -62,7 +62,8 @@ def main() -> int:
             time_prompt(m, a.p, rng, a.d)
             for n in (1, a.p):
                 per = collections.defaultdict(float)
-                for seq in rt.recordings.get(("last", n, 0), []):
+                # the one-token step the decode at depth started with
+                for seq in rt.recordings.get(rt.recording_key("last", n, 0, a.d + 1), []):
                     for name, us in seq.profile_results():
                         per[name] += us
                 if not per:

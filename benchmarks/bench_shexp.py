@@ -44,7 +44,7 @@ def step_counts(m) -> tuple[int, int, int, list[str]]:
     first -= first > 0 and ops[first - 1].kind == "rms_norm"      # the FFN norm, where it has a dispatch
     names = [op.kind + (f":{op.inputs[0].role}" if op.inputs and op.inputs[0].kind == "weight" else "")
              for op in ops[first:]]
-    return (sum(s.n_dispatches for s in segs), sum(s.n_barriers for s in segs), len(rt.chains[("last", 1, 0)]),
+    return (sum(s.n_dispatches for s in segs), sum(s.n_barriers for s in segs), len(rt.chains[rt.recording_key("last", 1, 0)]),
             names)
 
 

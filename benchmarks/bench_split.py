@@ -45,12 +45,12 @@ def profile_decode(m, rng):
     out = []
     for sub in getattr(rt, "runtimes", [rt]):
         total = collections.Counter()
-        for seg in sub.recordings[("last", 1, 0)]:
+        for seg in sub.recordings[sub.recording_key("last", 1, 0, 65)]:
             for name, us in seg.profile_results():
                 total[name.split()[0]] += us          # "<kernel> <op label>"
         exchange = sum(total[k] for k in ("exchange_sync", "exchange_reduce", "reduce_sum_f32"))
         points = sum(op.kind in ("sync", "sync_reduce") for op in sub.fused_one["last"].ops)
-        chained = sum(op.kind == "sync_reduce" for op, _ in sub.chains.get(("last", 1, 0), []))
+        chained = sum(op.kind == "sync_reduce" for op, _ in sub.chains.get(sub.recording_key("last", 1, 0, 65), []))
         out.append((sub.device.name, exchange, sum(total.values()), points, chained))
     return out
 

@@ -61,7 +61,7 @@ def main() -> int:
             if not hasattr(rt, "clock_timelines") or rt.runtimes[0].clock is None:
                 print(f"{mode}: not a split with exchange points (tensor or graph)")
                 continue
-            chained = sum(op.kind == "sync_reduce" for op, _ in rt.runtimes[0].chains.get(("last", 1, 0), []))
+            chained = sum(op.kind == "sync_reduce" for op, _ in rt.runtimes[0].chains.get(rt.runtimes[0].recording_key("last", 1, 0), []))
             m._eval([int(t) for t in rng.integers(0, m.config.n_vocab, 32)], 0, False)
             per_device = [[] for _ in rt.runtimes]
             discarded = 0

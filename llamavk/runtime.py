@@ -836,13 +836,16 @@ class DeviceRuntime:
     def sequence(self, key: str, n_tokens: int, slot: int = 0, n_kv: int = 0) -> list[CommandSequence]:
         """The step's recording (recorded on first use) for a run at n_kv: past long_context_from
         the one with the decode attention's long-context form."""
-        start = self.long_context_from(key, n_tokens)
-        long_context = start is not None and n_kv > start
-        segs = self.recordings.get((key, n_tokens, slot, long_context))
+        rkey = self.recording_key(key, n_tokens, slot, n_kv)
+        segs = self.recordings.get(rkey)
         if segs is None:
-            segs = self.recordings[(key, n_tokens, slot, long_context)] = self.record(key, n_tokens, slot,
-                                                                                     long_context)
+            segs = self.recordings[rkey] = self.record(*rkey)
         return segs
+
+    def recording_key(self, key: str, n_tokens: int, slot: int = 0, n_kv: int = 0) -> tuple[str, int, int, bool]:
+        """The key in `recordings` (and `chains`) of the step a run at n_kv replays."""
+        start = self.long_context_from(key, n_tokens)
+        return key, n_tokens, slot, start is not None and n_kv > start
 
     def long_context_from(self, key: str, n_tokens: int) -> int | None:
         """The n_kv past which the step (graph key, n_tokens) is recorded again for long contexts:
