@@ -78,9 +78,11 @@ def main() -> int:
           f"rms_norm (one workgroup) {per_stage_us(dev, norms):.2f} us per stage")
     chunks = [int(c) for c in a.chunks.split(",")]
     print("n_kv    " + "".join(f"  >= {c:4d} per split" for c in chunks) + "   (us per attention stage)")
+    start = attn.long_context_from(kc, 1, n_head, n_head_kv, hd, n_ctx)
     for n_kv in (int(v) for v in a.nkv.split(",")):
         if n_kv > n_ctx:
             continue
+        long_context = start is not None and n_kv > start   # the decode form the engine's step takes there
         step.write(np.array([n_kv - 1, 1, n_kv, 0, 0, 0, 0, 0], np.uint32))
         line = f"{n_kv:6d}  "
         for chunk in chunks:
@@ -90,7 +92,8 @@ def main() -> int:
             def chain(seq):
                 for s in range(STAGES):
                     attn.attention(seq, kc, qs[s % 2], caches[0], caches[1], qs[1 - s % 2], step, 1, n_head,
-                                   n_head_kv, hd, n_ctx, n_splits=n_splits, min_chunk=chunk, kv_types=kv_types)
+                                   n_head_kv, hd, n_ctx, n_splits=n_splits, min_chunk=chunk, kv_types=kv_types,
+                                   long_context=long_context)
             line += f"  {per_stage_us(dev, chain):17.2f}"
         print(line, flush=True)
     return 0
