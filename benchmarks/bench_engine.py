@@ -40,6 +40,8 @@ def main() -> int:
               f"load {m.timings.load_ms / 1e3:.1f} s (upload {rt.upload_seconds:.1f} s)", flush=True)
         time_prompt(m, a.p, rng)                      # warm-up: records both step shapes
         time_decode(m, 4, rng)
+        for n_kv in (a.d + 1, a.d + a.n):             # and the one-token steps the timed decodes take
+            rt.record_decode(n_kv)
         pp = [a.p / time_prompt(m, a.p, rng, a.d) for _ in range(a.r)]
         tg, host = [], []
         for _ in range(a.r):
