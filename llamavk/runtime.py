@@ -806,8 +806,8 @@ class DeviceRuntime:
         also the micro-batches that eval("last", ...) splits a prompt of that many tokens into, so
         that the prompt's time is the GPU's (with a background upload, both overlap the copies); and
         the one-token step of the first token after it (a prompt past long_context_from: its form; the
-        other side's is recorded when a context first passes the limit: 88 ms on a 7.2B, H200, plus
-        its attention pipelines' creation the first time on a machine, 0.5-1.3 s, which the model's
+        other side's is recorded when a context first passes the limit: 44-64 ms on a 7.2B, H200, the
+        first time on a machine 0.29-1.12 s, its attention pipelines' creation, which the model's
         kernel list (vk/kernel_list.py) then prefetches at its later loads. Recording it during the
         upload instead cost the 1.1B's load 30 ms: the recording and the upload threads share the
         interpreter)."""
