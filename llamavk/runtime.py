@@ -935,7 +935,8 @@ class DeviceRuntime:
         caller, not a benchmark of prompt steps)."""
         ub = self.n_ubatch_all if key == "all" else self.n_ubatch
         if short_ok and key == "last" and not seq_len and 1 < len(tokens) <= short_prompt_max() \
-                and ("last", len(tokens), 0, False) not in self.recordings and ("last", 1, 0, False) in self.recordings:
+                and self.recording_key("last", len(tokens)) not in self.recordings \
+                and self.recording_key("last", 1, 0, n_past + len(tokens)) in self.recordings:
             for i, t in enumerate(tokens):       # a short prompt, token by token (short_prompt_max)
                 self.run_batch("last", [t], n_past + i)
             return self.logits(1)[0].copy()

@@ -304,7 +304,7 @@ def test_one_token_step_recorded_per_side_of_the_decode_form_limit(synthetic_mod
     back below it records the other, and the greedy tokens are the reference's on both sides. Batches
     (one form) and LLAMAVK_ATTN_ROWS=4 (one form) have no limit."""
     path = synthetic_model("llama", "q8_0", n_embd=128, n_head=4, n_head_kv=2)   # head_dim 32: the decode kernel
-    prompt = [int(t) for t in np.random.default_rng(6).integers(0, 500, 12)]
+    prompt = [int(t) for t in np.random.default_rng(6).integers(0, 500, 20)]   # past short_prompt_max: its own step
     ref = ReferenceModel(load_model_file(path))
     monkeypatch.setenv("LLAMAVK_ATTN_ROWS", "1:8")
     # the load's prompt (`run`) is past the limit: its first token's step, for long contexts, only
