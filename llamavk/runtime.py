@@ -859,7 +859,7 @@ class DeviceRuntime:
         if (key, n_tokens) not in self._long_from:
             limits = {attn_k.long_context_from(self.kc, n_tokens, op.attrs.get("n_head", self.cfg.n_head),
                                                op.attrs.get("n_head_kv", self.cfg.n_head_kv), self.cfg.head_dim,
-                                               _attention_span(op, n_tokens, self.n_ctx))
+                                               attn_k.visible_span(self.n_ctx, op.attrs.get("window", 0), n_tokens))
                       for op in self.graph_for(key, n_tokens).ops if op.kind == "attention"} - {None}
             self._long_from[(key, n_tokens)] = min(limits) if limits else None
         return self._long_from[(key, n_tokens)]
@@ -951,12 +951,6 @@ class DeviceRuntime:
         # Buffers, kernels and recordings are released with the device.
         self.wait_weights(raise_error=False)
         self.recordings.clear()
-
-
-def _attention_span(op, n_tokens: int, n_ctx: int) -> int:
-    """The positions an attention op's batch can see: a sliding window's, else the context's."""
-    window = op.attrs.get("window", 0)
-    return min(n_ctx, window + n_tokens - 1) if window else n_ctx
 
 
 SHORT_PROMPT_MAX = 16

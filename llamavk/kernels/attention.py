@@ -250,6 +250,12 @@ def _f16_copies(seq, kc, k_cache, v_cache, step, width: int, n_ctx: int, kv_type
     return tuple(out)
 
 
+def visible_span(n_ctx: int, window: int, n_tokens: int) -> int:
+    """The positions a batch of n_tokens can see: a sliding window's (window + n_tokens - 1), else
+    the context's."""
+    return min(n_ctx, window + n_tokens - 1) if window else n_ctx
+
+
 def waits_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int) -> bool:
     """Whether `attention` with these arguments can wait in its shader for its producer (the rope_kv
     before it, or the Q/K/V products that rotate and store K and V themselves): the decode kernel
@@ -262,7 +268,7 @@ def writes_f16_ok(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int,
                   kv_types: KVTypes = KVTypes()) -> bool:
     """Whether `attention` with these arguments can write its output as f16 (out_f16): the
     cooperative-matrix prompt kernel can."""
-    span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
+    span = visible_span(n_ctx, window, n_tokens)
     if coop_over_f16_copies(kc, n_tokens, n_head, n_head_kv, head_dim, span, window=window, kv_types=kv_types):
         return True
     return plan(kc, n_tokens, n_head, n_head_kv, head_dim, span, window=window,
@@ -307,7 +313,7 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
         raise ValueError(f"attention: sinks of {_range(sinks)[2]} bytes, not f32[{n_head}]")
     # a sliding window: the split grid is sized for the positions the batch can see (n_kv - base in
     # attention_split.glsl: window + n_tokens - 1 at most), not for the context
-    span = min(n_ctx, window + n_tokens - 1) if window else n_ctx
+    span = visible_span(n_ctx, window, n_tokens)
     if signal is None and wait is None and coop_over_f16_copies(kc, n_tokens, n_head, n_head_kv, head_dim, span,
                                                                 n_splits, min_chunk, window, kv_types):
         k16, v16 = _f16_copies(seq, kc, k_cache, v_cache, step, n_head_kv * head_dim, n_ctx, kv_types)
