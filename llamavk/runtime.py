@@ -852,10 +852,8 @@ class DeviceRuntime:
     def long_context_from(self, key: str, n_tokens: int) -> int | None:
         """The n_kv past which the step (graph key, n_tokens) is recorded again for long contexts:
         where some layer's decode attention takes another form there (attention.decode_form); None
-        where none does. Why two recordings: one step holding both forms, each leaving at once where
-        the other works, costs the one recorded second 2-4% of its decode for the other's idle
-        workgroups; choosing at submit time costs a second recording when a context first passes
-        the limit (prerecord makes it at load for a prompt already past it)."""
+        where none does (why a recording per form: attention.decode_form; when each is made:
+        prerecord)."""
         if (key, n_tokens) not in self._long_from:
             limits = {attn_k.long_context_from(self.kc, n_tokens, op.attrs.get("n_head", self.cfg.n_head),
                                                op.attrs.get("n_head_kv", self.cfg.n_head_kv), self.cfg.head_dim,
