@@ -39,10 +39,14 @@ def glslc_trixie() -> str:
 #   glslc-trixie-vulkan1.2  the same compiler, SPIR-V 1.5 like the rest: the GL_KHR_cooperative_matrix
 #                           kernels (shaderc 2023.2 does not know that extension; Vulkan 1.2 devices
 #                           with VK_KHR_cooperative_matrix load them)
+#   glslc-unoptimized       glslc without -O: kernels for software devices whose unrolled loops the
+#                           driver unrolls itself (matmul_cpu.comp: -O takes 4 s and 160 KB a kernel
+#                           for no speed)
 COMPILERS = {
     "glslc": (lambda: "glslc", GLSLC_FLAGS),
     "glslc-trixie": (glslc_trixie, ["--target-env=vulkan1.3", "-O", "-fshader-stage=compute"]),
     "glslc-trixie-vulkan1.2": (glslc_trixie, GLSLC_FLAGS),
+    "glslc-unoptimized": (lambda: "glslc", [f for f in GLSLC_FLAGS if f != "-O"]),
 }
 
 

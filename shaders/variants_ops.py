@@ -37,6 +37,9 @@ VARIANTS = {
     "kv_dequant_f16": ("kv_dequant.comp", {}),
     "attention_f16_br4": ("attention.comp", {"BR": "4"}),
     "attention_f16_br8": ("attention.comp", {"BR": "8"}),
+    # software devices (llvmpipe): a workgroup of one subgroup (kernels/attention.py cpu_prompt_ok)
+    "attention_cpu_f16_br8": ("attention_cpu.comp", {"BR": "8"}),
+    "attention_cpu_split_f16_br8": ("attention_cpu.comp", {"BR": "8", "SPLIT": "1"}),
     "attention_split_f16_br4": ("attention.comp", {"BR": "4", "SPLIT": "1"}),
     "attention_split_f16_br8": ("attention.comp", {"BR": "8", "SPLIT": "1"}),
     # decode (<= 4 query rows per KV head, head_dim % 32 == 0, <= 256): blocks of 32 positions

@@ -87,6 +87,20 @@ def spm_tokenizer():
                                     "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2})
 
 
+@pytest.fixture(params=["cpu", "portable"])
+def prompt_attention(request, dev, monkeypatch):
+    """Prompt attention (more than a few query rows per KV head) in both forms a software device has:
+    attention_cpu.comp, its default (selection.cpu_attention_ok), and attention.comp, the portable
+    kernel it runs otherwise (as GPUs without cooperative matrices do). Elsewhere the second only."""
+    from llamavk.kernels import selection
+
+    if request.param == "portable":
+        monkeypatch.setattr(selection, "cpu_attention_ok", lambda kc, head_dim: False)
+    elif not dev.info.is_cpu:
+        pytest.skip("attention_cpu.comp runs on software devices")
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def dev():
     """A logical device on the machine's first selected Vulkan device (llvmpipe in CI), per module."""

@@ -86,8 +86,8 @@ def tol(qtype, coopmat=False):
 @pytest.fixture
 def portable(monkeypatch):
     """Batches > MATVEC_MAX_TOKENS take the portable tiled kernel even where cooperative matrices exist
-    (and where the batched matrix-vector path would apply)."""
-    monkeypatch.setattr(selection, "_SKIP", {"mul_mm_coop", "mul_mm_coop_big", "mul_mv_batched"})
+    (and where the batched matrix-vector path or the software devices' kernel would apply)."""
+    monkeypatch.setattr(selection, "_SKIP", {"mul_mm_coop", "mul_mm_coop_big", "mul_mv_batched", "mul_mm_cpu"})
 
 
 def host_f32(dev, n, poison=True):
@@ -154,6 +154,29 @@ def test_matvec_lattice_gpu_splits(dev, kc, qtype, config, monkeypatch):
 def test_matmul_tiled(dev, kc, qtype, portable):
     run_matmul(dev, kc, qtype, 37, big_cols(qtype), 17, seed=3)
     run_matmul(dev, kc, qtype, 300, small_cols(qtype), 130, seed=4)
+
+
+# Software devices' kernel (matmul_cpu.comp, chosen by selection._cpu_product_ok): every type; rows and
+# tokens that are not multiples of its tile (16 rows a lane x 8 tokens), a weight in several chunks, a
+# bias; both lane counts (4 lanes run on an 8-lane llvmpipe as half a vector).
+@pytest.mark.parametrize("lanes", [8, 4])
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_matmul_cpu(dev, kc, qtype, lanes, monkeypatch):
+    if not kc.info.is_cpu or kc.info.subgroup_size < lanes:
+        pytest.skip("software devices of at least 4 lanes only")
+    monkeypatch.setattr(selection, "cpu_product_lanes", lambda kc: lanes)
+    bs = quant_info(qtype).block_size
+    small, big = (96, 320) if bs == 1 else (3 * bs, 24 * bs) if bs == 32 else (bs, 3 * bs)
+    tname = quant_info(qtype).name.lower()
+    for rows, cols, n_tokens, chunk_rows, bias in ((37, big, 17, None, False), (300, small, 130, 96, True)):
+        assert selection.product_kernel(kc, n_tokens, rows, cols) == "mul_mm_cpu"
+        chunk = chunk_rows and chunk_rows * quant_info(qtype).row_bytes(cols)
+        w, out, names, ref = record_product(dev, kc, qtype, rows, cols, n_tokens, seed=5, max_chunk_bytes=chunk,
+                                            with_bias=bias)
+        assert names == [f"mul_mm_cpu_{tname}"] * len(w.chunks) and len(w.chunks) == (1 if chunk is None else 4)
+        err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+        assert err < tol(qtype), f"{qtype.name} {rows}x{cols} n_tokens={n_tokens}: relative error {err:.2e}"
+    assert selection.product_kernel(kc, 17, 37, 100) == "mul_mm"   # columns not whole 32-column units
 
 
 # Short prompts: the matrix-vector kernel once per MATVEC_MAX_TOKENS tokens (a partial last slice,

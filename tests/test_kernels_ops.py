@@ -426,7 +426,7 @@ ATTN_CASES = [
     (1, 1200, 8, 2, 128, 1280, 40),   # 38 active splits: 4 batches and a tail
     (3, 1000, 4, 4, 64, 1024, 64),    # 3 tokens, n_splits capped at n_ctx / 32: 32 active splits
     (1, 3000, 8, 2, 64, 4096, 128)])   # 94 active splits (128 recorded, the most a merge takes)
-def test_attention(dev, kc, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
+def test_attention(dev, kc, prompt_attention, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
     n_kv = n_past + n_tokens
     k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 13 + hd)
     q = (rng.standard_normal((n_tokens, n_head * hd)) * 3).astype(np.float32)   # fairly peaked softmax
@@ -438,6 +438,8 @@ def test_attention(dev, kc, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_sp
                                  n_ctx, n_splits=n_splits))
     ref = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd)
     np.testing.assert_allclose(mem, ref, **attn_tol(kc, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits))
+    kernel = plan(kc, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits).kernel
+    assert kernel.startswith("attention_cpu") == (prompt_attention == "cpu" and not kernel.startswith("attention_dec"))
 
 
 SEQ_CASES = [
@@ -455,7 +457,7 @@ SEQ_CASES = [
 
 
 @pytest.mark.parametrize("n_tokens,n_past,seq_len,n_head,n_head_kv,hd,n_ctx,n_splits", SEQ_CASES)
-def test_attention_several_sequences(dev, kc, n_tokens, n_past, seq_len, n_head, n_head_kv, hd, n_ctx, n_splits):
+def test_attention_several_sequences(dev, kc, prompt_attention, n_tokens, n_past, seq_len, n_head, n_head_kv, hd, n_ctx, n_splits):
     n_kv = n_past + n_tokens
     k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 7 + seq_len)
     q = (rng.standard_normal((n_tokens, n_head * hd)) * 3).astype(np.float32)

@@ -39,6 +39,7 @@ from .. import kv_cache
 from ..kv_cache import KVTypes
 from ..vk import Buffer
 from . import filled_buffer, groups_2d
+from . import selection
 from .norm import _range
 from .selection import ATTENTION_COOP_ROWS, ATTENTION_SPLITS, attention_coop_ok, decode_attention_rows, device_kind
 
@@ -180,6 +181,10 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
     if n_splits == 1 and not dec and not window and attention_coop_ok(kc, head_dim, rows):
         return AttentionPlan(f"attention_coop_f16_hd{head_dim}", (-(-rows // ATTENTION_COOP_ROWS), n_head_kv, 1),
                              1, min_chunk, ())
+    if not dec and selection.cpu_attention_ok(kc, head_dim):   # blocks of 8 rows
+        name = "attention_cpu_f16_br8" if n_splits == 1 else "attention_cpu_split_f16_br8"
+        return AttentionPlan(name, (-(-rows // 8), n_head_kv, n_splits), n_splits, min_chunk,
+                             (selection.cpu_product_lanes(kc), head_dim))
     if n_splits == 1:
         return AttentionPlan("attention_dec_f16" if dec else f"attention_f16_br{br}", (n_rb, n_head_kv, 1),
                              1, min_chunk, spec)

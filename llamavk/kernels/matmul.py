@@ -10,7 +10,8 @@ matmul.comp, get_rows.comp; dequantization in shaders/quants.glsl).
   the tiles are few, reduce_sum.comp adding the parts); more use NV cooperative matrix 2 where the
   device and the type have it (matmul_cm2.comp; for selection.CM2_DEQUANT_TYPES the weight dequantized
   to f16 rows first by dequant_f16.comp, then its F16 form: mul_mm_cm2d), else KHR cooperative matrices where the device has
-  them (matmul_coop.comp, f16 inputs, f32 sums), else the portable tiled kernel (matmul.comp, f32).
+  them (matmul_coop.comp, f16 inputs, f32 sums), on software devices (llvmpipe) lanes-shaped tiles
+  (matmul_cpu.comp), else the portable tiled kernel (matmul.comp, f32).
 - `get_rows`: out[t, :] = dequant(W[ids[t], :]).
 
 Each weight chunk (its own buffer, rows [row_start, row_start + n_rows)) is one dispatch; the kernel
@@ -32,12 +33,14 @@ from ..errors import LlamavkError
 from ..quant import quant_info
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, WeightChunk, filled_buffer, groups_2d
+from . import selection as _selection
 from .collective import convert, reduce_sum
 from .selection import (COOPMAT_SHAPE, MATVEC_CONFIGS, matvec_configs, MATVEC_MAX_TOKENS, MatvecConfig, device_kind,  # noqa: F401
                         cm2_f16_form, cm2_fill, cm2_grid_cost, cm2_parts, cm2_waves_on, CM2_SLICE_COST, cm2_tile, cm2_x_f16, has_coopmat, has_coopmat2, product_kernel, SMALL_GEMM_MAX_PARTS, SMALL_GEMM_MIN_PART_UNITS,
                         SMALL_GEMM_WORKGROUPS, SmallGemmConfig, small_gemm_config)
 
 # Matrix-matrix kernels (prompt batches): kernel name prefix -> (rows, tokens) per workgroup tile.
+CPU_TILE = (16, 8)   # matmul_cpu.comp: rows a lane (RT), tokens (TT); a workgroup's rows: RT x its lanes
 MATMUL_TILES = {"mul_mm": (64, 64), "mul_mm_coop": (128, 128), "mul_mm_coop_big": (256, 128)}
 GET_ROWS_WG = 64
 # The NV coopmat2 kernel that reads x as f16 (matmul_cm2.comp X_F16), converted by f16_copy first
@@ -567,8 +570,13 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         if family.startswith("mul_mm_cm2"):
             _matmul_cm2(seq, kc, family, w, x, y, n_tokens, bias)
             return 0
-        tile_rows, tile_tokens = MATMUL_TILES[family]
-        kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
+        if family == "mul_mm_cpu":
+            lanes = _selection.cpu_product_lanes(kc)
+            tile_rows, tile_tokens = lanes * CPU_TILE[0], CPU_TILE[1]
+            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24, spec=(lanes,))
+        else:
+            tile_rows, tile_tokens = MATMUL_TILES[family]
+            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
         gy = (n_tokens + tile_tokens - 1) // tile_tokens
         for ch in w.chunks:
             gx = (ch.n_rows + tile_rows - 1) // tile_rows

@@ -389,10 +389,36 @@ def small_gemm_config(kc) -> SmallGemmConfig:
     return parse_small_gemm_env(os.environ.get("LLAMAVK_SMALL_GEMM")) or SMALL_GEMM_CONFIGS[device_kind(kc)]
 
 
+# Software devices (llvmpipe): batches past MATVEC_MAX_TOKENS take shaders/matmul_cpu.comp, a workgroup
+# one subgroup (the lanes of a CPU vector register) with few, wide loads (why: the shader's header).
+# llvmpipe (Mesa 22.3, AVX2: 8 lanes), one 2.9 GHz EPYC core, 64 tokens, GFLOP/s against matmul.comp's
+# tiles: Q4_1 576 x 576 5.5-6.7 / 0.55, 1536 x 576 6.2-6.7 / 0.59; at 8 and 16 tokens 4.7-5.8 and 3.6-3.9
+# against the matrix-vector kernel's 0.46-0.55. Subgroups of 4 lanes (SSE) take two vec4 of x a lane;
+# other widths, and weights whose columns are not whole 32-column units, keep the portable tiles.
+CPU_PRODUCT_LANES = (4, 8)
+
+
+def cpu_product_lanes(kc) -> int:
+    """The lanes of matmul_cpu.comp's workgroup on kc's device (its subgroup)."""
+    return kc.info.subgroup_size
+
+
+def _cpu_product_ok(kc, n: int, rows: int, cols: int) -> bool:
+    return kc.info.is_cpu and cpu_product_lanes(kc) in CPU_PRODUCT_LANES and cols % 32 == 0
+
+
+# Prompt attention over an f16 cache on the same software devices: shaders/attention_cpu.comp (a
+# workgroup one subgroup; why: its header), head_dim a multiple of 8 (its 16-byte K / V loads).
+# llvmpipe, SmolLM2-135M pp128, attention's share of the step: 2.74 s of 6.76 with attention.comp.
+def cpu_attention_ok(kc, head_dim: int) -> bool:
+    return kc.info.is_cpu and cpu_product_lanes(kc) in CPU_PRODUCT_LANES and head_dim % 8 == 0
+
+
 # 1. Weight products: the first row that applies wins.
 PRODUCT_KERNELS = (
     # name              applies when (kc, n_tokens, rows, cols)                why
     ("mul_mv",          lambda kc, n, rows, cols: n <= MATVEC_MAX_TOKENS),    # one pass over W for all tokens
+    ("mul_mm_cpu",      _cpu_product_ok),                                     # software devices (above)
     ("mul_mv_batched",  _batched_matvec_ok),                                  # one pass per 8 tokens
     ("mul_mm_small",    _small_gemm_ok),   # few rows, many tokens: small tiles, columns split (above)
     ("mul_mv_batched",  _small_rows_ok),   # few rows (a router): 128-row tiles leave a few workgroups
@@ -406,8 +432,9 @@ PRODUCT_KERNELS = (
     ("mul_mm_coop",     lambda kc, n, rows, cols: _coopmat_ok(kc, cols)),     # tensor cores, 128 x 128 tiles
     ("mul_mm",          lambda kc, n, rows, cols: True),                     # portable f32 tiles
 )
-# LLAMAVK_MATMUL=mul_mm skips the cooperative-matrix rows (comparisons on one device).
-_SKIP = {"mul_mm": {"mul_mm_cm2d", "mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
+# LLAMAVK_MATMUL=mul_mm skips the cooperative-matrix rows and the software devices' kernel (comparisons on
+# one device).
+_SKIP = {"mul_mm": {"mul_mm_cpu", "mul_mm_cm2d", "mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
 
 
 def _cm2_chosen(type_name: str | None, rows: int) -> bool:

@@ -1,0 +1,99 @@
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_ballot : require
+// y[t, y_off + r] = sum_c W[r, c] * x[t, c] (+ bias[y_off + r]) for a batch of tokens, shaped for software
+// devices (llvmpipe): a workgroup is one subgroup, the lanes of one CPU vector register.
+//
+// Why not matmul.comp there: llvmpipe runs a load from a buffer or shared memory inside a loop as a
+// loop over the lanes (a bounds check and a branch per lane and component; uniform addresses too), some
+// 700 cycles for 8 lanes, while arithmetic runs 8 lanes an instruction. matmul.comp loads each operand
+// from shared memory once per 4 x 8 multiply-adds (after staging it there), ~1 GFLOP/s. Here loads are
+// few and wide: lane l loads its rows' blocks of W and, per token, one vec4 of the unit of x (columns
+// 4l .. 4l+3; two vec4 with 4 lanes); subgroupBroadcast (a register shuffle) then hands each lane the
+// whole unit of every token, kept in private memory (the stack), which feeds RT x TT sums per lane.
+// Lane l computes rows row0 + l + LANES * i (i < RT) for TT tokens: a workgroup covers LANES * RT rows
+// x TT tokens. llvmpipe, 2.9 GHz EPYC core, 576 x 576 Q4_1 weight, 64 tokens (docs/KERNELS.md):
+// RT x TT = 16 x 8 6 GFLOP/s, 8 x 8 4.8, 2 x 8 1.6, 32 x 16 the same as 16 x 8 but a 20 s pipeline.
+layout(local_size_x_id = 0) in;           // LANES: the subgroup size, 4 or 8 (kernels/selection.py)
+layout(constant_id = 0) const uint LANES = 8;
+#define RT 16
+#define TT 8
+#define XV (8 / LANES)                    // vec4s of a token's unit per lane
+
+#include "quants.glsl"
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform Push {
+    uint n_rows;    // rows of this chunk
+    uint cols;      // a multiple of 32 (kernels/selection.py)
+    uint y_stride;  // floats between two tokens' outputs (rows of the whole matrix)
+    uint y_off;     // first row of this chunk in the whole matrix
+    uint has_bias;
+    uint n_tokens;
+} p;
+
+// The 32 weights of unit u of a row: float types in 16-byte loads (quants.glsl's dequant_unit reads
+// them one element a load, each a loop over the lanes here)
+void load_unit(uint row, uint u, out vec4 w[8]) {
+#if defined(QTYPE_F32)
+    uint b = (row * p.cols + 32 * u) / 4;
+    [[unroll]] for (uint k = 0; k < 8; ++k) w[k] = uintBitsToFloat(wu4[b + k]);
+#elif defined(QTYPE_F16) || defined(QTYPE_BF16)
+    uint b = (row * p.cols + 32 * u) / 8;
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+        uvec4 q = wu4[b + k];
+#if defined(QTYPE_F16)
+        w[2 * k] = vec4(unpackHalf2x16(q.x), unpackHalf2x16(q.y));
+        w[2 * k + 1] = vec4(unpackHalf2x16(q.z), unpackHalf2x16(q.w));
+#else
+        w[2 * k] = uintBitsToFloat(uvec4(q.x << 16, q.x & 0xFFFF0000u, q.y << 16, q.y & 0xFFFF0000u));
+        w[2 * k + 1] = uintBitsToFloat(uvec4(q.z << 16, q.z & 0xFFFF0000u, q.w << 16, q.w & 0xFFFF0000u));
+#endif
+    }
+#else
+    dequant_unit(row, u, p.cols, w);
+#endif
+}
+
+void main() {
+    q_chunk_blocks = p.n_rows * (p.cols / QK);
+    uint lane = gl_SubgroupInvocationID;
+    uint row0 = gl_WorkGroupID.x * (LANES * RT);
+    uint tok0 = gl_WorkGroupID.y * TT;
+    uint units4 = p.cols / 4;
+
+    uint rows[RT];   // a row past the chunk computes its last one (not stored)
+    [[unroll]] for (uint i = 0; i < RT; ++i) rows[i] = min(row0 + lane + LANES * i, p.n_rows - 1);
+    uint xrow[TT];   // a token past the batch reads the last one (not stored)
+    [[unroll]] for (uint j = 0; j < TT; ++j) xrow[j] = min(tok0 + j, p.n_tokens - 1) * units4 + lane * XV;
+
+    float acc[RT][TT];
+    [[unroll]] for (uint i = 0; i < RT; ++i)
+        [[unroll]] for (uint j = 0; j < TT; ++j) acc[i][j] = 0.0;
+
+    for (uint u = 0; u < p.cols / 32; ++u) {
+        vec4 xb[TT][8];   // unit u of each token, in every lane
+        [[unroll]] for (uint j = 0; j < TT; ++j)
+            [[unroll]] for (uint v = 0; v < XV; ++v) {
+                vec4 xv = x4[xrow[j] + 8 * u + v];
+                [[unroll]] for (uint l = 0; l < LANES; ++l) xb[j][XV * l + v] = subgroupBroadcast(xv, l);
+            }
+        [[unroll]] for (uint i = 0; i < RT; ++i) {
+            vec4 w[8];
+            load_unit(rows[i], u, w);
+            [[unroll]] for (uint k = 0; k < 8; ++k)
+                [[unroll]] for (uint j = 0; j < TT; ++j) acc[i][j] += dot(w[k], xb[j][k]);
+        }
+    }
+
+    [[unroll]] for (uint i = 0; i < RT; ++i) {
+        uint r = row0 + lane + LANES * i;
+        if (r >= p.n_rows) continue;
+        float b = p.has_bias != 0 ? bias[p.y_off + r] : 0.0;
+        [[unroll]] for (uint j = 0; j < TT; ++j)
+            if (tok0 + j < p.n_tokens) y[(tok0 + j) * p.y_stride + p.y_off + r] = acc[i][j] + b;
+    }
+}
