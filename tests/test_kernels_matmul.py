@@ -185,6 +185,7 @@ def test_matmul_cpu(dev, kc, qtype, lanes, monkeypatch):
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.F32], ids=lambda t: t.name)
 def test_matvec_batched(dev, kc, qtype, monkeypatch):
     monkeypatch.setitem(selection.MATVEC_BATCHED_MAX, selection.device_kind(kc), 40)
+    monkeypatch.setattr(selection, "_SKIP", selection._SKIP | {"mul_mm_cpu"})   # ahead of it on llvmpipe
     cols = big_cols(qtype) if quant_info(qtype).block_size > 1 else 320
     for n_tokens in (9, 17, 40):
         assert selection.product_kernel(kc, n_tokens, 296, cols) == "mul_mv_batched"
@@ -349,12 +350,14 @@ def test_get_rows_chunked(dev, kc, qtype):
 
 def test_product_kernel_edges(dev, kc):
     """Where selection.PRODUCT_KERNELS switches kernels (MATVEC_MAX_TOKENS, the batched form's limit
-    for this kind of device), each side of each edge picks the kernel the table says and agrees with
-    numpy."""
+    for this kind of device; software devices take matmul_cpu.comp past MATVEC_MAX_TOKENS), each side
+    of each edge picks the kernel the table says and agrees with numpy."""
     batched_max = selection.MATVEC_BATCHED_MAX[selection.device_kind(kc)]
     coop = selection.has_coopmat(kc)
-    for n, want in ((MATVEC_MAX_TOKENS, "mul_mv"), (MATVEC_MAX_TOKENS + 1, "mul_mv_batched"),
-                    (batched_max, "mul_mv_batched"), (batched_max + 1, "mul_mm_coop" if coop else "mul_mm")):
+    cpu = selection._cpu_product_ok(kc, MATVEC_MAX_TOKENS + 1, 296, 96)   # software devices: one kernel past 8
+    short, tiled = ("mul_mm_cpu", "mul_mm_cpu") if cpu else ("mul_mv_batched", "mul_mm_coop" if coop else "mul_mm")
+    for n, want in ((MATVEC_MAX_TOKENS, "mul_mv"), (MATVEC_MAX_TOKENS + 1, short), (batched_max, short),
+                    (batched_max + 1, tiled)):
         assert selection.product_kernel(kc, n, 296, 96) == want, n
         run_matmul(dev, kc, T.Q4_0, 296, 96, n, seed=20 + n, coopmat=want.startswith("mul_mm_coop"))
 
