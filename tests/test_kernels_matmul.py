@@ -158,9 +158,10 @@ def test_matmul_tiled(dev, kc, qtype, portable):
 
 # Software devices' kernel (matmul_cpu.comp, chosen by selection._cpu_product_ok): every type; rows and
 # tokens that are not multiples of its tile (16 rows a lane x 8 tokens), a weight in several chunks, a
-# bias; both lane counts (4 lanes run on an 8-lane llvmpipe as half a vector).
-@pytest.mark.parametrize("lanes", [8, 4])
-@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+# bias. 4 lanes (run on an 8-lane llvmpipe as half a vector) take other x loads and rows, the same for
+# every type: a planar, a float and a K-quant type (llvmpipe takes 2-5 s to make each pipeline).
+@pytest.mark.parametrize("qtype,lanes", [(t, 8) for t in ALL_TYPES] + [(T.Q4_0, 4), (T.F32, 4), (T.Q6_K, 4)],
+                         ids=lambda v: v.name if isinstance(v, T) else f"lanes{v}")
 def test_matmul_cpu(dev, kc, qtype, lanes, monkeypatch):
     if not kc.info.is_cpu or kc.info.subgroup_size < lanes:
         pytest.skip("software devices of at least 4 lanes only")

@@ -316,10 +316,20 @@ def test_matmul_id_stages_x_where_it_fits(kc):
     assert moe.matvec_id_staged(kc, 8192, 8) == 0                     # 256 KiB: from memory
 
 
+@pytest.mark.parametrize("form", ["cpu", "portable"])
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
-def test_matmul_id_prompt(dev, kc, qtype):
+def test_matmul_id_prompt(dev, kc, qtype, form, monkeypatch):
     # 4 experts x 2 slots over 150 tokens: ~75 tokens per expert (two token tiles of 64), 70 rows
-    # (two row tiles): partial tiles both ways; and a batch where some experts get no token at all
+    # (two row tiles): partial tiles both ways; and a batch where some experts get no token at all.
+    # Software devices run both their own kernel (matmul_cpu.comp MUL_MAT_ID) and the portable tiles.
+    if form == "portable":
+        monkeypatch.setattr(selection, "_SKIP_MOE", selection._SKIP_MOE | {"mul_mm_cpu_id"})
+    elif not kc.info.is_cpu:
+        pytest.skip("matmul_cpu.comp runs on software devices")
+    cols = small_cols(qtype) if quant_info(qtype).block_size > 1 else 96
+    if not selection.has_coopmat(kc):
+        want = "mul_mm_cpu_id" if form == "cpu" else "mul_mm_id"
+        assert selection.moe_product_kernel(kc, cols, qtype.name.lower()) == want
     run_matmul_id(dev, kc, qtype, 150, n_expert=4, rows=70, n_used=2, seed=6)
     run_matmul_id(dev, kc, qtype, 23, n_expert=40, rows=37, n_used=2, xslot=True, seed=7)
 

@@ -457,6 +457,7 @@ def product_kernel(kc, n_tokens: int, rows: int, cols: int, type_name: str | Non
 # 7,553. LLAMAVK_MOE_MATMUL names a family (comparisons on one device).
 MOE_PRODUCT_KERNELS = (
     ("mul_mm_coop_id", lambda kc, cols: _coopmat_ok(kc, cols)),
+    ("mul_mm_cpu_id", lambda kc, cols: _cpu_product_ok(kc, 0, 0, cols)),   # software devices (above)
     ("mul_mm_id", lambda kc, cols: True),
 )
 
@@ -470,7 +471,7 @@ def moe_product_kernel(kc, cols: int, type_name: str) -> str:
 
 
 # LLAMAVK_MATMUL=mul_mm (the portable tiles only) applies here too
-_SKIP_MOE = {"mul_mm_coop_id"} if os.environ.get("LLAMAVK_MATMUL") == "mul_mm" else set()
+_SKIP_MOE = {"mul_mm_coop_id", "mul_mm_cpu_id"} if os.environ.get("LLAMAVK_MATMUL") == "mul_mm" else set()
 
 
 # 2. Matrix-vector kernels.
