@@ -16,8 +16,9 @@
 // Lane l computes rows row0 + l + LANES * i (i < RT) for TT tokens: a workgroup covers LANES * RT rows
 // x TT tokens. MUL_MAT_ID (a mixture of experts' prompt products), as matmul.comp's: workgroup z takes
 // expert e0 + z of the chunk (its n_rows rows at chunk row z * n_rows) and the (token, slot) pairs that
-// chose it, listed by moe_group.comp: x row = the pair (xslot) or its token, y row = the pair. llvmpipe, 2.9 GHz EPYC core, 576 x 576 Q4_1 weight, 64 tokens (docs/KERNELS.md):
-// RT x TT = 16 x 8 6 GFLOP/s, 8 x 8 4.8, 2 x 8 1.6, 32 x 16 the same as 16 x 8 but a 20 s pipeline.
+// chose it, listed by moe_group.comp: x row = the pair (xslot) or its token, y row = the pair.
+// llvmpipe, a 2.9 GHz EPYC core, 576 x 576 Q4_1 weight, 64 tokens (docs/KERNELS.md): RT x TT = 16 x 8
+// 6 GFLOP/s, 8 x 8 4.8 (its pipeline made in half the time), 2 x 8 1.6, 32 x 16 as 16 x 8 (a 20 s pipeline).
 layout(local_size_x_id = 0) in;           // LANES: the subgroup size, 4 or 8 (kernels/selection.py)
 layout(constant_id = 0) const uint LANES = 8;
 #define RT 16

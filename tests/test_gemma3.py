@@ -67,8 +67,8 @@ WINDOW_CASES = [
 
 @pytest.mark.parametrize("decode", ["1", "0"])
 @pytest.mark.parametrize("n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,window,n_splits", WINDOW_CASES)
-def test_sliding_window_attention(dev, kc, prompt_attention, monkeypatch, decode, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx,
-                                  window, n_splits):
+def test_sliding_window_attention(dev, kc, prompt_attention, monkeypatch, decode, n_tokens, n_past, n_head, n_head_kv,
+                                  hd, n_ctx, window, n_splits):
     """Every row sees the last `window` positions only; rows before the batch's first window are NaN
     (never read: the work is the window's, not the context's). decode "0": attention.comp even where
     the decode kernel applies."""

@@ -457,7 +457,8 @@ SEQ_CASES = [
 
 
 @pytest.mark.parametrize("n_tokens,n_past,seq_len,n_head,n_head_kv,hd,n_ctx,n_splits", SEQ_CASES)
-def test_attention_several_sequences(dev, kc, prompt_attention, n_tokens, n_past, seq_len, n_head, n_head_kv, hd, n_ctx, n_splits):
+def test_attention_several_sequences(dev, kc, prompt_attention, n_tokens, n_past, seq_len, n_head, n_head_kv, hd,
+                                     n_ctx, n_splits):
     n_kv = n_past + n_tokens
     k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 7 + seq_len)
     q = (rng.standard_normal((n_tokens, n_head * hd)) * 3).astype(np.float32)

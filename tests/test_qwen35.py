@@ -313,8 +313,8 @@ def test_gathered_weight_parts(synthetic_model, qtype):
 
 def small_row_prompt(synthetic_model, monkeypatch, rule_of, rule, small_gemm: str) -> set:
     """A qwen35moe prompt with the selection row `rule_of` (a selection function, GPUs only) replaced
-    by `rule` (forced here; the software devices' row dropped), LLAMAVK_SMALL_GEMM=small_gemm: its logits against the numpy reference;
-    returns the kernels the device used. 16 experts and 8 value heads: the router and the alpha/beta
+    by `rule` (forced here; the software devices' row dropped), LLAMAVK_SMALL_GEMM=small_gemm: its logits
+    against the numpy reference; returns the kernels the device used. 16 experts and 8 value heads: the router and the alpha/beta
     products have rows in multiples of 8; micro-batches of 48 and 22 tokens."""
     monkeypatch.setattr(selection, "PRODUCT_KERNELS", tuple(   # (software devices' own product: off)
         (name, rule if applies is rule_of else applies) for name, applies in selection.PRODUCT_KERNELS

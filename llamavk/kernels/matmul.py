@@ -570,13 +570,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         if family.startswith("mul_mm_cm2"):
             _matmul_cm2(seq, kc, family, w, x, y, n_tokens, bias)
             return 0
-        if family == "mul_mm_cpu":
-            lanes = _selection.cpu_product_lanes(kc)
-            tile_rows, tile_tokens = lanes * CPU_TILE[0], CPU_TILE[1]
-            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24, spec=(lanes,))
-        else:
-            tile_rows, tile_tokens = MATMUL_TILES[family]
-            kernel = kc.get(f"{family}_{name}", "rrrw", push_size=24)
+        kernel, tile_rows, tile_tokens = tile_kernel(kc, family, name, "rrrw", 24, MATMUL_TILES)
         gy = (n_tokens + tile_tokens - 1) // tile_tokens
         for ch in w.chunks:
             gx = (ch.n_rows + tile_rows - 1) // tile_rows
@@ -585,6 +579,18 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
             push = struct.pack("<6I", ch.n_rows, w.cols, w.rows, ch.row_start, has_bias, n_tokens)
             seq.dispatch(kernel, [ch.buffer, x.range, b.range, y.range], (gx, gy, 1), push)
     return 0
+
+
+def tile_kernel(kc: KernelCache, family: str, type_name: str, bindings: str, push_size: int, tiles: dict):
+    """(a tiled product's kernel, its tile's rows, its tile's tokens): matmul_cpu.comp's families
+    (mul_mm_cpu, mul_mm_cpu_id) a workgroup of the subgroup's lanes, CPU_TILE rows a lane, specialized
+    by the lanes; the others as `tiles` says."""
+    if family.startswith("mul_mm_cpu"):
+        lanes = _selection.cpu_product_lanes(kc)
+        kernel = kc.get(f"{family}_{type_name}", bindings, push_size=push_size, spec=(lanes,))
+        return kernel, lanes * CPU_TILE[0], CPU_TILE[1]
+    tile_rows, tile_tokens = tiles[family]
+    return kc.get(f"{family}_{type_name}", bindings, push_size=push_size), tile_rows, tile_tokens
 
 
 def _matmul_cm2(seq, kc: KernelCache, family: str, w: QWeight, x: View, y: View, n_tokens: int,

@@ -31,9 +31,8 @@ import numpy as np
 from ..errors import LlamavkError
 from ..vk import Buffer
 from . import KernelCache, QWeight, View, filled_buffer, groups_2d
-from .matmul import (CPU_TILE, MATMUL_TILES, MATVEC_MAX_TOKENS, MATVEC_STREAM_TABLE_BYTES, _check_view, f16_copy,
-                     matvec_router_ok, type_suffix)
-from . import selection as _selection
+from .matmul import (MATMUL_TILES, MATVEC_MAX_TOKENS, MATVEC_STREAM_TABLE_BYTES, _check_view, f16_copy,
+                     matvec_router_ok, tile_kernel, type_suffix)
 from .selection import moe_product_kernel
 
 # prompt kernels (selection.moe_product_kernel): name prefix -> (rows, tokens) per workgroup tile
@@ -541,13 +540,7 @@ def matmul_id(seq, kc: KernelCache, w: QWeight, x: View, route_view: View, y: Vi
     if groups is None:
         raise LlamavkError("matmul_id: a batch needs the tokens grouped by expert (moe.group)")
     family = moe_product_kernel(kc, cols, name)
-    if family == "mul_mm_cpu_id":   # workgroups of one subgroup (matmul_cpu.comp)
-        lanes = _selection.cpu_product_lanes(kc)
-        tile_rows, tile_tokens = lanes * CPU_TILE[0], CPU_TILE[1]
-        kernel = kc.get(f"{family}_{name}", "rrrwr", push_size=40, spec=(lanes,))
-    else:
-        tile_rows, tile_tokens = MOE_TILES[family]
-        kernel = kc.get(f"{family}_{name}", "rrrwr", push_size=40)
+    kernel, tile_rows, tile_tokens = tile_kernel(kc, family, name, "rrrwr", 40, MOE_TILES)
     if family == "mul_mm_coop_id" and name in COOP_ID_X_F16:   # x as f16: one conversion for gate and up
         x = f16_copy(seq, kc, x, n_tokens * (n_used if xslot else 1) * cols)
     for ch in w.chunks:

@@ -434,7 +434,8 @@ PRODUCT_KERNELS = (
 )
 # LLAMAVK_MATMUL=mul_mm skips the cooperative-matrix rows and the software devices' kernel (comparisons on
 # one device).
-_SKIP = {"mul_mm": {"mul_mm_cpu", "mul_mm_cm2d", "mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(os.environ.get("LLAMAVK_MATMUL", ""), set())
+_SKIP = {"mul_mm": {"mul_mm_cpu", "mul_mm_cm2d", "mul_mm_cm2", "mul_mm_coop", "mul_mm_coop_big"}}.get(
+    os.environ.get("LLAMAVK_MATMUL", ""), set())
 
 
 def _cm2_chosen(type_name: str | None, rows: int) -> bool:
