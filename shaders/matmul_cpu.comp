@@ -47,28 +47,7 @@ layout(push_constant) uniform Push {
 layout(std430, binding = 4) readonly buffer Groups { uint groups[]; };
 #endif
 
-// The 32 weights of unit u of a row: float types in 16-byte loads (quants.glsl's dequant_unit reads
-// them one element a load, each a loop over the lanes here)
-void load_unit(uint row, uint u, out vec4 w[8]) {
-#if defined(QTYPE_F32)
-    uint b = (row * p.cols + 32 * u) / 4;
-    [[unroll]] for (uint k = 0; k < 8; ++k) w[k] = uintBitsToFloat(wu4[b + k]);
-#elif defined(QTYPE_F16) || defined(QTYPE_BF16)
-    uint b = (row * p.cols + 32 * u) / 8;
-    [[unroll]] for (uint k = 0; k < 4; ++k) {
-        uvec4 q = wu4[b + k];
-#if defined(QTYPE_F16)
-        w[2 * k] = vec4(unpackHalf2x16(q.x), unpackHalf2x16(q.y));
-        w[2 * k + 1] = vec4(unpackHalf2x16(q.z), unpackHalf2x16(q.w));
-#else
-        w[2 * k] = uintBitsToFloat(uvec4(q.x << 16, q.x & 0xFFFF0000u, q.y << 16, q.y & 0xFFFF0000u));
-        w[2 * k + 1] = uintBitsToFloat(uvec4(q.z << 16, q.z & 0xFFFF0000u, q.w << 16, q.w & 0xFFFF0000u));
-#endif
-    }
-#else
-    dequant_unit(row, u, p.cols, w);
-#endif
-}
+#include "cpu_unit.glsl"
 
 void main() {
     uint lane = gl_SubgroupInvocationID;
@@ -111,7 +90,7 @@ void main() {
             }
         [[unroll]] for (uint i = 0; i < RT; ++i) {
             vec4 w[8];
-            load_unit(rows[i], u, w);
+            load_unit(rows[i], u, p.cols, w);
             [[unroll]] for (uint k = 0; k < 8; ++k)
                 [[unroll]] for (uint j = 0; j < TT; ++j) acc[i][j] += dot(w[k], xb[j][k]);
         }

@@ -22,6 +22,7 @@ for _t in _TYPES:
     VARIANTS[f"mul_mv_{_t}"] = ("matvec.comp", dict(_d))
     VARIANTS[f"mul_mm_{_t}"] = ("matmul.comp", dict(_d))
     VARIANTS[f"mul_mm_cpu_{_t}"] = ("matmul_cpu.comp", dict(_d))   # software devices (llvmpipe)
+    VARIANTS[f"mul_mv_cpu_{_t}"] = ("matvec_cpu.comp", dict(_d))   # software devices: a few tokens
     VARIANTS[f"mul_mm_coop_{_t}"] = ("matmul_coop.comp", dict(_d))   # cooperative matrices (KHR)
     VARIANTS[f"mul_mm_coop_big_{_t}"] = ("matmul_coop.comp", dict(_d, WARPS_M="4", NBUF="1"))   # 256 x 128 tiles
     VARIANTS[f"get_rows_{_t}"] = ("get_rows.comp", dict(_d))
@@ -103,4 +104,5 @@ for _t in ["q4_0", "q8_0", "q4_k", "q6_k", "f16"]:
     COMPILERS[f"mul_mm_cm2h_{_t}"] = "glslc-trixie"
 # Every matmul_coop.comp variant: GL_KHR_cooperative_matrix, which shaderc 2023.2 does not know.
 COMPILERS.update({_n: "glslc-trixie-vulkan1.2" for _n, (_src, _) in VARIANTS.items() if _src == "matmul_coop.comp"})
-COMPILERS.update({_n: "glslc-unoptimized" for _n, (_src, _) in VARIANTS.items() if _src == "matmul_cpu.comp"})
+COMPILERS.update({_n: "glslc-unoptimized" for _n, (_src, _) in VARIANTS.items()
+                  if _src in ("matmul_cpu.comp", "matvec_cpu.comp")})

@@ -88,6 +88,20 @@ def spm_tokenizer():
 
 
 @pytest.fixture(params=["cpu", "portable"])
+def matvec_form(request, dev, monkeypatch):
+    """Products of a few tokens (decode) in both forms a software device has: matvec_cpu.comp, its
+    default where rows are whole 32-weight units (selection._cpu_product_ok), and the kernels it runs
+    otherwise (matvec.comp, as GPUs without fast integer dot products do). Elsewhere the second only."""
+    from llamavk.kernels import selection
+
+    if request.param == "portable":
+        monkeypatch.setattr(selection, "_cpu_product_ok", lambda kc, n, rows, cols: False)
+    elif not dev.info.is_cpu:
+        pytest.skip("matvec_cpu.comp runs on software devices")
+    return request.param
+
+
+@pytest.fixture(params=["cpu", "portable"])
 def prompt_attention(request, dev, monkeypatch):
     """Prompt attention (more than a few query rows per KV head) in both forms a software device has:
     attention_cpu.comp, its default (selection.cpu_attention_ok), and attention.comp, the portable

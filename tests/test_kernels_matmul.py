@@ -132,11 +132,18 @@ def run_matmul(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None,
     return w
 
 
-# Every type through both kernels; shapes not multiples of the tiles (rows 1/37/300), several blocks.
+# Every type, 1 and 5 tokens, rows not multiples of a workgroup's (37, 300), several blocks; on
+# software devices both forms (conftest matvec_form), matvec_cpu.comp on float rows of whole units.
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
-def test_matvec(dev, kc, qtype):
-    run_matmul(dev, kc, qtype, 37, small_cols(qtype), 1, seed=1)
-    run_matmul(dev, kc, qtype, 300, big_cols(qtype), 5, seed=2)
+def test_matvec(dev, kc, qtype, matvec_form):
+    cpu = matvec_form == "cpu"
+    float_type = quant_info(qtype).block_size == 1
+    for rows, cols, n_tokens, seed in ((37, small_cols(qtype), 1, 1), (300, big_cols(qtype), 5, 2)):
+        cols = (96 if n_tokens == 1 else 320) if cpu and float_type else cols
+        _, out, names, ref = record_product(dev, kc, qtype, rows, cols, n_tokens, seed)
+        err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+        assert err < tol(qtype), f"{qtype.name} {rows}x{cols} n_tokens={n_tokens}: relative error {err:.2e}"
+        assert (names == [f"mul_mv_cpu_{quant_info(qtype).name.lower()}"]) == cpu, names
 
 
 @pytest.mark.parametrize("config", ["base:256,4,2,2", "base:512,4,2,2"])
@@ -206,10 +213,13 @@ def record_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_
     monkeypatch.setattr(matmul_module, "product_kernel",
                         lambda kc, n, r, c, t=None: "mul_mv" if n <= MATVEC_MAX_TOKENS else "mul_mv_batched")
     monkeypatch.setenv("LLAMAVK_SMALL_ROWS_SLICES", slices_env)
+    # the slices kernels are matvec.comp's and matvec_wide.comp's: a software device's base form
+    monkeypatch.setattr(selection, "_cpu_product_ok", lambda kc, n, rows, cols: False)
     return record_product(dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes, with_bias=True)
 
 
 def check_batches(monkeypatch, dev, kc, qtype, rows, cols, n_tokens, seed, max_chunk_bytes=None, slice_kernel=None):
+    monkeypatch.setattr(selection, "_cpu_product_ok", lambda kc, n, rows, cols: False)   # as record_batches
     if slice_kernel is None:   # the device's own matrix-vector kernel for 8-token slices (GPUs: Q4_K's is wide)
         cfg = matmul_module.matvec_config(kc, qtype, rows, cols, MATVEC_MAX_TOKENS)
         slice_kernel = {"base": "mul_mv_slices", "wide": "mul_mv_wide_slices"}[cfg.kernel]

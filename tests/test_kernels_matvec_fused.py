@@ -25,7 +25,7 @@ def f32(dev, a):
                                         (T.IQ4_NL, 96), (T.IQ4_XS, 256), (T.MXFP4, 160)])
 @pytest.mark.parametrize("n_tokens", [1, 3])
 @pytest.mark.parametrize("chunked", [False, True])
-def test_norm_and_residual_fused(dev, qtype, cols, n_tokens, chunked):
+def test_norm_and_residual_fused(dev, qtype, cols, n_tokens, chunked, matvec_form):
     rows, eps = 37, 1e-5
     rng = np.random.default_rng(cols + n_tokens)
     raw, w = make_weight(qtype, rows, cols, seed=cols)
@@ -49,7 +49,7 @@ def test_norm_and_residual_fused(dev, qtype, cols, n_tokens, chunked):
 
 
 @pytest.mark.parametrize("qtype,cols", [(T.Q4_0, 96), (T.Q6_K, 256), (T.F32, 50)])
-def test_glu_input_fused(dev, qtype, cols):
+def test_glu_input_fused(dev, qtype, cols, matvec_form):
     """x' = silu(gate) * up (the SwiGLU feeding the FFN down product), with a residual; large negative
     gates must give 0, not NaN."""
     rows, n_tokens = 21, 2
@@ -188,6 +188,24 @@ def test_matvec_variant(dev, kc_variants, monkeypatch, qtype, cols, variant):
                   bias=nt % 4 == 1)
     run_fused(dev, kc_variants, qtype, 37, cols, 3, seed=11, chunked=True, bias=True, norm=True, resid=True)
     run_fused(dev, kc_variants, qtype, 21, cols, 2, seed=12, resid=True, glu=True)
+
+
+# matvec_cpu.comp (software devices' few-token kernel; test_kernels_matmul.py test_matvec runs every type
+# through it) with every fused input, 1 to 8 tokens, rows past the last workgroup's (37, 70) and fewer
+# than its lanes (a weight in chunks of 5 rows), a bias; at 8 lanes and at 4 (two vec4 of x a lane, run
+# on an 8-lane llvmpipe as half a vector). A planar, a K-quant and a float type.
+@pytest.mark.parametrize("lanes", [8, 4])
+@pytest.mark.parametrize("qtype,cols", [(T.Q4_0, 320), (T.Q6_K, 512), (T.F16, 96)], ids=lambda v: getattr(v, "name", v))
+def test_matvec_cpu(dev, kc_variants, monkeypatch, qtype, cols, lanes):
+    if not dev.info.is_cpu or dev.info.subgroup_size < lanes:
+        pytest.skip("software devices of at least 4 lanes only")
+    from llamavk.kernels import selection
+    monkeypatch.setattr(selection, "cpu_product_lanes", lambda kc: lanes)
+    assert matvec_config(kc_variants, qtype, 37, cols, 8).kernel == "cpu"
+    run_fused(dev, kc_variants, qtype, 37, cols, 1, seed=1, chunked=True, bias=True, norm=True, resid=True)
+    run_fused(dev, kc_variants, qtype, 70, cols, 8, seed=2, resid=True, glu=True)
+    run_fused(dev, kc_variants, qtype, 70, cols, 3, seed=3, bias=True)
+    assert matvec_config(kc_variants, T.F16, 37, 100).kernel == "base"   # rows not whole 32-weight units
 
 
 def test_matvec_env_and_fallback(dev, monkeypatch):

@@ -53,6 +53,8 @@ def type_suffix(qtype) -> str:
 
 # Matrix-vector kernels: name -> (shader variant prefix, types it exists for; None: every type).
 #   base       matvec.comp: each lane takes 8-weight quarters (32-bit loads), every type
+#   cpu        matvec_cpu.comp: software devices (a workgroup of one subgroup, a lane's rows by whole
+#              32-weight units; selection.py's "cpu" rows), every type, rows of whole units
 #   wide       matvec_wide.comp: each lane takes whole blocks (Q4_0/Q8_0) or 64-weight quarters of a
 #              super-block (Q4_K) with 16-byte loads
 #   stream     matvec_stream.comp: one token; every weight load of a lane first (16-byte loads, whole
@@ -75,6 +77,7 @@ STREAM_TYPES = frozenset({"q4_0", "q8_0", "q4_k", "q6_k", "q5_k", "q3_k", "q2_k"
                           "iq1_m", "tq2_0", "tq1_0"})
 MATVEC_KERNELS = {
     "base": ("mul_mv", None),
+    "cpu": ("mul_mv_cpu", None),
     "wide": ("mul_mv_wide", {"q4_0", "q8_0", "q4_k"}),
     "stream": ("mul_mv_stream", STREAM_TYPES),
     "stream_dp": ("mul_mv_stream_dp", STREAM_TYPES),
@@ -400,6 +403,9 @@ def _matvec_spec(kc: KernelCache, cfg: MatvecConfig, name: str, cols: int, n_tok
     if pair:
         raise LlamavkError(f"matmul: the {cfg.kernel} matrix-vector kernel has no gate/up pair form")
     spec = (cfg.wg, n_tokens, norm, resid, cfg.nr, cfg.ks, cfg.u, glu)
+    if cfg.kernel == "cpu":   # a workgroup of one subgroup, nr rows a lane
+        lanes = _selection.cpu_product_lanes(kc)
+        return (lanes,) + spec[1:], lanes * cfg.nr, 1, 1
     if cfg.kernel.startswith("wide"):
         ch4 = cfg.ks * sg * cfg.u * MATVEC_WIDE_UNIT[name] // 4
         xs = cfg.xs and cfg.kernel == "wide" and 16 * n_tokens * ch4 <= MATVEC_XS_BYTES

@@ -692,7 +692,11 @@ MATVEC_CONFIGS = (
     ("gpu", ("iq1_s", "iq1_m"), _ANY, MatvecConfig(wg=512, nr=4, ks=2, u=2)),
     # 8 rows per 256-thread workgroup (4 rows per pair of subgroups), 2 quarters per lane per step
     ("gpu", "*", _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=2)),
-    # software devices: the smallest unrolling (pipeline compilation there costs more than it saves)
+    # software devices: matvec_cpu.comp (why: its header) where the rows are whole 32-weight units
+    # and the subgroup 4 or 8 lanes, 8 rows a lane (wg: the subgroup's lanes); else the base kernel
+    # with the smallest unrolling (pipeline compilation there costs more than it saves).
+    ("cpu", "*", lambda kc, n, rows, cols: _cpu_product_ok(kc, n, rows, cols),
+     MatvecConfig(wg=1, nr=8, ks=1, u=1, kernel="cpu")),
     ("cpu", "*", _ANY, MatvecConfig(wg=128, nr=2, ks=1, u=1)),
 )
 # Q2_K and Q3_K with half a super-block per unit (matvec_stream.comp HALF_BLOCK, kernel stream_dp_half):
