@@ -59,7 +59,7 @@ def main() -> int:
             fill_depth(m, a.d, rng)
             # Decode steps (clocks up) and two prompts use both parameter slots of each step shape:
             # every recording read below has run (reading a query pool that never ran would wait forever).
-            decode(m, min(64, a.n), rng, a.d)
+            decode(m, max(1, min(64, a.n)), rng, a.d)   # at least one: -n 0 still profiles it
             time_prompt(m, a.p, rng, a.d)
             time_prompt(m, a.p, rng, a.d)
             for n in (1, a.p):

@@ -319,6 +319,8 @@ def small_row_prompt(synthetic_model, monkeypatch, rule_of, rule, small_gemm: st
     monkeypatch.setattr(selection, "PRODUCT_KERNELS", tuple(   # (software devices' own product: off)
         (name, rule if applies is rule_of else applies) for name, applies in selection.PRODUCT_KERNELS
         if name != "mul_mm_cpu"))
+    # and their few-token kernel (it has no slices form: the slices are matvec.comp's)
+    monkeypatch.setattr(selection, "_cpu_product_ok", lambda kc, n, rows, cols: False)
     monkeypatch.setenv("LLAMAVK_SMALL_GEMM", small_gemm)
     path = synthetic_model("qwen35moe", "q4_0", seed=5, n_expert=16, ssm_dt_rank=8)
     mf = load_model_file(path)
