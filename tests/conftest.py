@@ -102,10 +102,11 @@ def matvec_form(request, dev, monkeypatch):
 
 
 @pytest.fixture(params=["cpu", "portable"])
-def prompt_attention(request, dev, monkeypatch):
-    """Prompt attention (more than a few query rows per KV head) in both forms a software device has:
-    attention_cpu.comp, its default (selection.cpu_attention_ok), and attention.comp, the portable
-    kernel it runs otherwise (as GPUs without cooperative matrices do). Elsewhere the second only."""
+def attention_form(request, dev, monkeypatch):
+    """Attention over an f16 cache in both forms a software device has: attention_cpu.comp, its
+    default for prompts and decode (selection.cpu_attention_ok), and the kernels it runs otherwise, as
+    GPUs without cooperative matrices do (attention.comp; attention_decode.comp for decode and where a
+    step waits in the shader). Elsewhere the second only."""
     from llamavk.kernels import selection
 
     if request.param == "portable":
@@ -113,6 +114,15 @@ def prompt_attention(request, dev, monkeypatch):
     elif not dev.info.is_cpu:
         pytest.skip("attention_cpu.comp runs on software devices")
     return request.param
+
+
+@pytest.fixture
+def portable_attention(monkeypatch):
+    """attention.comp / attention_decode.comp wherever they apply, software devices too (tests of
+    those kernels' own forms: splits, rows per workgroup, chain variants)."""
+    from llamavk.kernels import selection
+
+    monkeypatch.setattr(selection, "cpu_attention_ok", lambda kc, head_dim: False)
 
 
 @pytest.fixture(scope="module")

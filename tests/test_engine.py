@@ -131,7 +131,8 @@ def test_one_token_steps_on_the_stream_kernel_with_gate_up_pairs(synthetic_model
 
 @pytest.mark.parametrize("qtype,splits,rows", [("q4_0", 0, "4"), ("q4_k", 0, "4"), ("q4_k", 4, "4"), ("q6_k", 0, "4"),
                                                ("q4_0", 0, "1:8"), ("q4_k", 4, "1:20")])
-def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, qtype, splits, rows):
+def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, portable_attention, qtype, splits,
+                                                 rows):
     """Stages chained without barriers (kernels/chain.py, every kind of edge: Q/K/V (with RoPE and the
     KV store) -> attention -> output projection -> gate/up -> down -> next Q/K/V) on the stream kernel, x loaded before the weights,
     one row block per workgroup when chained: bit for bit the unchained logits (within the reference's
@@ -179,7 +180,8 @@ def test_chained_one_token_steps_match_unchained(synthetic_model, monkeypatch, q
 
 
 @pytest.mark.parametrize("norm,rows", [(False, "4"), (True, "4"), (False, "1:8")])
-def test_chained_one_token_steps_with_a_quantized_cache_match_unchained(synthetic_model, monkeypatch, norm, rows):
+def test_chained_one_token_steps_with_a_quantized_cache_match_unchained(synthetic_model, monkeypatch,
+                                                                        portable_attention, norm, rows):
     """A q8_0 K / q4_0 V cache keeps the rope_kv dispatch (the products store f16 only); chained, it waits
     in its shader for the Q/K/V products and the decode attention for it (edges q and k), as with f16
     caches: the unchained logits bit for bit, fewer barriers, every producer's counter at its workgroup
@@ -209,7 +211,7 @@ def test_chained_one_token_steps_with_a_quantized_cache_match_unchained(syntheti
     assert barriers["1"] <= barriers["0"] - 4 * 2
 
 
-def test_chain_nowait_drops_only_the_named_edges(synthetic_model, monkeypatch):
+def test_chain_nowait_drops_only_the_named_edges(synthetic_model, monkeypatch, portable_attention):
     """LLAMAVK_CHAIN_NOWAIT (bench_decode_ab.py --no-wait, timing only): the consumers of the named
     producers (g: the gate/up pair) wait for 0 workgroups, every other chained consumer for its
     producer's count."""

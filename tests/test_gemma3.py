@@ -67,7 +67,7 @@ WINDOW_CASES = [
 
 @pytest.mark.parametrize("decode", ["1", "0"])
 @pytest.mark.parametrize("n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,window,n_splits", WINDOW_CASES)
-def test_sliding_window_attention(dev, kc, prompt_attention, monkeypatch, decode, n_tokens, n_past, n_head, n_head_kv,
+def test_sliding_window_attention(dev, kc, attention_form, monkeypatch, decode, n_tokens, n_past, n_head, n_head_kv,
                                   hd, n_ctx, window, n_splits):
     """Every row sees the last `window` positions only; rows before the batch's first window are NaN
     (never read: the work is the window's, not the context's). decode "0": attention.comp even where
@@ -107,7 +107,7 @@ def test_sliding_window_with_several_sequences(dev, kc, n_tokens, n_past, seq_le
 
 
 @pytest.mark.parametrize("rows", [4, 1])
-def test_windowed_decode_runs_the_windows_splits_only(dev, kc, monkeypatch, rows):
+def test_windowed_decode_runs_the_windows_splits_only(dev, kc, monkeypatch, portable_attention, rows):
     """One decode recording replayed as the cache grows from 0 to 2000 positions: the split grid is
     sized for the window (200 positions: 4 splits of at least 64, not the 8 asked for), the splits
     that run cover the window only (their partial results counted in the scratch), rows before the

@@ -97,7 +97,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("n_tokens,n_past,n_head,n_head_kv,hd,n_ctx,window,n_splits", CASES)
-def test_attention_sinks(dev, kc, prompt_attention, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, window, n_splits):
+def test_attention_sinks(dev, kc, attention_form, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, window, n_splits):
     n_kv = n_past + n_tokens
     k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 11 + hd + window)
     if window:   # rows before the batch's first window are never read

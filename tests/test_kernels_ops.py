@@ -426,7 +426,7 @@ ATTN_CASES = [
     (1, 1200, 8, 2, 128, 1280, 40),   # 38 active splits: 4 batches and a tail
     (3, 1000, 4, 4, 64, 1024, 64),    # 3 tokens, n_splits capped at n_ctx / 32: 32 active splits
     (1, 3000, 8, 2, 64, 4096, 128)])   # 94 active splits (128 recorded, the most a merge takes)
-def test_attention(dev, kc, prompt_attention, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
+def test_attention(dev, kc, attention_form, n_tokens, n_past, n_head, n_head_kv, hd, n_ctx, n_splits):
     n_kv = n_past + n_tokens
     k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 13 + hd)
     q = (rng.standard_normal((n_tokens, n_head * hd)) * 3).astype(np.float32)   # fairly peaked softmax
@@ -439,7 +439,7 @@ def test_attention(dev, kc, prompt_attention, n_tokens, n_past, n_head, n_head_k
     ref = ref_attention(q, k_cache, v_cache, n_past, n_head, n_head_kv, hd)
     np.testing.assert_allclose(mem, ref, **attn_tol(kc, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits))
     kernel = plan(kc, n_tokens, n_head, n_head_kv, hd, n_ctx, n_splits).kernel
-    assert kernel.startswith("attention_cpu") == (prompt_attention == "cpu" and not kernel.startswith("attention_dec"))
+    assert kernel.startswith("attention_cpu") == (attention_form == "cpu" and not kernel.startswith("attention_dec"))
 
 
 SEQ_CASES = [
@@ -457,7 +457,7 @@ SEQ_CASES = [
 
 
 @pytest.mark.parametrize("n_tokens,n_past,seq_len,n_head,n_head_kv,hd,n_ctx,n_splits", SEQ_CASES)
-def test_attention_several_sequences(dev, kc, prompt_attention, n_tokens, n_past, seq_len, n_head, n_head_kv, hd,
+def test_attention_several_sequences(dev, kc, attention_form, n_tokens, n_past, seq_len, n_head, n_head_kv, hd,
                                      n_ctx, n_splits):
     n_kv = n_past + n_tokens
     k_cache, v_cache, rng = attn_setup(dev, n_ctx, n_head, n_head_kv, hd, n_kv, seed=n_kv * 7 + seq_len)
@@ -511,7 +511,7 @@ def test_attention_coop(dev, kc, n_tokens, n_past, seq_len, n_head, n_head_kv, h
 
 
 @pytest.mark.parametrize("n_splits", [None, 1, 5])
-def test_attention_replay_decode(dev, kc, n_splits):
+def test_attention_replay_decode(dev, kc, attention_form, n_splits):
     """One recording (kv_store + attention, decode), replayed as the cache grows."""
     n_head, n_head_kv, hd, n_ctx = 8, 2, 64, 640
     width = n_head_kv * hd
@@ -632,7 +632,7 @@ def replay_decode(dev, kc, n_head, n_head_kv, hd, n_ctx, n_pasts, seed, active=N
 
 
 @pytest.mark.parametrize("mode", ["1", "0"])
-def test_attention_min_chunk(dev, kc, monkeypatch, mode):
+def test_attention_min_chunk(dev, kc, monkeypatch, portable_attention, mode):
     """8 splits recorded, at least 256 positions each: 1 active split up to n_kv 256 (written
     directly), then 2, 3, ... 8 (merged), back to 1: the counters stay consistent. Both one-token
     kernels: LLAMAVK_ATTN_DECODE 1 (attention_decode.comp, chunks in blocks of 32), 0 (attention.comp,
@@ -651,7 +651,7 @@ def test_attention_min_chunk(dev, kc, monkeypatch, mode):
 
 @pytest.mark.parametrize("rows", ["1", "2", "4", "1:100", "2:40"])
 @pytest.mark.parametrize("long_context", [False, True])
-def test_attention_decode_rows_per_workgroup(dev, kc, monkeypatch, rows, long_context):
+def test_attention_decode_rows_per_workgroup(dev, kc, monkeypatch, portable_attention, rows, long_context):
     """The one-token decode kernel with 1, 2 or 4 query rows per workgroup (attention_decode.comp BR,
     LLAMAVK_ATTN_ROWS), alone or up to an n_kv and the 4-row form beyond it: a step recorded for either
     side (long_context) takes its form and is right at every n_kv, on both sides of the limit (a
@@ -676,7 +676,7 @@ def test_attention_decode_rows_per_workgroup(dev, kc, monkeypatch, rows, long_co
     replay_decode(dev, kc, 4, 4, 256, 300, (100, 299), seed=33, n_splits=1, **kw)
 
 
-def test_attention_many_splits(dev, kc):
+def test_attention_many_splits(dev, kc, portable_attention):
     """n_kv ~4096 over 33 splits of 128 positions (the merge's batches of 4 splits and a batch of
     one), odd n_kv included, and MAX_SPLITS active splits."""
     replay_decode(dev, kc, 8, 2, 128, 4224, (4000, 4095, 4223), seed=22, n_splits=33)
@@ -684,7 +684,7 @@ def test_attention_many_splits(dev, kc):
                   n_splits=MAX_SPLITS)
 
 
-def test_attention_default_plan_long(dev, kc, monkeypatch):
+def test_attention_default_plan_long(dev, kc, monkeypatch, portable_attention):
     """The recorder's own plan at a long context, with a GPU-like minimum chunk."""
     monkeypatch.setenv("LLAMAVK_ATTN_MIN_CHUNK", "256")
     monkeypatch.setenv("LLAMAVK_ATTN_SPLITS", "16")

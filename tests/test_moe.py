@@ -433,7 +433,7 @@ def test_moe_decode_reads_only_chosen_experts(synthetic_model):
 
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq1_s"])
-def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch, qtype):
+def test_moe_decode_chained_experts_equal_unchained(synthetic_model, monkeypatch, portable_attention, qtype):
     """Edges e and r (kernels/chain.py): the down product recorded without a barrier after the gate/up
     pair, the router after the output projection, each waiting in its shader for its producer's
     workgroup count. On a software device the wait is met at once, so the logits must be the same
@@ -507,7 +507,8 @@ def test_expert_tiles_reading_x_as_f16_are_the_variants_compiled_so():
     assert {t for t, defs in tiles.items() if defs.get("MT") == "2"} >= {"q5_k", "q6_k", "f16"}
 
 
-def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(synthetic_model, monkeypatch):
+def test_decode_attention_and_rope_kv_waiting_in_their_shaders_equal_unchained(synthetic_model, monkeypatch,
+                                                                               portable_attention):
     """Edges k, q, m, p and e (kernels/chain.py): qwen3's rope_kv (Q/K norms, RoPE, KV store) counts its
     workgroups and the decode attention, recorded without a barrier after it, waits in its shader (k);
     the Q/K/V products count on one shared counter and rope_kv waits for all three (q); the experts'

@@ -330,7 +330,7 @@ def test_decode_with_the_shared_slot_matches_reference(synthetic_model, monkeypa
     assert np.abs(got["1"] - got["0"]).max() < PATHS_TOL * scale
 
 
-def test_decode_chained_with_the_shared_slot(synthetic_model, monkeypatch):
+def test_decode_chained_with_the_shared_slot(synthetic_model, monkeypatch, portable_attention):
     """Edges e and r (kernels/chain.py) with the shared slot: the router (its extra workgroup too)
     waiting for the output projection, the down product for the pair. On a software device the
     waits are met at once: the same bits as unchained. (The router as a dispatch of its own: folded

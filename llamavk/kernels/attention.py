@@ -137,7 +137,7 @@ class AttentionPlan:
 
 def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int,
          n_splits: int | None = None, min_chunk: int | None = None, window: int = 0,
-         kv_types: KVTypes = KVTypes(), decode_rows: int = 4) -> AttentionPlan:
+         kv_types: KVTypes = KVTypes(), decode_rows: int = 4, in_shader_sync: bool = False) -> AttentionPlan:
     """Which attention kernel runs a batch of n_tokens, on what grid, with how many KV splits
     (arguments as for `attention`). Sliding-window layers (window > 0) never take the
     cooperative-matrix kernel: its window gave wrong rows on an H100 (tests/test_gemma3.py's
@@ -146,13 +146,18 @@ def plan(kc, n_tokens: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: i
     the flash kernels' KV_QUANT variants (`_kvq` names, the K and V types as specialization
     constants 2 and 3); `attention` instead runs the cooperative-matrix kernel over f16 copies of
     their rows where an f16 cache would take it (coop_over_f16_copies). `decode_rows`: the decode
-    kernel's query rows per workgroup for one token (1, 2 or 4: decode_form)."""
+    kernel's query rows per workgroup for one token (1, 2 or 4: decode_form). Software devices run
+    decode over an f16 cache on attention_cpu.comp too (selection.cpu_attention_ok: its loads are few
+    and wide, the decode kernel's a loop over the lanes there), but where the step waits or counts in
+    the shader (`in_shader_sync`: the decode kernel alone does)."""
     if head_dim % 4 or head_dim // 4 > ATTN_WG:
         raise ValueError(f"attention: head_dim {head_dim} must be a multiple of 4 and at most {4 * ATTN_WG}")
     if n_head % n_head_kv:
         raise ValueError(f"attention: n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")
     rows = n_tokens * (n_head // n_head_kv)
     dec = _use_decode_kernel(kc, n_tokens, rows, head_dim)
+    if dec and not in_shader_sync and not kv_types.quantized and selection.cpu_attention_ok(kc, head_dim):
+        dec = False
     br = 4 if rows <= 4 or dec else 8
     if dec and n_tokens == 1:
         br = decode_rows
@@ -326,7 +331,8 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
                          min_chunk, scale=scale, window=window, out_f16=out_f16, sinks=sinks)
     # a form for short contexts splits only the positions it works on (its grid no larger)
     rows, plan_span = decode_form(kc, n_tokens, n_head, n_head_kv, head_dim, span, long_context)
-    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, plan_span, n_splits, min_chunk, window, kv_types, rows)
+    pl = plan(kc, n_tokens, n_head, n_head_kv, head_dim, plan_span, n_splits, min_chunk, window, kv_types, rows,
+              in_shader_sync=wait is not None or signal is not None)
     chained = signal is not None and pl.kernel.startswith("attention_dec")
     dec_one = pl.kernel.startswith("attention_dec") and n_tokens == 1
     if wait is not None and not dec_one:
