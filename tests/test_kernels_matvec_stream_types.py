@@ -338,7 +338,7 @@ def test_decode_on_the_stream_dp_kernel_through_the_override(synthetic_model, mo
 
 # WAIT / SIGNAL do not depend on the type; the table types write their table after the wait
 @pytest.mark.parametrize("qtype", ["q5_k", "q3_k", "iq4_nl", "iq4_xs", "q6_k", "q4_1", "q5_1"])
-def test_chained_steps_match_unchained(synthetic_model, monkeypatch, qtype):
+def test_chained_steps_match_unchained(synthetic_model, monkeypatch, portable_attention, qtype):
     """Stages chained without barriers (WAIT / SIGNAL, x loaded first) on these types' stream
     products: the unchained logits bit for bit, and the reference's within its tolerance."""
     from .vk_fixtures import chainable_stream_kernel
@@ -420,7 +420,7 @@ def test_half_block_forms_reachable_by_override(monkeypatch):
 
 
 @pytest.mark.parametrize("qtype", ["q2_k", "q3_k"])
-def test_chained_steps_on_the_half_form(synthetic_model, monkeypatch, qtype):
+def test_chained_steps_on_the_half_form(synthetic_model, monkeypatch, portable_attention, qtype):
     """WAIT / SIGNAL (x loaded first) on the half form: the unchained logits bit for bit, and the
     reference's within its tolerance."""
     from .vk_fixtures import chainable_stream_kernel

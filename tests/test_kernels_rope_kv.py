@@ -156,8 +156,8 @@ def test_rope_kv_with_head_norms_equals_norm_then_rope_kv(dev, neox, hd, freqs, 
     (90, 16, 2, 128, 3, True),       # 8 GQA heads (two row blocks), splits, early first-block loads
     (40, 4, 4, 64, 1, True),
 ])
-def test_attention_waiting_for_rope_kv_equals_the_barrier(dev, kv, norm, n_past, n_head, n_head_kv, hd, n_splits,
-                                                          attn_signals):
+def test_attention_waiting_for_rope_kv_equals_the_barrier(dev, portable_attention, kv, norm, n_past, n_head, n_head_kv,
+                                                          hd, n_splits, attn_signals):
     """The decode attention recorded without a barrier after a signalling rope_kv, waiting for its
     count in the shader (edge k: rope_kv.comp CHAIN, attention_decode.comp WAIT), writes what the
     two with a barrier between them write, over f16 or quantized caches; every rope_kv workgroup
