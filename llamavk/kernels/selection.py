@@ -694,7 +694,8 @@ MATVEC_CONFIGS = (
     ("gpu", "*", _ANY, MatvecConfig(wg=256, nr=4, ks=2, u=2)),
     # software devices: matvec_cpu.comp (why: its header) where the rows are whole 32-weight units
     # and the subgroup 4 or 8 lanes, 8 rows a lane (wg: the subgroup's lanes); else the base kernel
-    # with the smallest unrolling (pipeline compilation there costs more than it saves).
+    # with the smallest unrolling (pipeline compilation there costs more than it saves). (The rule looks
+    # _cpu_product_ok up when it runs: tests replace it to run the base kernel there.)
     ("cpu", "*", lambda kc, n, rows, cols: _cpu_product_ok(kc, n, rows, cols),
      MatvecConfig(wg=1, nr=8, ks=1, u=1, kernel="cpu")),
     ("cpu", "*", _ANY, MatvecConfig(wg=128, nr=2, ks=1, u=1)),
