@@ -30,8 +30,10 @@ const uint SLOTS = (HD8 + WG - 1) / WG;    // ... a lane owns (a lane past HD8 h
 const float NEG = -1.0e30;
 
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
-layout(std430, binding = 1) readonly buffer K { uvec4 kc[]; };
-layout(std430, binding = 2) readonly buffer V { uvec4 vc[]; };
+// K and V as texels (vk/kernel.py "t"): llvmpipe fetches a texel with per-lane addresses as one
+// gather, a storage-buffer load as a loop over the lanes (shaders/quants.glsl W_TEXELS)
+layout(binding = 1) uniform usamplerBuffer kc;
+layout(binding = 2) uniform usamplerBuffer vc;
 layout(std430, binding = 3) readonly buffer Step { uint step[]; };   // [n_past, n_tokens, n_kv, sync_base, seq_len]
 layout(std430, binding = 4) writeonly buffer Out { vec4 o[]; };
 #ifdef SPLIT
@@ -107,7 +109,7 @@ void main() {
     for (uint pos = max(sr.begin, sr.first); pos < kv_end; ++pos) {
         const uint row8 = pos * stride8 + head_off;
         vec4 ka[SLOTS], kb[SLOTS];
-        [[unroll]] for (uint i = 0; i < SLOTS; ++i) unpack8(kc[row8 + slot[i]], ka[i], kb[i]);
+        [[unroll]] for (uint i = 0; i < SLOTS; ++i) unpack8(texelFetch(kc, int(row8 + slot[i])), ka[i], kb[i]);
         float pr[BR];
         [[unroll]] for (uint r = 0; r < BR; ++r) {
             float part = 0.0;
@@ -123,7 +125,7 @@ void main() {
         }
         [[unroll]] for (uint i = 0; i < SLOTS; ++i) {
             vec4 va, vb;
-            unpack8(vc[row8 + slot[i]], va, vb);
+            unpack8(texelFetch(vc, int(row8 + slot[i])), va, vb);
             [[unroll]] for (uint r = 0; r < BR; ++r) { oa[r][i] += pr[r] * va; ob[r][i] += pr[r] * vb; }
         }
     }

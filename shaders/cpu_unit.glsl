@@ -5,11 +5,11 @@
 void load_unit(uint row, uint u, uint cols, out vec4 w[8]) {
 #if defined(QTYPE_F32)
     uint b = (row * cols + 32 * u) / 4;
-    [[unroll]] for (uint k = 0; k < 8; ++k) w[k] = uintBitsToFloat(wu4[b + k]);
+    [[unroll]] for (uint k = 0; k < 8; ++k) w[k] = uintBitsToFloat(WU4(b + k));
 #elif defined(QTYPE_F16) || defined(QTYPE_BF16)
     uint b = (row * cols + 32 * u) / 8;
     [[unroll]] for (uint k = 0; k < 4; ++k) {
-        uvec4 q = wu4[b + k];
+        uvec4 q = WU4(b + k);
 #if defined(QTYPE_F16)
         w[2 * k] = vec4(unpackHalf2x16(q.x), unpackHalf2x16(q.y));
         w[2 * k + 1] = vec4(unpackHalf2x16(q.z), unpackHalf2x16(q.w));
@@ -24,18 +24,18 @@ void load_unit(uint row, uint u, uint cols, out vec4 w[8]) {
     uint b = row * (cols / QK) + u;
 #if defined(QTYPE_Q4_0)
     float d = block_scale(b);
-    uvec4 q = wu4[b];
+    uvec4 q = WU4(b);
     [[unroll]] for (uint k = 0; k < 4; ++k) { w[k] = d * nibbles_lo(q[k]); w[k + 4] = d * nibbles_lo(q[k] >> 4); }
 #elif defined(QTYPE_Q4_1)
-    vec2 dm = unpackHalf2x16(wu32[4 * q_chunk_blocks + b]);
-    uvec4 q = wu4[b];
+    vec2 dm = unpackHalf2x16(WU32(4 * q_chunk_blocks + b));
+    uvec4 q = WU4(b);
     [[unroll]] for (uint k = 0; k < 4; ++k) {
         w[k] = dm.x * ubytes_fast(q[k] & 0x0F0F0F0Fu) + dm.y;
         w[k + 4] = dm.x * ubytes_fast((q[k] >> 4) & 0x0F0F0F0Fu) + dm.y;
     }
 #else
     float d = block_scale(b);
-    uvec4 q0 = wu4[2 * b], q1 = wu4[2 * b + 1];
+    uvec4 q0 = WU4(2 * b), q1 = WU4(2 * b + 1);
     [[unroll]] for (uint k = 0; k < 4; ++k) { w[k] = d * sbytes_fast(q0[k]); w[k + 4] = d * sbytes_fast(q1[k]); }
 #endif
 #else

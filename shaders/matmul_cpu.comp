@@ -26,7 +26,7 @@ layout(constant_id = 0) const uint LANES = 8;
 #define XV (8 / LANES)                    // vec4s of a token's unit per lane
 
 #include "quants.glsl"
-layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+layout(binding = 1) uniform usamplerBuffer x_texels;   // x as texels (quants.glsl W_TEXELS says why)
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform Push {
@@ -85,7 +85,7 @@ void main() {
         vec4 xb[TT][8];   // unit u of each token, in every lane
         [[unroll]] for (uint j = 0; j < TT; ++j)
             [[unroll]] for (uint v = 0; v < XV; ++v) {
-                vec4 xv = x4[xrow[j] + 8 * u + v];
+                vec4 xv = uintBitsToFloat(texelFetch(x_texels, int(xrow[j] + 8 * u + v)));
                 [[unroll]] for (uint l = 0; l < LANES; ++l) xb[j][XV * l + v] = subgroupBroadcast(xv, l);
             }
         [[unroll]] for (uint i = 0; i < RT; ++i) {

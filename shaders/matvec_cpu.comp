@@ -27,12 +27,12 @@ layout(constant_id = 7) const bool GLU = false;
 #define XV (8 / LANES)   // vec4s of a token's unit per lane
 
 #include "quants.glsl"
-layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+layout(binding = 1) uniform usamplerBuffer x_texels;   // x, nw, up as texels (quants.glsl W_TEXELS)
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
-layout(std430, binding = 4) readonly buffer NormW4 { vec4 nw4[]; };
+layout(binding = 4) uniform usamplerBuffer nw_texels;
 layout(std430, binding = 5) readonly buffer Resid { float resid[]; };
-layout(std430, binding = 6) readonly buffer Up4 { vec4 up4[]; };
+layout(binding = 6) uniform usamplerBuffer up_texels;
 layout(push_constant) uniform Push {
     uint n_rows;       // rows of this chunk
     uint cols;         // a multiple of 32 (kernels/selection.py)
@@ -62,11 +62,11 @@ void main() {
         vec4 xb[NT][8];   // unit u of each token's x', in every lane
         [[unroll]] for (uint v = 0; v < XV; ++v) {
             uint k = 8 * u + XV * lane + v;   // vec4 index within a token's row
-            vec4 w = NORM ? nw4[k] : vec4(1.0);
+            vec4 w = NORM ? uintBitsToFloat(texelFetch(nw_texels, int(k))) : vec4(1.0);
             [[unroll]] for (uint t = 0; t < NT; ++t) {
-                vec4 xv = x4[t * units4 + k];
+                vec4 xv = uintBitsToFloat(texelFetch(x_texels, int(t * units4 + k)));
                 if (NORM) { ss[t] += dot(xv, xv); xv *= w; }
-                if (GLU) xv = xv / (1.0 + exp(-xv)) * up4[t * units4 + k];   // exp(-v) -> inf gives -0
+                if (GLU) xv = xv / (1.0 + exp(-xv)) * uintBitsToFloat(texelFetch(up_texels, int(t * units4 + k)));
                 [[unroll]] for (uint l = 0; l < LANES; ++l) xb[t][XV * l + v] = subgroupBroadcast(xv, l);
             }
         }

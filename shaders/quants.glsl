@@ -50,12 +50,36 @@
 #define W_BINDING 0
 #endif
 
+// Weights are read through WU4 / WU32 / WU16 / WU8 / WF16 / WF32 / WIQ2 (an index in words of that
+// size). W_TEXELS (the kernels for software devices, matmul_cpu.comp, matvec_cpu.comp): binding W_BINDING
+// is a uniform texel buffer of 16-byte texels (vk/kernel.py "t") and every read a texel fetch. Why:
+// llvmpipe runs a storage-buffer load with per-lane addresses inside a loop as a loop over the lanes
+// (a bounds check and a branch per lane and component, ~700 cycles for 8 lanes), a texel fetch as a
+// gather (10x the bytes a second in a loop of 16-byte reads); narrower words take their texel's part.
+#if defined(W_TEXELS)
+layout(binding = W_BINDING) uniform usamplerBuffer w_texels;
+uvec4 WU4(uint i) { return texelFetch(w_texels, int(i)); }
+uint WU32(uint i) { return texelFetch(w_texels, int(i >> 2))[i & 3u]; }
+uint WU16(uint i) { return (WU32(i >> 1) >> (16u * (i & 1u))) & 0xFFFFu; }
+uint WU8(uint i) { return (WU32(i >> 2) >> (8u * (i & 3u))) & 0xFFu; }
+float WF16(uint i) { return unpackHalf2x16(WU16(i)).x; }
+float WF32(uint i) { return uintBitsToFloat(WU32(i)); }
+uvec2 WIQ2(uint i) { uvec4 t = texelFetch(w_texels, int(i >> 1)); return (i & 1u) != 0u ? t.zw : t.xy; }
+#else
 layout(std430, binding = W_BINDING) readonly buffer WeightU8 { uint8_t wu8[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightU16 { uint16_t wu16[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightU32 { uint wu32[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightF16 { float16_t wf16[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightF32 { float wf32[]; };
 layout(std430, binding = W_BINDING) readonly buffer WeightU4 { uvec4 wu4[]; };
+#define WU4(i) wu4[i]
+#define WU32(i) wu32[i]
+#define WU16(i) wu16[i]
+#define WU8(i) wu8[i]
+#define WF16(i) wf16[i]
+#define WF32(i) wf32[i]
+#define WIQ2(i) wiq2[i]   // declared at IQ4_XS, its one user
+#endif
 
 // Planar types (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) are repacked at upload
 // (llamavk/kernels/__init__.py PLANAR) into two planes per chunk: all blocks' quants (16-byte aligned,
@@ -129,7 +153,7 @@ void q4k_quarter_scales(uvec4 hd, uint q, out vec2 dl, out vec2 ml) {
 
 float half_bits(uint h) { return unpackHalf2x16(h).x; }
 // Two 16-bit words (little endian) as one 32-bit word.
-uint u32_at16(uint i) { return uint(wu16[i]) | (uint(wu16[i + 1]) << 16); }
+uint u32_at16(uint i) { return uint(WU16(i)) | (uint(WU16(i + 1)) << 16); }
 // The four bytes of a word as floats (byte 0 first).
 vec4 bytes4(uint q) { return vec4(unpack8(q)); }
 vec4 sbytes4(uint q) { return vec4(unpack8(int(q))); }
@@ -142,11 +166,11 @@ uint spread4(uint h) { return ((h & 0xFu) * 0x00204081u) & 0x01010101u; }
 
 float wfloat(uint i) {
 #if defined(QTYPE_F32)
-    return wf32[i];
+    return WF32(i);
 #elif defined(QTYPE_F16)
-    return float(wf16[i]);
+    return float(WF16(i));
 #else
-    return uintBitsToFloat(uint(wu16[i]) << 16);
+    return uintBitsToFloat(uint(WU16(i)) << 16);
 #endif
 }
 
@@ -171,12 +195,12 @@ void dequant_unit(uint row, uint u, uint cols, out vec4 w[8]) {
 #define QPLANAR 1
 // planar: qs plane 32 bytes per block, then the d plane (f16), which starts at f16 index QD_PLANE * blocks
 #define QD_PLANE 16
-float block_scale(uint b) { return float(wf16[QD_PLANE * q_chunk_blocks + b]); }
+float block_scale(uint b) { return float(WF16(QD_PLANE * q_chunk_blocks + b)); }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
     float d = block_scale(b);
-    a = d * sbytes_fast(wu32[8 * b + i]);
-    c = d * sbytes_fast(wu32[8 * b + 4 + i]);
+    a = d * sbytes_fast(WU32(8 * b + i));
+    c = d * sbytes_fast(WU32(8 * b + 4 + i));
 }
 // dequant_run (matmul_coop.comp): weights 16h .. 16h + 15 of unit u of a row as 4 vec4s, from one
 // aligned 16-byte load of the quants and the scale (dequant_part takes 8 weights from two words)
@@ -184,7 +208,7 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uint b = row * (cols / QK) + u;
     float d = block_scale(b);
-    uvec4 q = wu4[2 * b + h];
+    uvec4 q = WU4(2 * b + h);
     [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = d * sbytes_fast(q[k]);
 }
 // dequant_run_f16 (matmul_coop.comp): the same run as packed f16 pairs in the order (0, 2), (1, 3) of
@@ -195,8 +219,8 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
 #define HAS_RUN_F16 1
 void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     uint b = row * (cols / QK) + u;
-    f16vec2 d = f16vec2(wf16[QD_PLANE * q_chunk_blocks + b]);
-    uvec4 q = wu4[2 * b + h] ^ uvec4(0x80808080u);   // signed byte s as s + 128
+    f16vec2 d = f16vec2(WF16(QD_PLANE * q_chunk_blocks + b));
+    uvec4 q = WU4(2 * b + h) ^ uvec4(0x80808080u);   // signed byte s as s + 128
     [[unroll]] for (uint k = 0; k < 4; ++k) {
         f16vec2 a = f16_pair(q[k] & 0x00FF00FFu, 1152.0);
         f16vec2 c = f16_pair((q[k] >> 8) & 0x00FF00FFu, 1152.0);
@@ -209,11 +233,11 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
 #define QPLANAR 1
 // planar: qs plane 16 bytes per block (one uvec4), then the d plane (f16), at f16 index QD_PLANE * blocks
 #define QD_PLANE 8
-float block_scale(uint b) { return float(wf16[QD_PLANE * q_chunk_blocks + b]); }
+float block_scale(uint b) { return float(WF16(QD_PLANE * q_chunk_blocks + b)); }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
     float d = block_scale(b);
-    uint q = wu32[4 * b + i];
+    uint q = WU32(4 * b + i);
     a = d * nibbles_lo(q);
     c = d * nibbles_hi(q);
 }
@@ -221,14 +245,14 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uint b = row * (cols / QK) + u;
     float d = block_scale(b);
-    uvec4 q = wu4[b];
+    uvec4 q = WU4(b);
     [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = d * nibbles_lo(q[k] >> (4u * h));
 }
 #define HAS_RUN_F16 1   // as Q8_0's: nibble h of bytes (0, 2) and (1, 3) of each word
 void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     uint b = row * (cols / QK) + u;
-    f16vec2 d = f16vec2(wf16[QD_PLANE * q_chunk_blocks + b]);
-    uvec4 q = wu4[b] >> (4u * h);
+    f16vec2 d = f16vec2(WF16(QD_PLANE * q_chunk_blocks + b));
+    uvec4 q = WU4(b) >> (4u * h);
     [[unroll]] for (uint k = 0; k < 4; ++k) {
         f16vec2 a = f16_pair(q[k] & 0x000F000Fu, 1032.0);
         f16vec2 c = f16_pair((q[k] >> 8) & 0x000F000Fu, 1032.0);
@@ -242,16 +266,16 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
 // word index 4 * blocks)
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
-    vec2 dm = unpackHalf2x16(wu32[4 * q_chunk_blocks + b]);
-    uint q = wu32[4 * b + i];
+    vec2 dm = unpackHalf2x16(WU32(4 * q_chunk_blocks + b));
+    uint q = WU32(4 * b + i);
     a = dm.x * bytes4(q & 0x0F0F0F0Fu) + dm.y;
     c = dm.x * bytes4((q >> 4) & 0x0F0F0F0Fu) + dm.y;
 }
 #define HAS_DEQUANT_RUN 1
 void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uint b = row * (cols / QK) + u;
-    vec2 dm = unpackHalf2x16(wu32[4 * q_chunk_blocks + b]);
-    uvec4 q = wu4[b];
+    vec2 dm = unpackHalf2x16(WU32(4 * q_chunk_blocks + b));
+    uvec4 q = WU4(b);
     [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = dm.x * ubytes_fast((q[k] >> (4u * h)) & 0x0F0F0F0Fu) + dm.y;
 }
 
@@ -263,9 +287,9 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
     uint h = 8 * q_chunk_blocks + 3 * b;
-    float d = half_bits(wu16[h]);
+    float d = half_bits(WU16(h));
     uint qh = u32_at16(h + 1);
-    uint q = wu32[4 * b + i];
+    uint q = WU32(4 * b + i);
     uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
     uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
     a = d * (bytes4(lo) - 16.0);
@@ -275,9 +299,9 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uint b = row * (cols / QK) + u;
     uint hd = 8 * q_chunk_blocks + 3 * b;
-    float d = half_bits(wu16[hd]);
+    float d = half_bits(WU16(hd));
     uint qh = u32_at16(hd + 1) >> (16u * h);
-    uvec4 q = wu4[b];
+    uvec4 q = WU4(b);
     [[unroll]] for (uint k = 0; k < 4; ++k)
         w[k] = d * (ubytes_fast(((q[k] >> (4u * h)) & 0x0F0F0F0Fu) | (spread4(qh >> (4 * k)) << 4)) - 16.0);
 }
@@ -289,9 +313,9 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
     uint h = 4 * q_chunk_blocks + 2 * b;
-    vec2 dm = unpackHalf2x16(wu32[h]);
-    uint qh = wu32[h + 1];
-    uint q = wu32[4 * b + i];
+    vec2 dm = unpackHalf2x16(WU32(h));
+    uint qh = WU32(h + 1);
+    uint q = WU32(4 * b + i);
     uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4 * i)) << 4);
     uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16 + 4 * i)) << 4);
     a = dm.x * bytes4(lo) + dm.y;
@@ -301,9 +325,9 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uint b = row * (cols / QK) + u;
     uint hd = 4 * q_chunk_blocks + 2 * b;
-    vec2 dm = unpackHalf2x16(wu32[hd]);
-    uint qh = wu32[hd + 1] >> (16u * h);
-    uvec4 q = wu4[b];
+    vec2 dm = unpackHalf2x16(WU32(hd));
+    uint qh = WU32(hd + 1) >> (16u * h);
+    uvec4 q = WU4(b);
     [[unroll]] for (uint k = 0; k < 4; ++k)
         w[k] = dm.x * ubytes_fast(((q[k] >> (4u * h)) & 0x0F0F0F0Fu) | (spread4(qh >> (4 * k)) << 4)) + dm.y;
 }
@@ -314,27 +338,27 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
 // d and dmin at word 20 n + b
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8, n = q_chunk_blocks;
-    vec2 dm = unpackHalf2x16(wu32[20 * n + ib]);
-    uint sc = wu32[16 * n + 4 * ib + s / 2] >> (16 * (s % 2));   // scale bytes 2s, 2s+1
+    vec2 dm = unpackHalf2x16(WU32(20 * n + ib));
+    uint sc = WU32(16 * n + 4 * ib + s / 2) >> (16 * (s % 2));   // scale bytes 2s, 2s+1
     vec2 dl = dm.x * vec2(sc & 0xFu, (sc >> 8) & 0xFu);
     vec2 ml = dm.y * vec2((sc >> 4) & 0xFu, (sc >> 12) & 0xFu);
     uint qb = 16 * ib + (s / 4) * 8;
     uint shift = 2 * (s % 4);
-    a = dl.x * bytes4((wu32[qb + i] >> shift) & 0x03030303u) - ml.x;
-    c = dl.y * bytes4((wu32[qb + i + 4] >> shift) & 0x03030303u) - ml.y;
+    a = dl.x * bytes4((WU32(qb + i) >> shift) & 0x03030303u) - ml.x;
+    c = dl.y * bytes4((WU32(qb + i + 4) >> shift) & 0x03030303u) - ml.y;
 }
 
 #elif defined(QTYPE_Q3_K)
 #define QK 256
 int q3k_scale(uint b8, uint i) {
-    uint lo = (uint(wu8[b8 + 96 + i % 8]) >> (4 * (i / 8))) & 0xFu;
-    uint hi = (uint(wu8[b8 + 104 + i % 4]) >> (2 * (i / 4))) & 0x3u;
+    uint lo = (uint(WU8(b8 + 96 + i % 8)) >> (4 * (i / 8))) & 0xFu;
+    uint hi = (uint(WU8(b8 + 104 + i % 4)) >> (2 * (i / 4))) & 0x3u;
     return int(lo | (hi << 4)) - 32;
 }
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
     uint b = ib * 55;  // 110 bytes = 55 words of 16 bits
-    float d = half_bits(wu16[b + 54]);
+    float d = half_bits(WU16(b + 54));
     vec2 dl = d * vec2(q3k_scale(2 * b, 2 * s), q3k_scale(2 * b, 2 * s + 1));
     uint qb = b + 16 + (s / 4) * 16;
     uint shift = 2 * (s % 4);
@@ -353,12 +377,12 @@ vec2 k_scale_min(uint b8, uint j) {
     uint s8 = b8 + 4;
     uint sc, mn;
     if (j < 4) {
-        sc = uint(wu8[s8 + j]) & 63u;
-        mn = uint(wu8[s8 + j + 4]) & 63u;
+        sc = uint(WU8(s8 + j)) & 63u;
+        mn = uint(WU8(s8 + j + 4)) & 63u;
     } else {
-        uint md = uint(wu8[s8 + j + 4]);
-        sc = (md & 0xFu) | ((uint(wu8[s8 + j - 4]) >> 6) << 4);
-        mn = (md >> 4) | ((uint(wu8[s8 + j]) >> 6) << 4);
+        uint md = uint(WU8(s8 + j + 4));
+        sc = (md & 0xFu) | ((uint(WU8(s8 + j - 4)) >> 6) << 4);
+        mn = (md >> 4) | ((uint(WU8(s8 + j)) >> 6) << 4);
     }
     return vec2(sc, mn);
 }
@@ -371,15 +395,15 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = ib * 44;  // 176 bytes
     uint qb = b + 12 + (s / 2) * 8;
 #endif
-    vec2 dm = unpackHalf2x16(wu32[b]);
+    vec2 dm = unpackHalf2x16(WU32(b));
     vec2 smn = k_scale_min(4 * b, s);
     float dl = dm.x * smn.x, ml = dm.y * smn.y;
     uint shift = 4 * (s % 2);
     [[unroll]] for (uint k = 0; k < 2; ++k) {
         uint j = i + 4 * k;
-        uint q = (wu32[qb + j] >> shift) & 0x0F0F0F0Fu;
+        uint q = (WU32(qb + j) >> shift) & 0x0F0F0F0Fu;
 #if defined(QTYPE_Q5_K)
-        q |= ((wu32[b + 4 + j] >> s) & 0x01010101u) << 4;
+        q |= ((WU32(b + 4 + j) >> s) & 0x01010101u) << 4;
 #endif
         if (k == 0) a = dl * bytes4(q) - ml; else c = dl * bytes4(q) - ml;
     }
@@ -397,14 +421,14 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
 #if defined(QTYPE_Q4_K)
     uint b4 = 9 * ib;    // 144 bytes = 9 uvec4s: head, qs
-    uvec4 q = wu4[b4 + 1 + 2 * (s / 2) + h];
+    uvec4 q = WU4(b4 + 1 + 2 * (s / 2) + h);
 #else
     uint b4 = 11 * ib;   // 176 bytes = 11 uvec4s: head, qh (2), qs
-    uvec4 q = wu4[b4 + 3 + 2 * (s / 2) + h];
-    uvec4 qh = wu4[b4 + 1 + h];
+    uvec4 q = WU4(b4 + 3 + 2 * (s / 2) + h);
+    uvec4 qh = WU4(b4 + 1 + h);
 #endif
     vec2 dl, ml;
-    q4k_quarter_scales(wu4[b4], s / 2, dl, ml);
+    q4k_quarter_scales(WU4(b4), s / 2, dl, ml);
     float d = (s & 1u) != 0u ? dl.y : dl.x, m = (s & 1u) != 0u ? ml.y : ml.x;
     [[unroll]] for (uint k = 0; k < 4; ++k) {
         uint v = (q[k] >> (4u * (s & 1u))) & 0x0F0F0F0Fu;
@@ -439,13 +463,13 @@ void dequant_run_f16_sb(uint row, uint U, uint s, uint h, uint cols, out uvec2 w
     uint ib = row * (cols / QK) + U;
 #if defined(QTYPE_Q4_K)
     uint b4 = 9 * ib;
-    uvec4 q = wu4[b4 + 1 + 2 * (s / 2) + h];
+    uvec4 q = WU4(b4 + 1 + 2 * (s / 2) + h);
 #else
     uint b4 = 11 * ib;
-    uvec4 q = wu4[b4 + 3 + 2 * (s / 2) + h];
-    uvec4 qh = wu4[b4 + 1 + h];
+    uvec4 q = WU4(b4 + 3 + 2 * (s / 2) + h);
+    uvec4 qh = WU4(b4 + 1 + h);
 #endif
-    const f16vec2 dm = q4k_sub_scale16(wu4[b4], s);
+    const f16vec2 dm = q4k_sub_scale16(WU4(b4), s);
     f16vec2 d = f16vec2(dm.x), m = f16vec2(-dm.y);
     q >>= 4u * (s & 1u);
     [[unroll]] for (uint k = 0; k < 4; ++k) {
@@ -471,15 +495,15 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
     uint b = ib * 48;  // 192 bytes = 48 words
     uint h = s / 4, j = s % 4;
-    float d = half_bits(wu16[104 * q_chunk_blocks + ib]);
+    float d = half_bits(WU16(104 * q_chunk_blocks + ib));
     uint b8 = 192 * q_chunk_blocks + 16 * ib + 2 * s;  // int8 scales of groups 2s, 2s+1
-    vec2 dl = d * vec2(int(int8_t(wu8[b8])), int(int8_t(wu8[b8 + 1])));
+    vec2 dl = d * vec2(int(int8_t(WU8(b8))), int(int8_t(WU8(b8 + 1))));
     uint lb = b + 16 * h + 8 * (j % 2);
     uint hb = b + 32 + 8 * h;
     uint lshift = 4 * (j / 2), hshift = 2 * j;
     [[unroll]] for (uint k = 0; k < 2; ++k) {
         uint j = i + 4 * k;
-        uint q = ((wu32[lb + j] >> lshift) & 0x0F0F0F0Fu) | (((wu32[hb + j] >> hshift) & 0x03030303u) << 4);
+        uint q = ((WU32(lb + j) >> lshift) & 0x0F0F0F0Fu) | (((WU32(hb + j) >> hshift) & 0x03030303u) << 4);
         if (k == 0) a = dl.x * (bytes4(q) - 32.0); else c = dl.y * (bytes4(q) - 32.0);
     }
 }
@@ -488,9 +512,10 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 #define HAS_DEQUANT_RUN 1
 void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8, H = s / 4, j = s % 4;
-    uvec4 ql = wu4[12 * ib + 4 * H + 2 * (j % 2) + h];
-    uvec4 qh = wu4[12 * ib + 8 + 2 * H + h];
-    float d = half_bits(wu16[104 * q_chunk_blocks + ib]) * float(int(int8_t(wu8[192 * q_chunk_blocks + 16 * ib + 2 * s + h])));
+    uvec4 ql = WU4(12 * ib + 4 * H + 2 * (j % 2) + h);
+    uvec4 qh = WU4(12 * ib + 8 + 2 * H + h);
+    float d = half_bits(WU16(104 * q_chunk_blocks + ib))
+            * float(int(int8_t(WU8(192 * q_chunk_blocks + 16 * ib + 2 * s + h))));
     [[unroll]] for (uint k = 0; k < 4; ++k) {
         uint v = ((ql[k] >> (4u * (j / 2))) & 0x0F0F0F0Fu) | (((qh[k] >> (2u * j)) & 0x03030303u) << 4);
         w[k] = d * (ubytes_fast(v) - 32.0);
@@ -500,9 +525,10 @@ void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
 #define HAS_RUN_F16_SB 1
 void dequant_run_f16_sb(uint row, uint U, uint s, uint h, uint cols, out uvec2 w[4]) {
     uint ib = row * (cols / QK) + U, H = s / 4, j = s % 4;
-    uvec4 ql = wu4[12 * ib + 4 * H + 2 * (j % 2) + h];
-    uvec4 qh = wu4[12 * ib + 8 + 2 * H + h];
-    f16vec2 d = f16vec2(half_bits(wu16[104 * q_chunk_blocks + ib]) * float(int(int8_t(wu8[192 * q_chunk_blocks + 16 * ib + 2 * s + h]))));
+    uvec4 ql = WU4(12 * ib + 4 * H + 2 * (j % 2) + h);
+    uvec4 qh = WU4(12 * ib + 8 + 2 * H + h);
+    f16vec2 d = f16vec2(half_bits(WU16(104 * q_chunk_blocks + ib))
+                        * float(int(int8_t(WU8(192 * q_chunk_blocks + 16 * ib + 2 * s + h)))));
     [[unroll]] for (uint k = 0; k < 4; ++k) {
         uint v = ((ql[k] >> (4u * (j / 2))) & 0x0F0F0F0Fu) | (((qh[k] >> (2u * j)) & 0x03030303u) << 4);
         f16vec2 a = f16_pair(v & 0x00FF00FFu, 1056.0);
@@ -554,19 +580,19 @@ uvec2 run_pairs(uint w, f16vec2 d) {
 // 8 * blocks), MXFP4 one E8M0 byte (at byte index 16 * blocks)
 #if defined(QTYPE_IQ4_NL)
 #define Q_TABLE KV_IQ4NL
-float q_block_scale(uint b) { return float(wf16[8 * q_chunk_blocks + b]); }
+float q_block_scale(uint b) { return float(WF16(8 * q_chunk_blocks + b)); }
 #else
 #define Q_TABLE KV_MXFP4
 // 2^(e-128) as gguf's e8m0_to_fp32_half builds it: a normal float for e >= 2, a denormal below
 float q_block_scale(uint b) {
-    uint e = uint(wu8[16 * q_chunk_blocks + b]);
+    uint e = uint(WU8(16 * q_chunk_blocks + b));
     return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
 }
 #endif
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint b = row * (cols / QK) + u;
     float d = q_block_scale(b);
-    uint q = wu32[4 * b + i];
+    uint q = WU32(4 * b + i);
     a = d * kv_lookup4(Q_TABLE, q & 0x0F0F0F0Fu);
     c = d * kv_lookup4(Q_TABLE, (q >> 4) & 0x0F0F0F0Fu);
 }
@@ -574,7 +600,7 @@ void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
 void dequant_run(uint row, uint u, uint h, uint cols, out vec4 w[4]) {
     uint b = row * (cols / QK) + u;
     float d = q_block_scale(b);
-    uvec4 q = wu4[b];
+    uvec4 q = WU4(b);
     [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = d * kv_lookup4(Q_TABLE, (q[k] >> (4u * h)) & 0x0F0F0F0Fu);
 }
 #if defined(QTYPE_MXFP4)
@@ -588,7 +614,7 @@ uint e2m1_f16_pair(uint n) { return ((n & 0x00070007u) << 9) | ((n & 0x00080008u
 void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     uint b = row * (cols / QK) + u;
     const f16vec2 d = f16vec2(2.0 * q_block_scale(b)), e2m1 = f16vec2(16384.0);   // 2^(e8 - 127), 2^14
-    uvec4 q = (wu4[b] >> (4u * h)) & 0x0F0F0F0Fu;
+    uvec4 q = (WU4(b) >> (4u * h)) & 0x0F0F0F0Fu;
     [[unroll]] for (uint k = 0; k < 4; ++k)
         w[k] = uvec2(packFloat2x16(unpackFloat2x16(e2m1_f16_pair(q[k])) * e2m1 * d),
                      packFloat2x16(unpackFloat2x16(e2m1_f16_pair(q[k] >> 8)) * e2m1 * d));
@@ -597,8 +623,8 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
 #define HAS_RUN_F16 1   // IQ4_NL (f16 d: d KV rounded once, as the f32 path)
 void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
     uint b = row * (cols / QK) + u;
-    f16vec2 d = f16vec2(wf16[8 * q_chunk_blocks + b]);
-    uvec4 q = wu4[b] >> (4u * h);
+    f16vec2 d = f16vec2(WF16(8 * q_chunk_blocks + b));
+    uvec4 q = WU4(b) >> (4u * h);
     [[unroll]] for (uint k = 0; k < 4; ++k) w[k] = run_pairs(q[k], d);
 }
 #endif
@@ -608,22 +634,24 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     uint ib = row * (cols / QK) + u / 8, s = u % 8;
     uint b = ib * 34;  // 136 bytes = 34 words of 32 bits: d | scales_h << 16, scales_l[4], qs[128]
-    uint w0 = wu32[b];
-    uint ls = ((wu32[b + 1] >> (4 * s)) & 0xFu) | (((w0 >> (16 + 2 * s)) & 3u) << 4);
+    uint w0 = WU32(b);
+    uint ls = ((WU32(b + 1) >> (4 * s)) & 0xFu) | (((w0 >> (16 + 2 * s)) & 3u) << 4);
     float dl = half_bits(w0) * float(int(ls) - 32);
-    uint q = wu32[b + 2 + 4 * s + i];
+    uint q = WU32(b + 2 + 4 * s + i);
     a = dl * kv_lookup4(KV_IQ4NL, q & 0x0F0F0F0Fu);
     c = dl * kv_lookup4(KV_IQ4NL, (q >> 4) & 0x0F0F0F0Fu);
 }
 // Runs (dequant_run above): a 136-byte block is 8-byte aligned, so the head (d | scales_h << 16,
 // scales_l) is one 8-byte load and sub-block s's 16 qs bytes (from byte 8 + 16 s) two more.
+#if !defined(W_TEXELS)
 layout(std430, binding = W_BINDING) readonly buffer WeightU2Iq { uvec2 wiq2[]; };
+#endif
 #define HAS_DEQUANT_RUN 1
 float iq4xs_run_head(uint ib, uint s, out uvec2 q0, out uvec2 q1) {
     const uint b2 = 17 * ib;   // 136 bytes = 17 uvec2s
-    const uvec2 hd = wiq2[b2];
-    q0 = wiq2[b2 + 1 + 2 * s];
-    q1 = wiq2[b2 + 2 + 2 * s];
+    const uvec2 hd = WIQ2(b2);
+    q0 = WIQ2(b2 + 1 + 2 * s);
+    q1 = WIQ2(b2 + 2 + 2 * s);
     const uint ls = ((hd.y >> (4 * s)) & 0xFu) | (((hd.x >> (16 + 2 * s)) & 3u) << 4);
     return half_bits(hd.x) * float(int(ls) - 32);
 }
@@ -672,8 +700,8 @@ void dequant_run_f16(uint row, uint u, uint h, uint cols, out uvec2 w[4]) {
 // IQ_GRID_SHARED (a kernel that copies the grid into shared memory first, iq_grid_stage): read there.
 #define QK 256
 #define IQ_LATTICE 1
-uint wbyte(uint p) { return uint(wu8[p]); }
-uint whalf(uint p) { return uint(wu16[p >> 1]); }            // p even
+uint wbyte(uint p) { return uint(WU8(p)); }
+uint whalf(uint p) { return uint(WU16(p >> 1)); }            // p even
 uint wword(uint p) { return u32_at16(p >> 1); }              // p even
 // IQ2_XXS, IQ2_XS, IQ3_XXS keep 7 sign bits per group; the eighth makes the count of minus signs even
 uint ksigns(uint k) { return k | ((bitCount(k) & 1u) << 7); }
@@ -692,18 +720,18 @@ struct IqGroup { float d; uint signs; float delta; uint i0; uint i1; };
 // planar: the 64 bytes after d at word 16 b, d at f16 index 32 n + b
 IqGroup iq_head(uint b, uint g) {
     const uint s = g / 4u, l = g % 4u;
-    const uint aux = wu32[16u * b + 2u * s + 1u];
-    const float db = half_bits(uint(wu16[32u * q_chunk_blocks + b])) * (0.5 + float(aux >> 28)) * 0.25;
-    return IqGroup(db, ksigns((aux >> (7u * l)) & 127u), 0.0, (wu32[16u * b + 2u * s] >> (8u * l)) & 0xFFu, 0u);
+    const uint aux = WU32(16u * b + 2u * s + 1u);
+    const float db = half_bits(uint(WU16(32u * q_chunk_blocks + b))) * (0.5 + float(aux >> 28)) * 0.25;
+    return IqGroup(db, ksigns((aux >> (7u * l)) & 127u), 0.0, (WU32(16u * b + 2u * s) >> (8u * l)) & 0xFFu, 0u);
 }
 #elif defined(QTYPE_IQ2_XS)
 #define IQ_BYTES 74     // d, 32 x (9-bit grid index | 7 sign bits << 9), 16 4-bit scales
 #define IQ_GRID_WORDS 1024u
 // planar: the 64 bytes of indices and signs at byte 64 b, the 8 scale bytes at 64 n + 8 b, d at f16 36 n + b
 IqGroup iq_head(uint b, uint g) {
-    const uint n = q_chunk_blocks, q = uint(wu16[32u * b + g]);
+    const uint n = q_chunk_blocks, q = uint(WU16(32u * b + g));
     const uint sc = (wbyte(64u * n + 8u * b + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
-    return IqGroup(half_bits(uint(wu16[36u * n + b])) * (0.5 + float(sc)) * 0.25, ksigns(q >> 9), 0.0, q & 511u, 0u);
+    return IqGroup(half_bits(uint(WU16(36u * n + b))) * (0.5 + float(sc)) * 0.25, ksigns(q >> 9), 0.0, q & 511u, 0u);
 }
 #elif defined(QTYPE_IQ2_S)
 #define IQ_BYTES 82     // d, qs[32] (grid index low bytes), signs[32], qh[8] (2 high bits each), scales[8]
@@ -713,7 +741,7 @@ IqGroup iq_head(uint b, uint g) {
     const uint B = 80u * b;
     const uint idx = wbyte(B + g) | (((wbyte(B + 64u + g / 4u) >> (2u * (g % 4u))) & 3u) << 8);
     const uint sc = (wbyte(B + 72u + g / 4u) >> (4u * ((g / 2u) % 2u))) & 15u;
-    return IqGroup(half_bits(uint(wu16[40u * q_chunk_blocks + b])) * (0.5 + float(sc)) * 0.25, wbyte(B + 32u + g),
+    return IqGroup(half_bits(uint(WU16(40u * q_chunk_blocks + b))) * (0.5 + float(sc)) * 0.25, wbyte(B + 32u + g),
                    0.0, idx, 0u);
 }
 #elif defined(QTYPE_IQ3_XXS)
@@ -722,9 +750,9 @@ IqGroup iq_head(uint b, uint g) {
 // planar: the 96 bytes after d (qs, then the 8 words) at word 24 b, d at f16 index 48 n + b
 IqGroup iq_head(uint b, uint g) {
     const uint s = g / 4u, l = g % 4u;
-    const uint aux = wu32[24u * b + 16u + s];
-    const float db = half_bits(uint(wu16[48u * q_chunk_blocks + b])) * (0.5 + float(aux >> 28)) * 0.5;
-    const uint idx = uint(wu16[48u * b + g]);                // the group's two indices, one per half
+    const uint aux = WU32(24u * b + 16u + s);
+    const float db = half_bits(uint(WU16(48u * q_chunk_blocks + b))) * (0.5 + float(aux >> 28)) * 0.5;
+    const uint idx = uint(WU16(48u * b + g));                // the group's two indices, one per half
     return IqGroup(db, ksigns((aux >> (7u * l)) & 127u), 0.0, idx & 0xFFu, idx >> 8);
 }
 #elif defined(QTYPE_IQ3_S)
@@ -733,11 +761,11 @@ IqGroup iq_head(uint b, uint g) {
 // planar: qs at byte 64 b, the other 44 bytes (qh, signs, scales) at 64 n + 44 b, d at f16 54 n + b
 IqGroup iq_head(uint b, uint g) {
     const uint n = q_chunk_blocks, R = 64u * n + 44u * b;
-    const uint idx = uint(wu16[32u * b + g]);                // indices 2g, 2g + 1: their 9th bits in qh
+    const uint idx = uint(WU16(32u * b + g));                // indices 2g, 2g + 1: their 9th bits in qh
     const uint hb = wbyte(R + g / 4u) >> (2u * (g % 4u));
     const uint s = g / 4u;
     const uint sc = (wbyte(R + 40u + s / 2u) >> (4u * (s % 2u))) & 15u;
-    return IqGroup(half_bits(uint(wu16[54u * n + b])) * float(1u + 2u * sc), wbyte(R + 8u + g), 0.0,
+    return IqGroup(half_bits(uint(WU16(54u * n + b))) * float(1u + 2u * sc), wbyte(R + 8u + g), 0.0,
                    (idx & 0xFFu) | ((hb & 1u) << 8), (idx >> 8) | ((hb & 2u) << 7));
 }
 #elif defined(QTYPE_IQ1_S)
@@ -748,7 +776,7 @@ IqGroup iq_head(uint b, uint g) {
     const uint B = 48u * b;
     const uint qh = whalf(B + 32u + 2u * (g / 4u));
     const uint idx = wbyte(B + g) | (((qh >> (3u * (g % 4u))) & 7u) << 8);
-    const float dl = half_bits(uint(wu16[24u * q_chunk_blocks + b])) * float(2u * ((qh >> 12) & 7u) + 1u);
+    const float dl = half_bits(uint(WU16(24u * q_chunk_blocks + b))) * float(2u * ((qh >> 12) & 7u) + 1u);
     return IqGroup(dl, 0u, (qh & 0x8000u) != 0u ? -0.125 : 0.125, idx, 0u);
 }
 #else   // IQ1_M
@@ -772,7 +800,7 @@ uint iq_grid_base() { return (q_chunk_blocks * IQ_BYTES + 3u) >> 2; }
 shared uint iq_grid_sh[IQ_GRID_WORDS];
 #define iq_grid(i) iq_grid_sh[i]
 #else
-#define iq_grid(i) wu32[iq_grid_base() + (i)]
+#define iq_grid(i) WU32(iq_grid_base() + (i))
 #endif
 // weights 4h .. 4h + 3 of a group
 vec4 iq_weights(IqGroup q, uint h) {
@@ -801,7 +829,7 @@ void dequant_group(uint row, uint q, uint cols, out vec4 a, out vec4 c) {
 // Every invocation of the workgroup, then a barrier before the first iq_grid.
 void iq_grid_stage(uint tid, uint nthreads) {
     const uint base = iq_grid_base();
-    for (uint i = tid; i < IQ_GRID_WORDS; i += nthreads) iq_grid_sh[i] = wu32[base + i];
+    for (uint i = tid; i < IQ_GRID_WORDS; i += nthreads) iq_grid_sh[i] = WU32(base + i);
 }
 #endif
 
@@ -817,7 +845,7 @@ void iq_grid_stage(uint tid, uint nthreads) {
 // d at f16 32 n + b.
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     const uint blk = row * (cols / QK) + u / 8u, b = 32u * blk;
-    const float d = half_bits(uint(wu16[32u * q_chunk_blocks + blk]));
+    const float d = half_bits(uint(WU16(32u * q_chunk_blocks + blk)));
     const uint q0 = b + 16u * ((u % 8u) / 4u) + 2u * i, sh = 2u * (u % 4u);
     a = d * (ubytes_fast((u32_at16(q0) >> sh) & 0x03030303u) - 1.0);
     c = d * (ubytes_fast((u32_at16(q0 + 8u) >> sh) & 0x03030303u) - 1.0);
@@ -840,7 +868,7 @@ vec4 trits4(uint w, uint j) { return ubytes_fast(trit_bytes(w, j)) - 1.0; }
 // Planar: qs (48 bytes) at 16-bit word 24 b, qh (4) at 24 n + 2 b, d at f16 26 n + b.
 void dequant_part(uint row, uint u, uint i, uint cols, out vec4 a, out vec4 c) {
     const uint blk = row * (cols / QK) + u / 8u, b = 24u * blk, s = u % 8u, n = q_chunk_blocks;
-    const float d = half_bits(uint(wu16[26u * n + blk]));
+    const float d = half_bits(uint(WU16(26u * n + blk)));
     // s < 5: qs[0..31], digit s; 5, 6: qs[32..47], digits 2 (s - 5) and the next; 7: qs[32..47]
     // digit 4, then qh[0..3] digit i
     const bool lo = s < 5u;

@@ -21,8 +21,8 @@ for _t in _TYPES:
     _d = {f"QTYPE_{_t.upper()}": "1"}
     VARIANTS[f"mul_mv_{_t}"] = ("matvec.comp", dict(_d))
     VARIANTS[f"mul_mm_{_t}"] = ("matmul.comp", dict(_d))
-    VARIANTS[f"mul_mm_cpu_{_t}"] = ("matmul_cpu.comp", dict(_d))   # software devices (llvmpipe)
-    VARIANTS[f"mul_mv_cpu_{_t}"] = ("matvec_cpu.comp", dict(_d))   # software devices: a few tokens
+    VARIANTS[f"mul_mm_cpu_{_t}"] = ("matmul_cpu.comp", dict(_d, W_TEXELS="1"))   # software devices (llvmpipe)
+    VARIANTS[f"mul_mv_cpu_{_t}"] = ("matvec_cpu.comp", dict(_d, W_TEXELS="1"))   # software devices: a few tokens
     VARIANTS[f"mul_mm_coop_{_t}"] = ("matmul_coop.comp", dict(_d))   # cooperative matrices (KHR)
     VARIANTS[f"mul_mm_coop_big_{_t}"] = ("matmul_coop.comp", dict(_d, WARPS_M="4", NBUF="1"))   # 256 x 128 tiles
     VARIANTS[f"get_rows_{_t}"] = ("get_rows.comp", dict(_d))
@@ -31,7 +31,7 @@ for _t in _TYPES:
     if _t in _MATVEC_ID_PRELOAD:   # with a shared expert as the last slot (matvec_id.comp SHEXP)
         VARIANTS[f"mul_mv_id_{_t}_shexp"] = ("matvec_id.comp", dict(_d, SHEXP_SLOT="1"))
     VARIANTS[f"mul_mm_id_{_t}"] = ("matmul.comp", dict(_d, MUL_MAT_ID="1"))
-    VARIANTS[f"mul_mm_cpu_id_{_t}"] = ("matmul_cpu.comp", dict(_d, MUL_MAT_ID="1"))   # software devices
+    VARIANTS[f"mul_mm_cpu_id_{_t}"] = ("matmul_cpu.comp", dict(_d, MUL_MAT_ID="1", W_TEXELS="1"))   # software devices
     # on cooperative matrices, 128 rows x 64 tokens: an expert sees few of a batch's tokens
     VARIANTS[f"mul_mm_coop_id_{_t}"] = ("matmul_coop.comp", dict(
         _d, MUL_MAT_ID="1", WARPS_N="2", **({"ROW_RUNS": "1"} if _t in _ROW_RUNS else {}),

@@ -47,3 +47,18 @@ def test_device_local_roundtrip(dev):
     buf = Buffer(dev, data.nbytes)
     buf.write(data)
     assert np.array_equal(np.frombuffer(buf.read(), dtype=np.uint32), data)
+
+
+def test_texel_views(dev):
+    """A "t" binding's view (vk/kernel.py): whole 16-byte texels reaching past an odd-sized range's
+    end (the CPU kernels' Q8_0 tests read a last block's scale there), one view per range, offsets
+    in whole texels."""
+    from llamavk.errors import LlamavkError
+    if not dev.info.is_cpu:
+        pytest.skip("buffers take texel views on software devices only")
+    buf = Buffer(dev, 20)
+    assert buf.alloc_size == 32
+    view = buf.texel_view(0, 20)
+    assert buf.texel_view(0, 20) == view and buf.texel_view(16, 4) != view
+    with pytest.raises(LlamavkError, match="not a multiple of 16"):
+        buf.texel_view(4, 16)

@@ -353,6 +353,8 @@ def attention(seq, kc, q, k_cache, v_cache, out, step, n_tokens: int, n_head: in
     if wait is not None:
         name = name.replace("_kvq", "_wait_kvq") if kv_types.quantized else name.replace("_f16", "_wait_f16")
     bindings = ("rrrrwwww" if pl.n_splits > 1 else "rrrrw") + ("w" if chained or wait is not None else "")
+    if name.startswith("attention_cpu"):   # K and V as texels (the shader's header says why)
+        bindings = "rtt" + bindings[3:]
     bufs = [_range(q), _range(k_cache), _range(v_cache), _range(step), _range(out)]
     if pl.n_splits > 1:
         bufs += _scratch(kc, pl.n_splits, n_tokens * n_head, head_dim, pl.grid[0] * n_head_kv)

@@ -530,7 +530,7 @@ def matmul(seq, kc: KernelCache, w: QWeight, x: View, y: View, n_tokens: int, bi
         extra = [(norm or x).range, (residual or x).range, (glu or x).range]
         chain = wait or signal   # both name the step's counters (binding 11; else an unused y)
         tail = _stream_tail(kc, w, parts, x, y, rope) + [chain.counters if chain else y.range] if stream else []
-        access = "rrrwrrrrwrww" if stream else "rrrwrrr"
+        access = "rrrwrrrrwrww" if stream else "ttrwtrt" if cfg.kernel == "cpu" else "rrrwrrr"
         variant = f"{MATVEC_KERNELS[cfg.kernel][0]}_{name}"
         router_spec, router_bufs = (), []
         if router is not None:   # one chunk (matvec_router_ok): its workgroups that write y
@@ -591,9 +591,9 @@ def tile_kernel(kc: KernelCache, family: str, type_name: str, bindings: str, pus
     """(a tiled product's kernel, its tile's rows, its tile's tokens): matmul_cpu.comp's families
     (mul_mm_cpu, mul_mm_cpu_id) a workgroup of the subgroup's lanes, CPU_TILE rows a lane, specialized
     by the lanes; the others as `tiles` says."""
-    if family.startswith("mul_mm_cpu"):
+    if family.startswith("mul_mm_cpu"):   # W and x as texels (shaders/quants.glsl W_TEXELS)
         lanes = _selection.cpu_product_lanes(kc)
-        kernel = kc.get(f"{family}_{type_name}", bindings, push_size=push_size, spec=(lanes,))
+        kernel = kc.get(f"{family}_{type_name}", "tt" + bindings[2:], push_size=push_size, spec=(lanes,))
         return kernel, lanes * CPU_TILE[0], CPU_TILE[1]
     tile_rows, tile_tokens = tiles[family]
     return kc.get(f"{family}_{type_name}", bindings, push_size=push_size), tile_rows, tile_tokens

@@ -404,7 +404,10 @@ def cpu_product_lanes(kc) -> int:
 
 
 def _cpu_product_ok(kc, n: int, rows: int, cols: int) -> bool:
-    return kc.info.is_cpu and cpu_product_lanes(kc) in CPU_PRODUCT_LANES and cols % 32 == 0
+    # their weights are read as texels (shaders/quants.glsl W_TEXELS): a texel buffer must reach as far
+    # as a weight chunk (maxStorageBufferRange: kernels/__init__.py upload_qweight)
+    return (kc.info.is_cpu and cpu_product_lanes(kc) in CPU_PRODUCT_LANES and cols % 32 == 0
+            and kc.info.max_texel_buffer_bytes >= kc.info.max_storage_buffer_range)
 
 
 # Prompt attention over an f16 cache on the same software devices: shaders/attention_cpu.comp (a

@@ -18,6 +18,7 @@ from ..errors import LlamavkError
 from ._ffi import check, ffi, lib, new_struct
 from .device import DEVICE_LOCAL, HOST_VISIBLE
 
+TEXEL_BYTES = 16   # a texel view's element: VK_FORMAT_R32G32B32A32_UINT (vk/kernel.py "t")
 USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
          | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT | vk.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT)
 
@@ -32,6 +33,7 @@ class Buffer:
         self.size = max(int(size), 4)
         self.host_visible = host_visible
         self._mapped = None
+        self._texel_views: dict = {}  # texel_view()'s, by (offset, size)
         self._block = None            # the MemoryBlocks block this buffer lives in (None: its own memory)
         self.memory = None
         if blocks is not None and (host_visible or _import is not None):
@@ -41,9 +43,13 @@ class Buffer:
             external = new_struct("VkExternalMemoryBufferCreateInfo",
                                   vk.VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
                                   handleTypes=vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT)
+        # Software devices read weights as texels too (vk/kernel.py "t"): whole 16-byte texels.
+        texels = device.info.is_cpu
+        self.alloc_size = -(-self.size // TEXEL_BYTES) * TEXEL_BYTES if texels and _import is None else self.size
+        usage = USAGE | (vk.VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT if texels else 0)
         create = new_struct("VkBufferCreateInfo", vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                             external if external is not None else ffi.NULL,
-                            size=self.size, usage=USAGE, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
+                            size=self.alloc_size, usage=usage, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
         out = ffi.new("VkBuffer*")
         check(lib.vkCreateBuffer(device.handle, create, ffi.NULL, out), "vkCreateBuffer")
         self.handle = out[0]
@@ -89,9 +95,28 @@ class Buffer:
             return bytes(self._mapped[offset:offset + size])
         return self.device.download(self, size, offset)
 
+    def texel_view(self, offset: int, size: int):
+        """A VkBufferView of [offset, offset + size) as RGBA32UI texels (a kernel's "t" binding:
+        vk/kernel.py), made once per range and destroyed with the buffer. The range grows to whole
+        texels within the buffer (made in whole texels where views are possible: __init__)."""
+        view = self._texel_views.get((offset, size))
+        if view is None:
+            if offset % TEXEL_BYTES:   # minTexelBufferOffsetAlignment: 16 on llvmpipe
+                raise LlamavkError(f"a texel view at byte {offset} of a buffer (not a multiple of {TEXEL_BYTES})")
+            span = min(-(-size // TEXEL_BYTES) * TEXEL_BYTES, self.alloc_size - offset) // TEXEL_BYTES * TEXEL_BYTES
+            info = new_struct("VkBufferViewCreateInfo", vk.VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO,
+                              buffer=self.handle, format=vk.VK_FORMAT_R32G32B32A32_UINT, offset=offset, range=span)
+            out = ffi.new("VkBufferView*")
+            check(lib.vkCreateBufferView(self.device.handle, info, ffi.NULL, out), "vkCreateBufferView")
+            view = self._texel_views[(offset, size)] = out[0]
+        return view
+
     def close(self) -> None:
         if self.handle is None:
             return
+        for view in self._texel_views.values():
+            lib.vkDestroyBufferView(self.device.handle, view, ffi.NULL)
+        self._texel_views.clear()
         vk.vkDestroyBuffer(self.device.handle, self.handle, None)
         if self._block is not None:
             self._block.release()

@@ -165,12 +165,13 @@ class Device:
 
     def allocate_descriptor_sets(self, layout, count: int) -> list:
         """`count` descriptor sets of one layout, in one call (pools of 4096 sets, 8 storage-buffer
-        descriptors a set on average)."""
+        descriptors and one texel buffer a set on average)."""
         if self._descriptor_free < count:
             sets = max(4096, count)
-            sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=sets * 8)]
+            sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=sets * 8),
+                     vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, descriptorCount=sets)]
             pool = vk.vkCreateDescriptorPool(self.handle, vk.VkDescriptorPoolCreateInfo(
-                maxSets=sets, poolSizeCount=1, pPoolSizes=sizes), None)
+                maxSets=sets, poolSizeCount=len(sizes), pPoolSizes=sizes), None)
             self._descriptor_pools.append(pool)
             self._descriptor_free = sets
         self._descriptor_free -= count

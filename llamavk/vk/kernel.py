@@ -1,8 +1,10 @@
 """Compute kernels: SPIR-V + descriptor layout + push constants + specialization constants.
 
-A kernel's storage-buffer bindings are declared as an access string, e.g. "rrw" (two read, one
-written): command sequences use it to place barriers only where a later dispatch depends on an
-earlier one.
+A kernel's bindings are declared as an access string, e.g. "rrw" (two read, one written): command
+sequences use it to place barriers only where a later dispatch depends on an earlier one. "t" is a
+read binding seen as a uniform texel buffer of 16-byte texels (usamplerBuffer, RGBA32UI) instead of a
+storage buffer. Why: llvmpipe runs a storage-buffer load with per-lane addresses inside a loop as a
+loop over the lanes, and a texel fetch as one gather (kernels for software devices read weights so).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ def pack_constants(values) -> bytes:
     return bytes(out)
 
 
+def _descriptor_type(access: str) -> int:
+    return vk.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER if access == "t" else vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+
+
 class Kernel:
     """A compute pipeline. `spec` values become specialization constants 0, 1, 2, ... in order."""
 
@@ -48,8 +54,8 @@ class Kernel:
         if isinstance(spirv, str):
             name = name or spirv
             spirv = load_spirv(spirv)
-        if set(bindings) - set("rw"):
-            raise ValueError("bindings is a string of 'r'/'w'")
+        if set(bindings) - set("rwt"):
+            raise ValueError("bindings is a string of 'r'/'w'/'t'")
         self.device = device
         self.name = name or "kernel"
         self.bindings = bindings
@@ -64,8 +70,8 @@ class Kernel:
         self.module = out_module[0]
 
         layout_bindings = ffi.new("VkDescriptorSetLayoutBinding[]", [
-            dict(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=1,
-                 stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT) for i in range(len(bindings))])
+            dict(binding=i, descriptorType=_descriptor_type(a), descriptorCount=1,
+                 stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT) for i, a in enumerate(bindings)])
         dsl_info = new_struct("VkDescriptorSetLayoutCreateInfo", vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
                               bindingCount=len(bindings), pBindings=layout_bindings)
         out_dsl = ffi.new("VkDescriptorSetLayout*")
@@ -148,6 +154,10 @@ class Kernel:
         if not self._spare_sets:     # a few at a time: one call instead of one per set
             self._spare_sets = self.device.allocate_descriptor_sets(self.set_layout, SETS_PER_ALLOCATION)[::-1]
         dset = self._spare_sets.pop()
+        if "t" in self.bindings:
+            self._write_with_texels(dset, ranges)
+            self._sets[key] = dset
+            return dset
         # One write of all bindings (consecutive bindings of one type), into arrays reused by every
         # set of this kernel: a load makes ~450 sets, and building the structs from dicts cost more
         # than the driver's work.
@@ -165,6 +175,26 @@ class Kernel:
         lib.vkUpdateDescriptorSets(self.device.handle, 1, self._write, 0, ffi.NULL)
         self._sets[key] = dset
         return dset
+
+    def _write_with_texels(self, dset, ranges) -> None:
+        """One write per binding: storage buffers as ranges, "t" bindings as their buffers' views."""
+        writes = ffi.new("VkWriteDescriptorSet[]", len(ranges))
+        keep = []
+        for i, ((b, o, s), access) in enumerate(zip(ranges, self.bindings)):
+            w = writes[i]
+            w.sType, w.dstSet, w.dstBinding, w.descriptorCount = \
+                vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, dset, i, 1
+            w.descriptorType = _descriptor_type(access)
+            if access == "t":
+                view = ffi.new("VkBufferView*", b.texel_view(o, s))
+                w.pTexelBufferView = view
+            else:
+                info = ffi.new("VkDescriptorBufferInfo*", dict(buffer=b.handle, offset=o, range=s))
+                w.pBufferInfo = info
+                view = info
+            keep.append(view)
+        lib.vkUpdateDescriptorSets(self.device.handle, len(ranges), writes, 0, ffi.NULL)
+        del keep
 
     def close(self) -> None:
         if self.pipeline is None:

@@ -61,6 +61,7 @@ class DeviceInfo:
     max_shared_memory: int = 0
     max_workgroup_invocations: int = 0
     max_storage_buffer_range: int = 0
+    max_texel_buffer_bytes: int = 0  # a texel buffer's reach in RGBA32UI texels (vk/kernel.py "t")
     max_push_constants: int = 0
     timestamp_period: float = 0.0   # ns per timestamp tick (0: no compute timestamps)
     timeline_semaphore: bool = False
@@ -179,6 +180,7 @@ def query_device_info(instance, handle, index: int) -> DeviceInfo:
         max_shared_memory=limits.maxComputeSharedMemorySize,
         max_workgroup_invocations=limits.maxComputeWorkGroupInvocations,
         max_storage_buffer_range=limits.maxStorageBufferRange,
+        max_texel_buffer_bytes=16 * limits.maxTexelBufferElements,
         max_push_constants=limits.maxPushConstantsSize,
         timestamp_period=float(limits.timestampPeriod) if limits.timestampComputeAndGraphics else 0.0,
         timeline_semaphore=bool(f12.timelineSemaphore),

@@ -135,7 +135,7 @@ class CommandSequence:
         # buffers whose accesses the shaders order themselves (kernels/chain.py's counters: atomic
         # counts and polls) need no barrier between dispatches
         tracked = [(r, a) for r, a in zip(ranges, kernel.bindings) if not getattr(r[0], "shader_ordered", False)]
-        reads = [r for r, a in tracked if a == "r"]
+        reads = [r for r, a in tracked if a != "w"]
         writes = [r for r, a in tracked if a == "w"]
         if indirect is not None:
             # The group counts may have been written by any earlier command: make everything visible
