@@ -34,7 +34,7 @@ ENV_PREFETCH = "LLAMAVK_PIPELINE_PREFETCH"   # "0": read no list (the kernels ar
 MAX_MODELS = 16
 MAX_KERNELS = 256          # per model: far above what any load creates
 _NAME = re.compile(r"[A-Za-z0-9_]{1,128}")
-_BINDINGS = re.compile(r"[rw]{1,32}")
+_BINDINGS = re.compile(r"[rwt]{1,32}")     # vk/kernel.py access letters
 
 
 def list_path(info) -> Path:
