@@ -156,11 +156,15 @@ class Kernel:
         dset = self._spare_sets.pop()
         if "t" in self.bindings:
             self._write_with_texels(dset, ranges)
-            self._sets[key] = dset
-            return dset
-        # One write of all bindings (consecutive bindings of one type), into arrays reused by every
-        # set of this kernel: a load makes ~450 sets, and building the structs from dicts cost more
-        # than the driver's work.
+        else:
+            self._write_storage(dset, ranges)
+        self._sets[key] = dset
+        return dset
+
+    def _write_storage(self, dset, ranges) -> None:
+        """One write of all bindings (consecutive bindings of one type), into arrays reused by every
+        set of this kernel: a load makes ~450 sets, and building the structs from dicts cost more
+        than the driver's work."""
         if self._write is None:
             n = len(self.bindings)
             self._infos = ffi.new("VkDescriptorBufferInfo[]", n)
@@ -173,28 +177,23 @@ class Kernel:
             info.buffer, info.offset, info.range = b.handle, o, s
         self._write.dstSet = dset
         lib.vkUpdateDescriptorSets(self.device.handle, 1, self._write, 0, ffi.NULL)
-        self._sets[key] = dset
-        return dset
 
     def _write_with_texels(self, dset, ranges) -> None:
         """One write per binding: storage buffers as ranges, "t" bindings as their buffers' views."""
         writes = ffi.new("VkWriteDescriptorSet[]", len(ranges))
-        keep = []
+        pointed = []     # what the writes point to, alive until the update returns
         for i, ((b, o, s), access) in enumerate(zip(ranges, self.bindings)):
             w = writes[i]
             w.sType, w.dstSet, w.dstBinding, w.descriptorCount = \
                 vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, dset, i, 1
             w.descriptorType = _descriptor_type(access)
             if access == "t":
-                view = ffi.new("VkBufferView*", b.texel_view(o, s))
-                w.pTexelBufferView = view
+                pointed.append(ffi.new("VkBufferView*", b.texel_view(o, s)))
+                w.pTexelBufferView = pointed[-1]
             else:
-                info = ffi.new("VkDescriptorBufferInfo*", dict(buffer=b.handle, offset=o, range=s))
-                w.pBufferInfo = info
-                view = info
-            keep.append(view)
+                pointed.append(ffi.new("VkDescriptorBufferInfo*", dict(buffer=b.handle, offset=o, range=s)))
+                w.pBufferInfo = pointed[-1]
         lib.vkUpdateDescriptorSets(self.device.handle, len(ranges), writes, 0, ffi.NULL)
-        del keep
 
     def close(self) -> None:
         if self.pipeline is None:
